@@ -1,0 +1,3 @@
+from podmanager.cli import main
+
+main()

@@ -1,0 +1,159 @@
+"""Provisioning through the Cluster API against the simulator (state asserted, not calls)."""
+
+import pytest
+
+from podmanager.api import Cluster, down_by_label
+from podmanager.clock import FakeClock
+from podmanager.cloud import errors
+from podmanager.cloud.base import NodeRequest, NodeState
+from podmanager.cloud.factory import simulated_cloud
+from podmanager.cloud.retry import RetryingCloud
+from podmanager.cloud.sim import SimCloud
+from podmanager.errors import TimeoutExceededError
+from podmanager.state import StateStore
+
+ZONES = ["zone-a", "zone-b"]
+
+
+def spec(count=2, **slice_fields):
+    return {"name": "c", "backend": "simulated", "zones": ZONES,
+            "simulation": {"boot_hosts": False},
+            "slices": [{"accelerator": "v4-16", "count": count, **slice_fields}]}
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def sim(clock):
+    return SimCloud(clock=clock, create_latency_s=2.0, delete_latency_s=0.5)
+
+
+def cluster_on(sim, clock, data):
+    return Cluster.from_dict(data, cloud=sim, clock=clock)
+
+
+def kinds(cluster):
+    return [e.kind for e in cluster.events()]
+
+
+def test_up_creates_every_slice_and_status_reports_them(sim, clock):
+    cluster = cluster_on(sim, clock, spec(count=3))
+    status = cluster.up()
+    assert [(s.name, s.state, s.zone, s.hosts) for s in status.slices] == [
+        (f"c-s{i}", "READY", "zone-a", 2) for i in range(3)]
+    assert sorted(n.name for n in sim.all_nodes()) == ["c-s0", "c-s1", "c-s2"]
+    assert kinds(cluster).count("slice_ready") == 3
+    assert cluster.store.get_cluster("c").status == "up"
+
+
+def test_slices_are_created_concurrently(sim, clock):
+    start = clock.now()
+    cluster_on(sim, clock, spec(count=64)).up()
+    elapsed = clock.now() - start
+    assert len(sim.all_nodes()) == 64
+    assert elapsed < 2 * 2.0, f"64 slices took {elapsed:.1f}s of simulated time; one create takes 2s"
+
+
+def test_capacity_error_moves_the_slice_to_the_next_zone(sim, clock):
+    sim.inject_create_fault("zone-a", "capacity", times=-1)
+    cluster = cluster_on(sim, clock, spec(count=2))
+    status = cluster.up()
+    assert {s.zone for s in status.slices} == {"zone-b"}
+    assert kinds(cluster).count("zone_fallback") == 2
+
+
+def test_no_capacity_anywhere_stops_with_the_zones_named(sim, clock):
+    for zone in ZONES:
+        sim.inject_create_fault(zone, "capacity", times=-1)
+    with pytest.raises(errors.CapacityError, match="no capacity in any zone of zone-a, zone-b"):
+        cluster_on(sim, clock, spec(count=1)).up()
+    assert sim.all_nodes() == []
+
+
+def test_quota_error_stops_and_names_the_quota(sim, clock):
+    sim.inject_quota("TPUV4PodPerProjectPerZone", times=5)
+    with pytest.raises(errors.QuotaError, match="TPUV4PodPerProjectPerZone"):
+        cluster_on(sim, clock, spec(count=1)).up()
+    assert sim.all_nodes() == []
+
+
+def test_transient_errors_are_retried_and_recorded(sim, clock):
+    sim.inject_transient(3)
+    cluster = cluster_on(sim, clock, spec(count=1))
+    assert cluster.up().slices[0].state == "READY"
+    assert kinds(cluster).count("retry") == 3
+
+
+def test_transient_errors_forever_give_up_with_a_clear_message(sim, clock):
+    sim.inject_transient(10_000)
+    cluster = Cluster.from_dict(spec(count=1), cloud=RetryingCloud(sim, clock=clock, deadline_s=30), clock=clock)
+    with pytest.raises(errors.TransientError, match="gave up on list_nodes after 30s"):
+        cluster.up()
+
+
+def test_up_again_after_an_interrupted_up_finishes_without_duplicates(sim, clock):
+    with pytest.raises(TimeoutExceededError, match="c-s0 \\(CREATING\\)"):
+        cluster_on(sim, clock, spec(count=2)).up(timeout_s=0.5)
+    assert {n.state for n in sim.all_nodes()} == {NodeState.CREATING}
+    cluster = cluster_on(sim, clock, spec(count=2))
+    cluster.up()
+    assert sorted(n.name for n in sim.all_nodes()) == ["c-s0", "c-s1"]
+    assert kinds(cluster).count("slice_creating") == 2  # the second up created nothing
+
+
+def test_preempted_slices_are_deleted_and_replaced_by_the_next_pass(sim, clock):
+    cluster = cluster_on(sim, clock, spec(count=2, capacity="spot"))
+    cluster.up()
+    sim.preempt("zone-a", "c-s1")
+    assert cluster.status().slices[1].state == "PREEMPTED"
+    cluster.up()
+    assert [s.state for s in cluster.status().slices] == ["READY", "READY"]
+    deleted = [e for e in cluster.events() if e.kind == "slice_deleting"]
+    assert [(e.slice_index, e.data["reason"]) for e in deleted] == [(1, "node is PREEMPTED")]
+
+
+def test_preempted_while_creating_is_replaced(sim, clock):
+    sim.inject_create_fault("zone-a", "preempt-while-creating", times=1)
+    cluster = cluster_on(sim, clock, spec(count=1))
+    assert cluster.up().slices[0].state == "READY"
+    assert "slice_preempted" in kinds(cluster)
+
+
+def test_queued_slices_get_a_queued_resource_that_down_removes(sim, clock):
+    cluster = cluster_on(sim, clock, spec(count=1, queued=True))
+    cluster.up()
+    assert [q.name for q in sim.all_queued_resources()] == ["c-s0"]
+    cluster.down()
+    assert sim.all_nodes() == [] and sim.all_queued_resources() == []
+
+
+def test_down_removes_everything_and_is_safe_twice(sim, clock):
+    cluster = cluster_on(sim, clock, spec(count=2))
+    cluster.up()
+    sim.create_node("zone-b", "stray", NodeRequest("v4-8", "rt", labels={"podmanager-cluster": "c"}))
+    other = cluster_on(sim, clock, {**spec(count=1), "name": "other"})
+    other.up()
+    cluster.down()
+    assert [n.name for n in sim.all_nodes()] == ["other-s0"]  # only the other cluster is left
+    cluster.down()
+    assert cluster.store.get_cluster("c") is None
+
+
+def test_down_finds_the_cluster_by_label_when_local_state_is_gone(podmanager_home):
+    data = {**spec(count=2), "simulation": {"boot_hosts": False, "create_latency_s": 0.01, "delete_latency_s": 0.01}}
+    Cluster.from_dict(data).up()
+    (podmanager_home / "state.db").unlink()
+    assert len(simulated_cloud("podmanager-sim").all_nodes()) == 2
+    down_by_label("c", dry_run=True, store=StateStore())
+    assert simulated_cloud("podmanager-sim").all_nodes() == []
+
+
+def test_scripted_faults_are_armed_once(podmanager_home):
+    data = {**spec(count=1), "simulation": {"boot_hosts": False, "create_latency_s": 0.01,
+                                            "faults": [{"kind": "capacity", "zone": "zone-a", "times": 1}]}}
+    cluster = Cluster.from_dict(data)
+    assert cluster.up().slices[0].zone == "zone-b"
+    cluster.down()

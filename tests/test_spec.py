@@ -1,0 +1,86 @@
+import pytest
+
+from podmanager.errors import SpecError
+from podmanager.spec import SIMULATED_PROJECT, Capacity, load_spec, parse_spec
+
+GOOD = {"name": "demo", "backend": "simulated", "slices": [{"accelerator": "v4-16", "count": 2}, {"accelerator": "v4-8"}]}
+
+
+def test_good_spec_expands_slices_in_order():
+    spec = parse_spec(GOOD)
+    assert [(s.index, s.accelerator.name) for s in spec.slice_list()] == [(0, "v4-16"), (1, "v4-16"), (2, "v4-8")]
+    assert spec.project == SIMULATED_PROJECT and spec.zones
+    assert spec.slices[0].capacity is Capacity.ON_DEMAND
+
+
+def test_project_falls_back_to_environment(monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "from-env")
+    spec = parse_spec({"name": "a", "zones": ["us-central2-b"], "slices": [{"accelerator": "v4-8"}]})
+    assert spec.project == "from-env"
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
+    monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", "from-gcloud")
+    assert parse_spec({"name": "a", "zones": ["z"], "slices": [{"accelerator": "v4-8"}]}).project == "from-gcloud"
+
+
+def test_dry_run_forces_simulated_backend():
+    spec = parse_spec({"name": "a", "slices": [{"accelerator": "v4-8"}]}, dry_run=True)
+    assert spec.simulated
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"slices": [{"accelerator": "v4-16"}, {"accelerator": "v4-12"}]},
+         "slices[1].accelerator: 'v4-12' is not a TPU type; did you mean v4-16? see 'podmanager accelerators'"),
+        ({"name": "Demo"}, "name: 'Demo' must be"),
+        ({"name": "a" * 31}, "name:"),
+        ({"slices": []}, "slices:"),
+        ({"slices": [{"accelerator": "v4-8", "count": 0}]}, "slices[0].count"),
+        ({"slices": [{"accelerator": "v4-8", "capacity": "cheap"}]}, "slices[0].capacity"),
+        ({"slices": [{"accelerator": "v4-8", "labels": {"podmanager-x": "y"}}]}, "'podmanager-' prefix is reserved"),
+        ({"slices": [{"accelerator": "v4-8", "labels": {"Team": "x"}}]}, "slices[0].labels"),
+        ({"zones": ["a", "a"]}, "lists a zone twice"),
+        ({"colour": "red"}, "colour: unknown field"),
+        ({"head": {"port": 70000}}, "head.port"),
+        ({"simulation": {"faults": [{"kind": "preempt"}]}}, "simulation.faults[0]: a 'preempt' fault needs 'slice'"),
+        ({"simulation": {"faults": [{"kind": "capacity"}]}}, "needs 'zone'"),
+        ({"simulation": {"faults": [{"kind": "meteor"}]}}, "simulation.faults[0].kind"),
+        ({"health": {"hang_timeout_s": -1}}, "health.hang_timeout_s"),
+    ],
+)
+def test_bad_specs_name_the_field(change, expected):
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**GOOD, **change})
+    assert expected in str(raised.value)
+    assert raised.value.exit_code == 2
+
+
+def test_gcp_backend_needs_project_and_zones(monkeypatch):
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+    monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
+    with pytest.raises(SpecError, match="project: no GCP project given"):
+        parse_spec({"name": "a", "zones": ["z"], "slices": [{"accelerator": "v4-8"}]})
+    with pytest.raises(SpecError, match="zones: list at least one zone"):
+        parse_spec({"name": "a", "project": "p", "slices": [{"accelerator": "v4-8"}]})
+
+
+def test_load_spec_errors_name_the_file(tmp_path):
+    with pytest.raises(SpecError, match="--file: cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(bad)
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    with pytest.raises(SpecError, match="expected a mapping"):
+        load_spec(listed)
+
+
+def test_example_specs_are_valid():
+    from pathlib import Path
+
+    examples = sorted((Path(__file__).parent.parent / "infra" / "examples").glob("*.yaml"))
+    assert examples
+    for example in examples:
+        assert load_spec(example, dry_run=True).slices
