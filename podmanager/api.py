@@ -17,6 +17,7 @@ from podmanager.clock import Clock, RealClock
 from podmanager.cloud.base import Node, TpuCloud
 from podmanager.cloud.factory import make_cloud, simulated_cloud, with_retries
 from podmanager.cloud.retry import RetryingCloud
+from podmanager.cloud.sim import SimCloud
 from podmanager.errors import ClusterNotFoundError
 from podmanager.provision import Provisioner
 from podmanager.reconcile import desired_slices
@@ -90,8 +91,8 @@ class Cluster:
     @property
     def cloud(self) -> TpuCloud:
         if self._cloud is None:
-            self._cloud = make_cloud(self.spec, clock=self.clock)
-        if not isinstance(self._cloud, RetryingCloud):
+            self._cloud = make_cloud(self.spec, clock=self.clock, on_retry=self._record_retry)
+        elif isinstance(self._cloud, SimCloud):  # given by a test or script: add the client-side retries
             self._cloud = with_retries(self._cloud, clock=self.clock, on_retry=self._record_retry)
         return self._cloud
 

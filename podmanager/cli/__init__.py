@@ -33,10 +33,11 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from podmanager.cli import accelerators, cluster, emulator, run  # noqa: E402  (commands register on `app`)
+from podmanager.cli import accelerators, cluster, emulator, run, sim  # noqa: E402  (commands register on `app`)
 
 cluster.register(app)
 run.register(app)
+sim.register(app)
 app.command(help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)
 app.command(help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)
 

@@ -35,16 +35,16 @@ def _sim_host_listeners() -> list[NodeListener]:
     return [SimHostBooter()]
 
 
-def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None) -> TpuCloud:
-    """The backend the spec asks for."""
+def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None, on_retry: RetryCallback | None = None) -> TpuCloud:
+    """The backend the spec asks for, retrying transient API errors."""
     if spec.simulated:
-        return simulated_cloud(spec.project, spec.simulation, clock=clock)
+        return with_retries(simulated_cloud(spec.project, spec.simulation, clock=clock), clock=clock, on_retry=on_retry)
     from podmanager.cloud.gcp import GcpCloud, check_credentials
 
     emulator = os.environ.get("TPU_EMULATOR_HOST")
     if not emulator:
         check_credentials(spec.project)
-    return GcpCloud(spec.project, emulator_host=emulator)  # type: ignore[return-value]
+    return GcpCloud(spec.project, emulator_host=emulator, on_retry=on_retry)  # type: ignore[return-value]
 
 
 def with_retries(cloud: TpuCloud, *, clock: Clock | None = None, on_retry: RetryCallback | None = None) -> TpuCloud:

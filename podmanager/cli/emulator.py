@@ -1,0 +1,44 @@
+"""`podmanager emulator`: serve the simulated Cloud TPU API over gRPC until Ctrl-C."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+import typer
+
+from podmanager.cloud.sim_control import FAULT_HELP
+
+
+def emulator(
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8470,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    project: Annotated[str, typer.Option(help="Project named in operation names.")] = "podmanager-sim",
+    create_latency_s: Annotated[float, typer.Option(help="Seconds a node stays CREATING.")] = 0.5,
+    fault: Annotated[list[str], typer.Option(help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
+) -> None:
+    """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) for TPU_EMULATOR_HOST."""
+    from podmanager.cloud.sim import SimCloud  # imported here: gRPC and the client types load slowly
+    from podmanager.cloud.sim_control import apply_fault
+    from podmanager.cloud.sim_server import TpuEmulator
+
+    sim = SimCloud(project, create_latency_s=create_latency_s)
+    for spec in fault:
+        try:
+            apply_fault(sim, spec)
+        except ValueError as bad:
+            raise typer.BadParameter(str(bad), param_hint="--fault") from None
+    try:
+        server, bound = TpuEmulator(sim).serve(host, port)
+    except OSError as busy:
+        raise typer.BadParameter(f"{busy}; pick another with --port (0: any free port)", param_hint="--port") from None
+    address = f"{host}:{bound}"
+    typer.echo(f"Cloud TPU emulator serving on {address} (project {project}); Ctrl-C to stop.")
+    typer.echo(f"export TPU_EMULATOR_HOST={address}")
+    typer.echo(f"Set faults while it runs: python -m podmanager.cloud.sim_control inject {address} capacity:ZONE")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        typer.echo("emulator stopped")
+    finally:
+        server.stop(grace=None)

@@ -1,0 +1,52 @@
+"""Fault injection for dry-run clusters: what `podmanager sim ...` does, as functions."""
+
+from __future__ import annotations
+
+import re
+
+from podmanager.api import Cluster
+from podmanager.cloud.retry import RetryingCloud
+from podmanager.cloud.sim import SimCloud
+from podmanager.errors import SpecError
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """'10', '10s', '1.5m' -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|)\s*", text)
+    if not match:
+        raise SpecError(f"{flag}: {text!r} is not a duration; use seconds like 10 or 10s, or minutes like 1m")
+    return float(match.group(1)) * (60 if match.group(2) == "m" else 1)
+
+
+def sim_of(cluster: Cluster) -> SimCloud:
+    if not cluster.spec.simulated:
+        raise SpecError(f"--cluster: {cluster.name} runs on {cluster.spec.backend.value}; "
+                        "'podmanager sim' only injects faults into dry-run clusters")
+    cloud = cluster.cloud
+    return cloud.inner if isinstance(cloud, RetryingCloud) else cloud  # type: ignore[return-value]
+
+
+def preempt(cluster: Cluster, slice_index: int, notice_s: float = 0.0) -> str:
+    """Preempt the node that holds `slice_index` now, or after a notice; returns its name."""
+    sim = sim_of(cluster)
+    for node in cluster._provisioner().observe().nodes:
+        if node.slice_index == slice_index:
+            sim.preempt(node.zone, node.name, notice_s=notice_s)
+            cluster._record("fault_injected", f"simulated preemption of {node.name}"
+                            + (f" with {notice_s:.0f}s notice" if notice_s else ""), slice_index)
+            return node.name
+    raise SpecError(f"--slice: cluster {cluster.name} has no node for slice {slice_index}")
+
+
+def fail_create(cluster: Cluster, kind: str, zone: str | None, times: int) -> str:
+    """Make the next `times` creates fail: capacity, reservation, preempt-while-creating or quota."""
+    sim = sim_of(cluster)
+    zone = zone or cluster.spec.zones[0]
+    if kind == "quota":
+        sim.inject_quota(times=times)
+    elif kind in ("capacity", "reservation", "preempt-while-creating"):
+        sim.inject_create_fault(zone, kind, times)
+    else:
+        raise SpecError(f"--kind: {kind!r} is not one of capacity, reservation, preempt-while-creating, quota")
+    cluster._record("fault_injected", f"the next {times} create(s) in {zone} fail with {kind}")
+    return zone

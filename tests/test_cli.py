@@ -1,0 +1,96 @@
+"""The CLI through typer's CliRunner: commands, JSON output, errors and exit codes."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from podmanager.cli import app
+from podmanager.cloud.factory import simulated_cloud
+
+runner = CliRunner()
+
+SPEC = """
+name: clitest
+zones: [zone-a, zone-b]
+slices:
+  - accelerator: v4-16
+    count: 2
+simulation:
+  create_latency_s: 0.01
+  delete_latency_s: 0.01
+  boot_hosts: false
+"""
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    return path
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_up_status_events_down(spec_file):
+    result = invoke("up", "-f", spec_file, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "clitest-s1" in result.output and "READY" in result.output
+
+    status = json.loads(invoke("status", "-c", "clitest", "--json").output)
+    assert status["name"] == "clitest" and status["backend"] == "simulated"
+    assert [(s["name"], s["accelerator"], s["zone"], s["state"], s["hosts"]) for s in status["slices"]] == [
+        ("clitest-s0", "v4-16", "zone-a", "READY", 2), ("clitest-s1", "v4-16", "zone-a", "READY", 2)]
+
+    events = json.loads(invoke("events", "--json").output)  # the only cluster: -c may be left out
+    assert [e["kind"] for e in events].count("slice_ready") == 2
+
+    result = invoke("down", "-c", "clitest")
+    assert result.exit_code == 0, result.output
+    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert invoke("down", "-c", "clitest", "--dry-run").exit_code == 0  # a second down is fine
+
+
+def test_bad_spec_is_refused_with_the_field_and_exit_code_2(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(SPEC.replace("v4-16", "v4-12"))
+    result = invoke("up", "-f", path, "--dry-run")
+    assert result.exit_code == 2
+    assert "slices[0].accelerator: 'v4-12' is not a TPU type; did you mean v4-16?" in result.output
+    assert simulated_cloud("podmanager-sim").all_nodes() == []
+
+
+def test_missing_file_and_unknown_cluster(tmp_path):
+    result = invoke("up", "-f", tmp_path / "nope.yaml", "--dry-run")
+    assert result.exit_code == 2 and "--file: cannot read" in result.output
+    result = invoke("status", "-c", "ghost")
+    assert result.exit_code == 2 and "no cluster named 'ghost'" in result.output
+
+
+def test_gcp_without_credentials_fails_at_once_and_creates_nothing(spec_file, monkeypatch, tmp_path):
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "some-project")
+    monkeypatch.delenv("CLOUDSDK_CONFIG", raising=False)
+    result = invoke("up", "-f", spec_file)
+    assert result.exit_code != 0
+    assert "gcloud auth application-default login" in result.output
+    assert "--dry-run" in result.output
+    assert invoke("status", "-c", "clitest").exit_code == 2  # nothing was recorded
+
+
+def test_accelerators_json_and_table():
+    items = json.loads(invoke("accelerators", "--json").output)
+    v4_16 = next(i for i in items if i["name"] == "v4-16")
+    assert (v4_16["chips"], v4_16["hosts"], v4_16["chips_per_host"], v4_16["topology"]) == (8, 2, 4, "2x2x2")
+    table = invoke("accelerators", "-g", "v6e").output
+    assert "v6e-256" in table and "v4-8" not in table
+    assert invoke("accelerators", "-g", "v9").exit_code == 2
+
+
+def test_help_lists_every_verb():
+    output = invoke("--help").output
+    for verb in ("up", "run", "status", "logs", "events", "down", "emulator", "accelerators", "demo"):
+        assert verb in output

@@ -1,0 +1,107 @@
+"""A Hypothesis state machine over the simulator and the reconcile loop.
+
+Whatever happens between passes (preemptions, capacity faults, terminations, another
+interrupted `up`), a finished `up` leaves exactly the spec's slices READY, and `down`
+leaves nothing of the cluster.
+"""
+
+import itertools
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from podmanager import paths
+from podmanager.api import Cluster
+from podmanager.clock import FakeClock
+from podmanager.cloud import errors
+from podmanager.cloud.base import NodeState
+from podmanager.cloud.sim import SimCloud
+from podmanager.errors import TimeoutExceededError
+from podmanager.state import StateStore
+
+ZONES = ["zone-a", "zone-b"]
+_machines = itertools.count()
+SLICES = 3
+
+
+class ProvisioningMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.clock = FakeClock()
+        self.sim = SimCloud(clock=self.clock, create_latency_s=1.0, delete_latency_s=0.5)
+        self.store = StateStore(paths.home() / f"machine-{next(_machines)}.db")
+        spec = {"name": "m", "backend": "simulated", "zones": ZONES, "simulation": {"boot_hosts": False},
+                "slices": [{"accelerator": "v4-8", "count": SLICES, "capacity": "spot"}]}
+        self.cluster = Cluster.from_dict(spec, cloud=self.sim, clock=self.clock, store=self.store)
+        self.settled = False  # the last action was a completed `up`
+        self.torn_down = False
+
+    def nodes(self):
+        return [n for n in self.sim.all_nodes() if n.cluster == "m"]
+
+    @rule()
+    def up(self):
+        try:
+            self.cluster.up(timeout_s=60)
+        except errors.CapacityError:
+            # Every zone was out of capacity: a legitimate, clear stop, with some slices up.
+            self.settled, self.torn_down = False, False
+            self.sim.clear_faults()
+            return
+        self.settled, self.torn_down = True, False
+
+    @rule(timeout=st.floats(0.1, 1.5))
+    def interrupted_up(self, timeout):
+        try:
+            self.cluster.up(timeout_s=timeout)
+            self.settled, self.torn_down = True, False
+        except (TimeoutExceededError, errors.CapacityError):
+            self.settled, self.torn_down = False, False
+
+    @rule()
+    def down(self):
+        self.cluster.down()
+        self.settled, self.torn_down = False, True
+
+    @rule(index=st.integers(0, SLICES - 1), terminate=st.booleans())
+    def lose_a_slice(self, index, terminate):
+        for node in self.nodes():
+            if node.slice_index == index and node.state is NodeState.READY:
+                if terminate:
+                    self.sim.terminate(node.zone, node.name)
+                else:
+                    self.sim.preempt(node.zone, node.name)
+                self.settled = False
+
+    @rule(zone=st.sampled_from(ZONES), times=st.integers(1, 3))
+    def no_capacity(self, zone, times):
+        self.sim.inject_create_fault(zone, "capacity", times)
+
+    @rule(seconds=st.floats(0, 2))
+    def time_passes(self, seconds):
+        self.clock.advance(seconds)
+        if any(n.state is not NodeState.READY for n in self.nodes()):
+            self.settled = False
+
+    @invariant()
+    @precondition(lambda self: self.settled)
+    def up_leaves_every_slice_ready_and_nothing_else(self):
+        nodes = self.nodes()
+        assert sorted(n.name for n in nodes) == [f"m-s{i}" for i in range(SLICES)]
+        assert all(n.state is NodeState.READY for n in nodes)
+
+    @invariant()
+    @precondition(lambda self: self.torn_down)
+    def down_leaves_nothing(self):
+        assert self.nodes() == []
+        assert [q for q in self.sim.all_queued_resources() if q.cluster == "m"] == []
+
+    def teardown(self):
+        self.cluster.down()
+        assert self.nodes() == []
+        self.store.close()
+
+
+ProvisioningMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)
+TestProvisioningMachine = ProvisioningMachine.TestCase
