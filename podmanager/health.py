@@ -1,0 +1,125 @@
+"""The health monitor of a running attempt: each check on its own interval.
+
+- cloud: the state of every slice the run uses (PREEMPTED, TERMINATED, gone) and
+  preemption notices — seconds, not the 10-60 s polls of other tools;
+- progress: the step the program last reported; no new step for `hang_timeout_s`
+  (counted from the first step, so a long compile is not a hang) is a hang;
+- hosts: an agent that cannot be reached is found by the attempt's own polling
+  (`scheduler.Gang.poll`), which runs every quarter second.
+
+`check()` returns a reason to end the attempt, or None; `observation()` gives the
+classifier what was seen.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from podmanager.classify import HostOutcome, Observation
+from podmanager.clock import Clock, RealClock
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.base import DEAD_STATES, NodeState, TpuCloud
+from podmanager.scheduler import Gang
+
+
+@dataclass
+class SliceRef:
+    index: int
+    zone: str
+    node_name: str
+
+
+@dataclass
+class _Watch:
+    interval_s: float
+    last: float = float("-inf")
+
+    def due(self, now: float) -> bool:
+        if now - self.last >= self.interval_s:
+            self.last = now
+            return True
+        return False
+
+
+@dataclass
+class HealthMonitor:
+    cloud: TpuCloud
+    slices: list[SliceRef]
+    gang: Gang
+    interval_s: float = 1.0
+    hang_timeout_s: float = 600.0
+    clock: Clock = field(default_factory=RealClock)
+    on_event: Callable[..., Any] | None = None
+    slice_states: dict[int, NodeState | None] = field(default_factory=dict)
+    notices: set[int] = field(default_factory=set)
+    hung: bool = False
+    first_detected: float | None = None  # when something was first seen wrong
+    _best_step: float | None = None
+    _step_time: float | None = None
+
+    def __post_init__(self) -> None:
+        self._cloud_watch = _Watch(self.interval_s)
+        self._progress_watch = _Watch(min(self.interval_s, 1.0))
+
+    def check(self) -> str | None:
+        now = self.clock.now()
+        reason = None
+        if self._cloud_watch.due(now):
+            reason = self._check_cloud()
+        if reason is None and self._progress_watch.due(now):
+            reason = self._check_progress(now)
+        if reason is not None and self.first_detected is None:
+            self.first_detected = now
+        return reason
+
+    def _check_cloud(self) -> str | None:
+        by_zone: dict[str, dict[str, NodeState]] = {}
+        for zone in {s.zone for s in self.slices}:
+            try:
+                by_zone[zone] = {n.name: n.state for n in self.cloud.list_nodes(zone)}
+            except cloud_errors.TransientError:
+                return None  # the API's trouble is not the run's: look again next interval
+        for ref in self.slices:
+            state = by_zone[ref.zone].get(ref.node_name)
+            self.slice_states[ref.index] = state
+            if state is None or state in DEAD_STATES:
+                return f"slice {ref.index} ({ref.node_name}) is {state.value if state else 'gone'}"
+            if ref.index not in self.notices and self._has_notice(ref):
+                self.notices.add(ref.index)
+                self._event("preemption_notice", f"preemption notice for slice {ref.index}; asking the program "
+                            "to checkpoint (SIGTERM)", ref.index)
+                self.gang.signal(signal.SIGTERM)
+        return None
+
+    def _has_notice(self, ref: SliceRef) -> bool:
+        notice = getattr(self.cloud, "preemption_notice", None)
+        return bool(notice and notice(ref.zone, ref.node_name))
+
+    def _check_progress(self, now: float) -> str | None:
+        steps = [h.progress["step"] for h in self.gang.hosts if h.progress]
+        if not steps:
+            return None  # not started stepping yet: compiling or restoring, not hung
+        step = min(steps)  # the slowest host decides: one stuck host stalls the collective
+        if self._best_step is None or step > self._best_step:
+            self._best_step, self._step_time = step, now
+            return None
+        if now - (self._step_time or now) > self.hang_timeout_s:
+            self.hung = True
+            return f"no step after {step:.0f} for {now - self._step_time:.0f}s (health.hang_timeout_s)"
+        return None
+
+    def _event(self, kind: str, message: str, slice_index: int | None = None) -> None:
+        if self.on_event:
+            self.on_event(kind, message, slice_index)
+
+    def observation(self, dead_nodes: set[tuple[int, int]] | None = None) -> Observation:
+        """What was seen, for `classify`; looks at the cloud once more first."""
+        self._check_cloud()
+        hosts = tuple(
+            HostOutcome(h.slot.slice_index, h.slot.worker_id, h.exit_code, h.lost,
+                        (h.slot.slice_index, h.slot.worker_id) in (dead_nodes or set()))
+            for h in self.gang.hosts
+        )
+        return Observation(hosts, dict(self.slice_states), frozenset(self.notices), self.hung)

@@ -1,0 +1,99 @@
+"""A host's side of a run: unpack the shipped working dir, start the workload process with
+its launch environment, report output, exit and progress, and stop it.
+
+The host agent (a Ray actor) delegates to one `HostRuns`; this module has no Ray in it,
+so it is tested directly.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from podmanager.process import WorkloadProcess, first_progress, read_progress
+from podmanager.workload import Workload
+
+# Variables of the agent's own process that a workload must not inherit.
+_PRIVATE_PREFIXES = ("RAY_", "PODMANAGER_", "JAX_", "MEGASCALE_", "TPU_WORKER", "XLA_FLAGS")
+
+
+class HostRuns:
+    """The workload processes of one host, by run id (one live process per run)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.processes: dict[str, WorkloadProcess] = {}
+        self.progress_files: dict[str, Path] = {}
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def start(self, run_id: str, workload_json: str, env: dict[str, str], working_dir_zip: bytes | None) -> int:
+        current = self.processes.get(run_id)
+        if current is not None and current.status().running:
+            raise RuntimeError(f"run {run_id} already has a live process (pid {current.pid}) on this host")
+        workload = Workload.model_validate_json(workload_json)
+        attempt = env.get("PODMANAGER_ATTEMPT", "0")
+        folder = self.run_dir(run_id)
+        cwd = folder / "working_dir"
+        if working_dir_zip is not None and not cwd.exists():
+            with zipfile.ZipFile(io.BytesIO(working_dir_zip)) as archive:
+                archive.extractall(cwd)
+        cwd.mkdir(parents=True, exist_ok=True)
+        process_env = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_PREFIXES)}
+        process_env.update(env)
+        process_env.update(workload.env)
+        process_env["PODMANAGER_PROGRESS_FILE"] = str(folder / f"progress-{attempt}.jsonl")
+        process_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), process_env.get("PYTHONPATH")]))
+        process_env["PYTHONUNBUFFERED"] = "1"
+        argv = workload.argv(sys.executable, process_env)
+        try:
+            process = WorkloadProcess(argv, env=process_env, cwd=str(cwd), log_path=folder / f"output-{attempt}.log")
+        except OSError as error:
+            raise RuntimeError(f"cannot start {argv[0]!r}: {error.strerror}") from None
+        self.processes[run_id] = process
+        self.progress_files[run_id] = Path(process_env["PODMANAGER_PROGRESS_FILE"])
+        return process.pid
+
+    def poll(self, run_id: str, offset: int) -> dict[str, Any]:
+        process = self.processes[run_id]
+        status = process.status()
+        output, new_offset = process.read_output(offset)
+        if not status.running:
+            # Everything the process wrote, including an unterminated last line.
+            rest, new_offset = process.read_output(new_offset, final=True)
+            output += rest
+        progress_file = self.progress_files[run_id]
+        return {
+            "running": status.running,
+            "exit_code": status.exit_code,
+            "pid": status.pid,
+            "output": output,
+            "offset": new_offset,
+            "progress": read_progress(progress_file),
+            "first_progress": first_progress(progress_file),
+        }
+
+    def stop(self, run_id: str, grace_s: float) -> int | None:
+        process = self.processes.get(run_id)
+        return process.stop(grace_s) if process else None
+
+    def signal(self, run_id: str, signum: int) -> None:
+        process = self.processes.get(run_id)
+        if process:
+            process.signal(signum)
+
+    def stop_all(self, grace_s: float = 5.0) -> None:
+        for process in self.processes.values():
+            process.stop(grace_s)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]

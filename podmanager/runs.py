@@ -1,0 +1,192 @@
+"""One `run`: ship the working dir, launch an attempt on every host, stream its output,
+stop every sibling when one fails, and record the result (and the logs) locally.
+
+An attempt ends in one of three ways: every process exited 0 (succeeded), a process
+exited non-zero or a host was lost (failed: the others are stopped at once), or the user
+interrupted it (every process is stopped, then KeyboardInterrupt goes on up).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from podmanager import paths
+from podmanager.scheduler import Gang, HostSlot, HostState, launch_envs, pack_working_dir
+from podmanager.workload import Workload, check_parallelism
+
+OutputPrinter = Callable[[HostSlot, str], None]
+
+
+@dataclass
+class HostResult:
+    slice: int
+    worker_id: int
+    exit_code: int | None
+    lost: str | None = None
+
+
+@dataclass
+class AttemptResult:
+    attempt: int
+    status: str  # succeeded | failed | interrupted
+    started: float
+    ended: float
+    hosts: list[HostResult]
+    failed_host: str | None = None  # "slice-0/host-1": the first to fail
+    failure: str | None = None  # what happened to it
+    last_lines: list[str] = field(default_factory=list)
+    first_step: int | None = None
+    last_step: int | None = None
+    first_loss: float | None = None
+    last_loss: float | None = None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    cluster: str
+    status: str  # succeeded | failed
+    hosts: list[HostResult]
+    metrics: dict[str, Any]
+    attempts: list[AttemptResult]
+    message: str
+    log_dir: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RunLogs:
+    """Each host's output on the controller: `runs/<run_id>/<slice-S-host-W>.log` under the cluster dir."""
+
+    def __init__(self, cluster: str, run_id: str):
+        self.folder = paths.cluster_dir(cluster) / "runs" / run_id
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, slot: HostSlot) -> Path:
+        return self.folder / f"slice-{slot.slice_index}-host-{slot.worker_id}.log"
+
+    def append(self, slot: HostSlot, text: str) -> None:
+        with open(self.path(slot), "a") as handle:
+            handle.write(text)
+
+    def save_result(self, result: RunResult) -> None:
+        (self.folder / "result.json").write_text(json.dumps(result.as_dict(), indent=2))
+
+
+def new_run_id(workload: Workload) -> str:
+    return f"{workload.display_name}-{time.strftime('%Y%m%d-%H%M%S')}-{int(time.time() * 1000) % 1000:03d}"
+
+
+class AttemptRunner:
+    """Runs attempts of one workload on a fixed set of host agents."""
+
+    def __init__(self, cluster: str, workload: Workload, run_id: str, *, simulated: bool,
+                 checkpoint_dir: str | None, printer: OutputPrinter | None = None,
+                 poll_interval_s: float = 0.25, stop_grace_s: float = 10.0):
+        self.cluster = cluster
+        self.workload = workload
+        self.run_id = run_id
+        self.simulated = simulated
+        self.checkpoint_dir = checkpoint_dir
+        self.printer = printer
+        self.poll_interval_s = poll_interval_s
+        self.stop_grace_s = stop_grace_s
+        self.logs = RunLogs(cluster, run_id)
+        self._working_dir_ref = None
+        self.workload_json = workload.model_dump_json()
+
+    def working_dir(self) -> Any:
+        if self._working_dir_ref is None and self.workload.working_dir is not None:
+            self._working_dir_ref = ray.put(pack_working_dir(self.workload.working_dir))
+        return self._working_dir_ref
+
+    def run_attempt(self, agents: list[tuple[HostSlot, Any]], attempt: int,
+                    should_abort: Callable[[], str | None] | None = None) -> AttemptResult:
+        """One attempt on all `agents`; `should_abort()` may return a reason to stop it early."""
+        slots = [slot for slot, _ in agents]
+        if self.workload.parallelism:
+            check_parallelism(self.workload.parallelism, sum(s.chips for s in slots))
+        gang = Gang(agents, self.run_id)
+        envs = launch_envs(slots, coordinator_port=gang.coordinator_port(), cluster=self.cluster,
+                           run_id=self.run_id, attempt=attempt, checkpoint_dir=self.checkpoint_dir,
+                           parallelism=self.workload.parallelism, simulated=self.simulated)
+        started = time.time()
+        try:
+            gang.start(self.workload_json, envs, self.working_dir())
+            failed, reason = self._watch(gang, should_abort)
+        except BaseException:
+            gang.stop(grace_s=self.stop_grace_s)
+            raise
+        if failed is not None or reason is not None:
+            gang.stop(grace_s=self.stop_grace_s)
+        return self._result(gang.hosts, attempt, started, failed, reason)
+
+    def _watch(self, gang: Gang, should_abort: Callable[[], str | None] | None) -> tuple[HostState | None, str | None]:
+        """Poll until every process has exited 0, one failed (returned), or abort is asked."""
+        while True:
+            hosts = gang.poll(self._output)
+            failed = next((h for h in hosts if h.lost or (not h.running and h.exit_code != 0)), None)
+            if failed is not None:
+                return failed, None
+            if all(not h.running for h in hosts):
+                return None, None
+            reason = should_abort() if should_abort else None
+            if reason is not None:
+                return None, reason
+            time.sleep(self.poll_interval_s)
+
+    def _output(self, slot: HostSlot, text: str) -> None:
+        self.logs.append(slot, text)
+        if self.printer:
+            self.printer(slot, text)
+
+    def _result(self, hosts: list[HostState], attempt: int, started: float, failed: HostState | None,
+                reason: str | None) -> AttemptResult:
+        results = [HostResult(h.slot.slice_index, h.slot.worker_id, h.exit_code, h.lost) for h in hosts]
+        first = [h.first_progress for h in hosts if h.first_progress]
+        last = [h.progress for h in hosts if h.progress]
+        if failed is not None:
+            status = "failed"
+            failure = failed.lost or f"exited with code {failed.exit_code}"
+        elif reason is not None:
+            status, failure = "failed", reason
+        else:
+            status, failure = "succeeded", None
+        first_record = min(first, key=lambda p: p["step"]) if first else None
+        last_record = max(last, key=lambda p: p["step"]) if last else None
+        return AttemptResult(
+            attempt=attempt,
+            status=status,
+            started=started,
+            ended=time.time(),
+            hosts=results,
+            failed_host=failed.slot.label if failed else None,
+            failure=failure,
+            last_lines=failed.last_lines if failed else [],
+            first_step=int(first_record["step"]) if first_record else None,
+            last_step=int(last_record["step"]) if last_record else None,
+            first_loss=first_record.get("loss") if first_record else None,
+            last_loss=last_record.get("loss") if last_record else None,
+        )
+
+
+def summarize(cluster: str, run_id: str, attempts: list[AttemptResult], log_dir: Path) -> RunResult:
+    final = attempts[-1]
+    metrics = {
+        "first_step": next((a.first_step for a in attempts if a.first_step is not None), None),
+        "last_step": final.last_step,
+        "first_loss": next((a.first_loss for a in attempts if a.first_loss is not None), None),
+        "last_loss": final.last_loss,
+    }
+    if final.status == "succeeded":
+        message = f"run {run_id} succeeded on {len(final.hosts)} host(s)"
+    else:
+        message = f"run {run_id} failed: {final.failed_host or 'the run'} {final.failure}"
+    return RunResult(run_id, cluster, final.status, final.hosts, metrics, attempts, message, str(log_dir))

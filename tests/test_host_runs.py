@@ -1,0 +1,89 @@
+"""A host's workload processes, without Ray: start, output, exit, progress, stop."""
+
+import io
+import json
+import os
+import signal
+import sys
+import zipfile
+
+import psutil
+import pytest
+
+from podmanager.host_runs import HostRuns
+from podmanager.workload import Workload
+
+
+def wait_exit(runs, run_id, timeout=30):
+    runs.processes[run_id].wait(timeout)
+    return runs.poll(run_id, 0)
+
+
+def command(code):
+    return Workload(command=[sys.executable, "-c", code], working_dir=None).model_dump_json()
+
+
+def test_output_exit_code_and_environment(tmp_path):
+    runs = HostRuns(tmp_path)
+    code = ("import os,sys; print('rank', os.environ['JAX_PROCESS_ID']); "
+            "print('token' , os.environ.get('RAY_AUTH_TOKEN')); sys.stdout.write('no newline'); sys.exit(3)")
+    os.environ["RAY_AUTH_TOKEN"] = "secret"
+    try:
+        runs.start("r", command(code), {"JAX_PROCESS_ID": "5"}, None)
+    finally:
+        del os.environ["RAY_AUTH_TOKEN"]
+    report = wait_exit(runs, "r")
+    assert report["running"] is False and report["exit_code"] == 3
+    assert report["output"] == "rank 5\ntoken None\nno newline"  # the agent's secrets are not inherited
+
+
+def test_progress_is_reported(tmp_path):
+    runs = HostRuns(tmp_path)
+    code = ("import json,os\nwith open(os.environ['PODMANAGER_PROGRESS_FILE'],'a') as f:\n"
+            "  [f.write(json.dumps({'step': s, 'loss': 10 - s}) + '\\n') for s in range(4)]")
+    runs.start("r", command(code), {}, None)
+    report = wait_exit(runs, "r")
+    assert report["exit_code"] == 0
+    assert report["first_progress"]["step"] == 0 and report["progress"] == {"step": 3, "loss": 7}
+
+
+def test_working_dir_is_unpacked_and_importable(tmp_path):
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("helper_mod.py", "VALUE = 42\n")
+        z.writestr("main.py", "import helper_mod; print(helper_mod.VALUE)\n")
+    runs = HostRuns(tmp_path)
+    runs.start("r", Workload(entrypoint="main.py").model_dump_json(), {}, archive.getvalue())
+    assert wait_exit(runs, "r")["output"] == "42\n"
+
+
+def test_stop_terminates_the_whole_process_group(tmp_path):
+    runs = HostRuns(tmp_path)
+    code = ("import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']); "
+            "print('ready', flush=True); time.sleep(600)")
+    pid = runs.start("r", command(code), {}, None)
+    while "ready" not in runs.poll("r", 0)["output"]:
+        runs.processes["r"].wait(0.05)
+    children = psutil.Process(pid).children(recursive=True)
+    assert children
+    assert runs.stop("r", grace_s=5) == -signal.SIGTERM
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in children)
+
+
+def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path):
+    runs = HostRuns(tmp_path)
+    code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
+    runs.start("r", command(code), {}, None)
+    while "ready" not in runs.poll("r", 0)["output"]:
+        runs.processes["r"].wait(0.05)
+    assert runs.stop("r", grace_s=0.5) == -signal.SIGKILL
+
+
+def test_a_second_start_of_a_live_run_is_refused(tmp_path):
+    runs = HostRuns(tmp_path)
+    runs.start("r", command("import time; time.sleep(600)"), {}, None)
+    try:
+        with pytest.raises(RuntimeError, match="already has a live process"):
+            runs.start("r", command("print(1)"), {}, None)
+    finally:
+        runs.stop_all(grace_s=1)

@@ -1,0 +1,1 @@
+"""Example JAX programs run by podmanager (also runnable as plain scripts)."""
