@@ -9,20 +9,27 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from podmanager import catalog
+from podmanager import catalog, paths
+from podmanager.cluster_hosts import ClusterHosts
 from podmanager.clock import Clock, RealClock
 from podmanager.cloud.base import Node, TpuCloud
 from podmanager.cloud.factory import make_cloud, simulated_cloud, with_retries
 from podmanager.cloud.retry import RetryingCloud
 from podmanager.cloud.sim import SimCloud
-from podmanager.errors import ClusterNotFoundError
+from podmanager.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.provision import Provisioner
 from podmanager.reconcile import desired_slices
-from podmanager.spec import SIMULATED_PROJECT, ClusterSpec, load_spec, parse_spec
+from podmanager.spec import SIMULATED_PROJECT, SIMULATED_ZONES, ClusterSpec, load_spec, parse_spec
 from podmanager.state import Event, StateStore
+from podmanager.workload import Workload, check_parallelism
+
+if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
+    from podmanager.recovery_policy import RecoveryPolicy
+    from podmanager.runs import OutputPrinter, RunResult
 
 EventCallback = Callable[[Event], None]
 
@@ -60,6 +67,7 @@ class Cluster:
         self.store = store or StateStore()
         self._cloud = cloud
         self.on_event = on_event
+        self._hosts: ClusterHosts | None = None
 
     # ------------------------------------------------------------------ construction
 
@@ -105,6 +113,13 @@ class Cluster:
     def _record_retry(self, call: str, error: BaseException, attempt: int) -> None:
         self._record("retry", f"{call} failed ({error}); retrying (attempt {attempt + 1})", call=call)
 
+    @property
+    def hosts_layer(self) -> ClusterHosts | None:
+        """The Ray side (head, host agents); None for a control-plane-only simulation."""
+        if self._hosts is None:
+            self._hosts = ClusterHosts.for_spec(self.spec)
+        return self._hosts
+
     def _provisioner(self) -> Provisioner:
         poll = 0.05 if self.spec.simulated else 5.0
         return Provisioner(self.cloud, self.name, self.spec.zones, record=self._record, clock=self.clock,
@@ -121,11 +136,41 @@ class Cluster:
                      f"in {', '.join(self.spec.zones)}")
         if first_time and self.spec.simulated:
             self._arm_scripted_faults()
-        nodes = self._provisioner().converge(desired_slices(self.spec), timeout_s, on_pass=self._remember_slices)
-        self._remember_nodes(nodes)
+        metadata = self.hosts_layer.start() if self.hosts_layer else {}
+        nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
+        self._record("slices_ready", f"all {len(nodes)} slice(s) READY")
+        if self.hosts_layer:
+            joined = self.hosts_layer.wait(nodes)
+            self._record("hosts_joined", f"{len(joined)} host(s) joined Ray, each with a healthy agent")
         self.store.set_cluster_status(self.name, "up")
-        self._record("cluster_ready", f"all {len(nodes)} slice(s) READY")
         return self.status()
+
+    def _converge(self, desired: list[Any], timeout_s: float, reason: str = "not in the spec") -> list[Node]:
+        nodes = self._provisioner().converge(desired, timeout_s, on_pass=self._remember_slices,
+                                             unwanted_reason=reason)
+        self._remember_nodes(nodes)
+        return nodes
+
+    def replace_slices(self, indexes: list[int], *, reason: str, phases: dict[str, float] | None = None,
+                       timeout_s: float = 1800.0) -> list[Node]:
+        """Delete these slices at once, create them again (next zones on capacity errors),
+        and wait for their hosts. `phases` receives the seconds each step took."""
+        phases = {} if phases is None else phases
+        metadata = self.hosts_layer.start() if self.hosts_layer else {}
+        desired = desired_slices(self.spec, metadata)
+        started = time.time()
+        self._converge([d for d in desired if d.index not in indexes], timeout_s, reason=f"replacing it ({reason})")
+        phases["delete"] = time.time() - started
+        started = time.time()
+        nodes = self._converge(desired, timeout_s)
+        phases["create"] = time.time() - started
+        if self.hosts_layer:
+            started = time.time()
+            self.hosts_layer.wait(nodes)
+            phases["join"] = time.time() - started
+        self._record("slices_replaced", f"slice(s) {indexes} replaced ({reason}) in "
+                     + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()), slices=indexes, phases=phases)
+        return nodes
 
     def status(self) -> ClusterStatus:
         observed = {n.name: n for n in self._provisioner().observe().nodes}
@@ -142,12 +187,60 @@ class Cluster:
                 hosts=accelerator.hosts,
                 chips=accelerator.chips,
             ))
-        return ClusterStatus(self.name, self.spec.backend.value, self.spec.project or "", slices)
+        hosts = [asdict(h) for h in self.hosts_layer.hosts()] if self.hosts_layer else []
+        return ClusterStatus(self.name, self.spec.backend.value, self.spec.project or "", slices, hosts)
 
     def down(self, *, timeout_s: float = 600.0) -> None:
         """Delete everything labelled with this cluster; safe to run twice."""
         teardown(self.name, self.cloud, self.spec.zones, self.store, record=self._record, clock=self.clock,
-                 timeout_s=timeout_s)
+                 timeout_s=timeout_s, hosts=self.hosts_layer)
+
+    def run(self, workload: Workload, *, printer: OutputPrinter | None = None,
+            policy: RecoveryPolicy | None = None) -> RunResult:
+        """Run the workload on every host of its slices, recovering from preemptions,
+        failures and hangs within the spec's budgets."""
+        if self.hosts_layer is None:
+            raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to run on")
+        if workload.slices is not None:
+            known = {s.index for s in self.spec.slice_list()}
+            unknown = sorted(set(workload.slices) - known)
+            if unknown:
+                raise SpecError(f"--slices: {unknown} not in the cluster (slices {sorted(known)})")
+        if workload.parallelism:
+            indexes = workload.slices if workload.slices is not None else [s.index for s in self.spec.slice_list()]
+            check_parallelism(workload.parallelism, sum(s.accelerator.chips for s in self.spec.slice_list()
+                                                        if s.index in indexes))
+        from podmanager.recovery import RunSupervisor
+
+        return RunSupervisor(self, workload, printer=printer, policy=policy).run()
+
+    def hosts(self) -> list[Any]:
+        return self.hosts_layer.hosts() if self.hosts_layer else []
+
+    def agents(self, slice_indexes: list[int]) -> list[Any]:
+        if self.hosts_layer is None:
+            raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts")
+        return self.hosts_layer.agents(slice_indexes)
+
+    def dead_hosts(self) -> list[Any]:
+        return self.hosts_layer.dead_hosts() if self.hosts_layer else []
+
+    def slice_locations(self, slice_indexes: list[int]) -> list[tuple[int, str, str]]:
+        """(index, zone, node name) of each of these slices as the cloud has them now."""
+        nodes = {n.slice_index: n for n in self._provisioner().observe().nodes}
+        missing = [i for i in slice_indexes if i not in nodes]
+        if missing:
+            raise PodmanagerError(f"slice(s) {missing} of {self.name} do not exist",
+                                  hint="Run 'podmanager up' again to create them.")
+        return [(i, nodes[i].zone, nodes[i].name) for i in slice_indexes]
+
+    def run_dir(self, run_id: str) -> Path:
+        return paths.cluster_dir(self.name) / "runs" / run_id
+
+    def close(self) -> None:
+        """Disconnect from Ray (the cluster stays up)."""
+        if self._hosts is not None:
+            self._hosts.close()
 
     def events(self, *, after_id: int = 0) -> list[Event]:
         return self.store.events(self.name, after_id=after_id)
@@ -178,14 +271,20 @@ class Cluster:
 
 
 def teardown(name: str, cloud: TpuCloud, zones: list[str], store: StateStore, *,
-             record: Callable[..., Any] | None = None, clock: Clock | None = None, timeout_s: float = 600.0) -> None:
-    """Delete every node and queued resource labelled with cluster `name`, then forget it."""
+             record: Callable[..., Any] | None = None, clock: Clock | None = None, timeout_s: float = 600.0,
+             hosts: ClusterHosts | None = None) -> None:
+    """Delete every node and queued resource labelled with cluster `name`, stop its Ray side
+    (simulated hosts, agents, the head podmanager started), then forget it."""
     record = record or (lambda kind, message, slice_index=None, **data: store.add_event(
         name, kind, message, slice_index=slice_index, **data))
     record("down", f"deleting everything labelled podmanager-cluster={name} in {', '.join(zones)}")
     poll = 0.05 if cloud.backend == "simulated" else 5.0
+    if hosts is not None:
+        hosts.close()  # leave Ray before its hosts go, rather than watch them die
     Provisioner(cloud, name, zones, record=record, clock=clock, poll_interval_s=poll).converge(
         [], timeout_s, unwanted_reason="the cluster is being torn down")
+    if hosts is not None:
+        hosts.stop()
     store.delete_cluster(name)
     record("cluster_deleted", f"cluster {name} is down; nothing of it is left in the cloud")
 
@@ -196,11 +295,18 @@ def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones
     store = store or StateStore()
     if dry_run:
         sim = simulated_cloud(project or SIMULATED_PROJECT)
-        teardown(name, with_retries(sim), zones or sim.known_zones(), store, timeout_s=timeout_s)
-        return
+        zones = zones or sim.known_zones() or list(SIMULATED_ZONES)
+    # Only the name, project and zones matter to a teardown; the slice is a placeholder.
     spec = parse_spec({"name": name, "project": project, "zones": zones or [], "slices": [{"accelerator": "v4-8"}]},
-                      source="--project/--zone")
-    teardown(name, with_retries(make_cloud(spec)), spec.zones, store, timeout_s=timeout_s)
+                      source="--project/--zone", dry_run=dry_run)
+    teardown(name, make_cloud(spec), spec.zones, store, timeout_s=timeout_s, hosts=ClusterHosts(spec))
+
+
+def recovery_policy(spec: ClusterSpec, **overrides: int) -> "RecoveryPolicy":
+    """The spec's recovery policy, with budgets overridden (e.g. from flags)."""
+    from podmanager.recovery_policy import RecoveryPolicy
+
+    return RecoveryPolicy.from_spec(spec.recovery.model_copy(update=overrides))
 
 
 def resolve_cluster(name: str | None, *, store: StateStore | None = None) -> Cluster:

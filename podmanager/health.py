@@ -21,7 +21,7 @@ from podmanager.classify import HostOutcome, Observation
 from podmanager.clock import Clock, RealClock
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import DEAD_STATES, NodeState, TpuCloud
-from podmanager.scheduler import Gang
+from podmanager.gang import Gang
 
 
 @dataclass
@@ -56,6 +56,7 @@ class HealthMonitor:
     notices: set[int] = field(default_factory=set)
     hung: bool = False
     first_detected: float | None = None  # when something was first seen wrong
+    last_healthy_check: float | None = None  # the last cloud check that found every slice fine
     _best_step: float | None = None
     _step_time: float | None = None
 
@@ -91,6 +92,7 @@ class HealthMonitor:
                 self._event("preemption_notice", f"preemption notice for slice {ref.index}; asking the program "
                             "to checkpoint (SIGTERM)", ref.index)
                 self.gang.signal(signal.SIGTERM)
+        self.last_healthy_check = self.clock.now()
         return None
 
     def _has_notice(self, ref: SliceRef) -> bool:

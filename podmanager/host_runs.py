@@ -83,10 +83,12 @@ class HostRuns:
         process = self.processes.get(run_id)
         return process.stop(grace_s) if process else None
 
-    def signal(self, run_id: str, signum: int) -> None:
-        process = self.processes.get(run_id)
-        if process:
-            process.signal(signum)
+    def signal(self, run_id: str | None, signum: int) -> None:
+        """Signal the run's process, or every live one when `run_id` is None."""
+        targets = self.processes.values() if run_id is None else filter(None, [self.processes.get(run_id)])
+        for process in targets:
+            if process.status().running:
+                process.signal(signum)
 
     def stop_all(self, grace_s: float = 5.0) -> None:
         for process in self.processes.values():

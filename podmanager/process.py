@@ -29,11 +29,12 @@ class WorkloadProcess:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb")
-        # A new session: the whole tree (JAX may fork helpers) is signalled as one group,
-        # and a Ctrl-C at the controller's terminal never reaches it directly.
+        # Its own process group, so the whole tree (JAX may fork helpers) is signalled as one
+        # and a Ctrl-C at a terminal never reaches it directly; but the host's session, so
+        # whatever ends the host (a simulated VM vanishing) ends its programs too.
         self._popen = subprocess.Popen(
             argv, env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            process_group=0,
         )
 
     @property

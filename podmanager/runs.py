@@ -17,7 +17,8 @@ from typing import Any, Callable
 import ray
 
 from podmanager import paths
-from podmanager.scheduler import Gang, HostSlot, HostState, launch_envs, pack_working_dir
+from podmanager.gang import Gang, HostState
+from podmanager.scheduler import HostSlot, launch_envs, pack_working_dir
 from podmanager.workload import Workload, check_parallelism
 
 OutputPrinter = Callable[[HostSlot, str], None]
@@ -45,6 +46,8 @@ class AttemptResult:
     last_step: int | None = None
     first_loss: float | None = None
     last_loss: float | None = None
+    first_step_time: float | None = None  # unix time the program reported its first step
+    last_step_time: float | None = None
 
 
 @dataclass
@@ -52,11 +55,18 @@ class RunResult:
     run_id: str
     cluster: str
     status: str  # succeeded | failed
-    hosts: list[HostResult]
-    metrics: dict[str, Any]
-    attempts: list[AttemptResult]
     message: str
-    log_dir: str
+    hosts: list[HostResult]  # the last attempt's
+    metrics: dict[str, Any]  # first_step, last_step, first_loss, last_loss
+    attempts: int
+    preemptions: int = 0
+    failures: int = 0
+    hangs: int = 0
+    goodput: float | None = None  # productive step time / wall time
+    wall_s: float = 0.0
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    attempt_log: list[AttemptResult] = field(default_factory=list)
+    log_dir: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,8 +118,9 @@ class AttemptRunner:
         return self._working_dir_ref
 
     def run_attempt(self, agents: list[tuple[HostSlot, Any]], attempt: int,
-                    should_abort: Callable[[], str | None] | None = None) -> AttemptResult:
-        """One attempt on all `agents`; `should_abort()` may return a reason to stop it early."""
+                    make_monitor: Callable[[Gang], Any] | None = None) -> AttemptResult:
+        """One attempt on all `agents`. `make_monitor(gang)` gives a health monitor whose
+        `check()` may return a reason to stop the attempt early."""
         slots = [slot for slot, _ in agents]
         if self.workload.parallelism:
             check_parallelism(self.workload.parallelism, sum(s.chips for s in slots))
@@ -120,7 +131,8 @@ class AttemptRunner:
         started = time.time()
         try:
             gang.start(self.workload_json, envs, self.working_dir())
-            failed, reason = self._watch(gang, should_abort)
+            monitor = make_monitor(gang) if make_monitor else None
+            failed, reason = self._watch(gang, monitor.check if monitor else None)
         except BaseException:
             gang.stop(grace_s=self.stop_grace_s)
             raise
@@ -131,7 +143,8 @@ class AttemptRunner:
     def _watch(self, gang: Gang, should_abort: Callable[[], str | None] | None) -> tuple[HostState | None, str | None]:
         """Poll until every process has exited 0, one failed (returned), or abort is asked."""
         while True:
-            hosts = gang.poll(self._output)
+            started = time.monotonic()
+            hosts = gang.poll(self._output, wait_s=self.poll_interval_s)
             failed = next((h for h in hosts if h.lost or (not h.running and h.exit_code != 0)), None)
             if failed is not None:
                 return failed, None
@@ -140,7 +153,7 @@ class AttemptRunner:
             reason = should_abort() if should_abort else None
             if reason is not None:
                 return None, reason
-            time.sleep(self.poll_interval_s)
+            time.sleep(max(0.0, self.poll_interval_s - (time.monotonic() - started)))
 
     def _output(self, slot: HostSlot, text: str) -> None:
         self.logs.append(slot, text)
@@ -174,10 +187,13 @@ class AttemptRunner:
             last_step=int(last_record["step"]) if last_record else None,
             first_loss=first_record.get("loss") if first_record else None,
             last_loss=last_record.get("loss") if last_record else None,
+            first_step_time=first_record.get("time") if first_record else None,
+            last_step_time=last_record.get("time") if last_record else None,
         )
 
 
 def summarize(cluster: str, run_id: str, attempts: list[AttemptResult], log_dir: Path) -> RunResult:
+    """The run's result from its attempts (the recovery figures are filled in by the supervisor)."""
     final = attempts[-1]
     metrics = {
         "first_step": next((a.first_step for a in attempts if a.first_step is not None), None),
@@ -189,4 +205,6 @@ def summarize(cluster: str, run_id: str, attempts: list[AttemptResult], log_dir:
         message = f"run {run_id} succeeded on {len(final.hosts)} host(s)"
     else:
         message = f"run {run_id} failed: {final.failed_host or 'the run'} {final.failure}"
-    return RunResult(run_id, cluster, final.status, final.hosts, metrics, attempts, message, str(log_dir))
+    return RunResult(run_id=run_id, cluster=cluster, status=final.status, message=message, hosts=final.hosts,
+                     metrics=metrics, attempts=len(attempts), wall_s=final.ended - attempts[0].started,
+                     attempt_log=attempts, log_dir=str(log_dir))

@@ -1,10 +1,8 @@
-"""Gang-launch a workload: one process per host on every host of the chosen slices, together.
+"""Where each process of a workload runs and with which environment (pure).
 
-`launch_envs` (pure) gives each process its distributed environment, fresh for every
-attempt — stale coordinator or MEGASCALE_* values from before a slice was replaced make
-JAX initialization hang. `Gang` starts the processes through the host agents, polls them
-(exit codes, output, progress) and stops them all: when one fails, its siblings are
-stopped at once instead of hanging in the next collective.
+`launch_envs` gives each process its distributed environment, fresh for every attempt —
+stale coordinator or MEGASCALE_* values from before a slice was replaced make JAX
+initialization hang. `gang.Gang` launches the processes with it.
 """
 
 from __future__ import annotations
@@ -12,12 +10,8 @@ from __future__ import annotations
 import io
 import os
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import ray
-from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.errors import SpecError
 
@@ -104,80 +98,3 @@ def pack_working_dir(path: str | Path) -> bytes:
                     )
                 archive.write(file, file.relative_to(root))
     return buffer.getvalue()
-
-
-@dataclass
-class HostState:
-    """What the controller knows of one host's process in this attempt."""
-
-    slot: HostSlot
-    running: bool = True
-    exit_code: int | None = None
-    lost: str | None = None  # the host (agent) is unreachable or dead: why
-    output_offset: int = 0
-    progress: dict[str, Any] | None = None
-    first_progress: dict[str, Any] | None = None
-    last_lines: list[str] = field(default_factory=list)
-
-    def remember(self, text: str) -> None:
-        self.last_lines = (self.last_lines + text.splitlines())[-20:]
-
-
-OutputCallback = Callable[[HostSlot, str], None]
-
-
-class Gang:
-    """One attempt's processes across all hosts, started, polled and stopped together."""
-
-    def __init__(self, agents: list[tuple[HostSlot, Any]], run_id: str, *, poll_timeout_s: float = 10.0):
-        self.agents = agents
-        self.run_id = run_id
-        self.poll_timeout_s = poll_timeout_s
-        self.hosts = [HostState(slot) for slot, _ in agents]
-
-    def coordinator_port(self) -> int:
-        """A free port on the coordinator host (worker 0 of the first slice)."""
-        return ray.get(self.agents[0][1].free_port.remote(), timeout=self.poll_timeout_s)
-
-    def start(self, workload_json: str, envs: list[dict[str, str]], working_dir: Any) -> None:
-        calls = [agent.start_workload.remote(self.run_id, workload_json, env, working_dir)
-                 for (_, agent), env in zip(self.agents, envs)]
-        ray.get(calls, timeout=120)
-
-    def poll(self, on_output: OutputCallback | None = None) -> list[HostState]:
-        """Refresh every host's state; an unreachable agent is recorded as lost, not raised."""
-        pending = [(host, agent.poll_workload.remote(self.run_id, host.output_offset))
-                   for host, (_, agent) in zip(self.hosts, self.agents) if host.running and not host.lost]
-        for host, ref in pending:
-            try:
-                report = ray.get(ref, timeout=self.poll_timeout_s)
-            except (RayActorError, GetTimeoutError) as error:
-                host.lost = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-                host.running = False
-                continue
-            if report["output"]:
-                host.remember(report["output"])
-                if on_output:
-                    on_output(host.slot, report["output"])
-            host.output_offset = report["offset"]
-            host.progress = report["progress"] or host.progress
-            host.first_progress = report["first_progress"] or host.first_progress
-            host.running = report["running"]
-            host.exit_code = report["exit_code"]
-        return self.hosts
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM every process, SIGKILL after the grace period; lost hosts are skipped."""
-        calls = [agent.stop_workload.remote(self.run_id, grace_s)
-                 for host, (_, agent) in zip(self.hosts, self.agents) if not host.lost]
-        for call in calls:
-            try:
-                ray.get(call, timeout=grace_s + self.poll_timeout_s)
-            except (RayActorError, GetTimeoutError):
-                pass
-
-    def signal(self, signum: int) -> None:
-        """Send a signal to every reachable host's process (e.g. SIGTERM: checkpoint now)."""
-        for host, (_, agent) in zip(self.hosts, self.agents):
-            if not host.lost:
-                agent.signal_workload.remote(self.run_id, signum)

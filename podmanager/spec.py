@@ -225,9 +225,3 @@ def load_spec(path: str | Path, *, dry_run: bool = False) -> ClusterSpec:
         raise SpecError(f"{path}: not valid YAML: {bad}") from None
     return parse_spec(data, source=str(path), dry_run=dry_run)
 
-
-DEMO_SPEC: dict[str, Any] = {
-    "name": "demo",
-    "backend": "simulated",
-    "slices": [{"accelerator": "v4-16", "capacity": "spot"}],
-}

@@ -9,7 +9,6 @@ import typer
 
 from podmanager import api
 from podmanager.cli.render import console, print_event, print_json, print_table
-from podmanager.spec import DEMO_SPEC
 
 CLUSTER_OPTION = typer.Option(None, "--cluster", "-c", help="Cluster name (default: the only cluster).")
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of a table.")
@@ -69,15 +68,18 @@ def events(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION)
 
 
 def demo() -> None:
-    """A dry run on the simulated cloud: up, status, down."""
-    cluster = api.Cluster.from_dict(DEMO_SPEC, on_event=print_event)
-    try:
-        with console.status("bringing up the demo cluster on the simulated cloud ..."):
-            _print_status(cluster.up(timeout_s=300))
-    finally:
-        with console.status("tearing down ..."):
-            cluster.down()
-    console.print("demo finished: the simulated cluster was created and removed again")
+    """A dry run on the simulated cloud: up, train across two slices, survive a preemption, down."""
+    from podmanager.cli.run import print_summary, printer
+    from podmanager.demo import run_demo
+
+    console.print("podmanager demo: two spot v4-8 slices on the simulated cloud; slice 1 is preempted "
+                  "halfway through training and the run recovers from its last checkpoint.")
+    result = run_demo(on_event=print_event, show_output=printer(all_hosts=False, to_stderr=False),
+                      show_status=_print_status)
+    print_summary(result)
+    if result.status != "succeeded":
+        raise typer.Exit(1)
+    console.print("demo finished: the cluster was created, trained on, recovered and removed again")
 
 
 def _print_status(result: api.ClusterStatus) -> None:

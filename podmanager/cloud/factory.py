@@ -27,10 +27,7 @@ def simulated_cloud(project: str, simulation: SimulationSpec | None = None, *, c
 
 def _sim_host_listeners() -> list[NodeListener]:
     # Imported here: the simulated hosts are Ray processes, needed only by the simulator.
-    try:  # TEMPORARY until the hosts layer lands
-        from podmanager.hosts.simhosts import SimHostBooter
-    except ImportError:
-        return []
+    from podmanager.hosts.simhosts import SimHostBooter
 
     return [SimHostBooter()]
 

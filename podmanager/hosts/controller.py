@@ -1,0 +1,186 @@
+"""`HostController`: the one interface the API uses for everything Ray.
+
+    controller = HostController(spec)
+    address = controller.start_head()
+    metadata = controller.node_metadata()      # put on every created node
+    infos = controller.wait_for_hosts(nodes, timeout_s=300)
+    controller.hosts(); controller.stop(); controller.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from podmanager.cloud.base import Node, NodeState
+from podmanager.errors import PodmanagerError, TimeoutExceededError
+from podmanager.hosts import auth, fleet, head, loopback, simhosts
+from podmanager.hosts.fleet import HostInfo
+from podmanager.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 30.0
+
+
+class HostController:
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.cluster = spec.name
+        self._address: str | None = None
+
+    # ------------------------------------------------------------ head
+
+    def start_head(self) -> str:
+        """Start the cluster's head (or reuse the live one it started before, or use
+        spec.head.address); returns its address."""
+        state = head.start_head(self.spec)
+        self._address = state.address
+        return state.address
+
+    def head_address(self) -> str | None:
+        """The head's address if one is recorded and answering, else None."""
+        state = head.load_state(self.cluster)
+        if state is None or not head.is_live(state):
+            return None
+        return state.address
+
+    def node_metadata(self) -> dict[str, str]:
+        """Metadata for every node the API creates: where the head is (no secrets)."""
+        if self.spec.simulated and not self.spec.simulation.boot_hosts:
+            return {}
+        address = self._address or self.head_address()
+        if address is None:
+            raise PodmanagerError("node_metadata() needs a head: call start_head() first")
+        return {simhosts.HEAD_METADATA_KEY: address}
+
+    # ------------------------------------------------------------ driver
+
+    def connect(self) -> bool:
+        """Connect this process as a Ray driver (namespace 'podmanager'); False if no head."""
+        import ray
+
+        address = self._address or self.head_address()
+        if address is None:
+            return False
+        if ray.is_initialized():
+            return True
+        token = auth.token_path(self.cluster)
+        if token.exists():
+            auth.use_token_in_process(token)
+        extra = {"_node_ip_address": loopback.LOOPBACK_IP} if loopback.is_loopback(address) else {}
+        with loopback.as_given(address):
+            ray.init(
+                address=address,
+                namespace=fleet.NAMESPACE,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+                configure_logging=False,
+                **extra,
+            )
+        self._address = address
+        return True
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+    # ------------------------------------------------------------ hosts
+
+    def wait_for_hosts(self, nodes: list[Node], timeout_s: float) -> list[HostInfo]:
+        """Place one agent per host of every node and wait until all are healthy.
+
+        Raises TimeoutExceededError naming every host still missing at the deadline.
+        """
+        deadline = time.monotonic() + timeout_s
+        if not self.connect():
+            raise PodmanagerError(f"no Ray head for {self.cluster}: call start_head() first")
+        wanted = [n for n in nodes if n.cluster == self.cluster or n.cluster is None]
+        not_ready = [n.name for n in wanted if n.state is not NodeState.READY]
+        while True:
+            for node in wanted:
+                if node.state is NodeState.READY:
+                    fleet.ensure_slice(self.cluster, node, simulated=self.spec.simulated)
+            names = {n.name for n in wanted}
+            infos = [h for h in fleet.probe_hosts(self.cluster, timeout_s=1.0) if h.node_name in names]
+            expected = sum(len(fleet.identities(self.cluster, n, simulated=self.spec.simulated)) for n in wanted)
+            if not not_ready and len(infos) == expected and all(h.healthy for h in infos):
+                return infos
+            if time.monotonic() >= deadline:
+                raise TimeoutExceededError(
+                    f"hosts not ready after {timeout_s:.0f}s: " + _missing(infos, not_ready),
+                    hint=self._hint(),
+                )
+            time.sleep(0.5)
+
+    def hosts(self) -> list[HostInfo]:
+        """Every registered host with its probe result; [] when there is no head."""
+        try:
+            if not self.connect():
+                return []
+        except Exception as error:  # noqa: BLE001 - status must render even when Ray is broken
+            log.warning("cannot reach the Ray head of %s: %s", self.cluster, error)
+            return []
+        return self._with_vm_truth(fleet.probe_hosts(self.cluster, timeout_s=2.0))
+
+    def agent(self, slice_index: int, worker_id: int):
+        """The live HostAgent actor handle of one host, or None."""
+        return fleet.agent_handle(self.cluster, slice_index, worker_id) if self.connect() else None
+
+    def dead_hosts(self) -> list[HostInfo]:
+        """Hosts that are dead (ActorDiedError, Ray node dead, simulated VM gone) or
+        unreachable (ActorUnavailableError) right now."""
+        if not self.connect():
+            return []
+        return [h for h in self._with_vm_truth(fleet.probe_hosts(self.cluster, timeout_s=1.0))
+                if h.state in (fleet.DEAD, fleet.UNREACHABLE)]
+
+    def _with_vm_truth(self, infos: list[HostInfo]) -> list[HostInfo]:
+        """A simulated host whose processes are all gone is dead, whatever Ray says yet."""
+        if not self.spec.simulated:
+            return infos
+        gone = simhosts.vanished_hosts(self.cluster)
+        return [
+            dataclasses.replace(h, healthy=False, state=fleet.DEAD, detail=f"simulated VM is gone; Ray: {h.detail}")
+            if (h.node_name, h.worker_id) in gone else h
+            for h in infos
+        ]
+
+    # ------------------------------------------------------------ teardown
+
+    def stop(self) -> None:
+        """Kill this cluster's simulated hosts, remove its agents, stop its head if podmanager
+        started it. Idempotent; works from a new process after a crash."""
+        state = head.load_state(self.cluster)
+        killed = simhosts.kill_cluster_hosts(self.cluster)
+        if killed:
+            log.info("killed %d simulated hosts of %s", killed, self.cluster)
+        if state is not None and not state.started and head.reachable(state.address):
+            try:  # a head we do not own stays up: only our agents and groups go
+                if self.connect():
+                    fleet.remove_all(self.cluster)
+            except Exception as error:  # noqa: BLE001
+                log.warning("could not remove the agents of %s: %s", self.cluster, error)
+        self.close()
+        head.stop_head(self.cluster)
+        # Registry of agents is meaningless once the head is gone.
+        (fleet._registry_path(self.cluster)).unlink(missing_ok=True)
+        self._address = None
+
+    def _hint(self) -> str:
+        if self.spec.simulated:
+            return f"host logs: {simhosts.hosts_dir(self.cluster)}/*.log"
+        return "check the TPU VMs' startup script log (journalctl -u google-startup-scripts)"
+
+
+def _missing(infos: list[HostInfo], not_ready: list[str]) -> str:
+    parts = [f"{name} (node not READY)" for name in not_ready]
+    parts += [
+        f"slice {h.slice_index} ({h.node_name}) worker {h.worker_id}: {h.state}, {h.detail}"
+        for h in infos
+        if not h.healthy
+    ]
+    return "; ".join(parts) or "no hosts registered"

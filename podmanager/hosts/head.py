@@ -1,0 +1,196 @@
+"""The Ray head: start one for a cluster (token auth on, fast node-death detection) or
+use the one the spec names; remember it in `cluster_dir/head.json`; stop only our own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from podmanager import paths
+from podmanager.errors import PodmanagerError
+from podmanager.hosts import auth, loopback, procs
+from podmanager.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+HEAD_FILE = "head.json"
+HEAD_LOG = "head.log"
+# A SIGKILLed host is declared dead after ~3 missed checks of 0.5 s (default ~15 s).
+SYSTEM_CONFIG = {
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+    "health_check_timeout_ms": 500,
+}
+OBJECT_STORE_BYTES = 80 * 1000 * 1000  # Ray's minimum is 75 MiB; the default claims GBs of /dev/shm
+START_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class HeadState:
+    address: str  # "ip:port" of the GCS
+    started: bool  # True when podmanager started it (and so may stop it)
+    pgid: int | None = None  # session (= process group) of the `ray start --head` daemons
+    dashboard_url: str | None = None
+    temp_dir: str | None = None
+
+
+def state_path(cluster: str) -> Path:
+    return paths.cluster_dir(cluster) / HEAD_FILE
+
+
+def load_state(cluster: str) -> HeadState | None:
+    record = procs.read_record(state_path(cluster))
+    return HeadState(**record) if record else None
+
+
+def head_temp_dir(cluster: str) -> str:
+    """Ray's temp dir for this cluster's head: its own, so `stop` can remove it, and short
+    (Unix socket paths inside it are limited to 107 bytes)."""
+    digest = hashlib.sha1(f"{paths.home()}/{cluster}/head".encode()).hexdigest()[:12]
+    return f"/tmp/pm-{digest}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def reachable(address: str, timeout_s: float = 1.0) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def is_live(state: HeadState) -> bool:
+    if state.started and (state.pgid is None or not procs.group_alive(state.pgid)):
+        return False
+    return reachable(state.address)
+
+
+def ray_cli() -> list[str]:
+    """The `ray` command of this interpreter's installation."""
+    return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def start_head(spec: ClusterSpec) -> HeadState:
+    """Reuse a live head this cluster started earlier, use spec.head.address, or start one."""
+    if spec.head.address:
+        state = HeadState(address=spec.head.address, started=False)
+        procs.write_record(state_path(spec.name), **asdict(state))
+        return state
+    previous = load_state(spec.name)
+    if previous is not None and previous.started and is_live(previous):
+        log.info("reusing the Ray head of %s at %s", spec.name, previous.address)
+        return previous
+    if previous is not None and previous.started:
+        stop_head(spec.name)  # a half-dead head from a crash: clear it before starting anew
+    return _launch(spec)
+
+
+def head_command(
+    spec: ClusterSpec, ip: str, port: int, dashboard_port: int, client_port: int, agent_port: int
+) -> list[str]:
+    """`ray start --head ...` for this cluster (no secrets: the token goes by env path)."""
+    return ray_cli() + [
+        "start", "--head",
+        f"--node-ip-address={ip}",
+        f"--port={port}",
+        f"--dashboard-host={spec.head.dashboard_host}",
+        f"--dashboard-port={dashboard_port}",
+        f"--ray-client-server-port={client_port}",
+        f"--dashboard-agent-listen-port={agent_port}",  # not the fixed default: several clusters may share a machine
+        "--num-cpus=1",
+        f"--object-store-memory={OBJECT_STORE_BYTES}",
+        f"--system-config={json.dumps(SYSTEM_CONFIG)}",
+        "--disable-usage-stats",
+        f"--temp-dir={head_temp_dir(spec.name)}",
+    ]
+
+
+def _launch(spec: ClusterSpec) -> HeadState:
+    token = auth.ensure_token(spec.name)
+    simulated = spec.simulated
+    ip = loopback.LOOPBACK_IP if simulated else _node_ip()
+    bind = ip if simulated else ""
+    port = spec.head.port or free_port(bind)
+    dashboard_port = free_port(spec.head.dashboard_host if spec.head.dashboard_host != "0.0.0.0" else "")
+    command = head_command(spec, ip, port, dashboard_port, free_port(bind), free_port(bind))
+    env = auth.child_env(token)
+    if simulated:
+        env.update(loopback.HEAD_ENV)
+    address = f"{ip}:{port}"
+    log_path = paths.cluster_dir(spec.name) / HEAD_LOG
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    # Recorded before waiting, so that `stop` after a crash right here still finds it.
+    state = HeadState(
+        address=address,
+        started=True,
+        pgid=proc.pid,
+        dashboard_url=f"http://{spec.head.dashboard_host}:{dashboard_port}",
+        temp_dir=head_temp_dir(spec.name),
+    )
+    procs.write_record(state_path(spec.name), **asdict(state))
+    try:
+        code = proc.wait(timeout=START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        code = None
+    if code != 0 or not reachable(address):
+        stop_head(spec.name)
+        raise PodmanagerError(
+            f"the Ray head for {spec.name} did not start ({'timed out' if code is None else f'exit {code}'})",
+            hint=f"see {log_path}:\n{_tail(log_path)}",
+        )
+    log.info("started the Ray head of %s at %s", spec.name, address)
+    return state
+
+
+def stop_head(cluster: str) -> bool:
+    """Stop the head podmanager started for `cluster` (never a head it did not start)."""
+    state = load_state(cluster)
+    if state is None:
+        return False
+    stopped = False
+    if state.started and state.pgid is not None:
+        stopped = procs.kill_group(state.pgid, grace_s=2.0)
+    if state.started and state.temp_dir and state.temp_dir.startswith("/tmp/pm-"):
+        shutil.rmtree(state.temp_dir, ignore_errors=True)
+    state_path(cluster).unlink(missing_ok=True)
+    return stopped
+
+
+def _node_ip() -> str:
+    from ray._private import services
+
+    return services.get_node_ip_address()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+def wait_reachable(address: str, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        if reachable(address):
+            return True
+        time.sleep(0.5)
+    return False

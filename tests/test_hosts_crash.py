@@ -1,0 +1,65 @@
+"""`up` crashes after its hosts joined: a new process still finds the agents, and
+`stop` from that new process leaves no Ray process behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from podmanager.hosts import HostController, head, simhosts
+from podmanager.spec import parse_spec
+from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
+
+pytestmark = pytest.mark.timeout(180)
+
+SPEC = {"name": "crashed", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
+
+CRASHING_UP = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {tests!r})
+    from podmanager.clock import FakeClock
+    from podmanager.cloud.sim import SimCloud
+    from podmanager.hosts import HostController, simhosts
+    from podmanager.spec import parse_spec
+    from ray_fixtures import create_ready_nodes
+
+    spec = parse_spec({spec!r})
+    controller = HostController(spec)
+    controller.start_head()
+    clock = FakeClock()
+    cloud = SimCloud(clock=clock, listeners=[simhosts.SimHostBooter()])
+    nodes = create_ready_nodes(cloud, clock, spec.name, ["v4-8"], controller.node_metadata())
+    controller.wait_for_hosts(nodes, timeout_s=120)
+    print("UP", flush=True)
+    os._exit(9)  # crash: no stop(), no ray.shutdown()
+    """
+)
+
+
+def test_stop_after_a_crashed_up_leaves_nothing(podmanager_home):
+    before = ray_like()
+    script = CRASHING_UP.format(tests=str(Path(__file__).parent), spec=SPEC)
+    sessions: set[int] = set()
+    controller = HostController(parse_spec(SPEC))
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
+                              env={**os.environ, "PODMANAGER_HOME": str(podmanager_home)})
+        assert "UP" in done.stdout, done.stderr[-3000:]
+        assert done.returncode == 9
+        sessions = cluster_sessions("crashed")
+        assert len(sessions) == 2  # the head and one host, still running
+        assert controller.head_address() == head.load_state("crashed").address
+        infos = controller.hosts()  # a new process finds the detached, named agent
+        assert [(h.slice_index, h.worker_id, h.healthy, h.chips) for h in infos] == [(0, 0, True, 4)]
+    finally:
+        controller.stop()
+        left = wait_no_leftovers(sessions, before)
+    assert not left, f"Ray processes left after stop(): {left}"
+    assert simhosts.host_records("crashed") == [] and head.load_state("crashed") is None
+    controller.stop()  # idempotent

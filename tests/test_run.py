@@ -1,0 +1,214 @@
+"""`Cluster.run` and `podmanager run` on a dry-run cluster of real local Ray hosts.
+
+One cluster for the module: slice 0 is a v4-16 (2 hosts x 4 chips), slices 1 and 2 are
+v4-8s (1 host each), so single-slice and multislice runs share the same hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from podmanager.api import Cluster, recovery_policy
+from podmanager.cli import app
+from podmanager.errors import SpecError
+from podmanager.workload import Workload
+from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(300)
+
+SPEC = {
+    "name": "runtest",
+    "backend": "simulated",
+    "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
+    "recovery": {"max_failures": 0, "max_hangs": 0, "max_preemptions": 0},
+    "slices": [{"accelerator": "v4-16"}, {"accelerator": "v4-8", "count": 2}],
+}
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("pmhome")
+
+
+@pytest.fixture(scope="module")
+def cluster(home):
+    saved = os.environ.get("PODMANAGER_HOME")
+    os.environ["PODMANAGER_HOME"] = str(home)
+    before = ray_like()
+    cluster = Cluster.from_dict(SPEC)
+    sessions: set[int] = set()
+    try:
+        cluster.up(timeout_s=120)
+        sessions = cluster_sessions("runtest")
+        yield cluster
+    finally:
+        sessions |= cluster_sessions("runtest")
+        cluster.down()
+        left = wait_no_leftovers(sessions, before)
+        if saved is None:
+            os.environ.pop("PODMANAGER_HOME", None)
+        else:
+            os.environ["PODMANAGER_HOME"] = saved
+        assert not left, f"processes left after down: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _module_home(cluster, home, podmanager_home, monkeypatch):
+    """conftest gives every test its own home; these tests share the module's cluster."""
+    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+
+
+def losses(result) -> list[float]:
+    """The per-step losses worker 0 of slice 0 printed (`step N loss X`)."""
+    text = (Path(result.log_dir) / "slice-0-host-0.log").read_text()
+    return [float(line.split()[3]) for line in text.splitlines() if line.startswith("step ")]
+
+
+def test_data_parallel_on_one_multi_host_slice(cluster):
+    workload = Workload(entrypoint="workloads/train_mlp.py", args=["--steps", "30", "--log-every", "1"],
+                        slices=[0], parallelism="data", working_dir=str(REPO))
+    result = cluster.run(workload)
+    assert result.status == "succeeded", result.message
+    assert [(h.slice, h.worker_id, h.exit_code) for h in result.hosts] == [(0, 0, 0), (0, 1, 0)]
+    assert result.metrics["last_step"] == 30 and result.metrics["last_loss"] < result.metrics["first_loss"]
+
+    # The same program on one local process with the same global batch gives the same losses.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    local = subprocess.run([sys.executable, "workloads/train_mlp.py", "--steps", "30", "--log-every", "1"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True)
+    reference = [float(line.split()[3]) for line in local.stdout.splitlines() if line.startswith("step ")]
+    assert losses(result) == pytest.approx(reference, rel=1e-4)
+
+
+PROBE = textwrap.dedent("""
+    import json, os, jax
+    from podmanager import runtime
+    runtime.initialize()
+    keys = ["JAX_PROCESS_ID", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+            "MEGASCALE_COORDINATOR_ADDRESS", "PODMANAGER_SLICE"]
+    print("PROBE " + json.dumps({"devices": jax.device_count(), "local": jax.local_device_count(),
+                                 "processes": jax.process_count(), **{k: os.environ.get(k) for k in keys}}))
+""")
+
+
+def probes(result) -> list[dict]:
+    out = []
+    for path in sorted(Path(result.log_dir).glob("slice-*.log")):
+        out += [json.loads(line[6:]) for line in path.read_text().splitlines() if line.startswith("PROBE ")]
+    return out
+
+
+def test_multislice_environment_and_global_devices(cluster, tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    result = cluster.run(Workload(entrypoint="probe.py", slices=[1, 2], working_dir=str(tmp_path)))
+    assert result.status == "succeeded", result.message
+    seen = sorted(probes(result), key=lambda p: p["JAX_PROCESS_ID"])
+    assert [p["devices"] for p in seen] == [8, 8]  # the global device count is the cluster's chips
+    assert [p["local"] for p in seen] == [4, 4] and [p["processes"] for p in seen] == [2, 2]
+    assert [(p["MEGASCALE_SLICE_ID"], p["MEGASCALE_NUM_SLICES"], p["PODMANAGER_SLICE"]) for p in seen] == [
+        ("0", "2", "1"), ("1", "2", "2")]
+    assert [p["TPU_WORKER_ID"] for p in seen] == ["0", "0"]
+
+
+def test_model_parallel_transformer(cluster):
+    workload = Workload(entrypoint="workloads/train_transformer.py", args=["--steps", "20", "--log-every", "1"],
+                        slices=[0], parallelism="data=2,model=4", working_dir=str(REPO))
+    result = cluster.run(workload)
+    assert result.status == "succeeded", result.message
+    assert result.metrics["last_loss"] < result.metrics["first_loss"]
+
+
+def test_wrong_mesh_is_refused_before_anything_starts(cluster):
+    runs = sorted((Path(os.environ["PODMANAGER_HOME"]) / "clusters" / "runtest" / "runs").glob("*"))
+    with pytest.raises(SpecError, match="--parallelism: .*8 devices"):
+        cluster.run(Workload(entrypoint="x.py", slices=[0], parallelism="data=3,model=2"))
+    assert sorted((Path(os.environ["PODMANAGER_HOME"]) / "clusters" / "runtest" / "runs").glob("*")) == runs
+
+
+def test_a_failing_host_stops_its_siblings_and_is_named(cluster, tmp_path):
+    (tmp_path / "fail.py").write_text(textwrap.dedent("""
+        import os, sys, time
+        if os.environ["JAX_PROCESS_ID"] == "1":
+            print("host 1 gives up", flush=True)
+            sys.exit(1)
+        print("host 0 waits", flush=True)
+        time.sleep(600)
+    """))
+    result = cluster.run(Workload(entrypoint="fail.py", slices=[0], working_dir=str(tmp_path)),
+                         policy=recovery_policy(cluster.spec, max_failures=0))
+    assert result.status == "failed"
+    last = result.attempt_log[-1]
+    assert last.failed_host == "slice-0/host-1" and "exited with code 1" in result.message
+    assert "host 1 gives up" in last.last_lines
+    codes = {(h.slice, h.worker_id): h.exit_code for h in result.hosts}
+    assert codes[(0, 1)] == 1 and codes[(0, 0)] is not None and codes[(0, 0)] < 0  # stopped by a signal
+    assert result.wall_s < 60
+
+
+def workload_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_interrupt_stops_every_workload_process(cluster, tmp_path):
+    marker = "podmanager-interrupt-marker"
+    (tmp_path / f"{marker}.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    started = []
+
+    def interrupt_on_output(slot, text):
+        started.append(slot.label)
+        if len(started) == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cluster.run(Workload(entrypoint=f"{marker}.py", slices=[0], working_dir=str(tmp_path)),
+                    printer=interrupt_on_output)
+    assert workload_processes(marker) == []
+
+
+def test_command_mode_takes_the_rank_from_the_environment(cluster, tmp_path):
+    (tmp_path / "third_party.py").write_text(textwrap.dedent("""
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--rank", type=int, required=True)
+        print(f"rank={parser.parse_args().rank}")
+    """))
+    result = cluster.run(Workload(command=[sys.executable, "third_party.py", "--rank", "$JAX_PROCESS_ID"],
+                                  slices=[0], working_dir=str(tmp_path)))
+    assert result.status == "succeeded", result.message
+    outputs = sorted(p.read_text().strip() for p in Path(result.log_dir).glob("slice-*.log"))
+    assert outputs == ["rank=0", "rank=1"]
+
+
+def test_cli_run_json_and_logs(cluster, tmp_path):
+    (tmp_path / "hello.py").write_text("import os\nprint('hello from', os.environ['JAX_PROCESS_ID'])\n")
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "-c", "runtest", "--slices", "1", "--json", "--working-dir", str(tmp_path),
+                                 "hello.py"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout[result.stdout.index("{"):])
+    assert summary["status"] == "succeeded"
+    assert summary["hosts"] == [{"slice": 1, "worker_id": 0, "exit_code": 0, "lost": None}]
+    assert set(summary["metrics"]) >= {"first_step", "last_step", "first_loss", "last_loss"}
+    logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", summary["run_id"]])
+    assert logs.exit_code == 0 and "[slice-1/host-0] hello from 0" in logs.output
+
+    failing = runner.invoke(app, ["run", "-c", "runtest", "--slices", "1", "--working-dir", str(tmp_path),
+                                  "--", sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert failing.exit_code == 1 and "exited with code 3" in failing.output
