@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from podmanager import catalog, paths
 from podmanager.cluster_hosts import ClusterHosts
 from podmanager.clock import Clock, RealClock
-from podmanager.cloud.base import Node, TpuCloud
+from podmanager.cloud.base import DEAD_STATES, Node, TpuCloud
 from podmanager.cloud.factory import make_cloud, simulated_cloud, with_retries
 from podmanager.cloud.retry import RetryingCloud
 from podmanager.cloud.sim import SimCloud
@@ -150,6 +150,15 @@ class Cluster:
                                              unwanted_reason=reason)
         self._remember_nodes(nodes)
         return nodes
+
+    def delete_dead_slices(self, timeout_s: float = 600.0) -> list[int]:
+        """Delete preempted or terminated slices now (they hold quota) without replacing them."""
+        dead = sorted(n.slice_index for n in self._provisioner().observe().nodes
+                      if n.state in DEAD_STATES and n.slice_index is not None)
+        if dead:
+            desired = [d for d in desired_slices(self.spec) if d.index not in dead]
+            self._converge(desired, timeout_s, reason="it is dead and holds quota; 'up' creates it again")
+        return dead
 
     def replace_slices(self, indexes: list[int], *, reason: str, phases: dict[str, float] | None = None,
                        timeout_s: float = 1800.0) -> list[Node]:

@@ -102,6 +102,7 @@ class RunSupervisor:
             if not decision.retry:
                 stop_reason = decision.reason
                 record("run_failed", f"run {self.run_id} stopped: {decision.reason}", run_id=self.run_id)
+                self.cluster.delete_dead_slices()  # never leave a preempted slice holding quota
                 self.incidents.append(self._incident(attempt, incident, detected_at, monitor, result, {}))
                 break
             replace = sorted(set(incident.slices) | quarantined(state))
@@ -117,7 +118,8 @@ class RunSupervisor:
         refs = [SliceRef(i, zone, name) for i, zone, name in self.cluster.slice_locations(self.slice_indexes)]
         health = self.cluster.spec.health
         monitor = HealthMonitor(self.cluster.cloud, refs, gang, interval_s=health.interval_s,
-                                hang_timeout_s=health.hang_timeout_s, on_event=self.cluster._record)
+                                hang_timeout_s=self.workload.hang_timeout_s or health.hang_timeout_s,
+                                on_event=self.cluster._record)
         box.append(monitor)
         return monitor
 

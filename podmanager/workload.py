@@ -29,6 +29,7 @@ class Workload(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     checkpoint_dir: str | None = None
     working_dir: str | None = "."  # shipped to every host; None ships nothing
+    hang_timeout_s: float | None = Field(None, gt=0)  # overrides health.hang_timeout_s of the spec
     name: str | None = None
 
     @model_validator(mode="after")

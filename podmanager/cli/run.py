@@ -6,6 +6,7 @@ import sys
 from typing import Optional
 
 import typer
+from pydantic import ValidationError
 
 from podmanager import api, run_logs
 from podmanager.cli.render import console, print_json, print_table
@@ -32,6 +33,8 @@ def run(
     max_preemptions: Optional[int] = typer.Option(None, "--max-preemptions", help="Overrides recovery.max_preemptions."),
     max_failures: Optional[int] = typer.Option(None, "--max-failures", help="Overrides recovery.max_failures."),
     max_hangs: Optional[int] = typer.Option(None, "--max-hangs", help="Overrides recovery.max_hangs."),
+    hang_timeout: Optional[float] = typer.Option(
+        None, "--hang-timeout", help="Seconds without a step (after the first) that count as a hang."),
 ) -> None:
     """Run a JAX program on every host of the cluster's slices.
 
@@ -39,7 +42,7 @@ def run(
     it; anything else after `--` is a command run as is, with $VARS (e.g. $JAX_PROCESS_ID)
     expanded per host.
     """
-    workload = _workload(ctx.args, parallelism, slices, env, checkpoint_dir, working_dir)
+    workload = _workload(ctx.args, parallelism, slices, env, checkpoint_dir, working_dir, hang_timeout)
     target = api.resolve_cluster(cluster)
     overrides = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures),
                                    ("max_hangs", max_hangs)) if v is not None}
@@ -61,7 +64,7 @@ def run(
 
 
 def _workload(args: list[str], parallelism: str | None, slices: str | None, env: list[str] | None,
-              checkpoint_dir: str | None, working_dir: str) -> Workload:
+              checkpoint_dir: str | None, working_dir: str, hang_timeout: float | None) -> Workload:
     if not args:
         raise SpecError("run: name a program (e.g. workloads/train_mlp.py) or a command after --")
     pairs = {}
@@ -75,12 +78,18 @@ def _workload(args: list[str], parallelism: str | None, slices: str | None, env:
     except ValueError:
         raise SpecError(f"--slices: {slices!r} is not a comma list of slice indexes like 0,1") from None
     common = dict(slices=indexes, parallelism=parallelism, env=pairs, checkpoint_dir=checkpoint_dir,
-                  working_dir=working_dir)
-    if args[0].endswith(".py"):
-        return Workload(entrypoint=args[0], args=args[1:], **common)
-    if args[0] == "-m" and len(args) > 1:
-        return Workload(entrypoint=f"-m {args[1]}", args=args[2:], **common)
-    return Workload(command=args, **common)
+                  working_dir=working_dir, hang_timeout_s=hang_timeout)
+    try:
+        if args[0].endswith(".py"):
+            return Workload(entrypoint=args[0], args=args[1:], **common)
+        if args[0] == "-m" and len(args) > 1:
+            return Workload(entrypoint=f"-m {args[1]}", args=args[2:], **common)
+        return Workload(command=args, **common)
+    except ValidationError as invalid:
+        flags = {"hang_timeout_s": "--hang-timeout", "checkpoint_dir": "--checkpoint-dir"}
+        problems = [f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'run'}: {e['msg']}"
+                    for e in invalid.errors()]
+        raise SpecError("; ".join(problems)) from None
 
 
 def printer(all_hosts: bool, *, to_stderr: bool):

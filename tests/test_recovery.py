@@ -1,0 +1,172 @@
+"""Recovery on a dry-run cluster of real local Ray hosts: preemptions, program failures,
+hangs and spent budgets, each ending in the right state with nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from podmanager import simulate
+from podmanager.api import Cluster, recovery_policy
+from podmanager.cloud.factory import simulated_cloud
+from podmanager.workload import Workload
+from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(300)
+NAME = "recovertest"
+SPEC = {
+    "name": NAME,
+    "backend": "simulated",
+    "zones": ["sim-zone-a", "sim-zone-b"],
+    "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
+    "health": {"interval_s": 0.5},
+    "recovery": {"backoff_s": 0.0},
+    "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot"}],
+}
+TRAIN = ["--steps", "120", "--checkpoint-every", "20", "--log-every", "1"]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("pmhome")
+
+
+@pytest.fixture(scope="module")
+def cluster(home):
+    saved = os.environ.get("PODMANAGER_HOME")
+    os.environ["PODMANAGER_HOME"] = str(home)
+    before = ray_like()
+    cluster = Cluster.from_dict(SPEC)
+    sessions: set[int] = set()
+    try:
+        cluster.up(timeout_s=120)
+        sessions = cluster_sessions(NAME)
+        yield cluster
+    finally:
+        sessions |= cluster_sessions(NAME)
+        cluster.down()
+        left = wait_no_leftovers(sessions, before)
+        nodes = simulated_cloud("podmanager-sim").all_nodes()
+        if saved is None:
+            os.environ.pop("PODMANAGER_HOME", None)
+        else:
+            os.environ["PODMANAGER_HOME"] = saved
+        assert not left, f"processes left after down: {left}"
+        assert nodes == [], f"nodes left after down: {nodes}"
+
+
+@pytest.fixture(autouse=True)
+def _each_test(cluster, home, podmanager_home, monkeypatch):
+    """Shares the module's home; afterwards no workload process may be left, and the
+    simulator may hold nothing but the cluster's own slices (which `down` removes)."""
+    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+    yield
+    runs = str(home / "clusters" / NAME / "hosts")
+    left = [p.pid for p in psutil.process_iter(["cwd"]) if (p.info["cwd"] or "").startswith(runs)]
+    assert left == [], f"workload processes left: {left}"
+    nodes = simulated_cloud("podmanager-sim").all_nodes()
+    assert sorted(n.name for n in nodes) == [f"{NAME}-s0", f"{NAME}-s1"]
+    assert all(n.cluster == NAME for n in nodes)
+
+
+def train(**fields) -> Workload:
+    return Workload(entrypoint="workloads/train_mlp.py", args=TRAIN, working_dir=str(REPO), parallelism="data",
+                    **fields)
+
+
+class PreemptAt:
+    """Preempts `slice_index` (from another thread, as the cloud would) when worker 0
+    prints step `step`."""
+
+    def __init__(self, cluster: Cluster, slice_index: int, step: int):
+        self.cluster, self.slice_index, self.step, self.fired = cluster, slice_index, step, False
+
+    def __call__(self, slot, text):
+        for line in text.splitlines():
+            parts = line.split()
+            if not self.fired and parts[:1] == ["step"] and int(parts[1]) >= self.step:
+                self.fired = True
+                threading.Thread(target=simulate.preempt, args=(self.cluster, self.slice_index)).start()
+
+
+def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster):
+    reference = cluster.run(train())
+    assert reference.status == "succeeded" and reference.attempts == 1
+
+    # The recovery meets a full zone and a preemption while creating, and gets through both.
+    sim = simulate.sim_of(cluster)
+    sim.inject_create_fault("sim-zone-a", "capacity", times=1)
+    sim.inject_create_fault("sim-zone-b", "preempt-while-creating", times=1)
+    result = cluster.run(train(), printer=PreemptAt(cluster, 1, step=50))
+
+    assert result.status == "succeeded", result.message
+    assert (result.attempts, result.preemptions, result.failures) == (2, 1, 0)
+    first, second = result.attempt_log
+    assert first.last_step >= 50 and second.last_step == 120
+    assert second.first_step - 1 >= first.last_step - 20  # resumed from a checkpoint at most 20 steps old
+    assert result.metrics["last_loss"] == pytest.approx(reference.metrics["last_loss"], rel=1e-5)
+    [incident] = result.incidents
+    assert incident["cause"] == "preemption" and incident["slices"] == [1]
+    assert incident["lost_steps"] == first.last_step - (second.first_step - 1)
+    assert incident["recover_s"] is not None and incident["recover_s"] > 0
+    assert 0 < result.goodput <= 1
+    kinds = [e.kind for e in cluster.events()]
+    for kind in ("incident", "zone_fallback", "slice_preempted", "slices_replaced", "resumed"):
+        assert kind in kinds
+    zones = {s.index: s.zone for s in cluster.status().slices}
+    assert zones[1] == "sim-zone-b"  # zone-a had no capacity for the replacement
+
+
+FAILING = textwrap.dedent("""
+    import sys
+    print("giving up", flush=True)
+    sys.exit(1)
+""")
+
+
+def test_program_failure_is_paid_from_the_failure_budget(cluster, tmp_path):
+    (tmp_path / "fail.py").write_text(FAILING)
+    result = cluster.run(Workload(entrypoint="fail.py", working_dir=str(tmp_path)),
+                         policy=recovery_policy(cluster.spec, max_failures=1))
+    assert result.status == "failed"
+    assert (result.attempts, result.failures, result.preemptions) == (2, 2, 0)
+    assert "max_failures budget is spent" in result.message
+    assert [i["cause"] for i in result.incidents] == ["program-failure", "program-failure"]
+
+
+HANGS_ONCE = textwrap.dedent("""
+    import os, time
+    from podmanager import runtime
+    for step in range(1, 31):
+        if step == 6 and os.environ["PODMANAGER_ATTEMPT"] == "0":
+            time.sleep(600)  # stuck: no more steps
+        runtime.report_progress(step, loss=1.0 / step)
+        time.sleep(0.05)
+    print("finished", flush=True)
+""")
+
+
+def test_a_hang_is_detected_and_restarted(cluster, tmp_path):
+    (tmp_path / "hang.py").write_text(HANGS_ONCE)
+    result = cluster.run(Workload(entrypoint="hang.py", working_dir=str(tmp_path), hang_timeout_s=2.0))
+    assert result.status == "succeeded", result.message
+    assert (result.attempts, result.hangs, result.preemptions) == (2, 1, 0)
+    assert result.incidents[0]["cause"] == "hang"
+    assert result.metrics["last_step"] == 30
+
+
+def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices(cluster):
+    result = cluster.run(train(), printer=PreemptAt(cluster, 0, step=5),
+                         policy=recovery_policy(cluster.spec, max_preemptions=0))
+    assert result.status == "failed"
+    assert "max_preemptions budget is spent: 1 preemption incident(s), 0 allowed" in result.message
+    # The healthy slice stays up for inspection; the preempted one is deleted at once (it
+    # holds quota), and the next `up` creates it again.
+    assert {n.name: n.state.value for n in simulated_cloud("podmanager-sim").all_nodes()} == {f"{NAME}-s1": "READY"}
+    cluster.up(timeout_s=120)
