@@ -219,9 +219,15 @@ class Cluster:
             indexes = workload.slices if workload.slices is not None else [s.index for s in self.spec.slice_list()]
             check_parallelism(workload.parallelism, sum(s.accelerator.chips for s in self.spec.slice_list()
                                                         if s.index in indexes))
+        from podmanager import simulate
         from podmanager.recovery import RunSupervisor
 
-        return RunSupervisor(self, workload, printer=printer, policy=policy).run()
+        timers = simulate.arm_hangs(self) if self.spec.simulated else []
+        try:
+            return RunSupervisor(self, workload, printer=printer, policy=policy).run()
+        finally:
+            for timer in timers:
+                timer.cancel()
 
     def hosts(self) -> list[Any]:
         return self.hosts_layer.hosts() if self.hosts_layer else []

@@ -112,6 +112,15 @@ class Gang:
                 host.exit_code = code
             host.running = False
 
+    def any_notice(self, slice_index: int, timeout_s: float = 2.0) -> bool:
+        """Whether any host of the slice has a preemption or maintenance notice."""
+        refs = [agent.preemption_notice.remote() for host, (slot, agent) in zip(self.hosts, self.agents)
+                if slot.slice_index == slice_index and not host.lost]
+        try:
+            return any(ray.get(refs, timeout=timeout_s))
+        except (RayActorError, GetTimeoutError):
+            return False  # a host that does not answer is the lost-host check's business
+
     def signal(self, signum: int) -> None:
         """Send a signal to every reachable host's process (e.g. SIGTERM: checkpoint now)."""
         for host, (_, agent) in zip(self.hosts, self.agents):

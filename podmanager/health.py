@@ -8,7 +8,7 @@
   (`scheduler.Gang.poll`), which runs every quarter second.
 
 `check()` returns a reason to end the attempt, or None; `observation()` gives the
-classifier what was seen.
+classifier what was seen. The clock is injected so the checks are tested without waiting.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ class HealthMonitor:
     slice_states: dict[int, NodeState | None] = field(default_factory=dict)
     notices: set[int] = field(default_factory=set)
     hung: bool = False
-    first_detected: float | None = None  # when something was first seen wrong
     last_healthy_check: float | None = None  # the last cloud check that found every slice fine
     _best_step: float | None = None
     _step_time: float | None = None
@@ -71,8 +70,6 @@ class HealthMonitor:
             reason = self._check_cloud()
         if reason is None and self._progress_watch.due(now):
             reason = self._check_progress(now)
-        if reason is not None and self.first_detected is None:
-            self.first_detected = now
         return reason
 
     def _check_cloud(self) -> str | None:
@@ -96,8 +93,11 @@ class HealthMonitor:
         return None
 
     def _has_notice(self, ref: SliceRef) -> bool:
-        notice = getattr(self.cloud, "preemption_notice", None)
-        return bool(notice and notice(ref.zone, ref.node_name))
+        """The simulator announces notices itself; a real slice's hosts ask their metadata server."""
+        simulated_notice = getattr(self.cloud, "preemption_notice", None)
+        if simulated_notice is not None:
+            return bool(simulated_notice(ref.zone, ref.node_name))
+        return self.gang.any_notice(ref.index)
 
     def _check_progress(self, now: float) -> str | None:
         steps = [h.progress["step"] for h in self.gang.hosts if h.progress]

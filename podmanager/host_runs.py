@@ -18,8 +18,11 @@ from typing import Any
 from podmanager.process import WorkloadProcess, first_progress, read_progress
 from podmanager.workload import Workload
 
-# Variables of the agent's own process that a workload must not inherit.
+# Variables of the agent's own process that a workload must not inherit: Ray's worker
+# settings (OMP_NUM_THREADS=1 for a zero-CPU actor would throttle the program's threads;
+# its debugger hook) and any distributed settings of an earlier launch.
 _PRIVATE_PREFIXES = ("RAY_", "PODMANAGER_", "JAX_", "MEGASCALE_", "TPU_WORKER", "XLA_FLAGS")
+_PRIVATE_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV"})
 
 
 class HostRuns:
@@ -45,7 +48,8 @@ class HostRuns:
             with zipfile.ZipFile(io.BytesIO(working_dir_zip)) as archive:
                 archive.extractall(cwd)
         cwd.mkdir(parents=True, exist_ok=True)
-        process_env = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_PREFIXES)}
+        process_env = {k: v for k, v in os.environ.items()
+                       if not k.startswith(_PRIVATE_PREFIXES) and k not in _PRIVATE_NAMES}
         process_env.update(env)
         process_env.update(workload.env)
         process_env["PODMANAGER_PROGRESS_FILE"] = str(folder / f"progress-{attempt}.jsonl")

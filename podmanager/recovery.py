@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from podmanager.classify import Cause, Incident, classify
+from podmanager.errors import PodmanagerError
 from podmanager.health import HealthMonitor, SliceRef
 from podmanager.recovery_policy import RecoveryPolicy, RecoveryState, quarantined
 from podmanager.runs import AttemptResult, AttemptRunner, OutputPrinter, RunResult, new_run_id, summarize
@@ -45,8 +46,7 @@ class IncidentRecord:
 
 class RunSupervisor:
     def __init__(self, cluster: "Cluster", workload: Workload, *, printer: OutputPrinter | None = None,
-                 policy: RecoveryPolicy | None = None, poll_interval_s: float = 0.25,
-                 on_attempt_started: Callable[[int], None] | None = None):
+                 policy: RecoveryPolicy | None = None, poll_interval_s: float = 0.25):
         self.cluster = cluster
         self.workload = workload
         self.policy = policy or RecoveryPolicy.from_spec(cluster.spec.recovery)
@@ -57,7 +57,6 @@ class RunSupervisor:
                                     checkpoint_dir=self._checkpoint_dir(), printer=printer,
                                     poll_interval_s=poll_interval_s)
         self.incidents: list[IncidentRecord] = []
-        self.on_attempt_started = on_attempt_started
 
     def _checkpoint_dir(self) -> str | None:
         if self.workload.checkpoint_dir:
@@ -76,10 +75,8 @@ class RunSupervisor:
                run_id=self.run_id)
         attempt = 0
         while True:
-            agents = self.cluster.agents(self.slice_indexes)
+            agents = self._agents()
             relaunch_started = time.time()
-            if self.on_attempt_started:
-                self.on_attempt_started(attempt)
             record("attempt_started", f"attempt {attempt} on {len(agents)} host(s)", run_id=self.run_id,
                    attempt=attempt)
             monitor_box: list[HealthMonitor] = []
@@ -95,7 +92,7 @@ class RunSupervisor:
             incident = classify(monitor.observation(self._dead_nodes()))
             state.incidents.append(incident)
             state.now = time.time()
-            detected_at = monitor.first_detected or result.ended
+            detected_at = result.detected_at or result.ended
             record("incident", f"attempt {attempt}: {incident.cause.value}: {incident.detail}",
                    run_id=self.run_id, cause=incident.cause.value, slices=sorted(incident.slices))
             decision = self.policy.decide(state)
@@ -106,7 +103,8 @@ class RunSupervisor:
                 self.incidents.append(self._incident(attempt, incident, detected_at, monitor, result, {}))
                 break
             replace = sorted(set(incident.slices) | quarantined(state))
-            phases = self._recover(replace, incident, decision.wait_s)
+            phases = {"stop": result.ended - detected_at}
+            phases.update(self._recover(replace, incident, decision.wait_s))
             pending = self._incident(attempt, incident, detected_at, monitor, result, phases)
             self.incidents.append(pending)
             attempt += 1
@@ -122,6 +120,18 @@ class RunSupervisor:
                                 on_event=self.cluster._record)
         box.append(monitor)
         return monitor
+
+    def _agents(self) -> list:
+        """The run's host agents; if some are missing (a slice lost between attempts), the
+        cluster is healed first: dead slices replaced, every host joined."""
+        try:
+            return self.cluster.agents(self.slice_indexes)
+        except PodmanagerError as missing:
+            self.cluster._record("healing", f"before launching: {missing.message}; bringing the slices back",
+                                 run_id=self.run_id)
+            self.cluster.delete_dead_slices()
+            self.cluster.up()  # recreates what is missing and waits for every host
+            return self.cluster.agents(self.slice_indexes)
 
     def _dead_nodes(self) -> set[tuple[int, int]]:
         return {(h.slice_index, h.worker_id) for h in self.cluster.dead_hosts()}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager import paths
 from podmanager.gang import Gang, HostState
@@ -48,6 +49,7 @@ class AttemptResult:
     last_loss: float | None = None
     first_step_time: float | None = None  # unix time the program reported its first step
     last_step_time: float | None = None
+    detected_at: float | None = None  # when the failure was seen (before the survivors were stopped)
 
 
 @dataclass
@@ -125,20 +127,27 @@ class AttemptRunner:
         if self.workload.parallelism:
             check_parallelism(self.workload.parallelism, sum(s.chips for s in slots))
         gang = Gang(agents, self.run_id)
-        envs = launch_envs(slots, coordinator_port=gang.coordinator_port(), cluster=self.cluster,
-                           run_id=self.run_id, attempt=attempt, checkpoint_dir=self.checkpoint_dir,
-                           parallelism=self.workload.parallelism, simulated=self.simulated)
+        monitor = make_monitor(gang) if make_monitor else None
         started = time.time()
         try:
-            gang.start(self.workload_json, envs, self.working_dir())
-            monitor = make_monitor(gang) if make_monitor else None
+            try:
+                envs = launch_envs(slots, coordinator_port=gang.coordinator_port(), cluster=self.cluster,
+                                   run_id=self.run_id, attempt=attempt, checkpoint_dir=self.checkpoint_dir,
+                                   parallelism=self.workload.parallelism, simulated=self.simulated)
+                gang.start(self.workload_json, envs, self.working_dir())
+            except (RayActorError, GetTimeoutError):
+                pass  # a host went away during the launch: the next poll names it as lost
             failed, reason = self._watch(gang, monitor.check if monitor else None)
         except BaseException:
             gang.stop(grace_s=self.stop_grace_s)
             raise
+        detected_at = None
         if failed is not None or reason is not None:
+            detected_at = time.time()
             gang.stop(grace_s=self.stop_grace_s)
-        return self._result(gang.hosts, attempt, started, failed, reason)
+        result = self._result(gang.hosts, attempt, started, failed, reason)
+        result.detected_at = detected_at
+        return result
 
     def _watch(self, gang: Gang, should_abort: Callable[[], str | None] | None) -> tuple[HostState | None, str | None]:
         """Poll until every process has exited 0, one failed (returned), or abort is asked."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 from podmanager.api import Cluster
 from podmanager.cloud.retry import RetryingCloud
@@ -50,3 +51,40 @@ def fail_create(cluster: Cluster, kind: str, zone: str | None, times: int) -> st
         raise SpecError(f"--kind: {kind!r} is not one of capacity, reservation, preempt-while-creating, quota")
     cluster._record("fault_injected", f"the next {times} create(s) in {zone} fail with {kind}")
     return zone
+
+
+def hang(cluster: Cluster, slice_index: int, worker_id: int) -> None:
+    """Freeze (SIGSTOP) the workload processes on one host: they stop making steps, and
+    their peers block in the next collective, exactly like a hung program."""
+    import signal
+
+    import ray
+
+    sim_of(cluster)
+    agent = cluster.hosts_layer.controller.agent(slice_index, worker_id) if cluster.hosts_layer else None
+    if agent is None:
+        raise SpecError(f"--host: slice-{slice_index}/host-{worker_id} of {cluster.name} has no live agent")
+    ray.get(agent.signal_workload.remote(None, signal.SIGSTOP), timeout=30)
+    cluster._record("fault_injected", f"simulated hang of the workload on slice-{slice_index}/host-{worker_id}",
+                    slice_index)
+
+
+def parse_host(text: str) -> tuple[int, int]:
+    """'0/1', 'slice-0/1' or 'slice-0/host-1' -> (0, 1)."""
+    match = re.fullmatch(r"(?:slice-)?(\d+)/(?:host-)?(\d+)", text.strip())
+    if not match:
+        raise SpecError(f"--host: {text!r} is not of the form 0/1 or slice-0/host-1")
+    return int(match.group(1)), int(match.group(2))
+
+
+def arm_hangs(cluster: Cluster) -> list[threading.Timer]:
+    """Timers for the spec's scripted `hang` faults (worker 0 of the slice, `after_s` into
+    the run); the caller cancels them when the run ends."""
+    timers = []
+    for fault in cluster.spec.simulation.faults:
+        if fault.kind == "hang" and fault.slice is not None:
+            timer = threading.Timer(fault.after_s, hang, args=(cluster, fault.slice, 0))
+            timer.daemon = True
+            timer.start()
+            timers.append(timer)
+    return timers

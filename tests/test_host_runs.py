@@ -1,6 +1,8 @@
 """A host's workload processes, without Ray: start, output, exit, progress, stop."""
 
 import io
+import subprocess
+import textwrap
 import json
 import os
 import signal
@@ -87,3 +89,22 @@ def test_a_second_start_of_a_live_run_is_refused(tmp_path):
             runs.start("r", command("print(1)"), {}, None)
     finally:
         runs.stop_all(grace_s=1)
+
+
+def test_the_program_does_not_inherit_the_agents_niceness(tmp_path):
+    """Ray runs its workers at nice 15; a program started by one must run at normal priority."""
+    if os.geteuid() != 0:
+        pytest.skip("lowering a niceness needs root, as on a TPU VM")
+    script = textwrap.dedent(f"""
+        import os, sys
+        os.nice(15)
+        from podmanager.host_runs import HostRuns
+        from podmanager.workload import Workload
+        runs = HostRuns(__import__("pathlib").Path({str(tmp_path)!r}))
+        code = "import os; print(os.nice(0))"
+        runs.start("r", Workload(command=[sys.executable, "-c", code], working_dir=None).model_dump_json(), {{}}, None)
+        runs.processes["r"].wait(30)
+        print(runs.poll("r", 0)["output"].strip())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "0"

@@ -170,3 +170,25 @@ def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices
     # holds quota), and the next `up` creates it again.
     assert {n.name: n.state.value for n in simulated_cloud("podmanager-sim").all_nodes()} == {f"{NAME}-s1": "READY"}
     cluster.up(timeout_s=120)
+
+
+class NoticeAt(PreemptAt):
+    """Announces a preemption of `slice_index` with a notice period at step `step`."""
+
+    def __call__(self, slot, text):
+        for line in text.splitlines():
+            parts = line.split()
+            if not self.fired and parts[:1] == ["step"] and int(parts[1]) >= self.step:
+                self.fired = True
+                threading.Thread(target=simulate.preempt, args=(self.cluster, self.slice_index, 30.0)).start()
+
+
+def test_a_preemption_notice_gives_the_program_time_to_checkpoint(cluster):
+    result = cluster.run(train(), printer=NoticeAt(cluster, 0, step=30))
+    assert result.status == "succeeded", result.message
+    assert (result.attempts, result.preemptions) == (2, 1)
+    first, second = result.attempt_log
+    assert {h.exit_code for h in first.hosts} == {75}  # stopped at a step boundary after checkpointing
+    assert result.incidents[0]["lost_steps"] == 0  # resumed exactly where it stopped
+    assert second.first_step == first.last_step + 1
+    assert "preemption_notice" in [e.kind for e in cluster.events()]

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from podmanager import api
-from podmanager.cli.render import console, print_event, print_json, print_table
+from podmanager.cli.render import clock_time, console, print_event, print_json, print_table
 
 CLUSTER_OPTION = typer.Option(None, "--cluster", "-c", help="Cluster name (default: the only cluster).")
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of a table.")
@@ -88,6 +88,13 @@ def _print_status(result: api.ClusterStatus) -> None:
         ["slice", "node", "accelerator", "zone", "state", "hosts", "chips"],
         [(s.index, s.name, s.accelerator, s.zone, s.state, s.hosts, s.chips) for s in result.slices],
     )
+    if result.hosts:
+        print_table(
+            "hosts",
+            ["slice", "worker", "ip", "chips", "agent", "last heartbeat", "detail"],
+            [(h["slice_index"], h["worker_id"], h["ip"], h["chips"], h["state"],
+              clock_time(h["last_heartbeat"]) if h["last_heartbeat"] else None, h["detail"]) for h in result.hosts],
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -22,7 +22,10 @@ def emulator(
     from podmanager.cloud.sim_control import apply_fault
     from podmanager.cloud.sim_server import TpuEmulator
 
-    sim = SimCloud(project, create_latency_s=create_latency_s)
+    from podmanager.hosts.simhosts import SimHostBooter
+
+    # Its READY nodes boot as simulated TPU VMs that join the head named in their metadata.
+    sim = SimCloud(project, create_latency_s=create_latency_s, listeners=[SimHostBooter()])
     for spec in fault:
         try:
             apply_fault(sim, spec)

@@ -40,5 +40,20 @@ def fail_create(
     console.print(f"the next {times} create(s) in {where} will fail with {kind}")
 
 
+@sim_app.command("hang")
+def hang(
+    cluster: Optional[str] = CLUSTER_OPTION,
+    host: str = typer.Option(..., "--host", help="The host whose program freezes, e.g. 0/1 (slice 0, worker 1)."),
+) -> None:
+    """Freeze the running program on one host (SIGSTOP), as a hang would."""
+    target = api.resolve_cluster(cluster)
+    slice_index, worker_id = simulate.parse_host(host)
+    try:
+        simulate.hang(target, slice_index, worker_id)
+    finally:
+        target.close()
+    console.print(f"froze the workload on slice-{slice_index}/host-{worker_id}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(sim_app, name="sim")

@@ -63,6 +63,15 @@ class HostAgent:
                                        / f"{self.identity.node_name}-w{self.identity.worker_id}")
         return self._host_runs
 
+    def preemption_notice(self) -> str | None:
+        """Why this VM is about to go (the metadata server), or None. Simulated hosts have
+        no metadata server: the simulator announces their preemptions itself."""
+        if self.identity.simulated:
+            return None
+        from podmanager.preemption_notice import metadata_notice
+
+        return metadata_notice()
+
     def free_port(self) -> int:
         """A free port on this host, for the JAX coordinator."""
         return free_port()

@@ -1,0 +1,82 @@
+"""The health monitor's checks, on the simulator and a fake gang, with a manual clock."""
+
+import signal
+from dataclasses import dataclass, field
+
+from podmanager.clock import FakeClock
+from podmanager.cloud.base import NodeRequest, NodeState
+from podmanager.cloud.sim import SimCloud
+from podmanager.gang import HostState
+from podmanager.health import HealthMonitor, SliceRef
+from podmanager.scheduler import HostSlot
+from podmanager.spec import Capacity
+
+
+@dataclass
+class FakeGang:
+    """The two parts of a gang the monitor uses: its hosts' states and `signal`."""
+
+    hosts: list = field(default_factory=lambda: [HostState(HostSlot(i, 0, f"c-s{i}", "127.0.0.1", 4, "v4-8"))
+                                                 for i in range(2)])
+    signals: list = field(default_factory=list)
+
+    def signal(self, signum):
+        self.signals.append(signum)
+
+
+def setup(clock, hang_timeout_s=10.0):
+    sim = SimCloud(clock=clock, create_latency_s=0.0)
+    for i in range(2):
+        sim.create_node("z", f"c-s{i}", NodeRequest("v4-8", "rt", Capacity.SPOT))
+    gang = FakeGang()
+    events = []
+    monitor = HealthMonitor(sim, [SliceRef(0, "z", "c-s0"), SliceRef(1, "z", "c-s1")], gang, interval_s=1.0,
+                            hang_timeout_s=hang_timeout_s, clock=clock,
+                            on_event=lambda kind, message, index: events.append((kind, index)))
+    return sim, gang, monitor, events
+
+
+def test_a_preempted_slice_is_seen_at_the_next_cloud_check():
+    clock = FakeClock()
+    sim, gang, monitor, _ = setup(clock)
+    assert monitor.check() is None
+    sim.preempt("z", "c-s1")
+    clock.advance(0.5)
+    assert monitor.check() is None  # the cloud is checked once per interval
+    clock.advance(0.5)
+    assert monitor.check() == "slice 1 (c-s1) is PREEMPTED"
+    seen = monitor.observation()
+    assert seen.slice_states == {0: NodeState.READY, 1: NodeState.PREEMPTED}
+
+
+def test_a_notice_asks_the_program_to_checkpoint_once():
+    clock = FakeClock()
+    sim, gang, monitor, events = setup(clock)
+    assert monitor.check() is None
+    sim.preempt("z", "c-s0", notice_s=30)
+    clock.advance(1)
+    assert monitor.check() is None  # the VM is still there: the run goes on, checkpointing
+    clock.advance(1)
+    assert monitor.check() is None
+    assert gang.signals == [signal.SIGTERM] and events == [("preemption_notice", 0)]
+    assert monitor.observation().notices == {0}
+
+
+def test_no_progress_counts_as_a_hang_only_after_the_first_step():
+    clock = FakeClock()
+    _, gang, monitor, _ = setup(clock, hang_timeout_s=10)
+    for _ in range(30):  # a long compile: no step at all, never a hang
+        clock.advance(1)
+        assert monitor.check() is None
+    for host in gang.hosts:
+        host.progress = {"step": 1}
+    assert monitor.check() is None
+    gang.hosts[0].progress = {"step": 2}
+    clock.advance(1)
+    assert monitor.check() is None
+    gang.hosts[1].progress = {"step": 2}  # the slowest host moved: progress
+    clock.advance(1)
+    assert monitor.check() is None
+    clock.advance(10.5)
+    reason = monitor.check()
+    assert reason is not None and "no step after 2" in reason and monitor.hung
