@@ -18,6 +18,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager import paths
+from podmanager.classify import EXIT_PREEMPTED
 from podmanager.gang import Gang, HostState
 from podmanager.scheduler import HostSlot, launch_envs, pack_working_dir
 from podmanager.workload import Workload, check_parallelism
@@ -101,7 +102,7 @@ class AttemptRunner:
 
     def __init__(self, cluster: str, workload: Workload, run_id: str, *, simulated: bool,
                  checkpoint_dir: str | None, printer: OutputPrinter | None = None,
-                 poll_interval_s: float = 0.25, stop_grace_s: float = 10.0):
+                 poll_interval_s: float = 0.25, stop_grace_s: float = 10.0, failure_grace_s: float = 2.0):
         self.cluster = cluster
         self.workload = workload
         self.run_id = run_id
@@ -110,6 +111,9 @@ class AttemptRunner:
         self.printer = printer
         self.poll_interval_s = poll_interval_s
         self.stop_grace_s = stop_grace_s
+        # After a failure the survivors cannot finish a collective checkpoint without their
+        # lost or failed peer: they only need a moment to exit, not the user's grace period.
+        self.failure_grace_s = failure_grace_s
         self.logs = RunLogs(cluster, run_id)
         self._working_dir_ref = None
         self.workload_json = workload.model_dump_json()
@@ -144,7 +148,10 @@ class AttemptRunner:
         detected_at = None
         if failed is not None or reason is not None:
             detected_at = time.time()
-            gang.stop(grace_s=self.stop_grace_s)
+            # A program that stopped for a preemption notice (exit 75): its peers are finishing
+            # the same checkpoint and get the full grace period.
+            noticed = failed is not None and failed.exit_code == EXIT_PREEMPTED
+            gang.stop(grace_s=self.stop_grace_s if noticed else self.failure_grace_s)
         result = self._result(gang.hosts, attempt, started, failed, reason)
         result.detected_at = detected_at
         return result
