@@ -8,22 +8,28 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager import catalog, paths
-from podmanager.cluster_hosts import ClusterHosts
 from podmanager.clock import Clock, RealClock
 from podmanager.cloud.base import DEAD_STATES, Node, TpuCloud
 from podmanager.cloud.factory import make_cloud, simulated_cloud, with_retries
 from podmanager.cloud.retry import RetryingCloud
 from podmanager.cloud.sim import SimCloud
+from podmanager.cluster_hosts import ClusterHosts
 from podmanager.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.provision import Provisioner
 from podmanager.reconcile import desired_slices
-from podmanager.spec import SIMULATED_PROJECT, SIMULATED_ZONES, ClusterSpec, load_spec, parse_spec
+from podmanager.spec import (
+    SIMULATED_PROJECT,
+    SIMULATED_ZONES,
+    ClusterSpec,
+    load_spec,
+    parse_spec,
+)
 from podmanager.state import Event, StateStore
 from podmanager.workload import Workload, check_parallelism
 

@@ -19,7 +19,9 @@ from podmanager.spec import ClusterSpec
 
 class ClusterHosts:
     def __init__(self, spec: ClusterSpec):
-        from podmanager.hosts.controller import HostController  # Ray loads only when hosts are used
+        from podmanager.hosts.controller import (
+            HostController,  # Ray loads only when hosts are used
+        )
 
         self.spec = spec
         self.controller = HostController(spec)

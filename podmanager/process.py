@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-
 from dataclasses import dataclass
 from pathlib import Path
 

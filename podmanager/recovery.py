@@ -16,10 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from podmanager.classify import Cause, Incident, classify
 from podmanager.errors import PodmanagerError
+from podmanager.gang import Gang
 from podmanager.health import HealthMonitor, SliceRef
 from podmanager.recovery_policy import RecoveryPolicy, RecoveryState, quarantined
-from podmanager.runs import AttemptResult, AttemptRunner, OutputPrinter, RunResult, new_run_id, summarize
-from podmanager.gang import Gang
+from podmanager.runs import (
+    AttemptResult,
+    AttemptRunner,
+    OutputPrinter,
+    RunResult,
+    new_run_id,
+    summarize,
+)
 from podmanager.workload import Workload
 
 if TYPE_CHECKING:

@@ -14,7 +14,13 @@ import pytest
 
 from podmanager.clock import FakeClock, RealClock
 from podmanager.cloud import errors
-from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest, NodeState, QueuedResourceState
+from podmanager.cloud.base import (
+    CLUSTER_LABEL,
+    SLICE_LABEL,
+    NodeRequest,
+    NodeState,
+    QueuedResourceState,
+)
 from podmanager.cloud.gcp import GcpCloud
 from podmanager.cloud.sim import SimCloud
 from podmanager.cloud.sim_server import TpuEmulator

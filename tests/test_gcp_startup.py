@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from podmanager.cloud.startup import STARTUP_SCRIPT_KEY, render_startup_script, startup_metadata, template_text
+from podmanager.cloud.startup import (
+    STARTUP_SCRIPT_KEY,
+    render_startup_script,
+    startup_metadata,
+    template_text,
+)
 from podmanager.errors import SpecError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,12 +1,11 @@
 """A host's workload processes, without Ray: start, output, exit, progress, stop."""
 
 import io
-import subprocess
-import textwrap
-import json
 import os
 import signal
+import subprocess
 import sys
+import textwrap
 import zipfile
 
 import psutil

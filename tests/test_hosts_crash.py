@@ -10,10 +10,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
 
 from podmanager.hosts import HostController, head, simhosts
 from podmanager.spec import parse_spec
-from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
 
 pytestmark = pytest.mark.timeout(180)
 

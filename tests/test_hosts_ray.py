@@ -13,13 +13,19 @@ from pathlib import Path
 
 import pytest
 import ray
+from ray_fixtures import (
+    ZONE,
+    cluster_sessions,
+    create_ready_nodes,
+    ray_like,
+    wait_no_leftovers,
+)
 
 from podmanager.clock import FakeClock
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.sim import SimCloud
 from podmanager.hosts import HostController, auth, fleet, head, simhosts
 from podmanager.spec import parse_spec
-from ray_fixtures import ZONE, cluster_sessions, create_ready_nodes, ray_like, wait_no_leftovers
 
 CLUSTER = "hosttest"
 

@@ -8,13 +8,21 @@ import stat
 import time
 
 import pytest
+from ray_fixtures import create_ready_nodes, ray_like
 
 from podmanager.clock import FakeClock
 from podmanager.cloud.sim import SimCloud
 from podmanager.errors import PodmanagerError
-from podmanager.hosts import HostController, auth, fleet, join, loopback, probe, simhosts
+from podmanager.hosts import (
+    HostController,
+    auth,
+    fleet,
+    join,
+    loopback,
+    probe,
+    simhosts,
+)
 from podmanager.spec import parse_spec
-from ray_fixtures import create_ready_nodes, ray_like
 
 
 @pytest.fixture

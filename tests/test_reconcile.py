@@ -2,7 +2,15 @@
 
 from podmanager.cloud.base import Node, NodeState, QueuedResource, QueuedResourceState
 from podmanager.reconcile import (
-    CreateSlice, DeleteNode, DeleteQueuedResource, NoZoneLeft, Observed, converged, desired_slices, plan)
+    CreateSlice,
+    DeleteNode,
+    DeleteQueuedResource,
+    NoZoneLeft,
+    Observed,
+    converged,
+    desired_slices,
+    plan,
+)
 from podmanager.spec import parse_spec
 
 SPEC = parse_spec({"name": "c", "backend": "simulated", "zones": ["a", "b"],

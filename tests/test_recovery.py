@@ -10,12 +10,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
 
 from podmanager import simulate
 from podmanager.api import Cluster, recovery_policy
 from podmanager.cloud.factory import simulated_cloud
 from podmanager.workload import Workload
-from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(300)

@@ -2,7 +2,13 @@
 
 from podmanager.classify import Cause, HostOutcome, Incident, Observation, classify
 from podmanager.cloud.base import NodeState
-from podmanager.recovery_policy import RecoveryPolicy, RecoveryState, budget, deadline, quarantined
+from podmanager.recovery_policy import (
+    RecoveryPolicy,
+    RecoveryState,
+    budget,
+    deadline,
+    quarantined,
+)
 from podmanager.spec import RecoverySpec
 
 READY = {0: NodeState.READY, 1: NodeState.READY}

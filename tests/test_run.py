@@ -15,13 +15,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster, recovery_policy
 from podmanager.cli import app
 from podmanager.errors import SpecError
 from podmanager.workload import Workload
-from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(300)

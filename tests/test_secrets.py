@@ -21,7 +21,9 @@ from typing import Any, Callable
 import grpc
 import pytest
 from google.cloud.secretmanager_v1 import SecretManagerServiceClient
-from google.cloud.secretmanager_v1.services.secret_manager_service.transports import SecretManagerServiceGrpcTransport
+from google.cloud.secretmanager_v1.services.secret_manager_service.transports import (
+    SecretManagerServiceGrpcTransport,
+)
 from google.cloud.secretmanager_v1.types import resources, service
 from google.protobuf import empty_pb2
 

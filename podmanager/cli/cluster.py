@@ -8,7 +8,13 @@ from typing import Optional
 import typer
 
 from podmanager import api
-from podmanager.cli.render import clock_time, console, print_event, print_json, print_table
+from podmanager.cli.render import (
+    clock_time,
+    console,
+    print_event,
+    print_json,
+    print_table,
+)
 
 CLUSTER_OPTION = typer.Option(None, "--cluster", "-c", help="Cluster name (default: the only cluster).")
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of a table.")

@@ -18,10 +18,11 @@ def emulator(
     fault: Annotated[list[str], typer.Option(help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
 ) -> None:
     """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) for TPU_EMULATOR_HOST."""
-    from podmanager.cloud.sim import SimCloud  # imported here: gRPC and the client types load slowly
+    from podmanager.cloud.sim import (
+        SimCloud,  # imported here: gRPC and the client types load slowly
+    )
     from podmanager.cloud.sim_control import apply_fault
     from podmanager.cloud.sim_server import TpuEmulator
-
     from podmanager.hosts.simhosts import SimHostBooter
 
     # Its READY nodes boot as simulated TPU VMs that join the head named in their metadata.

@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import grpc
-import tenacity
-from google.api_core import exceptions as google_exceptions
 from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
 from google.cloud.tpu_v2.types import cloud_tpu
@@ -29,8 +27,21 @@ from google.rpc import code_pb2
 
 from podmanager.clock import Clock, RealClock
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.base import Node, NodeRequest, NodeState, Operation, QueuedResource, QueuedResourceState
-from podmanager.cloud.gcp_errors import AUTH_HINT, map_call_error, map_google_error, unpack_details
+from podmanager.cloud.base import (
+    Node,
+    NodeRequest,
+    NodeState,
+    Operation,
+    QueuedResource,
+    QueuedResourceState,
+)
+from podmanager.cloud.gcp_errors import (
+    AUTH_HINT,
+    map_call_error,
+    map_google_error,
+    unpack_details,
+)
+from podmanager.cloud.google_retry import call_google
 from podmanager.errors import TimeoutExceededError
 from podmanager.spec import Capacity
 
@@ -226,38 +237,10 @@ class GcpCloud:
 
     def _call(self, what: str, method: Callable[..., T], **request: Any) -> T:
         """One API call with a timeout; transient errors retried with jittered backoff until the deadline."""
-        start = self.clock.now()
-
-        def past_deadline(state: tenacity.RetryCallState) -> bool:
-            return self.clock.now() - start + state.upcoming_sleep > self.retry_deadline_s
-
-        def report(state: tenacity.RetryCallState) -> None:
-            if self.on_retry is not None and state.outcome is not None:
-                self.on_retry(what, state.outcome.exception(), state.attempt_number)
-
-        retrying = tenacity.Retrying(
-            stop=past_deadline,
-            wait=tenacity.wait_random_exponential(multiplier=self.retry_initial_s, max=self.retry_max_s),
-            retry=tenacity.retry_if_exception_type(cloud_errors.TransientError),
-            sleep=self.clock.sleep,
-            before_sleep=report,
-        )
-        try:
-            for attempt in retrying:
-                with attempt:
-                    try:
-                        return method(request=request, retry=None, timeout=self.call_timeout_s)
-                    except google_exceptions.GoogleAPICallError as error:
-                        raise map_call_error(error) from error
-        except tenacity.RetryError as gave_up:
-            last = gave_up.last_attempt.exception()
-            attempts = gave_up.last_attempt.attempt_number
-            raise cloud_errors.TransientError(
-                f"{what} failed: the Cloud TPU API kept answering with transient errors for "
-                f"{self.clock.now() - start:.1f}s ({attempts} attempts); gave up at the {self.retry_deadline_s:g}s "
-                f"retry deadline. Last error: {last}",
-                hint="The API is unavailable or rate-limiting this project; run the command again later.",
-            ) from last
+        return call_google(what, method, request, service="the Cloud TPU API", clock=self.clock,
+                           call_timeout_s=self.call_timeout_s, retry_deadline_s=self.retry_deadline_s,
+                           retry_initial_s=self.retry_initial_s, retry_max_s=self.retry_max_s,
+                           map_error=map_call_error, on_retry=self.on_retry)
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod

@@ -21,7 +21,6 @@ import copy
 import hmac
 from typing import Any, Callable, TypeVar
 
-import tenacity
 from google.api_core import exceptions as google_exceptions
 from google.cloud.secretmanager_v1 import SecretManagerServiceClient
 from google.cloud.secretmanager_v1.types import resources
@@ -30,6 +29,7 @@ from podmanager.clock import Clock, RealClock
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.gcp_errors import map_call_error
+from podmanager.cloud.google_retry import call_google
 from podmanager.cloud.startup import token_secret_id
 
 T = TypeVar("T")
@@ -243,41 +243,17 @@ class TokenSecrets:
 
         hide: a value `on_retry` must never see (an error echoing it is passed on redacted).
         """
-        start = self.clock.now()
+        def report(call: str, error: BaseException, attempt: int) -> None:
+            if self.on_retry is None:
+                return
+            if hide and isinstance(error, cloud_errors.CloudError) and _mentions(error, hide):
+                error = _redacted(error, hide)
+            self.on_retry(call, error, attempt)
 
-        def past_deadline(state: tenacity.RetryCallState) -> bool:
-            return self.clock.now() - start + state.upcoming_sleep > self.retry_deadline_s
-
-        def report(state: tenacity.RetryCallState) -> None:
-            if self.on_retry is not None and state.outcome is not None:
-                error = state.outcome.exception()
-                if hide and isinstance(error, cloud_errors.CloudError) and _mentions(error, hide):
-                    error = _redacted(error, hide)
-                self.on_retry(what, error, state.attempt_number)
-
-        retrying = tenacity.Retrying(
-            stop=past_deadline,
-            wait=tenacity.wait_random_exponential(multiplier=self.retry_initial_s, max=self.retry_max_s),
-            retry=tenacity.retry_if_exception_type(cloud_errors.TransientError),
-            sleep=self.clock.sleep,
-            before_sleep=report,
-        )
-        try:
-            for attempt in retrying:
-                with attempt:
-                    try:
-                        return method(request=request, retry=None, timeout=self.call_timeout_s)
-                    except google_exceptions.GoogleAPICallError as error:
-                        raise self._mapped(what, error) from error
-        except tenacity.RetryError as gave_up:
-            last = gave_up.last_attempt.exception()
-            attempts = gave_up.last_attempt.attempt_number
-            raise cloud_errors.TransientError(
-                f"{what} failed: Secret Manager kept answering with transient errors for "
-                f"{self.clock.now() - start:.1f}s ({attempts} attempts); gave up at the {self.retry_deadline_s:g}s "
-                f"retry deadline. Last error: {last}",
-                hint="The Secret Manager API is unavailable or rate-limiting this project; run the command again later.",
-            ) from last
+        return call_google(what, method, request, service="Secret Manager", clock=self.clock,
+                           call_timeout_s=self.call_timeout_s, retry_deadline_s=self.retry_deadline_s,
+                           retry_initial_s=self.retry_initial_s, retry_max_s=self.retry_max_s,
+                           map_error=lambda error: self._mapped(what, error), on_retry=report)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _mapped(self, what: str, error: google_exceptions.GoogleAPICallError) -> cloud_errors.CloudError:

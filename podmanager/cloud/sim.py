@@ -291,7 +291,7 @@ class SimCloud:
     # ---------------------------------------------------------------- nodes
 
     def create_node(self, zone: str, node_id: str, request: NodeRequest) -> Operation:
-        with self._transaction() as state:
+        with self._transaction():
             self._check_call(zone)
             return self._create_node_locked(zone, node_id, request, queued=None)
 

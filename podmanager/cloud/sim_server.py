@@ -41,7 +41,12 @@ from grpc_status import rpc_status
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import Node, NodeRequest, Operation, QueuedResource
 from podmanager.cloud.sim import SimCloud
-from podmanager.cloud.sim_control import CONTROL_SERVICE, FAULT_HELP, EmulatorControl, apply_fault
+from podmanager.cloud.sim_control import (
+    CONTROL_SERVICE,
+    FAULT_HELP,
+    EmulatorControl,
+    apply_fault,
+)
 from podmanager.spec import Capacity
 
 TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
