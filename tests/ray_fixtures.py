@@ -6,8 +6,10 @@ processes podmanager recorded (or that appeared during the test), never all of R
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from typing import TYPE_CHECKING, Iterator
 
 import psutil
 
@@ -15,19 +17,29 @@ from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeRequest
 from podmanager.cloud.sim import SimCloud
 from podmanager.hosts import head, simhosts
 
+if TYPE_CHECKING:
+    from podmanager.api import Cluster
+
 ZONE = "sim-zone-a"
 
 
+def _is_ray(name: str, cmdline: list[str]) -> bool:
+    """Ray's daemons and workers: raylet, gcs_server, `ray::` workers, and Python processes
+    running Ray's own modules (dashboard, agents, log monitor, default worker)."""
+    if name in ("raylet", "gcs_server") or any(part.startswith("ray::") for part in cmdline[:1]):
+        return True
+    return any("/site-packages/ray/" in part or part.startswith("ray.") for part in cmdline[1:3])
+
+
 def ray_like() -> set[int]:
-    """Pids of processes that look like Ray (by name or command line)."""
+    """Pids of processes that look like Ray."""
     found = set()
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         try:
-            text = " ".join([proc.info["name"] or "", *(proc.info["cmdline"] or [])])
+            if _is_ray(proc.info["name"] or "", proc.info["cmdline"] or []) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.add(proc.info["pid"])
         except psutil.Error:
             continue
-        if "ray" in text.lower() and proc.status() != psutil.STATUS_ZOMBIE:
-            found.add(proc.info["pid"])
     return found
 
 
@@ -81,3 +93,32 @@ def create_ready_nodes(
         )
     clock.advance(cloud.create_latency_s + 0.1)
     return sorted(cloud.list_nodes(ZONE), key=lambda n: n.name)
+
+
+@contextlib.contextmanager
+def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
+    """A dry-run cluster brought up in `home` for a whole test module, and torn down after it;
+    asserts that `down` leaves no process of the cluster and no node in the simulator."""
+    from podmanager.api import Cluster
+    from podmanager.cloud.factory import simulated_cloud
+
+    saved = os.environ.get("PODMANAGER_HOME")
+    os.environ["PODMANAGER_HOME"] = str(home)
+    before = ray_like()
+    cluster = Cluster.from_dict(spec)
+    sessions: set[int] = set()
+    try:
+        cluster.up(timeout_s=120)
+        sessions = cluster_sessions(cluster.name)
+        yield cluster
+    finally:
+        sessions |= cluster_sessions(cluster.name)
+        cluster.down()
+        left = wait_no_leftovers(sessions, before)
+        nodes = simulated_cloud(cluster.spec.project).all_nodes()
+        if saved is None:
+            os.environ.pop("PODMANAGER_HOME", None)
+        else:
+            os.environ["PODMANAGER_HOME"] = saved
+        assert not left, f"processes left after down: {left}"
+        assert nodes == [], f"nodes left after down: {nodes}"

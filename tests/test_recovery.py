@@ -3,14 +3,13 @@ hangs and spent budgets, each ending in the right state with nothing left behind
 
 from __future__ import annotations
 
-import os
 import textwrap
 import threading
 from pathlib import Path
 
 import psutil
 import pytest
-from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
+from ray_fixtures import dry_run_cluster
 
 from podmanager import simulate
 from podmanager.api import Cluster, recovery_policy
@@ -39,26 +38,8 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster(home):
-    saved = os.environ.get("PODMANAGER_HOME")
-    os.environ["PODMANAGER_HOME"] = str(home)
-    before = ray_like()
-    cluster = Cluster.from_dict(SPEC)
-    sessions: set[int] = set()
-    try:
-        cluster.up(timeout_s=120)
-        sessions = cluster_sessions(NAME)
+    with dry_run_cluster(SPEC, home) as cluster:
         yield cluster
-    finally:
-        sessions |= cluster_sessions(NAME)
-        cluster.down()
-        left = wait_no_leftovers(sessions, before)
-        nodes = simulated_cloud("podmanager-sim").all_nodes()
-        if saved is None:
-            os.environ.pop("PODMANAGER_HOME", None)
-        else:
-            os.environ["PODMANAGER_HOME"] = saved
-        assert not left, f"processes left after down: {left}"
-        assert nodes == [], f"nodes left after down: {nodes}"
 
 
 @pytest.fixture(autouse=True)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
+from ray_fixtures import dry_run_cluster
 from typer.testing import CliRunner
 
-from podmanager.api import Cluster, recovery_policy
+from podmanager.api import recovery_policy
 from podmanager.cli import app
 from podmanager.errors import SpecError
 from podmanager.workload import Workload
@@ -42,24 +42,8 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster(home):
-    saved = os.environ.get("PODMANAGER_HOME")
-    os.environ["PODMANAGER_HOME"] = str(home)
-    before = ray_like()
-    cluster = Cluster.from_dict(SPEC)
-    sessions: set[int] = set()
-    try:
-        cluster.up(timeout_s=120)
-        sessions = cluster_sessions("runtest")
+    with dry_run_cluster(SPEC, home) as cluster:
         yield cluster
-    finally:
-        sessions |= cluster_sessions("runtest")
-        cluster.down()
-        left = wait_no_leftovers(sessions, before)
-        if saved is None:
-            os.environ.pop("PODMANAGER_HOME", None)
-        else:
-            os.environ["PODMANAGER_HOME"] = saved
-        assert not left, f"processes left after down: {left}"
 
 
 @pytest.fixture(autouse=True)
