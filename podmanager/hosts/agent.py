@@ -48,7 +48,10 @@ class HostAgent:
 
     def probe(self) -> dict:
         result = probe_host(self.identity.chips, simulated=self.identity.simulated)
-        return {**result.as_dict(), "healthy": result.healthy, "detail": result.detail}
+        # Where the agent really is: after a slice is replaced under the same name, Ray may list
+        # the old host's node as alive for a second or two beside the new one.
+        return {**result.as_dict(), "healthy": result.healthy, "detail": result.detail,
+                "ray_node_id": self.ray_node_id, "ip": self.ip}
 
     def ping(self) -> float:
         return time.time()

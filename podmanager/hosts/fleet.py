@@ -257,6 +257,7 @@ def _describe(identity: dict, ray_node: dict | None, ref: ray.ObjectRef | None) 
                     pass
         else:
             state = HEALTHY if result["healthy"] else UNHEALTHY
+            base.update(ip=result.get("ip", base["ip"]), ray_node_id=result.get("ray_node_id", base["ray_node_id"]))
             return HostInfo(**base, healthy=result["healthy"], last_heartbeat=result["timestamp"],
                             detail=result["detail"], state=state)
     node_dead = ray_node is not None and not ray_node.get("Alive")
