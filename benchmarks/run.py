@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def by_hand(steps: int, chips: int, hosts: int) -> float:
-    from podmanager.host_runs import free_port
+    from podmanager.hosts.head import free_port
     from podmanager.scheduler import HostSlot, launch_envs
 
     slots = [HostSlot(0, w, "bench-s0", "127.0.0.1", chips, "v4-16") for w in range(hosts)]

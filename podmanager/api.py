@@ -17,7 +17,6 @@ from podmanager import catalog, paths
 from podmanager.clock import Clock, RealClock
 from podmanager.cloud.base import DEAD_STATES, Node, TpuCloud
 from podmanager.cloud.factory import make_cloud, simulated_cloud, with_retries
-from podmanager.cloud.retry import RetryingCloud
 from podmanager.cloud.sim import SimCloud
 from podmanager.cluster_hosts import ClusterHosts
 from podmanager.errors import ClusterNotFoundError, PodmanagerError, SpecError
@@ -278,7 +277,9 @@ class Cluster:
                                         node.state.value)
 
     def _arm_scripted_faults(self) -> None:
-        sim = self.cloud.inner if isinstance(self.cloud, RetryingCloud) else self.cloud
+        from podmanager.simulate import sim_of  # simulate builds on this module
+
+        sim = sim_of(self)
         for fault in self.spec.simulation.faults:
             if fault.kind == "preempt":
                 sim.preempt_slice_later(self.name, fault.slice, fault.after_s, fault.notice_s)

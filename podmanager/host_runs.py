@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import sys
 import zipfile
 from pathlib import Path
@@ -97,9 +96,3 @@ class HostRuns:
     def stop_all(self, grace_s: float = 5.0) -> None:
         for process in self.processes.values():
             process.stop(grace_s)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return probe.getsockname()[1]

@@ -12,7 +12,8 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from podmanager.host_runs import HostRuns, free_port
+from podmanager.host_runs import HostRuns
+from podmanager.hosts.head import free_port
 from podmanager.hosts.probe import probe_host
 
 
@@ -76,8 +77,8 @@ class HostAgent:
         return metadata_notice()
 
     def free_port(self) -> int:
-        """A free port on this host, for the JAX coordinator."""
-        return free_port()
+        """A free port on this host (all interfaces), for the JAX coordinator."""
+        return free_port("")
 
     def start_workload(self, run_id: str, workload_json: str, env: dict, working_dir_zip: bytes | None) -> int:
         return self._runs().start(run_id, workload_json, env, working_dir_zip)
