@@ -44,7 +44,7 @@ def head_pss_mib(cluster: str) -> float:
 
     state = head.load_state(cluster)
     total = 0
-    for proc in procs.group_members(state.pgid) if state and state.pgid else []:
+    for proc in procs.members(state.machine_id) if state else []:
         try:
             total += proc.memory_full_info().pss
         except psutil.Error:

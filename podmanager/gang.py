@@ -42,10 +42,15 @@ OutputCallback = Callable[[HostSlot, str], None]
 class Gang:
     """One attempt's processes across all hosts, started, polled and stopped together."""
 
-    def __init__(self, agents: list[tuple[HostSlot, Any]], run_id: str, *, poll_timeout_s: float = 10.0):
+    def __init__(self, agents: list[tuple[HostSlot, Any]], run_id: str, *, poll_timeout_s: float = 10.0,
+                 hold_s: float = 1.0):
         self.agents = agents
         self.run_id = run_id
         self.poll_timeout_s = poll_timeout_s
+        # Each agent answers a poll when its process exits or after `hold_s`: exits are seen
+        # at once, while a healthy run costs each host one call per `hold_s`. (Short polls
+        # every quarter second slowed a lockstep 2-host program by several percent.)
+        self.hold_s = hold_s
         self._in_flight: dict[tuple[int, int], tuple[Any, float]] = {}  # host -> (poll request, sent at)
         self.hosts = [HostState(slot) for slot, _ in agents]
 
@@ -59,14 +64,15 @@ class Gang:
         ray.get(calls, timeout=120)
 
     def poll(self, on_output: OutputCallback | None = None, wait_s: float = 0.5) -> list[HostState]:
-        """Refresh every host's state, waiting at most `wait_s`: a host that does not answer
-        keeps its request in flight for the next poll, so one dead host never stalls the
-        others (or the health checks between polls). An agent that raises, or has not
-        answered for `poll_timeout_s`, is recorded as lost."""
+        """Refresh every host's state, waiting at most `wait_s`: a host that has not answered
+        keeps its request in flight for the next poll, so one dead (or simply holding) host
+        never stalls the others or the health checks between polls. An agent that raises,
+        or has not answered for `poll_timeout_s`, is recorded as lost."""
         now = time.monotonic()
         for host, (_, agent) in zip(self.hosts, self.agents):
             if host.running and not host.lost and host.key not in self._in_flight:
-                self._in_flight[host.key] = (agent.poll_workload.remote(self.run_id, host.output_offset), now)
+                self._in_flight[host.key] = (agent.poll_workload.remote(self.run_id, host.output_offset, self.hold_s),
+                                          now)
         refs = [ref for ref, _ in self._in_flight.values()]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s) if refs else ([], [])
         ready_set = set(ready)

@@ -4,8 +4,9 @@
   preemption notices — seconds, not the 10-60 s polls of other tools;
 - progress: the step the program last reported; no new step for `hang_timeout_s`
   (counted from the first step, so a long compile is not a hang) is a hang;
-- hosts: an agent that cannot be reached is found by the attempt's own polling
-  (`scheduler.Gang.poll`), which runs every quarter second.
+- hosts: an exit, or an agent that cannot be reached, is found by the attempt's own
+  polling (`gang.Gang.poll`): a long poll each agent answers at once when its process
+  exits, looked at every quarter second.
 
 `check()` returns a reason to end the attempt, or None; `observation()` gives the
 classifier what was seen. The clock is injected so the checks are tested without waiting.

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from podmanager.hosts.procs import MACHINE_ENV
 from podmanager.process import WorkloadProcess, first_progress, read_progress
 from podmanager.workload import Workload
 
@@ -49,6 +50,8 @@ class HostRuns:
         cwd.mkdir(parents=True, exist_ok=True)
         process_env = {k: v for k, v in os.environ.items()
                        if not k.startswith(_PRIVATE_PREFIXES) and k not in _PRIVATE_NAMES}
+        if MACHINE_ENV in os.environ:  # a simulated host: its program dies with it
+            process_env[MACHINE_ENV] = os.environ[MACHINE_ENV]
         process_env.update(env)
         process_env.update(workload.env)
         process_env["PODMANAGER_PROGRESS_FILE"] = str(folder / f"progress-{attempt}.jsonl")
@@ -63,8 +66,13 @@ class HostRuns:
         self.progress_files[run_id] = Path(process_env["PODMANAGER_PROGRESS_FILE"])
         return process.pid
 
-    def poll(self, run_id: str, offset: int) -> dict[str, Any]:
+    def poll(self, run_id: str, offset: int, hold_s: float = 0.0) -> dict[str, Any]:
+        """Output since `offset`, exit status and progress. With `hold_s`, answer when the
+        process exits or `hold_s` has passed, whichever is first (a long poll: exits are
+        reported at once, with one call per `hold_s` instead of a stream of short ones)."""
         process = self.processes[run_id]
+        if hold_s > 0:
+            process.wait(hold_s)
         status = process.status()
         output, new_offset = process.read_output(offset)
         if not status.running:

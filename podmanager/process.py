@@ -29,8 +29,7 @@ class WorkloadProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb")
         # Its own process group, so the whole tree (JAX may fork helpers) is signalled as one
-        # and a Ctrl-C at a terminal never reaches it directly; but the host's session, so
-        # whatever ends the host (a simulated VM vanishing) ends its programs too.
+        # and a Ctrl-C at a terminal never reaches it directly.
         self._popen = subprocess.Popen(
             argv, env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             process_group=0,

@@ -15,7 +15,7 @@ import psutil
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeRequest
 from podmanager.cloud.sim import SimCloud
-from podmanager.hosts import head, simhosts
+from podmanager.hosts import head, procs, simhosts
 
 if TYPE_CHECKING:
     from podmanager.api import Cluster
@@ -43,36 +43,32 @@ def ray_like() -> set[int]:
     return found
 
 
-def cluster_sessions(cluster: str) -> set[int]:
-    """Session ids of the head and the simulated hosts podmanager recorded for `cluster`."""
-    sessions = {r["pgid"] for r in simhosts.host_records(cluster)}
+def cluster_machines(cluster: str) -> set[str]:
+    """Machine ids of the head and the simulated hosts podmanager recorded for `cluster`."""
+    machines = {r["machine_id"] for r in simhosts.host_records(cluster)}
     state = head.load_state(cluster)
-    if state is not None and state.pgid:
-        sessions.add(state.pgid)
-    return sessions
+    if state is not None and state.machine_id:
+        machines.add(state.machine_id)
+    return machines
 
 
-def leftovers(sessions: set[int], before: set[int] | None) -> list[str]:
-    """Live processes of `sessions`, plus (unless `before` is None) Ray-like processes
+def leftovers(machines: set[str], before: set[int] | None) -> list[str]:
+    """Live processes of `machines`, plus (unless `before` is None) Ray-like processes
     that did not exist in `before`."""
     new = ray_like() - before if before is not None else set()
+    live = procs.machines()
+    ours = {proc.pid for machine_id in machines for proc in live.get(machine_id, [])}
     out = []
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            ours = os.getsid(proc.pid) in sessions
-        except (psutil.Error, ProcessLookupError):
-            continue
-        if ours or proc.info["pid"] in new:
+        if proc.info["pid"] in new or proc.info["pid"] in ours:
             out.append(f"{proc.info['pid']} {proc.info['name']} {' '.join(proc.info['cmdline'] or [])[:80]}")
     return out
 
 
-def wait_no_leftovers(sessions: set[int], before: set[int] | None, timeout_s: float = 15.0) -> list[str]:
+def wait_no_leftovers(machines: set[str], before: set[int] | None, timeout_s: float = 15.0) -> list[str]:
     deadline = time.monotonic() + timeout_s
     while True:
-        left = leftovers(sessions, before)
+        left = leftovers(machines, before)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.25)
@@ -106,15 +102,15 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
     os.environ["PODMANAGER_HOME"] = str(home)
     before = ray_like()
     cluster = Cluster.from_dict(spec)
-    sessions: set[int] = set()
+    machines: set[str] = set()
     try:
         cluster.up(timeout_s=120)
-        sessions = cluster_sessions(cluster.name)
+        machines = cluster_machines(cluster.name)
         yield cluster
     finally:
-        sessions |= cluster_sessions(cluster.name)
+        machines |= cluster_machines(cluster.name)
         cluster.down()
-        left = wait_no_leftovers(sessions, before)
+        left = wait_no_leftovers(machines, before)
         nodes = simulated_cloud(cluster.spec.project).all_nodes()
         if saved is None:
             os.environ.pop("PODMANAGER_HOME", None)

@@ -6,12 +6,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 
 import psutil
 import pytest
 
 from podmanager.host_runs import HostRuns
+from podmanager.hosts.procs import MACHINE_ENV
 from podmanager.workload import Workload
 
 
@@ -107,3 +109,34 @@ def test_the_program_does_not_inherit_the_agents_niceness(tmp_path):
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "0"
+
+
+def test_a_held_poll_answers_as_soon_as_the_process_exits(tmp_path):
+    runs = HostRuns(tmp_path)
+    runs.start("r", command("import time; time.sleep(0.3); print('bye')"), {}, None)
+    started = time.monotonic()
+    report = runs.poll("r", 0, hold_s=120)
+    assert report["running"] is False and report["exit_code"] == 0 and report["output"] == "bye\n"
+    assert time.monotonic() - started < 60  # answered at the exit, not at the end of the hold
+
+
+def test_a_held_poll_of_a_running_process_answers_after_the_hold(tmp_path):
+    runs = HostRuns(tmp_path)
+    runs.start("r", command("import time; print('up', flush=True); time.sleep(120)"), {}, None)
+    try:
+        started = time.monotonic()
+        report = runs.poll("r", 0, hold_s=0.5)
+        assert report["running"] is True and report["exit_code"] is None
+        assert time.monotonic() - started >= 0.5
+    finally:
+        assert runs.stop("r", grace_s=5) is not None
+    assert runs.poll("r", 0)["running"] is False
+
+
+def test_the_simulated_host_tag_is_inherited_but_not_other_podmanager_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv(MACHINE_ENV, "host-tag")
+    monkeypatch.setenv("PODMANAGER_RUN_ID", "an-earlier-run")
+    runs = HostRuns(tmp_path)
+    code = f"import os; print(os.environ.get('{MACHINE_ENV}'), os.environ.get('PODMANAGER_RUN_ID'))"
+    runs.start("r", command(code), {}, None)
+    assert wait_exit(runs, "r")["output"] == "host-tag None\n"  # the program dies with its simulated host

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ray_fixtures import cluster_sessions, ray_like, wait_no_leftovers
+from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
 
 from podmanager.hosts import HostController, head, simhosts
 from podmanager.spec import parse_spec
@@ -45,21 +45,21 @@ CRASHING_UP = textwrap.dedent(
 def test_stop_after_a_crashed_up_leaves_nothing(podmanager_home):
     before = ray_like()
     script = CRASHING_UP.format(tests=str(Path(__file__).parent), spec=SPEC)
-    sessions: set[int] = set()
+    machines: set[str] = set()
     controller = HostController(parse_spec(SPEC))
     try:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
                               env={**os.environ, "PODMANAGER_HOME": str(podmanager_home)})
         assert "UP" in done.stdout, done.stderr[-3000:]
         assert done.returncode == 9
-        sessions = cluster_sessions("crashed")
-        assert len(sessions) == 2  # the head and one host, still running
+        machines = cluster_machines("crashed")
+        assert len(machines) == 2  # the head and one host, still running
         assert controller.head_address() == head.load_state("crashed").address
         infos = controller.hosts()  # a new process finds the detached, named agent
         assert [(h.slice_index, h.worker_id, h.healthy, h.chips) for h in infos] == [(0, 0, True, 4)]
     finally:
         controller.stop()
-        left = wait_no_leftovers(sessions, before)
+        left = wait_no_leftovers(machines, before)
     assert not left, f"Ray processes left after stop(): {left}"
     assert simhosts.host_records("crashed") == [] and head.load_state("crashed") is None
     controller.stop()  # idempotent

@@ -15,7 +15,7 @@ import pytest
 import ray
 from ray_fixtures import (
     ZONE,
-    cluster_sessions,
+    cluster_machines,
     create_ready_nodes,
     ray_like,
     wait_no_leftovers,
@@ -44,19 +44,19 @@ def env(tmp_path_factory):
     controller = HostController(spec)
     clock = FakeClock()
     cloud = SimCloud(clock=clock, create_latency_s=0.5, delete_latency_s=0.1, listeners=[simhosts.SimHostBooter()])
-    sessions: set[int] = set()
+    machines: set[str] = set()
     try:
         controller.start_head()
         nodes = create_ready_nodes(cloud, clock, CLUSTER, ["v4-16", "v4-8"], controller.node_metadata())
         started = time.monotonic()
         infos = controller.wait_for_hosts(nodes, timeout_s=120)
-        sessions = cluster_sessions(CLUSTER)
+        machines = cluster_machines(CLUSTER)
         yield {"controller": controller, "cloud": cloud, "clock": clock, "nodes": nodes, "infos": infos,
                "home": home, "spec": spec, "up_s": time.monotonic() - started}
     finally:
-        sessions |= cluster_sessions(CLUSTER)
+        machines |= cluster_machines(CLUSTER)
         controller.stop()
-        left = wait_no_leftovers(sessions, before)
+        left = wait_no_leftovers(machines, before)
         if saved is None:
             os.environ.pop("PODMANAGER_HOME", None)
         else:
@@ -105,11 +105,11 @@ def test_probe_reports_host_facts(env):
 
 def test_start_head_is_idempotent_and_hosts_are_not_booted_twice(env):
     controller = env["controller"]
-    before = cluster_sessions(CLUSTER)
+    before = cluster_machines(CLUSTER)
     assert HostController(env["spec"]).start_head() == controller.start_head()
     booter = simhosts.SimHostBooter()
     assert booter.boot(env["nodes"][0]) == []
-    assert cluster_sessions(CLUSTER) == before
+    assert cluster_machines(CLUSTER) == before
     assert len(controller.hosts()) == 3
 
 
@@ -181,12 +181,12 @@ def test_killed_host_is_seen_dead_within_3s(env):
 def test_preempted_slice_loses_its_hosts(env):
     cloud, controller = env["cloud"], env["controller"]
     node = env["nodes"][0]
-    sessions = {r["pgid"] for r in simhosts.host_records(CLUSTER) if r["node"] == node.name}
-    assert len(sessions) == 2
+    machines = {r["machine_id"] for r in simhosts.host_records(CLUSTER) if r["node"] == node.name}
+    assert len(machines) == 2
     cloud.preempt(ZONE, node.name)  # on-demand: TERMINATED; the listener kills its VMs
     assert cloud.get_node(ZONE, node.name).state is NodeState.TERMINATED
     assert [r for r in simhosts.host_records(CLUSTER) if r["node"] == node.name] == []
-    assert wait_no_leftovers(sessions, None, timeout_s=10) == []
+    assert wait_no_leftovers(machines, None, timeout_s=10) == []
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         if {h.node_name for h in controller.dead_hosts()} >= {node.name}:

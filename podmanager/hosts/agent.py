@@ -83,8 +83,8 @@ class HostAgent:
     def start_workload(self, run_id: str, workload_json: str, env: dict, working_dir_zip: bytes | None) -> int:
         return self._runs().start(run_id, workload_json, env, working_dir_zip)
 
-    def poll_workload(self, run_id: str, offset: int) -> dict:
-        return self._runs().poll(run_id, offset)
+    def poll_workload(self, run_id: str, offset: int, hold_s: float = 0.0) -> dict:
+        return self._runs().poll(run_id, offset, hold_s)
 
     def stop_workload(self, run_id: str, grace_s: float) -> int | None:
         return self._runs().stop(run_id, grace_s)

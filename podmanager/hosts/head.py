@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from podmanager import paths
@@ -38,7 +38,7 @@ START_TIMEOUT_S = 120.0
 class HeadState:
     address: str  # "ip:port" of the GCS
     started: bool  # True when podmanager started it (and so may stop it)
-    pgid: int | None = None  # session (= process group) of the `ray start --head` daemons
+    machine_id: str | None = None  # `procs` id of the `ray start --head` daemons
     dashboard_url: str | None = None
     temp_dir: str | None = None
 
@@ -49,7 +49,10 @@ def state_path(cluster: str) -> Path:
 
 def load_state(cluster: str) -> HeadState | None:
     record = procs.read_record(state_path(cluster))
-    return HeadState(**record) if record else None
+    if not record:
+        return None
+    known = {f.name for f in fields(HeadState)}
+    return HeadState(**{k: v for k, v in record.items() if k in known})
 
 
 def head_temp_dir(cluster: str) -> str:
@@ -75,7 +78,7 @@ def reachable(address: str, timeout_s: float = 1.0) -> bool:
 
 
 def is_live(state: HeadState) -> bool:
-    if state.started and (state.pgid is None or not procs.group_alive(state.pgid)):
+    if state.started and not procs.alive(state.machine_id):
         return False
     return reachable(state.address)
 
@@ -133,15 +136,12 @@ def _launch(spec: ClusterSpec) -> HeadState:
         env.update(loopback.HEAD_ENV)
     address = f"{ip}:{port}"
     log_path = paths.cluster_dir(spec.name) / HEAD_LOG
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+    proc, machine_id = procs.launch(command, env, log_path)
     # Recorded before waiting, so that `stop` after a crash right here still finds it.
     state = HeadState(
         address=address,
         started=True,
-        pgid=proc.pid,
+        machine_id=machine_id,
         dashboard_url=f"http://{spec.head.dashboard_host}:{dashboard_port}",
         temp_dir=head_temp_dir(spec.name),
     )
@@ -166,8 +166,8 @@ def stop_head(cluster: str) -> bool:
     if state is None:
         return False
     stopped = False
-    if state.started and state.pgid is not None:
-        stopped = procs.kill_group(state.pgid, grace_s=2.0)
+    if state.started:
+        stopped = procs.kill(state.machine_id, grace_s=2.0)
     if state.started and state.temp_dir and state.temp_dir.startswith("/tmp/pm-"):
         shutil.rmtree(state.temp_dir, ignore_errors=True)
     state_path(cluster).unlink(missing_ok=True)

@@ -4,10 +4,10 @@
 head address in its metadata ("podmanager-head"), it launches one
 `python -m podmanager.hosts.join` per host, with the environment a TPU VM gives
 (TPU_NAME, TPU_WORKER_ID, ...) so Ray labels the node exactly like a real host.
-It returns at once: the hosts boot in parallel, in their own sessions, and outlive
-the process that started them. Each host's process group is recorded in
+It returns at once: the hosts boot in parallel, each as a `procs` machine, and outlive
+the process that started them. Each host's machine id is recorded in
 `cluster_dir/<cluster>/hosts/<node>-w<i>.json`; when the node is preempted,
-terminated, deleted or gone, its groups are SIGKILLed like a vanished VM — from
+terminated, deleted or gone, its machines are SIGKILLed like a vanished VM — from
 whichever process saw the change. `kill_cluster_hosts` is what `stop` uses.
 """
 
@@ -17,7 +17,6 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-import psutil
 
 from podmanager import paths
 from podmanager.catalog import lookup
@@ -120,7 +118,7 @@ class SimHostBooter:
             self.boot(after)
 
     def boot(self, node: Node) -> list[int]:
-        """Launch the hosts of `node` that are not running yet; returns the new process groups."""
+        """Launch the hosts of `node` that are not running yet; returns their machine ids."""
         head = node.metadata.get(HEAD_METADATA_KEY)
         cluster = node.cluster
         if not head or cluster is None:
@@ -130,17 +128,17 @@ class SimHostBooter:
             log.warning("%s: no token file %s; its hosts cannot join", node.name, token)
             return []
         accelerator = lookup(node.accelerator_type)
-        started: list[int] = []
+        started: list[str] = []
         with _locked(cluster):
             for worker_id in range(accelerator.hosts):
                 path = record_path(cluster, node.name, worker_id)
                 record = procs.read_record(path)
-                if record is not None and procs.group_alive(record["pgid"]):
+                if record is not None and procs.alive(record.get("machine_id")):
                     continue
                 started.append(self._spawn(node, worker_id, head, token, accelerator.chips_per_host, path))
         return started
 
-    def _spawn(self, node: Node, worker_id: int, head: str, token: Path, chips: int, path: Path) -> int:
+    def _spawn(self, node: Node, worker_id: int, head: str, token: Path, chips: int, path: Path) -> str:
         command = [
             sys.executable, "-m", "podmanager.hosts.join",
             "--address", head,
@@ -156,20 +154,17 @@ class SimHostBooter:
         env = auth.child_env(token)
         env.update(host_env(node, worker_id))
         log_path = path.with_suffix(".log")
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(
-                command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-            )
+        proc, machine_id = procs.launch(command, env, log_path)
         with self._mutex:
             self._children.append(proc)
         procs.write_record(
-            path, pgid=proc.pid, cluster=node.cluster, node=node.name, worker_id=worker_id, started_at=time.time(),
+            path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id, started_at=time.time(),
             log=str(log_path), temp_dir=temp_dir(node.cluster, node.name, worker_id),
         )
-        return proc.pid
+        return machine_id
 
     def _reap(self) -> None:
-        """Collect exited join processes (their daemons live on in the same group)."""
+        """Collect exited join processes (their daemons live on in the same machine)."""
         with self._mutex:
             self._children = [p for p in self._children if p.poll() is None]
 
@@ -187,7 +182,7 @@ def kill_node_hosts(cluster: str, node_name: str) -> int:
     with _locked(cluster):
         for path in sorted(hosts_dir(cluster).glob(f"{node_name}-w*.json")):
             record = procs.read_record(path)
-            if record and record.get("node") == node_name and procs.kill_group(record["pgid"]):
+            if record and record.get("node") == node_name and procs.kill(record.get("machine_id")):
                 killed += 1
             _forget(path, record)
     return killed
@@ -196,7 +191,7 @@ def kill_node_hosts(cluster: str, node_name: str) -> int:
 def kill_host(cluster: str, node_name: str, worker_id: int) -> bool:
     """SIGKILL one simulated host (fault injection); its record stays, marked dead by Ray."""
     record = procs.read_record(record_path(cluster, node_name, worker_id))
-    return bool(record) and procs.kill_group(record["pgid"])
+    return bool(record) and procs.kill(record.get("machine_id"))
 
 
 def kill_cluster_hosts(cluster: str) -> int:
@@ -205,7 +200,7 @@ def kill_cluster_hosts(cluster: str) -> int:
     with _locked(cluster):
         for path in sorted(hosts_dir(cluster).glob("*.json")):
             record = procs.read_record(path)
-            if record and procs.kill_group(record["pgid"]):
+            if record and procs.kill(record.get("machine_id")):
                 killed += 1
             _forget(path, record)
     return killed
@@ -226,19 +221,13 @@ def vanished_hosts(cluster: str) -> set[tuple[str, int]]:
     records = host_records(cluster)
     if not records:
         return set()
-    live_sessions = set()
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                live_sessions.add(os.getsid(proc.pid))
-        except (psutil.Error, ProcessLookupError):
-            continue
-    return {(r["node"], r["worker_id"]) for r in records if r["pgid"] not in live_sessions}
+    live = procs.machines()
+    return {(r["node"], r["worker_id"]) for r in records if r.get("machine_id") not in live}
 
 
 def host_pids(cluster: str) -> dict[tuple[str, int], list[int]]:
     """(node, worker) -> pids of that simulated host's processes (for benchmarks, tests)."""
     out: dict[tuple[str, int], list[int]] = {}
     for record in host_records(cluster):
-        out[(record["node"], record["worker_id"])] = [p.pid for p in procs.group_members(record["pgid"])]
+        out[(record["node"], record["worker_id"])] = [p.pid for p in procs.members(record.get("machine_id"))]
     return out
