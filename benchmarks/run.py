@@ -7,25 +7,41 @@ workloads/train_mlp.py data-parallel. Each round runs it twice, in alternating o
 once through `Cluster.run` (working dir shipped, agents launch the processes, output
 streamed and logged, progress polled), and once by hand: the same two processes with
 the same environment (`scheduler.launch_envs`) started directly with subprocess. The
-ratio of the medians (and the median of the per-round ratios) is printed.
+ratio of the medians (and the median of the per-round ratios) is printed, and where the
+time goes: start to the first step, time per step, and last step to the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def by_hand(steps: int, chips: int, hosts: int) -> float:
+@dataclass
+class Timing:
+    wall_s: float
+    to_first_step_s: float  # launch to the first step (start-up, distributed init, compile)
+    step_ms: float  # mean time per step after the first
+    after_last_step_s: float  # last step to the launcher noticing every process has exited
+
+
+def timing(start: float, end: float, steps: int, first_time: float, last_time: float) -> Timing:
+    return Timing(end - start, first_time - start, (last_time - first_time) / (steps - 1) * 1000, end - last_time)
+
+
+def by_hand(steps: int, chips: int, hosts: int) -> Timing:
     from podmanager.hosts.head import free_port
     from podmanager.scheduler import HostSlot, launch_envs
 
@@ -33,30 +49,37 @@ def by_hand(steps: int, chips: int, hosts: int) -> float:
     envs = launch_envs(slots, coordinator_port=free_port(), cluster="bench", run_id="by-hand", attempt=0,
                        checkpoint_dir=None, parallelism="data", simulated=True)
     argv = [sys.executable, "-u", "workloads/train_mlp.py", "--steps", str(steps)]
-    start = time.perf_counter()
-    procs = [subprocess.Popen(argv, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for env in envs]
+    # Progress goes to a file, as under podmanager (where the agent sets it), for the phases.
+    progress = Path(tempfile.mkdtemp(prefix="pm-bench-progress-")) / "progress.jsonl"
+    start = time.time()
+    procs = [subprocess.Popen(argv, cwd=REPO, env={**os.environ, **env, "PODMANAGER_PROGRESS_FILE": str(progress)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for env in envs]
     try:
         codes = [p.wait(timeout=600) for p in procs]
     finally:
         for p in procs:
             p.kill()
+    end = time.time()
     if any(codes):
         raise SystemExit(f"by-hand run failed: exit codes {codes}")
-    return time.perf_counter() - start
+    records = [json.loads(line) for line in progress.read_text().splitlines()]
+    shutil.rmtree(progress.parent)
+    times = {r["step"]: r["time"] for r in records if r["process_id"] == 0}
+    return timing(start, end, steps, times[1], times[steps])
 
 
-def through_podmanager(cluster, steps: int) -> float:
+def through_podmanager(cluster, steps: int) -> Timing:
     from podmanager.workload import Workload
 
     workload = Workload(entrypoint="workloads/train_mlp.py", args=["--steps", str(steps)], working_dir=str(REPO),
                         parallelism="data")
-    start = time.perf_counter()
+    start = time.time()
     result = cluster.run(workload)
-    elapsed = time.perf_counter() - start
+    end = time.time()
     if result.status != "succeeded":
         raise SystemExit(f"podmanager run failed: {result.message}")
-    return elapsed
+    attempt = result.attempt_log[-1]
+    return timing(start, end, steps, attempt.first_step_time, attempt.last_step_time)
 
 
 def main() -> None:
@@ -80,19 +103,29 @@ def main() -> None:
                     pm.append(through_podmanager(cluster, args.steps))
                 else:
                     hand.append(by_hand(args.steps, chips=4, hosts=2))
-            print(f"round {round_index}: podmanager {pm[-1]:.2f}s, by hand {hand[-1]:.2f}s", file=sys.stderr)
+            print(f"round {round_index}: podmanager {pm[-1].wall_s:.2f}s, by hand {hand[-1].wall_s:.2f}s",
+                  file=sys.stderr)
     finally:
         cluster.down()
-    ratios = [a / b for a, b in zip(pm, hand)]
+    report(pm, hand, args)
+
+
+def report(pm: list[Timing], hand: list[Timing], args: argparse.Namespace) -> None:
+    def median(runs: list[Timing], field: str) -> float:
+        return statistics.median(getattr(t, field) for t in runs)
+
+    ratios = [a.wall_s / b.wall_s for a, b in zip(pm, hand)]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"train_mlp.py --steps {args.steps} on 2 simulated hosts; {args.repeats} rounds, alternating order")
     print()
-    print("| launch | median wall time (s) | all runs (s) |")
-    print("|---|---:|---|")
-    print(f"| `podmanager run` | {statistics.median(pm):.2f} | {', '.join(f'{t:.2f}' for t in pm)} |")
-    print(f"| by hand, same env | {statistics.median(hand):.2f} | {', '.join(f'{t:.2f}' for t in hand)} |")
+    print("| launch | median wall time (s) | to first step (s) | per step (ms) | after last step (s) | all runs (s) |")
+    print("|---|---:|---:|---:|---:|---|")
+    for name, runs in (("`podmanager run`", pm), ("by hand, same env", hand)):
+        print(f"| {name} | {median(runs, 'wall_s'):.2f} | {median(runs, 'to_first_step_s'):.2f} | "
+              f"{median(runs, 'step_ms'):.1f} | {median(runs, 'after_last_step_s'):.2f} | "
+              f"{', '.join(f'{t.wall_s:.2f}' for t in runs)} |")
     print()
-    print(f"ratio of medians: {statistics.median(pm) / statistics.median(hand):.3f}; "
+    print(f"ratio of medians: {median(pm, 'wall_s') / median(hand, 'wall_s'):.3f}; "
           f"median of per-round ratios: {statistics.median(ratios):.3f}")
 
 
