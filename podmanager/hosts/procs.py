@@ -113,6 +113,9 @@ def kill(machine_id: str | None, *, grace_s: float = 0.0, wait_s: float = 5.0) -
     deadline = time.monotonic() + wait_s
     # Repeat: a process forked between the scan and the signal is caught by the next scan.
     while found and time.monotonic() < deadline:
+        # Freeze them all first, like a VM that is gone at once: otherwise a Ray agent that
+        # outlives its raylet by a moment tells every driver the raylet died unexpectedly.
+        _signal_all(found, signal.SIGSTOP)
         _signal_all(found, signal.SIGKILL)
         psutil.wait_procs(found, timeout=0.05)
         found = members(machine_id)
