@@ -31,10 +31,11 @@ MACHINE = textwrap.dedent(
 
 def launch(tmp_path: Path, name: str):
     ready = tmp_path / f"{name}.pids"
-    proc, machine_id = procs.launch([sys.executable, "-c", MACHINE, str(ready)], dict(os.environ), tmp_path / f"{name}.log")
+    log = tmp_path / f"{name}.log"
+    proc, machine_id = procs.launch([sys.executable, "-c", MACHINE, str(ready)], dict(os.environ), log)
     deadline = time.monotonic() + 30
     while not ready.exists() or len(procs.members(machine_id)) < 3:
-        assert time.monotonic() < deadline, f"machine {name} did not start: {(tmp_path / f'{name}.log').read_text()}"
+        assert time.monotonic() < deadline, f"machine {name} did not start: {log.read_text()}"
         time.sleep(0.05)
     return proc, machine_id, [int(p) for p in ready.read_text().split()]
 

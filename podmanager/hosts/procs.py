@@ -104,7 +104,7 @@ def alive(machine_id: str | None) -> bool:
 
 def kill(machine_id: str | None, *, grace_s: float = 0.0, wait_s: float = 5.0) -> bool:
     """SIGTERM (if `grace_s`), then SIGKILL every process of the machine; True if any existed."""
-    found = members(machine_id) if machine_id else []
+    found = members(machine_id)
     if not found:
         return False
     if grace_s > 0:

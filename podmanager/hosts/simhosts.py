@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-
 from podmanager import paths
 from podmanager.catalog import lookup
 from podmanager.cloud.base import DEAD_STATES, Node, NodeState
@@ -117,7 +116,7 @@ class SimHostBooter:
         elif after.state is NodeState.READY and (before is None or before.state is not NodeState.READY):
             self.boot(after)
 
-    def boot(self, node: Node) -> list[int]:
+    def boot(self, node: Node) -> list[str]:
         """Launch the hosts of `node` that are not running yet; returns their machine ids."""
         head = node.metadata.get(HEAD_METADATA_KEY)
         cluster = node.cluster
@@ -158,8 +157,8 @@ class SimHostBooter:
         with self._mutex:
             self._children.append(proc)
         procs.write_record(
-            path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id, started_at=time.time(),
-            log=str(log_path), temp_dir=temp_dir(node.cluster, node.name, worker_id),
+            path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id,
+            started_at=time.time(), log=str(log_path), temp_dir=temp_dir(node.cluster, node.name, worker_id),
         )
         return machine_id
 
