@@ -1,0 +1,82 @@
+"""What a JAX program launched by podmanager imports: ``from podmanager import runtime``.
+
+The scheduler starts one process per TPU host and gives each a fresh
+environment (see ``LaunchEnv``). A program built on this module does::
+
+    runtime.install_preemption_handler()      # SIGTERM -> a flag
+    runtime.initialize()                      # before any other JAX call
+    mesh = runtime.mesh("data=2,model=4")     # axes ("data", "model")
+    ckpt = runtime.Checkpointer(every_n_steps=50)
+    restored = ckpt.restore_latest(state)     # None on a fresh start
+    for step in ...:
+        ...
+        runtime.report_progress(step, loss=loss)
+        ckpt.save(step, state)                # every_n_steps decides
+        if runtime.preemption_requested_anywhere():
+            ckpt.save(step, state, force=True)
+            ckpt.close()
+            sys.exit(runtime.EXIT_PREEMPTED)
+
+Exit codes (what the supervisor reads from a workload process):
+
+* ``0`` (``EXIT_OK``): finished all its steps.
+* ``75`` (``EXIT_PREEMPTED``, BSD ``EX_TEMPFAIL``): stopped early at a step
+  boundary because a preemption notice (SIGTERM) arrived, after writing a
+  checkpoint if checkpointing is on. Relaunching resumes it. 75 is chosen on
+  purpose instead of 143 (128 + SIGTERM): 143 is also what a shell reports for
+  a process *killed* by SIGTERM before it could checkpoint, and the
+  supervisor must be able to tell the two apart.
+* ``134`` (SIGABRT, not ours): JAX aborted the process, typically because a
+  peer died and the coordination-service heartbeat gave up.
+* anything else: the program failed.
+
+Environment read here (set by the scheduler): ``JAX_COORDINATOR_ADDRESS``,
+``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, ``MEGASCALE_NUM_SLICES``,
+``MEGASCALE_SLICE_ID``, ``PODMANAGER_CLUSTER``, ``PODMANAGER_SLICE``,
+``PODMANAGER_CHECKPOINT_DIR``, ``PODMANAGER_PROGRESS_FILE``; optional knobs
+``PODMANAGER_INIT_TIMEOUT`` and ``PODMANAGER_HEARTBEAT_TIMEOUT`` (seconds).
+The other ``TPU_*``/``MEGASCALE_*`` variables are read by JAX/libtpu itself.
+
+Progress file: one JSON object per line, ``{"step", "time", "process_id",
+<metrics as floats>}``, appended by every process (non-finite floats are
+written as ``NaN``/``Infinity``, which Python's ``json`` reads back).
+"""
+
+from __future__ import annotations
+
+import os
+
+from podmanager.runtime import preemption, progress
+from podmanager.runtime.checkpoints import Checkpointer
+from podmanager.runtime.launch import (
+    DEFAULT_INIT_TIMEOUT_S,
+    LaunchEnv,
+    initialize,
+    launch_env,
+)
+from podmanager.runtime.mesh import MESH_AXES, device_grid, mesh, parse_parallelism
+from podmanager.runtime.preemption import (
+    install_preemption_handler,
+    preemption_requested,
+    preemption_requested_anywhere,
+    request_preemption,
+)
+from podmanager.runtime.progress import report_progress
+
+EXIT_OK = 0
+EXIT_PREEMPTED = 75
+
+__all__ = [
+    "DEFAULT_INIT_TIMEOUT_S", "EXIT_OK", "EXIT_PREEMPTED", "MESH_AXES", "Checkpointer", "LaunchEnv",
+    "device_grid", "initialize", "install_preemption_handler", "launch_env", "mesh", "parse_parallelism",
+    "preemption_requested", "preemption_requested_anywhere", "report_progress", "request_preemption",
+]
+
+
+def _reset_for_tests() -> None:
+    """Clear the preemption flag and close progress files (tests only)."""
+    preemption._preempted.clear()
+    with progress._progress_lock:
+        for fd in progress._progress_fds.values():
+            os.close(fd)
+        progress._progress_fds.clear()

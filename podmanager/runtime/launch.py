@@ -1,0 +1,110 @@
+"""The distributed environment the scheduler gives each process, and joining the JAX job."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Mapping
+
+from podmanager.runtime import preemption
+
+#: Seconds ``initialize`` waits for all peers to join before it fails.
+DEFAULT_INIT_TIMEOUT_S = 120
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchEnv:
+    """The distributed environment the scheduler sets for one process."""
+
+    coordinator_address: str | None
+    num_processes: int
+    process_id: int
+    num_slices: int = 1
+    slice_id: int = 0
+    cluster: str | None = None
+    checkpoint_dir: str | None = None
+    progress_file: str | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.num_processes > 1
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+def launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
+    """Parse the scheduler's environment (``os.environ`` by default). Pure."""
+    env = os.environ if env is None else env
+    num = _int_env(env, "JAX_NUM_PROCESSES", 1)
+    pid = _int_env(env, "JAX_PROCESS_ID", 0)
+    coord = env.get("JAX_COORDINATOR_ADDRESS") or None
+    if num < 1:
+        raise ValueError(f"JAX_NUM_PROCESSES={num} must be >= 1")
+    if not 0 <= pid < num:
+        raise ValueError(f"JAX_PROCESS_ID={pid} is outside [0, {num})")
+    if num > 1 and coord is None:
+        raise ValueError(f"JAX_NUM_PROCESSES={num} but JAX_COORDINATOR_ADDRESS is not set")
+    return LaunchEnv(
+        coordinator_address=coord,
+        num_processes=num,
+        process_id=pid,
+        num_slices=_int_env(env, "MEGASCALE_NUM_SLICES", 1),
+        slice_id=_int_env(env, "MEGASCALE_SLICE_ID", _int_env(env, "PODMANAGER_SLICE", 0)),
+        cluster=env.get("PODMANAGER_CLUSTER") or None,
+        checkpoint_dir=env.get("PODMANAGER_CHECKPOINT_DIR") or None,
+        progress_file=env.get("PODMANAGER_PROGRESS_FILE") or None,
+    )
+
+
+_initialized = False
+_init_lock = threading.Lock()
+
+
+def initialize(timeout_s: int | None = None) -> LaunchEnv:
+    """Join the global JAX job described by the environment. Idempotent.
+
+    Calls ``jax.distributed.initialize(coordinator, num_processes, process_id)``
+    when ``JAX_NUM_PROCESSES > 1``; with one process (or no environment at all)
+    it does nothing. Must run before any other JAX call. A peer or
+    coordinator that never shows up makes JAX abort the process (SIGABRT,
+    exit 134, "DEADLINE_EXCEEDED" on stderr) after ``timeout_s`` (default
+    ``PODMANAGER_INIT_TIMEOUT`` or 120 s) instead of hanging forever. On CPU,
+    JAX's default cross-process collectives (gloo) are used; nothing to set.
+    ``PODMANAGER_HEARTBEAT_TIMEOUT`` (seconds), when set, shortens how long
+    survivors wait before JAX aborts them after a peer died (JAX default 100).
+    """
+    global _initialized
+    le = launch_env()
+    with _init_lock:
+        if _initialized or not le.distributed:
+            _initialized = True
+            return le
+        import jax
+
+        if not jax.distributed.is_initialized():
+            if timeout_s is None:
+                timeout_s = _int_env(os.environ, "PODMANAGER_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT_S)
+            extra = {}
+            heartbeat = _int_env(os.environ, "PODMANAGER_HEARTBEAT_TIMEOUT", 0)
+            if heartbeat > 0:
+                extra["heartbeat_timeout_seconds"] = heartbeat
+            jax.distributed.initialize(
+                coordinator_address=le.coordinator_address,
+                num_processes=le.num_processes,
+                process_id=le.process_id,
+                initialization_timeout=int(timeout_s),
+                **extra,
+            )
+        _initialized = True
+        # JAX's own preemption notifier may have replaced our SIGTERM handler.
+        preemption.reinstall_handler()
+        return le

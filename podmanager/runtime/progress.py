@@ -1,0 +1,54 @@
+"""``report_progress``: one JSON line per step for the scheduler and the health monitor."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from podmanager.runtime.launch import launch_env
+
+_progress_fds: dict[str, int] = {}
+_progress_lock = threading.Lock()
+
+
+def _process_index() -> int:
+    """jax.process_index() once JAX is distributed, else the id from the environment."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.distributed.is_initialized():
+        return int(jax.process_index())
+    return launch_env().process_id
+
+
+def report_progress(step: int, **metrics: Any) -> None:
+    """Append ``{"step", "time", "process_id", **metrics}`` to PODMANAGER_PROGRESS_FILE.
+
+    No-op when the variable is unset. Each line is written with one
+    ``write(2)`` on an ``O_APPEND`` descriptor, so lines from several
+    processes sharing the file do not interleave, and nothing is buffered.
+    Metric values are converted with ``float()`` (a JAX scalar is fetched).
+    """
+    path = os.environ.get("PODMANAGER_PROGRESS_FILE")
+    if not path:
+        return
+    record: dict[str, Any] = {
+        "step": int(step),
+        "time": time.time(),
+        "process_id": _process_index(),
+    }
+    for k, v in metrics.items():
+        record[k] = float(v)
+    line = (json.dumps(record) + "\n").encode()
+    with _progress_lock:
+        fd = _progress_fds.get(path)
+        if fd is None:
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            _progress_fds[path] = fd
+        os.write(fd, line)
