@@ -40,8 +40,9 @@ def launch(tmp_path: Path, name: str):
     return proc, machine_id, [int(p) for p in ready.read_text().split()]
 
 
-def live(proc: psutil.Process) -> bool:
+def live(proc: psutil.Process | int) -> bool:
     try:
+        proc = psutil.Process(proc) if isinstance(proc, int) else proc
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
@@ -87,6 +88,28 @@ def test_kill_takes_one_machine_and_leaves_the_other(machines):
     assert not any(live(p) for p in members_a)
     assert len(procs.members(machine_b)) == 3 and procs.alive(machine_b)
     assert procs.kill(machine_a) is False  # nothing left to kill
+
+
+def test_a_process_that_kills_its_own_machine_takes_everything_with_it(tmp_path):
+    """E.g. a program on a simulated host that preempts its own slice: nothing is left frozen."""
+    pids = tmp_path / "pids"
+    code = textwrap.dedent(
+        f"""
+        import os, subprocess, sys, time
+        from podmanager.hosts import procs
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        open({str(pids)!r}, "w").write(str(child.pid))
+        procs.kill(os.environ[procs.MACHINE_ENV])
+        time.sleep(120)
+        """
+    )
+    proc, machine_id = procs.launch([sys.executable, "-c", code], dict(os.environ), tmp_path / "log")
+    try:
+        assert proc.wait(60) == -9, (tmp_path / "log").read_text()
+        assert not live(int(pids.read_text()))
+        assert procs.members(machine_id) == []
+    finally:
+        procs.kill(machine_id)
 
 
 def test_unknown_or_missing_machine_ids_are_not_alive():

@@ -103,10 +103,17 @@ def alive(machine_id: str | None) -> bool:
 
 
 def kill(machine_id: str | None, *, grace_s: float = 0.0, wait_s: float = 5.0) -> bool:
-    """SIGTERM (if `grace_s`), then SIGKILL every process of the machine; True if any existed."""
+    """SIGTERM (if `grace_s`), then SIGKILL every process of the machine; True if any existed.
+
+    A caller that is itself part of the machine (a program on a simulated host that
+    preempts its own slice) goes last, like everything else on a VM that vanishes.
+    """
     found = members(machine_id)
     if not found:
         return False
+    me = os.getpid()
+    inside = any(proc.pid == me for proc in found)
+    found = [proc for proc in found if proc.pid != me]
     if grace_s > 0:
         _signal_all(found, signal.SIGTERM)
         psutil.wait_procs(found, timeout=grace_s)
@@ -118,7 +125,9 @@ def kill(machine_id: str | None, *, grace_s: float = 0.0, wait_s: float = 5.0) -
         _signal_all(found, signal.SIGSTOP)
         _signal_all(found, signal.SIGKILL)
         psutil.wait_procs(found, timeout=0.05)
-        found = members(machine_id)
+        found = [proc for proc in members(machine_id) if proc.pid != me]
+    if inside:
+        os.kill(me, signal.SIGKILL)
     return True
 
 
