@@ -15,7 +15,7 @@ import pytest
 from podmanager.hosts import procs
 
 # Starts a child with an empty environment (as if it had overwritten its own, the way
-# setproctitle can), which starts a grandchild; writes the three pids, then waits.
+# setproctitle can), which starts a grandchild; writes its own pid and the child's, then waits.
 MACHINE = textwrap.dedent(
     """
     import os, subprocess, sys, time
