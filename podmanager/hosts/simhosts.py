@@ -129,10 +129,11 @@ class SimHostBooter:
         accelerator = lookup(node.accelerator_type)
         started: list[str] = []
         with _locked(cluster):
+            live = procs.machines()  # one scan of the process table for all hosts of the node
             for worker_id in range(accelerator.hosts):
                 path = record_path(cluster, node.name, worker_id)
                 record = procs.read_record(path)
-                if record is not None and procs.alive(record.get("machine_id")):
+                if record is not None and record.get("machine_id") in live:
                     continue
                 started.append(self._spawn(node, worker_id, head, token, accelerator.chips_per_host, path))
         return started
