@@ -25,10 +25,10 @@ SHAPES = {1: "v4-8", 2: "v4-16", 4: "v4-32", 8: "v4-64"}
 
 
 def host_pss_mib(cluster: str) -> list[float]:
-    from podmanager.hosts import simhosts
+    from podmanager.hosts.sim import vms
 
     out = []
-    for pids in simhosts.host_pids(cluster).values():
+    for pids in vms.host_pids(cluster).values():
         total = 0
         for pid in pids:
             try:
@@ -53,18 +53,19 @@ def head_pss_mib(cluster: str) -> float:
 
 
 def run(hosts: int) -> dict:
-    from podmanager.clock import FakeClock
     from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
-    from podmanager.cloud.sim import SimCloud
-    from podmanager.hosts import HostController, simhosts
-    from podmanager.spec import parse_spec
+    from podmanager.cloud.sim.cloud import SimCloud
+    from podmanager.core.clock import FakeClock
+    from podmanager.core.spec import parse_spec
+    from podmanager.hosts import HostController
+    from podmanager.hosts.sim import vms
 
     cluster = f"bench{hosts}"
     accelerator = SHAPES[hosts]
     spec = parse_spec({"name": cluster, "backend": "simulated", "slices": [{"accelerator": accelerator}]})
-    controller = HostController(spec)
+    controller = HostController(spec, vms.SimulatedMachines())
     clock = FakeClock()
-    cloud = SimCloud(clock=clock, listeners=[simhosts.SimHostBooter()])
+    cloud = SimCloud(clock=clock, listeners=[vms.SimHostBooter()])
     try:
         started = time.monotonic()
         address = controller.start_head()

@@ -50,10 +50,10 @@ class Preempter:
         threading.Timer(self.every, self._fire, args=(attempt % 2,)).start()
 
     def _fire(self, slice_index: int) -> None:
-        from podmanager import simulate
+        from podmanager.api import simulation
 
         self.times.append(time.time())
-        simulate.preempt(self.cluster, slice_index)
+        simulation.preempt(self.cluster, slice_index)
 
 
 def main() -> None:
@@ -64,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["PODMANAGER_HOME"] = tempfile.mkdtemp(prefix="pm-bench-recovery-")
     from podmanager.api import Cluster
-    from podmanager.workload import Workload
+    from podmanager.core.workload import Workload
 
     cluster = Cluster.from_dict({
         "name": "bench", "backend": "simulated",

@@ -43,7 +43,7 @@ def timing(start: float, end: float, steps: int, first_time: float, last_time: f
 
 def by_hand(steps: int, chips: int, hosts: int) -> Timing:
     from podmanager.hosts.head import free_port
-    from podmanager.scheduler import HostSlot, launch_envs
+    from podmanager.running.launch import HostSlot, launch_envs
 
     slots = [HostSlot(0, w, "bench-s0", "127.0.0.1", chips, "v4-16") for w in range(hosts)]
     envs = launch_envs(slots, coordinator_port=free_port(), cluster="bench", run_id="by-hand", attempt=0,
@@ -69,7 +69,7 @@ def by_hand(steps: int, chips: int, hosts: int) -> Timing:
 
 
 def through_podmanager(cluster, steps: int) -> Timing:
-    from podmanager.workload import Workload
+    from podmanager.core.workload import Workload
 
     workload = Workload(entrypoint="workloads/train_mlp.py", args=["--steps", str(steps)], working_dir=str(REPO),
                         parallelism="data")

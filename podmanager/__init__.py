@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from podmanager.core.version import __version__  # noqa: F401  (the documented place to read it)
+
 __all__ = ["Cluster", "ClusterStatus", "Workload"]
 
 
@@ -18,7 +19,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "Workload":
-        from podmanager.workload import Workload
+        from podmanager.core.workload import Workload
 
         return Workload
     raise AttributeError(name)

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Iterator
 import psutil
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeRequest
-from podmanager.cloud.sim import SimCloud
-from podmanager.hosts import head, procs, simhosts
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.hosts import head, procs
+from podmanager.hosts.sim import vms
 
 if TYPE_CHECKING:
     from podmanager.api import Cluster
@@ -45,7 +46,7 @@ def ray_like() -> set[int]:
 
 def cluster_machines(cluster: str) -> set[str]:
     """Machine ids of the head and the simulated hosts podmanager recorded for `cluster`."""
-    machines = {r["machine_id"] for r in simhosts.host_records(cluster)}
+    machines = {r["machine_id"] for r in vms.host_records(cluster)}
     state = head.load_state(cluster)
     if state is not None and state.machine_id:
         machines.add(state.machine_id)
@@ -96,7 +97,7 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
     """A dry-run cluster brought up in `home` for a whole test module, and torn down after it;
     asserts that `down` leaves no process of the cluster and no node in the simulator."""
     from podmanager.api import Cluster
-    from podmanager.cloud.factory import simulated_cloud
+    from podmanager.api.backends import simulated_cloud
 
     saved = os.environ.get("PODMANAGER_HOME")
     os.environ["PODMANAGER_HOME"] = str(home)

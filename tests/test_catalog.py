@@ -1,6 +1,6 @@
 import pytest
 
-from podmanager.catalog import CATALOG, all_accelerators, lookup, suggest
+from podmanager.core.catalog import CATALOG, all_accelerators, lookup, suggest
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from podmanager.api.backends import simulated_cloud
 from podmanager.cli import app
-from podmanager.cloud.factory import simulated_cloud
 
 runner = CliRunner()
 

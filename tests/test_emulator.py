@@ -10,14 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from podmanager.clock import FakeClock
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState
-from podmanager.cloud.gcp import GcpCloud
-from podmanager.cloud.sim import SimCloud
-from podmanager.cloud.sim_control import EmulatorControl, apply_fault
-from podmanager.cloud.sim_server import TpuEmulator, serve
-from podmanager.spec import Capacity
+from podmanager.cloud.gcp.client import GcpCloud
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.control import EmulatorControl, apply_fault
+from podmanager.cloud.sim.server import TpuEmulator, serve
+from podmanager.core.clock import FakeClock
+from podmanager.core.spec import Capacity
 
 REQUEST = NodeRequest("v4-8", "tpu-ubuntu2204-base", Capacity.SPOT, labels={"podmanager-cluster": "demo"})
 
@@ -66,7 +66,7 @@ def test_serve_returns_a_running_server_and_its_port() -> None:
 def test_faults_set_from_another_process(served: tuple[SimCloud, TpuEmulator, str]) -> None:
     sim, _, address = served
     subprocess.run(
-        [sys.executable, "-m", "podmanager.cloud.sim_control", "inject", address, "quota:TPUV4PodPerZone", "capacity:zone-a"],
+        [sys.executable, "-m", "podmanager.cloud.sim.control", "inject", address, "quota:TPUV4PodPerZone", "capacity:zone-a"],
         check=True, timeout=60,
     )
     with GcpCloud("p", emulator_host=address, clock=sim.clock, poll_interval_s=1.0) as cloud:
@@ -76,7 +76,7 @@ def test_faults_set_from_another_process(served: tuple[SimCloud, TpuEmulator, st
         assert isinstance(failed.error, errors.CapacityError)
         assert cloud.wait(cloud.create_node("zone-b", "demo-s0", REQUEST), timeout_s=60).error is None
     listed = subprocess.run(
-        [sys.executable, "-m", "podmanager.cloud.sim_control", "nodes", address],
+        [sys.executable, "-m", "podmanager.cloud.sim.control", "nodes", address],
         check=True, timeout=60, capture_output=True, text=True,
     )
     (node,) = json.loads(listed.stdout)
@@ -97,11 +97,17 @@ def test_control_client_preempts_and_reads_the_request_log(served: tuple[SimClou
             control.call("format_disk")
 
 
-def test_emulator_command_serves_until_interrupted() -> None:
+def ignoring_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a non-interactive shell starts background jobs
+
+
+@pytest.mark.parametrize("stop_with, start_with", [(signal.SIGINT, None), (signal.SIGINT, ignoring_sigint),
+                                                   (signal.SIGTERM, None)])
+def test_emulator_command_serves_until_interrupted(stop_with, start_with) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "podmanager", "emulator", "--port", "0", "--create-latency-s", "0.01",
          "--fault", "capacity:zone-a"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=start_with,
     )
     try:
         address = None
@@ -115,7 +121,7 @@ def test_emulator_command_serves_until_interrupted() -> None:
             assert isinstance(cloud.wait(cloud.create_node("zone-a", "s0", REQUEST), timeout_s=30).error, errors.CapacityError)
             assert cloud.wait(cloud.create_node("zone-b", "s0", REQUEST), timeout_s=30).error is None
             assert cloud.get_node("zone-b", "s0").state is NodeState.READY
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop_with)
         assert process.wait(timeout=20) == 0
     finally:
         if process.poll() is None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from podmanager.clock import FakeClock, RealClock
 from podmanager.cloud import errors
 from podmanager.cloud.base import (
     CLUSTER_LABEL,
@@ -21,11 +20,12 @@ from podmanager.cloud.base import (
     NodeState,
     QueuedResourceState,
 )
-from podmanager.cloud.gcp import GcpCloud
-from podmanager.cloud.sim import SimCloud
-from podmanager.cloud.sim_server import TpuEmulator
-from podmanager.errors import TimeoutExceededError
-from podmanager.spec import Capacity
+from podmanager.cloud.gcp.client import GcpCloud
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.server import TpuEmulator
+from podmanager.core.clock import FakeClock, RealClock
+from podmanager.core.errors import TimeoutExceededError
+from podmanager.core.spec import Capacity
 
 ZONE = "us-central2-b"
 LABELS = {CLUSTER_LABEL: "demo", SLICE_LABEL: "0"}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from podmanager.cloud import gcp
 from podmanager.cloud.errors import AuthenticationError
-from podmanager.cloud.gcp import GcpCloud, check_credentials
+from podmanager.cloud.gcp import client as gcp
+from podmanager.cloud.gcp.client import GcpCloud, check_credentials
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from google.api_core import exceptions as google_exceptions
 from google.rpc import code_pb2, error_details_pb2
 
 from podmanager.cloud import errors
-from podmanager.cloud.gcp_errors import map_call_error, map_google_error
+from podmanager.cloud.gcp.errors import map_call_error, map_google_error
 
 
 def quota_failure(description: str, quota_id: str = "", subject: str = "") -> error_details_pb2.QuotaFailure:

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from podmanager.clock import FakeClock
 from podmanager.cloud.base import NodeState
-from podmanager.cloud.gcp import GcpCloud
-from podmanager.cloud.sim import SimCloud
-from podmanager.cloud.sim_server import TpuEmulator
-from podmanager.provision import Provisioner
-from podmanager.reconcile import desired_slices
-from podmanager.spec import Capacity, parse_spec
+from podmanager.cloud.gcp.client import GcpCloud
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.server import TpuEmulator
+from podmanager.core.clock import FakeClock
+from podmanager.core.spec import Capacity, parse_spec
+from podmanager.provisioning.loop import Provisioner
+from podmanager.provisioning.plan import desired_slices
 
 ZONES = ["zone-a", "zone-b"]
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from podmanager.cloud.startup import (
+from podmanager.cloud.gcp.startup import (
     STARTUP_SCRIPT_KEY,
     render_startup_script,
     startup_metadata,
     template_text,
 )
-from podmanager.errors import SpecError
+from podmanager.core.errors import SpecError
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "s3cret-ray-token-value"

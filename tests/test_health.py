@@ -3,13 +3,14 @@
 import signal
 from dataclasses import dataclass, field
 
-from podmanager.clock import FakeClock
 from podmanager.cloud.base import NodeRequest, NodeState
-from podmanager.cloud.sim import SimCloud
-from podmanager.gang import HostState
-from podmanager.health import HealthMonitor, SliceRef
-from podmanager.scheduler import HostSlot
-from podmanager.spec import Capacity
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.clock import FakeClock
+from podmanager.core.records import HostSlot, SliceRef
+from podmanager.core.spec import Capacity
+from podmanager.running.gang import HostState
+from podmanager.supervision.classify import classify
+from podmanager.supervision.health import HealthMonitor
 
 
 @dataclass
@@ -19,16 +20,20 @@ class FakeGang:
     hosts: list = field(default_factory=lambda: [HostState(HostSlot(i, 0, f"c-s{i}", "127.0.0.1", 4, "v4-8"))
                                                  for i in range(2)])
     signals: list = field(default_factory=list)
+    sim: object = None  # what the hosts' metadata servers would say
 
     def signal(self, signum):
         self.signals.append(signum)
+
+    def any_notice(self, index):
+        return self.sim.notice_announced("z", f"c-s{index}")
 
 
 def setup(clock, hang_timeout_s=10.0):
     sim = SimCloud(clock=clock, create_latency_s=0.0)
     for i in range(2):
         sim.create_node("z", f"c-s{i}", NodeRequest("v4-8", "rt", Capacity.SPOT))
-    gang = FakeGang()
+    gang = FakeGang(sim=sim)
     events = []
     monitor = HealthMonitor(sim, [SliceRef(0, "z", "c-s0"), SliceRef(1, "z", "c-s1")], gang, interval_s=1.0,
                             hang_timeout_s=hang_timeout_s, clock=clock,
@@ -80,3 +85,38 @@ def test_no_progress_counts_as_a_hang_only_after_the_first_step():
     clock.advance(10.5)
     reason = monitor.check()
     assert reason is not None and "no step after 2" in reason and monitor.hung
+
+
+def test_two_slices_preempted_together_are_one_incident_naming_both():
+    clock = FakeClock()
+    sim, gang, monitor, _ = setup(clock)
+    assert monitor.check() is None
+    sim.preempt("z", "c-s0")
+    sim.preempt("z", "c-s1")
+    clock.advance(1)
+    assert monitor.check() == "slice 0 (c-s0) is PREEMPTED; slice 1 (c-s1) is PREEMPTED"
+    assert classify(monitor.observation()).slices == {0, 1}  # both replaced in one reconcile pass
+
+
+def test_the_hosts_are_asked_for_notices_only_when_the_cloud_cannot_tell():
+    clock = FakeClock()
+    sim, gang, monitor, _ = setup(clock)
+    asked = []
+    gang.any_notice = lambda index: asked.append(index) or index == 1
+
+    class Knows:  # a cloud whose API says whether a notice is out
+        def __init__(self, inner):
+            self.inner = inner
+
+        def list_nodes(self, zone):
+            return self.inner.list_nodes(zone)
+
+        def preemption_notice(self, zone, node_id):
+            return False
+
+    monitor.cloud = Knows(sim)
+    assert monitor.check() is None and asked == []
+    monitor.cloud = sim  # like Google's API, the simulator leaves notices to the VMs' metadata
+    clock.advance(1)
+    assert monitor.check() is None
+    assert asked == [0, 1] and monitor.notices == {1} and gang.signals == [signal.SIGTERM]

@@ -12,9 +12,9 @@ import zipfile
 import psutil
 import pytest
 
-from podmanager.host_runs import HostRuns
+from podmanager.core.workload import Workload
 from podmanager.hosts.procs import MACHINE_ENV
-from podmanager.workload import Workload
+from podmanager.hosts.runs import HostRuns
 
 
 def wait_exit(runs, run_id, timeout=30):
@@ -99,8 +99,8 @@ def test_the_program_does_not_inherit_the_agents_niceness(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys
         os.nice(15)
-        from podmanager.host_runs import HostRuns
-        from podmanager.workload import Workload
+        from podmanager.hosts.runs import HostRuns
+        from podmanager.core.workload import Workload
         runs = HostRuns(__import__("pathlib").Path({str(tmp_path)!r}))
         code = "import os; print(os.nice(0))"
         runs.start("r", Workload(command=[sys.executable, "-c", code], working_dir=None).model_dump_json(), {{}}, None)

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
 
-from podmanager.hosts import HostController, head, simhosts
-from podmanager.spec import parse_spec
+from podmanager.core.spec import parse_spec
+from podmanager.hosts import HostController, head
+from podmanager.hosts.sim import vms
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 SPEC = {"name": "crashed", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
 
@@ -23,17 +24,18 @@ CRASHING_UP = textwrap.dedent(
     """
     import os, sys
     sys.path.insert(0, {tests!r})
-    from podmanager.clock import FakeClock
-    from podmanager.cloud.sim import SimCloud
-    from podmanager.hosts import HostController, simhosts
-    from podmanager.spec import parse_spec
+    from podmanager.core.clock import FakeClock
+    from podmanager.cloud.sim.cloud import SimCloud
+    from podmanager.hosts import HostController
+    from podmanager.hosts.sim import vms
+    from podmanager.core.spec import parse_spec
     from ray_fixtures import create_ready_nodes
 
     spec = parse_spec({spec!r})
-    controller = HostController(spec)
+    controller = HostController(spec, vms.SimulatedMachines())
     controller.start_head()
     clock = FakeClock()
-    cloud = SimCloud(clock=clock, listeners=[simhosts.SimHostBooter()])
+    cloud = SimCloud(clock=clock, listeners=[vms.SimHostBooter()])
     nodes = create_ready_nodes(cloud, clock, spec.name, ["v4-8"], controller.node_metadata())
     controller.wait_for_hosts(nodes, timeout_s=120)
     print("UP", flush=True)
@@ -46,7 +48,7 @@ def test_stop_after_a_crashed_up_leaves_nothing(podmanager_home):
     before = ray_like()
     script = CRASHING_UP.format(tests=str(Path(__file__).parent), spec=SPEC)
     machines: set[str] = set()
-    controller = HostController(parse_spec(SPEC))
+    controller = HostController(parse_spec(SPEC), vms.SimulatedMachines())
     try:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
                               env={**os.environ, "PODMANAGER_HOME": str(podmanager_home)})
@@ -61,5 +63,5 @@ def test_stop_after_a_crashed_up_leaves_nothing(podmanager_home):
         controller.stop()
         left = wait_no_leftovers(machines, before)
     assert not left, f"Ray processes left after stop(): {left}"
-    assert simhosts.host_records("crashed") == [] and head.load_state("crashed") is None
+    assert vms.host_records("crashed") == [] and head.load_state("crashed") is None
     controller.stop()  # idempotent

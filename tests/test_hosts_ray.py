@@ -21,15 +21,16 @@ from ray_fixtures import (
     wait_no_leftovers,
 )
 
-from podmanager.clock import FakeClock
 from podmanager.cloud.base import NodeRequest, NodeState
-from podmanager.cloud.sim import SimCloud
-from podmanager.hosts import HostController, auth, fleet, head, simhosts
-from podmanager.spec import parse_spec
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.clock import FakeClock
+from podmanager.core.spec import parse_spec
+from podmanager.hosts import HostController, auth, fleet, head
+from podmanager.hosts.sim import vms
 
 CLUSTER = "hosttest"
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +42,9 @@ def env(tmp_path_factory):
     spec = parse_spec(
         {"name": CLUSTER, "backend": "simulated", "slices": [{"accelerator": "v4-16"}, {"accelerator": "v4-8"}]}
     )
-    controller = HostController(spec)
+    controller = HostController(spec, vms.SimulatedMachines())
     clock = FakeClock()
-    cloud = SimCloud(clock=clock, create_latency_s=0.5, delete_latency_s=0.1, listeners=[simhosts.SimHostBooter()])
+    cloud = SimCloud(clock=clock, create_latency_s=0.5, delete_latency_s=0.1, listeners=[vms.SimHostBooter()])
     machines: set[str] = set()
     try:
         controller.start_head()
@@ -106,8 +107,8 @@ def test_probe_reports_host_facts(env):
 def test_start_head_is_idempotent_and_hosts_are_not_booted_twice(env):
     controller = env["controller"]
     before = cluster_machines(CLUSTER)
-    assert HostController(env["spec"]).start_head() == controller.start_head()
-    booter = simhosts.SimHostBooter()
+    assert HostController(env["spec"], vms.SimulatedMachines()).start_head() == controller.start_head()
+    booter = vms.SimHostBooter()
     assert booter.boot(env["nodes"][0]) == []
     assert cluster_machines(CLUSTER) == before
     assert len(controller.hosts()) == 3
@@ -120,7 +121,7 @@ def test_token_is_private_and_never_leaks(env):
     assert len(token) == 64
     assert all(token not in v for n in env["nodes"] for v in n.metadata.values())
     logs = list((env["home"] / "clusters" / CLUSTER).rglob("*.log"))
-    ray_dirs = [head.load_state(CLUSTER).temp_dir] + [r["temp_dir"] for r in simhosts.host_records(CLUSTER)]
+    ray_dirs = [head.load_state(CLUSTER).temp_dir] + [r["temp_dir"] for r in vms.host_records(CLUSTER)]
     ray_logs = [p for d in ray_dirs for p in Path(d).glob("session_*/logs/*") if p.is_file()]
     assert logs and len(ray_logs) > 10
     assert all(token not in p.read_text(errors="replace") for p in logs + ray_logs)
@@ -159,7 +160,7 @@ def test_killed_host_is_seen_dead_within_3s(env):
     assert controller.dead_hosts() == []
     node = env["nodes"][1]  # the v4-8
     ray_node_id = next(h.ray_node_id for h in env["infos"] if h.node_name == node.name)
-    assert simhosts.kill_host(CLUSTER, node.name, 0)
+    assert vms.kill_host(CLUSTER, node.name, 0)
     killed = time.monotonic()
     seen_dead = ray_dead = None
     while time.monotonic() - killed < 10 and ray_dead is None:
@@ -181,11 +182,11 @@ def test_killed_host_is_seen_dead_within_3s(env):
 def test_preempted_slice_loses_its_hosts(env):
     cloud, controller = env["cloud"], env["controller"]
     node = env["nodes"][0]
-    machines = {r["machine_id"] for r in simhosts.host_records(CLUSTER) if r["node"] == node.name}
+    machines = {r["machine_id"] for r in vms.host_records(CLUSTER) if r["node"] == node.name}
     assert len(machines) == 2
     cloud.preempt(ZONE, node.name)  # on-demand: TERMINATED; the listener kills its VMs
     assert cloud.get_node(ZONE, node.name).state is NodeState.TERMINATED
-    assert [r for r in simhosts.host_records(CLUSTER) if r["node"] == node.name] == []
+    assert [r for r in vms.host_records(CLUSTER) if r["node"] == node.name] == []
     assert wait_no_leftovers(machines, None, timeout_s=10) == []
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

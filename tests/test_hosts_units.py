@@ -10,9 +10,10 @@ import time
 import pytest
 from ray_fixtures import create_ready_nodes, ray_like
 
-from podmanager.clock import FakeClock
-from podmanager.cloud.sim import SimCloud
-from podmanager.errors import PodmanagerError
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.clock import FakeClock
+from podmanager.core.errors import PodmanagerError
+from podmanager.core.spec import parse_spec
 from podmanager.hosts import (
     HostController,
     auth,
@@ -20,9 +21,8 @@ from podmanager.hosts import (
     join,
     loopback,
     probe,
-    simhosts,
 )
-from podmanager.spec import parse_spec
+from podmanager.hosts.sim import vms
 
 
 @pytest.fixture
@@ -95,15 +95,15 @@ def test_boot_hosts_false_boots_nothing(home):
         {"name": "noboot", "backend": "simulated", "slices": [{"accelerator": "v4-16"}],
          "simulation": {"boot_hosts": False}}
     )
-    controller = HostController(spec)
+    controller = HostController(spec, vms.SimulatedMachines())
     assert controller.node_metadata() == {}
     before = ray_like()
     clock = FakeClock()
-    cloud = SimCloud(clock=clock, listeners=[simhosts.SimHostBooter()])
+    cloud = SimCloud(clock=clock, listeners=[vms.SimHostBooter()])
     nodes = create_ready_nodes(cloud, clock, "noboot", ["v4-16"], controller.node_metadata())
     assert nodes[0].state.value == "READY"
     time.sleep(0.5)
-    assert simhosts.host_records("noboot") == []
+    assert vms.host_records("noboot") == []
     assert ray_like() - before == set()
     assert controller.hosts() == []  # no head: nothing to report
     controller.stop()  # idempotent, nothing to stop
@@ -112,7 +112,7 @@ def test_boot_hosts_false_boots_nothing(home):
 def test_node_metadata_needs_a_head(home):
     spec = parse_spec({"name": "nohead", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]})
     with pytest.raises(PodmanagerError):
-        HostController(spec).node_metadata()
+        HostController(spec, vms.SimulatedMachines()).node_metadata()
 
 
 def test_agent_names():

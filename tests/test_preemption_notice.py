@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from podmanager.preemption_notice import metadata_notice
+from podmanager.hosts.notices import metadata_notice
 
 
 @pytest.fixture

@@ -3,13 +3,13 @@
 import pytest
 
 from podmanager.api import Cluster, down_by_label
-from podmanager.clock import FakeClock
+from podmanager.api.backends import simulated_cloud
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState
-from podmanager.cloud.factory import simulated_cloud
 from podmanager.cloud.retry import RetryingCloud
-from podmanager.cloud.sim import SimCloud
-from podmanager.errors import TimeoutExceededError
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.clock import FakeClock
+from podmanager.core.errors import TimeoutExceededError
 from podmanager.state import StateStore
 
 ZONES = ["zone-a", "zone-b"]
@@ -32,7 +32,7 @@ def sim(clock):
 
 
 def cluster_on(sim, clock, data):
-    return Cluster.from_dict(data, cloud=sim, clock=clock)
+    return Cluster.from_dict(data, simulator=sim, clock=clock)
 
 
 def kinds(cluster):
@@ -157,3 +157,23 @@ def test_scripted_faults_are_armed_once(podmanager_home):
     cluster = Cluster.from_dict(data)
     assert cluster.up().slices[0].zone == "zone-b"
     cluster.down()
+
+
+def test_up_waits_for_a_repairing_slice_to_be_ready_again_and_says_so(sim, clock):
+    cluster = cluster_on(sim, clock, spec(count=2))
+    cluster.up()
+    zone = sim.get_node(ZONES[0], "c-s0").zone
+    sim.repair(zone, "c-s0", duration_s=30)
+    status = cluster.up(timeout_s=120)
+    assert [s.state for s in status.slices] == ["READY", "READY"]
+    [said] = [e for e in cluster.events() if e.kind == "slice_repairing"]
+    assert said.slice_index == 0 and "waiting up to" in said.message
+    assert kinds(cluster).count("slice_creating") == 2  # repaired, never replaced
+
+
+def test_a_repair_longer_than_the_timeout_names_the_repairing_slice(sim, clock):
+    cluster = cluster_on(sim, clock, spec(count=1))
+    cluster.up()
+    sim.repair(ZONES[0], "c-s0", duration_s=600)
+    with pytest.raises(TimeoutExceededError, match="c-s0 \\(REPAIRING\\)"):
+        cluster.up(timeout_s=10)

@@ -1,7 +1,8 @@
 """The pure planner: desired vs observed -> actions."""
 
 from podmanager.cloud.base import Node, NodeState, QueuedResource, QueuedResourceState
-from podmanager.reconcile import (
+from podmanager.core.spec import parse_spec
+from podmanager.provisioning.plan import (
     CreateSlice,
     DeleteNode,
     DeleteQueuedResource,
@@ -11,7 +12,6 @@ from podmanager.reconcile import (
     desired_slices,
     plan,
 )
-from podmanager.spec import parse_spec
 
 SPEC = parse_spec({"name": "c", "backend": "simulated", "zones": ["a", "b"],
                    "slices": [{"accelerator": "v4-16", "count": 2}]})

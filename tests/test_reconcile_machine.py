@@ -1,8 +1,10 @@
 """A Hypothesis state machine over the simulator and the reconcile loop.
 
-Whatever happens between passes (preemptions, capacity faults, terminations, another
-interrupted `up`), a finished `up` leaves exactly the spec's slices READY, and `down`
-leaves nothing of the cluster.
+Whatever happens between passes — preemptions, terminations, repairs, every create fault
+(capacity, reservation, preemption while creating), quota, transient API errors, an
+interrupted `up`, the supervisor's replacement of a slice — a finished `up` leaves exactly
+the spec's slices READY (queued ones too), `down` leaves nothing of the cluster, and at no
+step does a slice have two nodes or two queued resources.
 """
 
 import itertools
@@ -11,16 +13,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from podmanager import paths
 from podmanager.api import Cluster
-from podmanager.clock import FakeClock
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeState
-from podmanager.cloud.sim import SimCloud
-from podmanager.errors import TimeoutExceededError
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core import paths
+from podmanager.core.clock import FakeClock
+from podmanager.core.errors import TimeoutExceededError
 from podmanager.state import StateStore
 
 ZONES = ["zone-a", "zone-b"]
+CLEAR_STOPS = (errors.CapacityError, errors.ReservationShortfallError, errors.QuotaError)
 _machines = itertools.count()
 SLICES = 3
 
@@ -32,8 +35,9 @@ class ProvisioningMachine(RuleBasedStateMachine):
         self.sim = SimCloud(clock=self.clock, create_latency_s=1.0, delete_latency_s=0.5)
         self.store = StateStore(paths.home() / f"machine-{next(_machines)}.db")
         spec = {"name": "m", "backend": "simulated", "zones": ZONES, "simulation": {"boot_hosts": False},
-                "slices": [{"accelerator": "v4-8", "count": SLICES, "capacity": "spot"}]}
-        self.cluster = Cluster.from_dict(spec, cloud=self.sim, clock=self.clock, store=self.store)
+                "slices": [{"accelerator": "v4-8", "count": SLICES - 1, "capacity": "spot"},
+                           {"accelerator": "v4-8", "queued": True}]}
+        self.cluster = Cluster.from_dict(spec, simulator=self.sim, clock=self.clock, store=self.store)
         self.settled = False  # the last action was a completed `up`
         self.torn_down = False
 
@@ -44,8 +48,8 @@ class ProvisioningMachine(RuleBasedStateMachine):
     def up(self):
         try:
             self.cluster.up(timeout_s=60)
-        except errors.CapacityError:
-            # Every zone was out of capacity: a legitimate, clear stop, with some slices up.
+        except CLEAR_STOPS:
+            # Every zone out of capacity, or no quota: a legitimate, clear stop, some slices up.
             self.settled, self.torn_down = False, False
             self.sim.clear_faults()
             return
@@ -56,8 +60,19 @@ class ProvisioningMachine(RuleBasedStateMachine):
         try:
             self.cluster.up(timeout_s=timeout)
             self.settled, self.torn_down = True, False
-        except (TimeoutExceededError, errors.CapacityError):
+        except (TimeoutExceededError, *CLEAR_STOPS):
             self.settled, self.torn_down = False, False
+
+    @rule(index=st.integers(0, SLICES - 1))
+    def replace_a_slice(self, index):
+        """What the supervisor does after a preemption: delete the slice, create what is missing."""
+        try:
+            self.cluster.delete_slices([index], reason="test")
+            self.cluster.restore_slices(timeout_s=60)
+            self.settled, self.torn_down = True, False
+        except CLEAR_STOPS:
+            self.settled, self.torn_down = False, False
+            self.sim.clear_faults()
 
     @rule()
     def down(self):
@@ -74,15 +89,38 @@ class ProvisioningMachine(RuleBasedStateMachine):
                     self.sim.preempt(node.zone, node.name)
                 self.settled = False
 
-    @rule(zone=st.sampled_from(ZONES), times=st.integers(1, 3))
-    def no_capacity(self, zone, times):
-        self.sim.inject_create_fault(zone, "capacity", times)
+    @rule(index=st.integers(0, SLICES - 1), seconds=st.floats(0.5, 5))
+    def repair_a_slice(self, index, seconds):
+        for node in self.nodes():
+            if node.slice_index == index and node.state is NodeState.READY:
+                self.sim.repair(node.zone, node.name, seconds)  # comes back READY on its own
+                self.settled = False
+
+    @rule(zone=st.sampled_from(ZONES), kind=st.sampled_from(["capacity", "reservation", "preempt-while-creating"]),
+          times=st.integers(1, 3))
+    def create_fails(self, zone, kind, times):
+        self.sim.inject_create_fault(zone, kind, times)
+
+    @rule(times=st.integers(1, 2))
+    def no_quota(self, times):
+        self.sim.inject_quota(times=times)
+
+    @rule(calls=st.integers(1, 4))
+    def api_hiccups(self, calls):
+        self.sim.inject_transient(calls)  # retried by the client within its deadline
 
     @rule(seconds=st.floats(0, 2))
     def time_passes(self, seconds):
         self.clock.advance(seconds)
         if any(n.state is not NodeState.READY for n in self.nodes()):
             self.settled = False
+
+    @invariant()
+    def never_two_nodes_or_queued_resources_for_a_slice(self):
+        per_slice = [n.slice_index for n in self.nodes()]
+        assert len(per_slice) == len(set(per_slice)), per_slice
+        queued = [q.node_name for q in self.sim.all_queued_resources() if q.cluster == "m"]
+        assert len(queued) == len(set(queued)), queued
 
     @invariant()
     @precondition(lambda self: self.settled)

@@ -11,13 +11,12 @@ import psutil
 import pytest
 from ray_fixtures import dry_run_cluster
 
-from podmanager import simulate
-from podmanager.api import Cluster, recovery_policy
-from podmanager.cloud.factory import simulated_cloud
-from podmanager.workload import Workload
+from podmanager.api import Cluster, simulation
+from podmanager.api.backends import simulated_cloud
+from podmanager.core.workload import Workload
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 NAME = "recovertest"
 SPEC = {
     "name": NAME,
@@ -56,9 +55,10 @@ def _each_test(cluster, home, podmanager_home, monkeypatch):
     assert all(n.cluster == NAME for n in nodes)
 
 
-def train(**fields) -> Workload:
+def train(checkpoints: Path, **fields) -> Workload:
+    """The MLP with checkpoints of its own: every run here starts from step 1."""
     return Workload(entrypoint="workloads/train_mlp.py", args=TRAIN, working_dir=str(REPO), parallelism="data",
-                    **fields)
+                    checkpoint_dir=str(checkpoints), **fields)
 
 
 class PreemptAt:
@@ -73,18 +73,18 @@ class PreemptAt:
             parts = line.split()
             if not self.fired and parts[:1] == ["step"] and int(parts[1]) >= self.step:
                 self.fired = True
-                threading.Thread(target=simulate.preempt, args=(self.cluster, self.slice_index)).start()
+                threading.Thread(target=simulation.preempt, args=(self.cluster, self.slice_index)).start()
 
 
-def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster):
-    reference = cluster.run(train())
+def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, tmp_path):
+    reference = cluster.run(train(tmp_path / "reference"))
     assert reference.status == "succeeded" and reference.attempts == 1
 
     # The recovery meets a full zone and a preemption while creating, and gets through both.
-    sim = simulate.sim_of(cluster)
+    sim = cluster.simulator
     sim.inject_create_fault("sim-zone-a", "capacity", times=1)
     sim.inject_create_fault("sim-zone-b", "preempt-while-creating", times=1)
-    result = cluster.run(train(), printer=PreemptAt(cluster, 1, step=50))
+    result = cluster.run(train(tmp_path / "recovered"), printer=PreemptAt(cluster, 1, step=50))
 
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions, result.failures) == (2, 1, 0)
@@ -114,7 +114,7 @@ FAILING = textwrap.dedent("""
 def test_program_failure_is_paid_from_the_failure_budget(cluster, tmp_path):
     (tmp_path / "fail.py").write_text(FAILING)
     result = cluster.run(Workload(entrypoint="fail.py", working_dir=str(tmp_path)),
-                         policy=recovery_policy(cluster.spec, max_failures=1))
+                         budgets={"max_failures": 1})
     assert result.status == "failed"
     assert (result.attempts, result.failures, result.preemptions) == (2, 2, 0)
     assert "max_failures budget is spent" in result.message
@@ -142,9 +142,9 @@ def test_a_hang_is_detected_and_restarted(cluster, tmp_path):
     assert result.metrics["last_step"] == 30
 
 
-def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices(cluster):
-    result = cluster.run(train(), printer=PreemptAt(cluster, 0, step=5),
-                         policy=recovery_policy(cluster.spec, max_preemptions=0))
+def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices(cluster, tmp_path):
+    result = cluster.run(train(tmp_path / "spent"), printer=PreemptAt(cluster, 0, step=5),
+                         budgets={"max_preemptions": 0})
     assert result.status == "failed"
     assert "max_preemptions budget is spent: 1 preemption incident(s), 0 allowed" in result.message
     # The healthy slice stays up for inspection; the preempted one is deleted at once (it
@@ -161,11 +161,11 @@ class NoticeAt(PreemptAt):
             parts = line.split()
             if not self.fired and parts[:1] == ["step"] and int(parts[1]) >= self.step:
                 self.fired = True
-                threading.Thread(target=simulate.preempt, args=(self.cluster, self.slice_index, 30.0)).start()
+                threading.Thread(target=simulation.preempt, args=(self.cluster, self.slice_index, 30.0)).start()
 
 
-def test_a_preemption_notice_gives_the_program_time_to_checkpoint(cluster):
-    result = cluster.run(train(), printer=NoticeAt(cluster, 0, step=30))
+def test_a_preemption_notice_gives_the_program_time_to_checkpoint(cluster, tmp_path):
+    result = cluster.run(train(tmp_path / "noticed"), printer=NoticeAt(cluster, 0, step=30))
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions) == (2, 1)
     first, second = result.attempt_log

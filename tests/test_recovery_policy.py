@@ -1,15 +1,21 @@
 """Classification and the recovery policy: pure, no cluster needed."""
 
-from podmanager.classify import Cause, HostOutcome, Incident, Observation, classify
 from podmanager.cloud.base import NodeState
-from podmanager.recovery_policy import (
+from podmanager.core.spec import RecoverySpec
+from podmanager.supervision.classify import (
+    Cause,
+    HostOutcome,
+    Incident,
+    Observation,
+    classify,
+)
+from podmanager.supervision.policy import (
     RecoveryPolicy,
     RecoveryState,
     budget,
     deadline,
     quarantined,
 )
-from podmanager.spec import RecoverySpec
 
 READY = {0: NodeState.READY, 1: NodeState.READY}
 
@@ -93,4 +99,10 @@ def test_a_host_failing_the_same_way_twice_is_quarantined():
     state.incidents.append(incident(Cause.INFRASTRUCTURE, (1, 0)))
     assert quarantined(state) == {1}
     state.incidents.append(incident(Cause.INFRASTRUCTURE, (0, 0)))
+    assert quarantined(state) == frozenset()
+
+
+def test_a_program_failing_twice_on_the_same_host_never_replaces_its_slice():
+    # A typo or a bug fails the same way on healthy hosts: recreating a TPU would not fix it.
+    state = RecoveryState(started=0, incidents=[incident(Cause.PROGRAM, (1, 0)), incident(Cause.PROGRAM, (1, 0))])
     assert quarantined(state) == frozenset()

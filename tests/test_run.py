@@ -18,13 +18,12 @@ import pytest
 from ray_fixtures import dry_run_cluster
 from typer.testing import CliRunner
 
-from podmanager.api import recovery_policy
 from podmanager.cli import app
-from podmanager.errors import SpecError
-from podmanager.workload import Workload
+from podmanager.core.errors import SpecError
+from podmanager.core.workload import Workload
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 SPEC = {
     "name": "runtest",
@@ -129,7 +128,7 @@ def test_a_failing_host_stops_its_siblings_and_is_named(cluster, tmp_path):
         time.sleep(600)
     """))
     result = cluster.run(Workload(entrypoint="fail.py", slices=[0], working_dir=str(tmp_path)),
-                         policy=recovery_policy(cluster.spec, max_failures=0))
+                         budgets={"max_failures": 0})
     assert result.status == "failed"
     last = result.attempt_log[-1]
     assert last.failed_host == "slice-0/host-1" and "exited with code 1" in result.message

@@ -5,9 +5,10 @@ import zipfile
 
 import pytest
 
-from podmanager.errors import SpecError
-from podmanager.scheduler import HostSlot, launch_envs, pack_working_dir
-from podmanager.workload import Workload, check_parallelism, expand
+from podmanager.core.errors import SpecError
+from podmanager.core.records import HostSlot
+from podmanager.core.workload import Workload, check_parallelism, expand
+from podmanager.running.launch import launch_envs, pack_working_dir
 
 
 def slots(*shape):

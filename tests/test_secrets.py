@@ -27,10 +27,10 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
 from google.cloud.secretmanager_v1.types import resources, service
 from google.protobuf import empty_pb2
 
-from podmanager.clock import FakeClock
 from podmanager.cloud import errors
-from podmanager.cloud.secrets import TokenSecrets, crc32c
-from podmanager.cloud.startup import token_secret_id
+from podmanager.cloud.gcp.secrets import TokenSecrets, crc32c
+from podmanager.cloud.gcp.startup import token_secret_id
+from podmanager.core.clock import FakeClock
 
 SERVICE = "google.cloud.secretmanager.v1.SecretManagerService"
 PROJECT = "my-project"
@@ -431,7 +431,7 @@ def test_crc32c_matches_the_castagnoli_check_value() -> None:
 
 
 def test_without_credentials_it_fails_at_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from podmanager.cloud import gcp
+    from podmanager.cloud.gcp import client as gcp
 
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))

@@ -2,11 +2,11 @@
 
 import pytest
 
-from podmanager.clock import FakeClock
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState, QueuedResourceState
-from podmanager.cloud.sim import SimCloud
-from podmanager.spec import Capacity
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.clock import FakeClock
+from podmanager.core.spec import Capacity
 
 REQUEST = NodeRequest("v4-16", "tpu-ubuntu2204-base", Capacity.SPOT, labels={"podmanager-cluster": "c", "podmanager-slice": "0"})
 
@@ -118,7 +118,7 @@ def test_preempt_now_and_with_notice(sim, clock):
     sim.preempt("z", "spot")
     assert sim.get_node("z", "spot").state is NodeState.PREEMPTED
     sim.preempt("z", "ondemand", notice_s=5)
-    assert sim.preemption_notice("z", "ondemand")
+    assert sim.notice_announced("z", "ondemand") and sim.preemption_notice("z", "ondemand") is None
     assert sim.get_node("z", "ondemand").state is NodeState.READY
     clock.advance(5)
     assert sim.get_node("z", "ondemand").state is NodeState.TERMINATED  # on-demand VMs are terminated, not preempted

@@ -1,7 +1,7 @@
 import pytest
 
-from podmanager.errors import SpecError
-from podmanager.spec import SIMULATED_PROJECT, Capacity, load_spec, parse_spec
+from podmanager.core.errors import SpecError
+from podmanager.core.spec import SIMULATED_PROJECT, Capacity, load_spec, parse_spec
 
 GOOD = {"name": "demo", "backend": "simulated", "slices": [{"accelerator": "v4-16", "count": 2}, {"accelerator": "v4-8"}]}
 

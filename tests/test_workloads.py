@@ -25,7 +25,7 @@ MLP = REPO / "workloads" / "train_mlp.py"
 TRANSFORMER = REPO / "workloads" / "train_transformer.py"
 BASE_STEPS = 40
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 
 def _free_port() -> int:

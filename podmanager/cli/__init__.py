@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from podmanager.cli.render import print_error
-from podmanager.errors import PodmanagerError
+from podmanager.core.errors import PodmanagerError
 
 
 class PodmanagerGroup(TyperGroup):
@@ -33,10 +33,24 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from podmanager.cli import accelerators, cluster, emulator, run, sim  # noqa: E402  (commands register on `app`)
+from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
+    accelerators,
+    demo,
+    down,
+    emulator,
+    events,
+    logs,
+    run,
+    runs,
+    sim,
+    status,
+    up,
+)
 
-cluster.register(app)
-run.register(app)
+for command in (up.up, status.status, down.down, events.events, demo.demo, logs.logs, runs.runs, runs.attach,
+                runs.cancel):
+    app.command()(command)
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run.run)
 sim.register(app)
 app.command(help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)
 app.command(help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)

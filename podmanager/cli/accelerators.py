@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import typer
 
-from podmanager.catalog import all_accelerators
 from podmanager.cli.render import print_json, print_table
+from podmanager.core.catalog import all_accelerators
 
 
 def accelerators(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from typing import Annotated
 
 import typer
 
-from podmanager.cloud.sim_control import FAULT_HELP
+from podmanager.cloud.sim.control import FAULT_HELP
 
 
 def emulator(
@@ -18,12 +19,12 @@ def emulator(
     fault: Annotated[list[str], typer.Option(help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
 ) -> None:
     """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) for TPU_EMULATOR_HOST."""
-    from podmanager.cloud.sim import (
+    from podmanager.cloud.sim.cloud import (
         SimCloud,  # imported here: gRPC and the client types load slowly
     )
-    from podmanager.cloud.sim_control import apply_fault
-    from podmanager.cloud.sim_server import TpuEmulator
-    from podmanager.hosts.simhosts import SimHostBooter
+    from podmanager.cloud.sim.control import apply_fault
+    from podmanager.cloud.sim.server import TpuEmulator
+    from podmanager.hosts.sim.vms import SimHostBooter
 
     # Its READY nodes boot as simulated TPU VMs that join the head named in their metadata.
     sim = SimCloud(project, create_latency_s=create_latency_s, listeners=[SimHostBooter()])
@@ -39,10 +40,14 @@ def emulator(
     address = f"{host}:{bound}"
     typer.echo(f"Cloud TPU emulator serving on {address} (project {project}); Ctrl-C to stop.")
     typer.echo(f"export TPU_EMULATOR_HOST={address}")
-    typer.echo(f"Set faults while it runs: python -m podmanager.cloud.sim_control inject {address} capacity:ZONE")
+    typer.echo(f"Set faults while it runs: python -m podmanager.cloud.sim.control inject {address} capacity:ZONE")
+    stop = threading.Event()
+    # Its own handlers: started from a script or a non-interactive shell, SIGINT may arrive
+    # ignored (so no KeyboardInterrupt), and SIGTERM is how service managers stop things.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
+        stop.wait()
         typer.echo("emulator stopped")
     finally:
         server.stop(grace=None)

@@ -1,19 +1,31 @@
-"""Output helpers shared by every command: tables, JSON, event lines, errors."""
+"""Output helpers shared by every command: tables, JSON, event lines, errors, cluster status,
+run output and run summaries."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import re
 import sys
 from typing import Any, Iterable, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from podmanager.core.records import HostSlot
 from podmanager.state import Event
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+# Off a terminal (a pipe, a file, CI) rich would wrap at 80 columns and cut table cells: there,
+# lines never wrap and tables take the width they need.
+_UNBOUNDED = 100_000
+console = Console(highlight=False, soft_wrap=True)
+if not console.is_terminal:
+    console = Console(highlight=False, soft_wrap=True, width=_UNBOUNDED)
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
+
+# Gloo's connection chatter: one line per process and peer group at every start, no news in it.
+_NOISE = re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
 
 
 def print_json(data: Any) -> None:
@@ -36,8 +48,76 @@ def clock_time(when: float) -> str:
 
 def print_event(event: Event) -> None:
     where = f" [slice {event.slice_index}]" if event.slice_index is not None else ""
-    console.print(f"[dim]{clock_time(event.time)}[/dim] {event.kind}{where}: {event.message}")
+    console.print(f"[dim]{clock_time(event.time)}[/dim] " + escape(f"{event.kind}{where}: {event.message}"))
 
 
 def print_error(message: str) -> None:
     errors.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
+
+
+def print_status(result: Any) -> None:
+    print_table(
+        f"cluster {result.name} ({result.backend}, project {result.project})",
+        ["slice", "node", "accelerator", "zone", "state", "hosts", "chips"],
+        [(s.index, s.name, s.accelerator, s.zone, s.state, s.hosts, s.chips) for s in result.slices],
+    )
+    if result.hosts:
+        print_table(
+            "hosts",
+            ["slice", "worker", "ip", "chips", "agent", "last heartbeat", "detail"],
+            [(h["slice_index"], h["worker_id"], h["ip"], h["chips"], h["state"],
+              clock_time(h["last_heartbeat"]) if h["last_heartbeat"] else None, h["detail"]) for h in result.hosts],
+        )
+
+
+def printer(all_hosts: bool, *, to_stderr: bool):
+    stream = sys.stderr if to_stderr else sys.stdout
+
+    def show(slot: HostSlot, text: str) -> None:
+        if all_hosts or slot.worker_id == 0:
+            for line in text.splitlines():
+                if not _NOISE.match(line):
+                    stream.write(f"[{slot.label}] {line}\n")
+            stream.flush()
+
+    return show
+
+
+def print_summary(result) -> None:  # type: ignore[no-untyped-def]
+    failed = [h for h in result.hosts if h.exit_code not in (0, None) or h.lost] if result.status == "failed" else []
+    last = result.attempt_log[-1] if result.attempt_log else None
+    if result.status == "failed" and last is not None and last.last_lines:
+        console.print(f"last output of {last.failed_host}:")
+        for line in last.last_lines:
+            console.print(f"  {line}", markup=False)
+    console.print(f"{result.message}\n" + "; ".join(summary_figures(result)), markup=False)
+    if result.incidents:
+        print_table("incidents", ["attempt", "cause", "slices", "detect s", "recover s", "lost steps"],
+                    [(i["attempt"], i["cause"], ",".join(map(str, i["slices"])) or "-", _seconds(i["detect_s"]),
+                      _seconds(i["recover_s"]), i["lost_steps"]) for i in result.incidents])
+    if failed:
+        console.print("hosts that failed: " + ", ".join(f"slice-{h.slice}/host-{h.worker_id}" for h in failed))
+    console.print(f"logs: podmanager logs -c {result.cluster} --run {result.run_id}")
+
+
+def summary_figures(result) -> list[str]:  # type: ignore[no-untyped-def]
+    """The run's figures, each only when there is one: a command that reports no progress
+    has no steps, loss or goodput to show."""
+    figures = [f"attempts {result.attempts}, preemptions {result.preemptions}, failures {result.failures}, "
+               f"hangs {result.hangs}"]
+    if result.goodput is not None:
+        figures.append(f"goodput {result.goodput:.0%}")
+    metrics = result.metrics
+    if metrics["last_step"] is not None:
+        figures.append(f"steps {metrics['first_step']} -> {metrics['last_step']}")
+    if metrics["last_loss"] is not None:
+        figures.append(f"loss {_number(metrics['first_loss'])} -> {_number(metrics['last_loss'])}")
+    return figures
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

@@ -1,20 +1,18 @@
-"""Workload commands: run, logs."""
+"""`podmanager run`: submit a program to every host of the cluster's slices and follow it."""
 
 from __future__ import annotations
 
-import sys
+import time
 from typing import Optional
 
 import typer
-from pydantic import ValidationError
 
-from podmanager import api, run_logs
-from podmanager.cli.render import console, print_json, print_table
-from podmanager.errors import SpecError
-from podmanager.scheduler import HostSlot
-from podmanager.workload import Workload
-
-CLUSTER_OPTION = typer.Option(None, "--cluster", "-c", help="Cluster name (default: the only cluster).")
+from podmanager import api
+from podmanager.cli.follow import follow_run
+from podmanager.cli.options import CLUSTER_OPTION
+from podmanager.cli.render import console, print_json
+from podmanager.core.errors import SpecError
+from podmanager.core.workload import Workload
 
 
 def run(
@@ -29,6 +27,9 @@ def run(
     working_dir: str = typer.Option(".", "--working-dir", help="Folder shipped to every host; the program runs in it."),
     all_hosts: bool = typer.Option(False, "--all-hosts", help="Stream every host's output, not only worker 0's."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object at the end."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and return at once."),
+    cancel_on_interrupt: bool = typer.Option(
+        False, "--cancel-on-interrupt", help="Ctrl-C cancels the run instead of detaching from it."),
     down_on_exit: bool = typer.Option(False, "--down-on-exit", help="Delete the cluster when the run ends."),
     max_preemptions: Optional[int] = typer.Option(None, "--max-preemptions", help="Overrides recovery.max_preemptions."),
     max_failures: Optional[int] = typer.Option(None, "--max-failures", help="Overrides recovery.max_failures."),
@@ -40,125 +41,74 @@ def run(
 
     PROGRAM is a .py file (or -m module) in the working dir, with its own arguments after
     it; anything else after `--` is a command run as is, with $VARS (e.g. $JAX_PROCESS_ID)
-    expanded per host.
+    expanded per host. The run is supervised on the cluster's side: Ctrl-C only detaches
+    (a second Ctrl-C within 2 s cancels), and `podmanager attach RUN` follows it again.
     """
-    workload = _workload(ctx.args, parallelism, slices, env, checkpoint_dir, working_dir, hang_timeout)
+    if detach and down_on_exit:
+        raise SpecError("--down-on-exit: needs a client that waits for the run; drop --detach, or run "
+                        "'podmanager down' after the run")
+    workload = Workload.from_argv(ctx.args, slices=_slice_list(slices), parallelism=parallelism,
+                                  env=_env_pairs(env), checkpoint_dir=checkpoint_dir, working_dir=working_dir,
+                                  hang_timeout_s=hang_timeout)
     target = api.resolve_cluster(cluster)
-    overrides = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures),
-                                   ("max_hangs", max_hangs)) if v is not None}
-    policy = api.recovery_policy(target.spec, **overrides)
-    target.on_event = _print_event_line(as_json)
-    show = printer(all_hosts, to_stderr=as_json)
-    try:
-        result = target.run(workload, printer=show, policy=policy)
-    finally:
-        if down_on_exit:
-            target.down()
-        target.close()
-    if as_json:
-        print_json(result.as_dict())
-    else:
-        print_summary(result)
-    if result.status != "succeeded":
-        raise typer.Exit(1)
+    budgets = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures),
+                                 ("max_hangs", max_hangs)) if v is not None}
+    if detach:
+        try:
+            handle = target.submit(workload, budgets=budgets)
+        finally:
+            target.close()
+        if as_json:
+            print_json({"run_id": handle.run_id, "cluster": handle.cluster, "status": handle.status().status})
+        else:
+            console.print(f"submitted run {handle.run_id}\n"
+                          f"  follow it: podmanager attach {handle.run_id}\n"
+                          f"  cancel it: podmanager cancel {handle.run_id}")
+        return
+
+    def run_and_follow(printer, on_event, on_interrupt):  # type: ignore[no-untyped-def]
+        target.on_event = on_event
+        return target.run(workload, printer=printer, budgets=budgets, down_on_exit=down_on_exit,
+                          on_interrupt=on_interrupt)
+
+    follow_run(run_and_follow, all_hosts=all_hosts, as_json=as_json, interrupt=_on_interrupt(cancel_on_interrupt))
 
 
-def _workload(args: list[str], parallelism: str | None, slices: str | None, env: list[str] | None,
-              checkpoint_dir: str | None, working_dir: str, hang_timeout: float | None) -> Workload:
-    if not args:
-        raise SpecError("run: name a program (e.g. workloads/train_mlp.py) or a command after --")
+def _on_interrupt(cancel: bool):  # type: ignore[no-untyped-def]
+    """Ctrl-C while following: detach (the run goes on), or cancel on a second Ctrl-C within
+    2 s, or at once with --cancel-on-interrupt."""
+
+    def interrupted(handle: api.RunHandle) -> bool:
+        if not cancel:
+            console.print(f"\ndetached: run {handle.run_id} goes on (Ctrl-C again within 2 s cancels it).\n"
+                          f"  follow it: podmanager attach {handle.run_id}\n"
+                          f"  cancel it: podmanager cancel {handle.run_id}")
+            try:
+                time.sleep(2.0)  # the window for a second Ctrl-C, which is a person's, not a condition
+                return False
+            except KeyboardInterrupt:
+                pass
+        console.print(f"cancelling run {handle.run_id} ...")
+        run = handle.cancel()
+        if run.checkpoint_dir:
+            console.print(f"checkpoints are in {run.checkpoint_dir}: running the same program again resumes there")
+        return True
+
+    return interrupted
+
+
+def _env_pairs(items: list[str] | None) -> dict[str, str]:
     pairs = {}
-    for item in env or []:
+    for item in items or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise SpecError(f"--env: {item!r} is not NAME=VALUE")
         pairs[name] = value
+    return pairs
+
+
+def _slice_list(text: str | None) -> list[int] | None:
     try:
-        indexes = [int(i) for i in slices.split(",")] if slices else None
+        return [int(i) for i in text.split(",")] if text else None
     except ValueError:
-        raise SpecError(f"--slices: {slices!r} is not a comma list of slice indexes like 0,1") from None
-    common = dict(slices=indexes, parallelism=parallelism, env=pairs, checkpoint_dir=checkpoint_dir,
-                  working_dir=working_dir, hang_timeout_s=hang_timeout)
-    try:
-        if args[0].endswith(".py"):
-            return Workload(entrypoint=args[0], args=args[1:], **common)
-        if args[0] == "-m" and len(args) > 1:
-            return Workload(entrypoint=f"-m {args[1]}", args=args[2:], **common)
-        return Workload(command=args, **common)
-    except ValidationError as invalid:
-        flags = {"hang_timeout_s": "--hang-timeout", "checkpoint_dir": "--checkpoint-dir"}
-        problems = [f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'run'}: {e['msg']}"
-                    for e in invalid.errors()]
-        raise SpecError("; ".join(problems)) from None
-
-
-def printer(all_hosts: bool, *, to_stderr: bool):
-    stream = sys.stderr if to_stderr else sys.stdout
-
-    def show(slot: HostSlot, text: str) -> None:
-        if all_hosts or slot.worker_id == 0:
-            for line in text.splitlines():
-                stream.write(f"[{slot.label}] {line}\n")
-            stream.flush()
-
-    return show
-
-
-def _print_event_line(quiet: bool):
-    def show(event) -> None:  # type: ignore[no-untyped-def]
-        if event.kind in ("attempt_started", "incident", "slices_replaced", "resumed", "preemption_notice",
-                          "run_failed", "backoff", "zone_fallback"):
-            (console.print if not quiet else (lambda text: sys.stderr.write(text + "\n")))(
-                f"podmanager: {event.message}")
-
-    return show
-
-
-def print_summary(result) -> None:  # type: ignore[no-untyped-def]
-    failed = [h for h in result.hosts if h.exit_code not in (0, None) or h.lost]
-    last = result.attempt_log[-1]
-    if result.status != "succeeded" and last.last_lines:
-        console.print(f"last output of {last.failed_host}:")
-        for line in last.last_lines:
-            console.print(f"  {line}", markup=False)
-    metrics = result.metrics
-    goodput = f"{result.goodput:.0%}" if result.goodput is not None else "-"
-    console.print(f"{result.message}\nattempts {result.attempts}, preemptions {result.preemptions}, failures "
-                  f"{result.failures}, hangs {result.hangs}, goodput {goodput}; steps {metrics['first_step']} -> "
-                  f"{metrics['last_step']}, loss {metrics['first_loss']} -> {metrics['last_loss']}", markup=False)
-    if result.incidents:
-        print_table("incidents", ["attempt", "cause", "slices", "detect s", "recover s", "lost steps"],
-                    [(i["attempt"], i["cause"], i["slices"], _seconds(i["detect_s"]), _seconds(i["recover_s"]),
-                      i["lost_steps"]) for i in result.incidents])
-    if failed:
-        console.print("hosts that failed: " + ", ".join(f"slice-{h.slice}/host-{h.worker_id}" for h in failed))
-    console.print(f"logs: podmanager logs -c {result.cluster} --run {result.run_id}")
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def logs(
-    cluster: Optional[str] = CLUSTER_OPTION,
-    run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest)."),
-    host: Optional[str] = typer.Option(None, "--host", help="Only this host, e.g. slice-0/1."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
-) -> None:
-    """Show the output of a run, every host's lines prefixed with its name."""
-    name = cluster or api.resolve_cluster(None).name
-    folder = run_logs.resolve_run(name, run_id)
-    if follow:
-        for where, line in run_logs.follow(folder, host):
-            sys.stdout.write(f"[{where}] {line}\n")
-            sys.stdout.flush()
-        return
-    for path in run_logs.host_files(folder, host):
-        where = run_logs.label(path)
-        for line in path.read_text(errors="replace").splitlines():
-            sys.stdout.write(f"[{where}] {line}\n")
-
-
-def register(app: typer.Typer) -> None:
-    app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run)
-    app.command()(logs)
+        raise SpecError(f"--slices: {text!r} is not a comma list of slice indexes like 0,1") from None

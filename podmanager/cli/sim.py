@@ -6,13 +6,14 @@ from typing import Optional
 
 import typer
 
-from podmanager import api, simulate
+from podmanager import api
+from podmanager.api import simulation
+from podmanager.cli.options import CLUSTER_OPTION
 from podmanager.cli.render import console
 
 sim_app = typer.Typer(help="Inject faults into a dry-run cluster (preemptions, failed creates, hangs).",
                       no_args_is_help=True)
 
-CLUSTER_OPTION = typer.Option(None, "--cluster", "-c", help="Cluster name (default: the only cluster).")
 
 
 @sim_app.command("preempt")
@@ -23,7 +24,7 @@ def preempt(
 ) -> None:
     """Preempt a slice now, or after a notice period (as the metadata server announces it)."""
     target = api.resolve_cluster(cluster)
-    name = simulate.preempt(target, slice_index, simulate.parse_duration(notice, "--notice"))
+    name = simulation.preempt(target, slice_index, simulation.parse_duration(notice, "--notice"))
     console.print(f"preempting {name}")
 
 
@@ -36,7 +37,7 @@ def fail_create(
 ) -> None:
     """Make the next slice creations fail."""
     target = api.resolve_cluster(cluster)
-    where = simulate.fail_create(target, kind, zone, times)
+    where = simulation.fail_create(target, kind, zone, times)
     console.print(f"the next {times} create(s) in {where} will fail with {kind}")
 
 
@@ -47,9 +48,9 @@ def hang(
 ) -> None:
     """Freeze the running program on one host (SIGSTOP), as a hang would."""
     target = api.resolve_cluster(cluster)
-    slice_index, worker_id = simulate.parse_host(host)
+    slice_index, worker_id = simulation.parse_host(host)
     try:
-        simulate.hang(target, slice_index, worker_id)
+        simulation.hang(target, slice_index, worker_id)
     finally:
         target.close()
     console.print(f"froze the workload on slice-{slice_index}/host-{worker_id}")

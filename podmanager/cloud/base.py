@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Protocol, runtime_checkable
 
 from podmanager.cloud.errors import CloudError
-from podmanager.spec import Capacity
+from podmanager.core.spec import Capacity
 
 CLUSTER_LABEL = "podmanager-cluster"
 SLICE_LABEL = "podmanager-slice"
@@ -142,4 +142,9 @@ class TpuCloud(Protocol):
         ...
 
     def get_operation(self, name: str) -> Operation:
+        ...
+
+    def preemption_notice(self, zone: str, node_id: str) -> bool | None:
+        """Whether a preemption or maintenance is announced for this node: True or False when
+        the API knows, None when only the node's hosts can tell (their metadata server)."""
         ...

@@ -6,7 +6,7 @@ The provisioner acts on the type: capacity -> next zone, quota -> stop, transien
 
 from __future__ import annotations
 
-from podmanager.errors import PodmanagerError
+from podmanager.core.errors import PodmanagerError
 
 
 class CloudError(PodmanagerError):

@@ -12,9 +12,9 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from podmanager.host_runs import HostRuns
 from podmanager.hosts.head import free_port
 from podmanager.hosts.probe import probe_host
+from podmanager.hosts.runs import HostRuns
 
 
 @dataclass(frozen=True)
@@ -54,25 +54,20 @@ class HostAgent:
         return {**result.as_dict(), "healthy": result.healthy, "detail": result.detail,
                 "ray_node_id": self.ray_node_id, "ip": self.ip}
 
-    def ping(self) -> float:
-        return time.time()
-
     # ---------------------------------------------------------------- workloads
 
     def _runs(self) -> HostRuns:
         if not hasattr(self, "_host_runs"):
-            from podmanager import paths
+            from podmanager.core import paths
 
             self._host_runs = HostRuns(paths.cluster_dir(self.identity.cluster) / "hosts"
                                        / f"{self.identity.node_name}-w{self.identity.worker_id}")
         return self._host_runs
 
     def preemption_notice(self) -> str | None:
-        """Why this VM is about to go (the metadata server), or None. Simulated hosts have
-        no metadata server: the simulator announces their preemptions itself."""
-        if self.identity.simulated:
-            return None
-        from podmanager.preemption_notice import metadata_notice
+        """Why this VM is about to go, or None: its metadata server's word (a simulated VM has
+        one of its own, so this is the same path as on Google Cloud)."""
+        from podmanager.hosts.notices import metadata_notice
 
         return metadata_notice()
 
@@ -85,6 +80,9 @@ class HostAgent:
 
     def poll_workload(self, run_id: str, offset: int, hold_s: float = 0.0) -> dict:
         return self._runs().poll(run_id, offset, hold_s)
+
+    def workload_status(self, run_id: str) -> dict | None:
+        return self._runs().describe(run_id)
 
     def stop_workload(self, run_id: str, grace_s: float) -> int | None:
         return self._runs().stop(run_id, grace_s)

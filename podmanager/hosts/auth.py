@@ -12,7 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
-from podmanager import paths
+from podmanager.core import paths
 
 TOKEN_FILE = "ray_token"
 MODE_ENV = "RAY_AUTH_MODE"

@@ -11,22 +11,40 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
+from typing import Callable, Protocol
 
 from podmanager.cloud.base import Node, NodeState
-from podmanager.errors import PodmanagerError, TimeoutExceededError
-from podmanager.hosts import auth, fleet, head, loopback, simhosts
+from podmanager.core.clock import poll_until
+from podmanager.core.errors import PodmanagerError, TimeoutExceededError
+from podmanager.core.spec import ClusterSpec
+from podmanager.hosts import auth, driver_output, fleet, head, loopback
 from podmanager.hosts.fleet import HostInfo
-from podmanager.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 30.0
 
 
+class LocalMachines(Protocol):
+    """Hosts that are processes on this machine (the simulator's VMs): their ground truth."""
+
+    def vanished(self, cluster: str) -> set[tuple[str, int]]:
+        """(node, worker) of hosts whose machine is gone, known before Ray notices."""
+        ...
+
+    def kill_all(self, cluster: str) -> int:
+        """Stop every host of the cluster; how many there were."""
+        ...
+
+    def log_hint(self, cluster: str) -> str:
+        """Where a person finds the hosts' logs."""
+        ...
+
+
 class HostController:
-    def __init__(self, spec: ClusterSpec) -> None:
+    def __init__(self, spec: ClusterSpec, machines: LocalMachines | None = None) -> None:
         self.spec = spec
+        self.machines = machines
         self.cluster = spec.name
         self._address: str | None = None
 
@@ -53,7 +71,7 @@ class HostController:
         address = self._address or self.head_address()
         if address is None:
             raise PodmanagerError("node_metadata() needs a head: call start_head() first")
-        return {simhosts.HEAD_METADATA_KEY: address}
+        return {head.HEAD_METADATA_KEY: address}
 
     # ------------------------------------------------------------ driver
 
@@ -66,6 +84,7 @@ class HostController:
             return False
         if ray.is_initialized():
             return True
+        driver_output.keep_ray_messages_off_stdout()
         token = auth.token_path(self.cluster)
         if token.exists():
             auth.use_token_in_process(token)
@@ -90,31 +109,36 @@ class HostController:
 
     # ------------------------------------------------------------ hosts
 
-    def wait_for_hosts(self, nodes: list[Node], timeout_s: float) -> list[HostInfo]:
-        """Place one agent per host of every node and wait until all are healthy.
+    def wait_for_hosts(self, nodes: list[Node], timeout_s: float,
+                       on_progress: Callable[[int, int], None] | None = None) -> list[HostInfo]:
+        """Place one agent per host of every node and wait until all are healthy;
+        `on_progress(healthy, expected)` hears each change of the count.
 
         Raises TimeoutExceededError naming every host still missing at the deadline.
         """
-        deadline = time.monotonic() + timeout_s
         if not self.connect():
             raise PodmanagerError(f"no Ray head for {self.cluster}: call start_head() first")
         wanted = [n for n in nodes if n.cluster == self.cluster or n.cluster is None]
         not_ready = [n.name for n in wanted if n.state is not NodeState.READY]
-        while True:
+        names = {n.name for n in wanted}
+        expected = sum(len(fleet.identities(self.cluster, n, simulated=self.spec.simulated)) for n in wanted)
+        seen: list[HostInfo] = []
+        reported: list[tuple[int, int]] = []
+
+        def all_healthy() -> list[HostInfo] | None:
             for node in wanted:
                 if node.state is NodeState.READY:
                     fleet.ensure_slice(self.cluster, node, simulated=self.spec.simulated)
-            names = {n.name for n in wanted}
-            infos = [h for h in fleet.probe_hosts(self.cluster, timeout_s=1.0) if h.node_name in names]
-            expected = sum(len(fleet.identities(self.cluster, n, simulated=self.spec.simulated)) for n in wanted)
-            if not not_ready and len(infos) == expected and all(h.healthy for h in infos):
-                return infos
-            if time.monotonic() >= deadline:
-                raise TimeoutExceededError(
-                    f"hosts not ready after {timeout_s:.0f}s: " + _missing(infos, not_ready),
-                    hint=self._hint(),
-                )
-            time.sleep(0.5)
+            seen[:] = [h for h in fleet.probe_hosts(self.cluster, timeout_s=1.0) if h.node_name in names]
+            healthy = sum(1 for h in seen if h.healthy)
+            if on_progress is not None and reported[-1:] != [(healthy, expected)]:
+                reported.append((healthy, expected))
+                on_progress(healthy, expected)
+            ready = not not_ready and len(seen) == expected and all(h.healthy for h in seen)
+            return list(seen) if ready else None
+
+        return poll_until(all_healthy, timeout_s=timeout_s, interval_s=0.5, on_timeout=lambda: TimeoutExceededError(
+            f"hosts not ready after {timeout_s:.0f}s: " + _missing(seen, not_ready), hint=self._hint()))
 
     def hosts(self) -> list[HostInfo]:
         """Every registered host with its probe result; [] when there is no head."""
@@ -140,9 +164,9 @@ class HostController:
 
     def _with_vm_truth(self, infos: list[HostInfo]) -> list[HostInfo]:
         """A simulated host whose processes are all gone is dead, whatever Ray says yet."""
-        if not self.spec.simulated:
+        if self.machines is None:
             return infos
-        gone = simhosts.vanished_hosts(self.cluster)
+        gone = self.machines.vanished(self.cluster)
         return [
             dataclasses.replace(h, healthy=False, state=fleet.DEAD, detail=f"simulated VM is gone; Ray: {h.detail}")
             if (h.node_name, h.worker_id) in gone else h
@@ -155,7 +179,7 @@ class HostController:
         """Kill this cluster's simulated hosts, remove its agents, stop its head if podmanager
         started it. Idempotent; works from a new process after a crash."""
         state = head.load_state(self.cluster)
-        killed = simhosts.kill_cluster_hosts(self.cluster)
+        killed = self.machines.kill_all(self.cluster) if self.machines else 0
         if killed:
             log.info("killed %d simulated hosts of %s", killed, self.cluster)
         if state is not None and not state.started and head.reachable(state.address):
@@ -171,8 +195,8 @@ class HostController:
         self._address = None
 
     def _hint(self) -> str:
-        if self.spec.simulated:
-            return f"host logs: {simhosts.hosts_dir(self.cluster)}/*.log"
+        if self.machines is not None:
+            return self.machines.log_hint(self.cluster)
         return "check the TPU VMs' startup script log (journalctl -u google-startup-scripts)"
 
 

@@ -29,9 +29,9 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from podmanager import paths
-from podmanager.catalog import lookup
 from podmanager.cloud.base import Node
+from podmanager.core import paths
+from podmanager.core.catalog import lookup
 from podmanager.hosts.agent import AgentIdentity, HostAgent
 
 NAMESPACE = "podmanager"
@@ -263,11 +263,6 @@ def _describe(identity: dict, ray_node: dict | None, ref: ray.ObjectRef | None) 
     node_dead = ray_node is not None and not ray_node.get("Alive")
     state, detail = classify_failure(error, joined=ray_node is not None, node_dead=node_dead)
     return HostInfo(**base, healthy=False, last_heartbeat=None, detail=detail, state=state)
-
-
-def dead_hosts(cluster: str, timeout_s: float = 1.0) -> list[HostInfo]:
-    """Hosts that are dead or unreachable now (a SIGKILLed host shows up within ~2 s)."""
-    return [h for h in probe_hosts(cluster, timeout_s) if h.state in (DEAD, UNREACHABLE)]
 
 
 def agent_handle(cluster: str, slice_index: int, worker_id: int):

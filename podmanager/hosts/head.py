@@ -11,14 +11,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from podmanager import paths
-from podmanager.errors import PodmanagerError
+from podmanager.core import paths
+from podmanager.core.errors import PodmanagerError
+from podmanager.core.spec import ClusterSpec
 from podmanager.hosts import auth, loopback, procs
-from podmanager.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +31,10 @@ SYSTEM_CONFIG = {
 }
 OBJECT_STORE_BYTES = 80 * 1000 * 1000  # Ray's minimum is 75 MiB; the default claims GBs of /dev/shm
 START_TIMEOUT_S = 120.0
+
+
+# The node metadata entry that tells a host where the head is (no secrets in it).
+HEAD_METADATA_KEY = "podmanager-head"
 
 
 @dataclass(frozen=True)
@@ -188,9 +191,3 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
-def wait_reachable(address: str, deadline: float) -> bool:
-    while time.monotonic() < deadline:
-        if reachable(address):
-            return True
-        time.sleep(0.5)
-    return False

@@ -5,7 +5,7 @@
 Waits (logging why) until the head answers, then runs `ray start --address=HEAD`.
 On a real TPU VM Ray reads the slice name, worker id, type and topology from the
 metadata server; a simulated host gets the same facts from TPU_* variables set by
-`simhosts`. The token is read from a file (RAY_AUTH_TOKEN_PATH), never printed.
+`vms`. The token is read from a file (RAY_AUTH_TOKEN_PATH), never printed.
 `ray start` daemonizes the raylet and agents; this process exits once they run.
 """
 
@@ -18,6 +18,8 @@ import os
 import sys
 import time
 
+from podmanager.core.clock import poll_until
+from podmanager.core.errors import TimeoutExceededError
 from podmanager.hosts import auth, loopback
 from podmanager.hosts.head import OBJECT_STORE_BYTES, reachable
 
@@ -55,20 +57,22 @@ def ray_start_args(
 def wait_for_head(address: str, deadline_s: float, *, interval_s: float = 1.0) -> bool:
     """Poll the head's GCS port until it accepts connections or `deadline_s` passes."""
     start = time.monotonic()
-    last_said = -1e9
-    while True:
+    last_said = [-1e9]
+
+    def head_answers() -> bool:
         if reachable(address):
             return True
         waited = time.monotonic() - start
-        if waited >= deadline_s:
-            return False
-        if waited - last_said >= 10:
-            log.info(
-                "waiting for the Ray head at %s: not accepting connections yet (%.0fs of %.0fs)",
-                address, waited, deadline_s,
-            )
-            last_said = waited
-        time.sleep(interval_s)
+        if waited - last_said[0] >= 10:
+            log.info("waiting for the Ray head at %s: not accepting connections yet (%.0fs of %.0fs)",
+                     address, waited, deadline_s)
+            last_said[0] = waited
+        return False
+
+    try:
+        return poll_until(head_answers, timeout_s=deadline_s, interval_s=interval_s)
+    except TimeoutExceededError:
+        return False
 
 
 def run_ray_start(args: list[str], address: str) -> int:

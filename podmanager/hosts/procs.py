@@ -48,9 +48,11 @@ def read_record(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def launch(command: list[str], env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen, str]:
-    """Start `command` as a new machine; returns the process and the machine id."""
-    machine_id = uuid.uuid4().hex
+def launch(command: list[str], env: dict[str, str], log_path: Path,
+           machine_id: str | None = None) -> tuple[subprocess.Popen, str]:
+    """Start `command` as a new machine (or on the machine `machine_id`); returns the process
+    and the machine id."""
+    machine_id = machine_id or uuid.uuid4().hex
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             command, env={**env, MACHINE_ENV: machine_id}, stdout=out, stderr=subprocess.STDOUT,

@@ -48,6 +48,7 @@ import os
 
 from podmanager.runtime import preemption, progress
 from podmanager.runtime.checkpoints import Checkpointer
+from podmanager.runtime.contract import EXIT_OK, EXIT_PREEMPTED
 from podmanager.runtime.launch import (
     DEFAULT_INIT_TIMEOUT_S,
     LaunchEnv,
@@ -62,9 +63,6 @@ from podmanager.runtime.preemption import (
     request_preemption,
 )
 from podmanager.runtime.progress import report_progress
-
-EXIT_OK = 0
-EXIT_PREEMPTED = 75
 
 __all__ = [
     "DEFAULT_INIT_TIMEOUT_S", "EXIT_OK", "EXIT_PREEMPTED", "MESH_AXES", "Checkpointer", "LaunchEnv",

@@ -97,14 +97,22 @@ def initialize(timeout_s: int | None = None) -> LaunchEnv:
             heartbeat = _int_env(os.environ, "PODMANAGER_HEARTBEAT_TIMEOUT", 0)
             if heartbeat > 0:
                 extra["heartbeat_timeout_seconds"] = heartbeat
-            jax.distributed.initialize(
-                coordinator_address=le.coordinator_address,
-                num_processes=le.num_processes,
-                process_id=le.process_id,
-                initialization_timeout=int(timeout_s),
-                **extra,
-            )
+            if not _jax_finds_the_cluster(os.environ):
+                # Elsewhere (processes started by hand on CPU) the environment says it all.
+                extra.update(num_processes=le.num_processes, process_id=le.process_id)
+            jax.distributed.initialize(coordinator_address=le.coordinator_address,
+                                       initialization_timeout=int(timeout_s), **extra)
         _initialized = True
         # JAX's own preemption notifier may have replaced our SIGTERM handler.
         preemption.reinstall_handler()
         return le
+
+
+def _jax_finds_the_cluster(env: Mapping[str, str]) -> bool:
+    """Whether JAX's own Cloud TPU detection knows this process's id and peers: on a TPU VM
+    (libtpu installed) or a simulated one (JAX_FORCE_TPU_INIT), with the worker identity
+    podmanager sets. Then `initialize` is a thin call of `jax.distributed.initialize`."""
+    import importlib.util
+
+    identity = "TPU_WORKER_ID" in env and "TPU_WORKER_HOSTNAMES" in env
+    return identity and ("JAX_FORCE_TPU_INIT" in env or importlib.util.find_spec("libtpu") is not None)

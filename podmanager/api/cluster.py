@@ -1,0 +1,438 @@
+"""The Python API: one `Cluster` object with the verbs the CLI exposes.
+
+    cluster = Cluster.from_yaml("infra/examples/v4-16.yaml", dry_run=True)
+    cluster.up()
+    print(cluster.status())
+    cluster.down()
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from podmanager.api.backends import (
+    local_machines,
+    make_cloud,
+    simulator_client,
+)
+from podmanager.api.submission import default_checkpoint_dir, run_slices
+from podmanager.api.teardown import LabelDownReport, down_by_label, teardown
+from podmanager.cloud.base import DEAD_STATES, Node, TpuCloud
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core import catalog, paths
+from podmanager.core.clock import Clock, RealClock
+from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
+from podmanager.core.records import SliceRef
+from podmanager.core.spec import (
+    ClusterSpec,
+    load_spec,
+    parse_spec,
+)
+from podmanager.core.workload import Workload
+from podmanager.hosts.cluster_hosts import ClusterHosts
+from podmanager.provisioning.loop import Provisioner
+from podmanager.provisioning.plan import desired_slices
+from podmanager.state import Event, StateStore
+from podmanager.state.runs import RunRecord, RunStore
+
+if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
+    from podmanager.api.runs import InterruptCallback, RunHandle
+    from podmanager.running.attempt import OutputPrinter
+    from podmanager.supervision.ledger import RunResult
+
+EventCallback = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class SliceStatus:
+    index: int
+    name: str
+    accelerator: str
+    zone: str | None
+    state: str  # the node's state, or MISSING
+    hosts: int
+    chips: int
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    name: str
+    backend: str
+    project: str
+    slices: list[SliceStatus]
+    hosts: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Cluster:
+    """One cluster's lifecycle. Every verb is safe to repeat and to resume after a crash."""
+
+    def __init__(self, spec: ClusterSpec, *, cloud: TpuCloud | None = None, simulator: SimCloud | None = None,
+                 store: StateStore | None = None, clock: Clock | None = None,
+                 on_event: EventCallback | None = None):
+        """`cloud`: talk to this backend as it is; `simulator`: this simulated cloud, through
+        the client-side retries a dry run uses (its faults stay reachable through
+        `simulator`); neither: the backend the spec asks for."""
+        self.spec = spec
+        self.clock = clock or RealClock()
+        self.store = store or StateStore()
+        self._cloud = cloud
+        self._simulator = simulator
+        self.on_event = on_event
+        self._hosts: ClusterHosts | None = None
+        self._runs: RunStore | None = None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, *, dry_run: bool = False, **kwargs: Any) -> "Cluster":
+        return cls(load_spec(path, dry_run=dry_run), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, dry_run: bool = False, **kwargs: Any) -> "Cluster":
+        return cls(parse_spec(data, dry_run=dry_run), **kwargs)
+
+    @classmethod
+    def from_name(cls, name: str, *, store: StateStore | None = None, **kwargs: Any) -> "Cluster":
+        """The cluster that `up` recorded under this name."""
+        store = store or StateStore()
+        record = store.get_cluster(name)
+        if record is None:
+            known = ", ".join(r.name for r in store.list_clusters()) or "none"
+            raise ClusterNotFoundError(
+                f"--cluster: no cluster named {name!r} (known: {known})",
+                hint="Create it with 'podmanager up -f SPEC', or pass -f SPEC to 'down' if its local state was lost.",
+            )
+        return cls(parse_spec(record.spec, source=f"stored spec of {name}"), store=store, **kwargs)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def cloud(self) -> TpuCloud:
+        if self._cloud is None and self._simulator is not None:
+            self._cloud = simulator_client(self._simulator, clock=self.clock, on_retry=self._record_retry)
+        elif self._cloud is None:
+            self._cloud, self._simulator = make_cloud(self.spec, clock=self.clock, on_retry=self._record_retry)
+        return self._cloud
+
+    @property
+    def simulator(self) -> SimCloud:
+        """The simulated cloud behind a dry-run cluster, for injecting faults."""
+        self.cloud  # opens the backend (and the simulator with it)
+        if self._simulator is None:
+            raise SpecError(f"--cluster: {self.name} runs on {self.spec.backend.value}; "
+                            "'podmanager sim' only injects faults into dry-run clusters")
+        return self._simulator
+
+    def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> Event:
+        event = self.store.add_event(self.name, kind, message, slice_index=slice_index, **data)
+        if self.on_event:
+            self.on_event(event)
+        return event
+
+    def _record_retry(self, call: str, error: BaseException, attempt: int) -> None:
+        self.record("retry", f"{call} failed ({error}); retrying (attempt {attempt + 1})", call=call)
+
+    @property
+    def hosts_layer(self) -> ClusterHosts | None:
+        """The Ray side (head, host agents); None for a control-plane-only simulation."""
+        if self._hosts is None:
+            self._hosts = ClusterHosts.for_spec(self.spec, local_machines(self.spec))
+        return self._hosts
+
+    def _provisioner(self) -> Provisioner:
+        poll = 0.05 if self.spec.simulated else 5.0
+        return Provisioner(self.cloud, self.name, self.spec.zones, record=self.record, clock=self.clock,
+                           poll_interval_s=poll)
+
+    # ------------------------------------------------------------------ verbs
+
+    def up(self, *, timeout_s: float = 1800.0) -> ClusterStatus:
+        """Create every slice of the spec and wait until all are READY. Resumes a partial `up`."""
+        self.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
+        first_time = self.store.get_cluster(self.name) is None
+        self.store.save_cluster(self.name, self.spec.model_dump(mode="json"), self.spec.backend.value, "provisioning")
+        self.record("up", f"{len(self.spec.slice_list())} slice(s) on {self.spec.backend.value} "
+                     f"in {', '.join(self.spec.zones)}")
+        if first_time and self.spec.simulated and self.spec.simulation.faults:
+            self._arm_scripted_faults()
+        metadata = self._start_head() if self.hosts_layer else {}
+        nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
+        self.record("slices_ready", f"all {len(nodes)} slice(s) READY")
+        if self.hosts_layer:
+            self._wait_for_hosts(nodes)
+        self.store.set_cluster_status(self.name, "up")
+        return self.status()
+
+    def _start_head(self) -> dict[str, str]:
+        """Start (or reuse) the Ray head, saying so first: starting one takes seconds."""
+        assert self.hosts_layer is not None
+        running = self.spec.head.address or self.hosts_layer.controller.head_address()
+        self.record("head_starting", f"using the Ray head at {running}" if running
+                    else "starting the Ray head (takes a few seconds)")
+        metadata = self.hosts_layer.start()
+        if not running:
+            self.record("head_ready", f"Ray head is up at {self.hosts_layer.controller.head_address()}")
+        return metadata
+
+    def _wait_for_hosts(self, nodes: list[Node]) -> None:
+        """Wait until every host of these slices has a healthy agent, saying how many have."""
+        assert self.hosts_layer is not None
+        expected = sum(len(node.endpoints) or catalog.lookup(node.accelerator_type).hosts for node in nodes)
+        self.record("hosts_joining", f"waiting for {expected} host(s) to join Ray "
+                    f"(up to {self.spec.head.join_timeout_s:.0f}s)", expected=expected)
+        joined = self.hosts_layer.wait(nodes, on_progress=lambda healthy, of: self.record(
+            "hosts_joining", f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of))
+        self.record("hosts_joined", f"{len(joined)} host(s) joined Ray, each with a healthy agent")
+
+    def _converge(self, desired: list[Any], timeout_s: float, reason: str = "not in the spec") -> list[Node]:
+        return self._provisioner().converge(desired, timeout_s, unwanted_reason=reason)
+
+    def delete_dead_slices(self, timeout_s: float = 600.0) -> list[int]:
+        """Delete preempted or terminated slices now (they hold quota) without replacing them."""
+        dead = sorted(n.slice_index for n in self._provisioner().observe().nodes
+                      if n.state in DEAD_STATES and n.slice_index is not None)
+        if dead:
+            desired = [d for d in desired_slices(self.spec) if d.index not in dead]
+            self._converge(desired, timeout_s, reason="it is dead and holds quota; 'up' creates it again")
+        return dead
+
+    def delete_slices(self, indexes: list[int], *, reason: str, timeout_s: float = 1800.0) -> None:
+        """Delete these slices now; the first half of replacing them."""
+        desired = desired_slices(self.spec)
+        self._converge([d for d in desired if d.index not in indexes], timeout_s, reason=f"replacing it ({reason})")
+
+    def restore_slices(self, phases: dict[str, float] | None = None, *, timeout_s: float = 1800.0) -> list[Node]:
+        """Create every missing slice (next zones on capacity errors) and wait for all hosts;
+        the second half of replacing. `phases` receives the seconds of `create` and `join`."""
+        phases = {} if phases is None else phases
+        metadata = self.hosts_layer.start() if self.hosts_layer else {}
+        started = self.clock.now()
+        nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
+        phases["create"] = self.clock.now() - started
+        if self.hosts_layer:
+            started = self.clock.now()
+            self._wait_for_hosts(nodes)
+            phases["join"] = self.clock.now() - started
+        return nodes
+
+    def status(self) -> ClusterStatus:
+        observed = {n.name: n for n in self._provisioner().observe().nodes}
+        slices = []
+        for want in desired_slices(self.spec):
+            node = observed.get(want.node_name)
+            accelerator = catalog.lookup(want.request.accelerator_type)
+            slices.append(SliceStatus(
+                index=want.index,
+                name=want.node_name,
+                accelerator=accelerator.name,
+                zone=node.zone if node else None,
+                state=node.state.value if node else "MISSING",
+                hosts=accelerator.hosts,
+                chips=accelerator.chips,
+            ))
+        hosts = [asdict(h) for h in self.hosts_layer.hosts()] if self.hosts_layer else []
+        return ClusterStatus(self.name, self.spec.backend.value, self.spec.project or "", slices, hosts)
+
+    def down(self, *, timeout_s: float = 600.0) -> None:
+        """Cancel the cluster's running runs, then delete everything labelled with it; safe to
+        run twice."""
+        self._cancel_runs()
+        teardown(self.name, self.cloud, self.spec.zones, self.store, record=self.record, clock=self.clock,
+                 timeout_s=timeout_s, hosts=self.hosts_layer)
+
+    def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RunHandle:
+        """Start a run and return at once: its supervisor runs on the cluster's side (a Ray
+        actor next to the head) and outlives this process. One run at a time per slice."""
+        from podmanager.api import service
+        from podmanager.running.attempt import new_run_id
+        from podmanager.supervision.supervisor import new_run
+
+        if self.hosts_layer is None:
+            raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to run on")
+        slices = run_slices(self.spec, workload)
+        busy = [r for r in self.runs_store.active(self.name) if set(r.slices) & set(slices)]
+        if busy:
+            raise SpecError(
+                f"run: slice(s) {sorted(set(busy[0].slices) & set(slices))} are busy with run {busy[0].run_id} "
+                f"({busy[0].status})",
+                hint=f"Wait for it ('podmanager attach {busy[0].run_id}'), cancel it ('podmanager cancel "
+                     f"{busy[0].run_id}'), or run on other slices with --slices.")
+        unknown = set(budgets or {}) - {"max_preemptions", "max_failures", "max_hangs"}
+        if unknown:
+            raise SpecError(f"budgets: unknown {sorted(unknown)}; use max_preemptions, max_failures, max_hangs")
+        if not self.hosts_layer.controller.connect():
+            raise PodmanagerError(f"cluster {self.name} has no Ray head", hint="Run 'podmanager up' first.")
+        run_id = new_run_id(workload)
+        self.runs_store.create(new_run(self, workload, run_id, slices, default_checkpoint_dir(self.spec, workload), budgets or {}))
+        self.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
+                    run_id=run_id)
+        service.start_supervisor(type(self), self.name, run_id)
+        return self.run_handle(run_id)
+
+    def run(self, workload: Workload, *, printer: OutputPrinter | None = None,
+            budgets: dict[str, int] | None = None, down_on_exit: bool = False,
+            on_interrupt: InterruptCallback | None = None) -> RunResult:
+        """Submit the workload and follow it to its end, its output going to `printer` and its
+        events to `on_event`: the run recovers from preemptions, failures and hangs within the
+        spec's budgets (`budgets` overrides them).
+
+        An interrupt (Ctrl-C) cancels the run, unless `on_interrupt` decides otherwise (see
+        `RunHandle.follow`; the CLI detaches). With `down_on_exit` the cluster is deleted once
+        the run has ended, however it ended; a run still going (detached) keeps it."""
+        handle = None
+        try:
+            handle = self.submit(workload, budgets=budgets)
+            after = self.store.events(self.name, kind="run_submitted")[-1].id
+            try:
+                return handle.follow(printer, self.on_event, after_event=after, on_interrupt=on_interrupt)
+            except KeyboardInterrupt:
+                if on_interrupt is None:
+                    handle.cancel()
+                raise
+        finally:
+            if down_on_exit and (handle is None or not handle.status().active):
+                self.down()
+
+    def run_handle(self, run_id: str) -> RunHandle:
+        from podmanager.api.runs import RunHandle
+
+        run = self.runs_store.get(run_id)
+        if run is None or run.cluster != self.name:
+            known = ", ".join(r.run_id for r in self.runs_store.list(self.name)[-5:]) or "none"
+            raise SpecError(f"RUN: no run {run_id!r} in cluster {self.name} (latest: {known})",
+                            hint="See them all with 'podmanager runs'.")
+        return RunHandle(self.name, run_id, runs=self.runs_store, store=self.store)
+
+    def runs(self) -> list[RunRecord]:
+        """Every run of this cluster, oldest first."""
+        return self.runs_store.list(self.name)
+
+    @property
+    def runs_store(self) -> RunStore:
+        if self._runs is None:
+            self._runs = RunStore()
+        return self._runs
+
+    def arm_scripted_hangs(self) -> list[Any]:
+        """Timers for the spec's scripted hang faults (dry runs), counted from now."""
+        from podmanager.api import simulation
+
+        return simulation.arm_hangs(self) if self.spec.simulated else []
+
+    def _cancel_runs(self) -> None:
+        for run in self.runs_store.active(self.name):
+            self.record("cancelling", f"cancelling run {run.run_id} before tearing down")
+            try:
+                self.run_handle(run.run_id).cancel(timeout_s=60)
+            except PodmanagerError as stuck:  # its supervisor is gone: the teardown stops the processes
+                self.record("cancel_timeout", stuck.message)
+                stuck_run = self.runs_store.get(run.run_id)
+                if stuck_run is not None:
+                    stuck_run.status = "cancelled"
+                    self.runs_store.save(stuck_run)
+
+    def hosts(self) -> list[Any]:
+        return self.hosts_layer.hosts() if self.hosts_layer else []
+
+    def agents(self, slice_indexes: list[int]) -> list[Any]:
+        if self.hosts_layer is None:
+            raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts")
+        return self.hosts_layer.agents(slice_indexes)
+
+    def lost_hosts(self) -> set[tuple[int, int]]:
+        """(slice, worker) of hosts whose node is dead or unreachable right now."""
+        dead = self.hosts_layer.dead_hosts() if self.hosts_layer else []
+        return {(h.slice_index, h.worker_id) for h in dead}
+
+    def heal(self) -> None:
+        """Delete dead slices, create what is missing and wait for every host's agent."""
+        self.delete_dead_slices()
+        self.up()
+
+    def slice_locations(self, slice_indexes: list[int]) -> list[SliceRef]:
+        """Where each of these slices is as the cloud has it now."""
+        nodes = {n.slice_index: n for n in self._provisioner().observe().nodes}
+        missing = [i for i in slice_indexes if i not in nodes]
+        if missing:
+            raise PodmanagerError(f"slice(s) {missing} of {self.name} do not exist",
+                                  hint="Run 'podmanager up' again to create them.")
+        return [SliceRef(i, nodes[i].zone, nodes[i].name) for i in slice_indexes]
+
+    def run_dir(self, run_id: str) -> Path:
+        return paths.cluster_dir(self.name) / "runs" / run_id
+
+    def close(self) -> None:
+        """Disconnect from Ray (the cluster stays up)."""
+        if self._hosts is not None:
+            self._hosts.close()
+
+    def events(self, *, after_id: int = 0) -> list[Event]:
+        return self.store.events(self.name, after_id=after_id)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _arm_scripted_faults(self) -> None:
+        sim = self.simulator
+        for fault in self.spec.simulation.faults:
+            if fault.kind == "preempt":
+                sim.preempt_slice_later(self.name, fault.slice, fault.after_s, fault.notice_s)
+            elif fault.kind == "quota":
+                sim.inject_quota(times=fault.times)
+            elif fault.kind == "transient":
+                sim.inject_transient(fault.times)
+            elif fault.kind in ("capacity", "reservation", "preempt-while-creating"):
+                sim.inject_create_fault(fault.zone, fault.kind, fault.times)
+            self.record("fault_armed", f"simulated fault armed: {fault.model_dump(exclude_defaults=True)}")
+
+
+def resolve_cluster(name: str | None, *, store: StateStore | None = None) -> Cluster:
+    """The named cluster, or the only one there is when no name is given."""
+    store = store or StateStore()
+    if name is None:
+        known = store.list_clusters()
+        if len(known) != 1:
+            listing = ", ".join(r.name for r in known) or "none"
+            raise ClusterNotFoundError(
+                f"--cluster: {'no cluster exists' if not known else 'several clusters exist'} (known: {listing})",
+                hint="Name one with -c NAME, or create one with 'podmanager up -f SPEC'.",
+            )
+        name = known[0].name
+    return Cluster.from_name(name, store=store)
+
+
+@dataclass(frozen=True)
+class DownReport:
+    """What `down` did: the cluster it tore down, or (its local state lost) where it searched."""
+
+    name: str
+    by_label: LabelDownReport | None = None  # set when the cluster was found by label
+
+    @property
+    def nothing_found(self) -> bool:
+        return self.by_label is not None and not self.by_label.deleted_in
+
+
+def down(name: str | None = None, *, spec_file: str | Path | None = None, dry_run: bool = False,
+         project: str | None = None, zones: list[str] | None = None, on_event: EventCallback | None = None,
+         store: StateStore | None = None) -> DownReport:
+    """Tear a cluster down, however it is known: by its spec file, by the local record of its
+    name, or — the record lost — by its label in the cloud (every simulated project, or the
+    Google Cloud `project`). Safe to repeat: nothing left is not an error."""
+    store = store or StateStore()
+    if spec_file is not None:
+        target = Cluster.from_yaml(spec_file, dry_run=dry_run, on_event=on_event, store=store)
+    elif name is not None and store.get_cluster(name) is None:
+        on_gcp = project is not None and not dry_run
+        return DownReport(name, down_by_label(name, dry_run=not on_gcp, project=project, zones=zones, store=store))
+    else:
+        target = resolve_cluster(name, store=store)
+        target.on_event = on_event
+    target.down()
+    return DownReport(target.name)

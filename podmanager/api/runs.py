@@ -1,0 +1,158 @@
+"""A submitted run as a script holds it: `RunHandle`, with status, follow, wait and cancel.
+
+Everything here reads the durable store and the run's log folder, the same records the
+supervisor writes on the cluster's side: a handle works from any process, a run outlives
+every handle, and following a run again replays it from the start.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from podmanager.core.clock import poll_until
+from podmanager.core.errors import PodmanagerError, TimeoutExceededError
+from podmanager.core.records import HostRef
+from podmanager.running import logs
+from podmanager.running.attempt import OutputPrinter
+from podmanager.running.logs import runs_dir
+from podmanager.state import Event, StateStore
+from podmanager.state.runs import RunRecord, RunStore
+from podmanager.supervision.ledger import RunResult
+
+EventCallback = Callable[[Event], None]
+InterruptCallback = Callable[["RunHandle"], bool]
+_HOST_FILE = re.compile(r"slice-(\d+)-host-(\d+)\.log$")
+
+
+class RunHandle:
+    def __init__(self, cluster: str, run_id: str, *, runs: RunStore | None = None, store: StateStore | None = None):
+        self.cluster = cluster
+        self.run_id = run_id
+        self.runs = runs or RunStore()
+        self.store = store or StateStore()
+
+    @property
+    def folder(self) -> Path:
+        return runs_dir(self.cluster) / self.run_id
+
+    def status(self) -> RunRecord:
+        run = self.runs.get(self.run_id)
+        if run is None:
+            raise PodmanagerError(f"RUN: no run {self.run_id!r} in {self.cluster}",
+                                  hint="See the runs with 'podmanager runs'.")
+        return run
+
+    def result(self) -> RunResult | None:
+        run = self.status()
+        return RunResult.from_dict(run.result) if run.result and not run.active else None
+
+    def wait(self, *, timeout_s: float | None = None, poll_s: float = 0.25) -> RunResult:
+        """Block until the run has finished; its result."""
+        return poll_until(self.result, timeout_s=float("inf") if timeout_s is None else timeout_s, interval_s=poll_s,
+                          on_timeout=lambda: TimeoutExceededError(
+                              f"run {self.run_id} still {self.status().status} after {timeout_s:.0f}s"))
+
+    def follow(self, printer: OutputPrinter | None = None, on_event: EventCallback | None = None, *,
+               after_event: int | None = None, on_interrupt: InterruptCallback | None = None,
+               poll_s: float = 0.2) -> RunResult:
+        """Every host's output and the run's events as they come (from the start of the run, or
+        after event id `after_event`), until the run has finished; its result.
+
+        On KeyboardInterrupt `on_interrupt(self)` decides: True to go on following (e.g. it
+        cancelled the run, whose end is still to be shown), False to stop following (the
+        interrupt goes on up; the run goes on). Without it the interrupt just goes on up."""
+        offsets: dict[Path, int] = {}
+        last_event = self._first_event() - 1 if after_event is None else after_event
+        while True:
+            try:
+                return self._follow(printer, on_event, offsets, last_event, poll_s)
+            except KeyboardInterrupt:
+                if on_interrupt is None or not on_interrupt(self):
+                    raise
+                events = self.store.events(self.cluster)
+                last_event = events[-1].id if events else 0
+
+    def _follow(self, printer: OutputPrinter | None, on_event: EventCallback | None, offsets: dict[Path, int],
+                last_event: int, poll_s: float) -> RunResult:
+        while True:
+            run = self.status()  # read before the output, so nothing written before the end is missed
+            done = not run.active and run.result is not None
+            for path in sorted(self.folder.glob("slice-*-host-*.log")):
+                text, offsets[path] = _read_lines(path, offsets.get(path, 0), final=done)
+                match = _HOST_FILE.search(path.name)
+                if text and printer and match:
+                    printer(HostRef(int(match.group(1)), int(match.group(2))), text)  # type: ignore[arg-type]
+            for event in self.store.events(self.cluster, after_id=last_event):
+                last_event = event.id
+                if on_event:
+                    on_event(event)
+            if done:
+                return RunResult.from_dict(run.result)  # type: ignore[arg-type]
+            time.sleep(poll_s)
+
+    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
+        """Ask the supervisor to stop every process of the run on every host, and (by default)
+        wait until it has. A finished run is left as it is."""
+        if self.status().active:
+            self.runs.request_cancel(self.run_id)
+            if wait:
+                try:
+                    self.wait(timeout_s=timeout_s)
+                except TimeoutExceededError:
+                    raise TimeoutExceededError(
+                        f"run {self.run_id} did not stop within {timeout_s:.0f}s of the cancel",
+                        hint="Its supervisor may be down; 'podmanager down' stops every process of the cluster.",
+                    ) from None
+        return self.status()
+
+    def _first_event(self) -> int:
+        for event in self.store.events(self.cluster, kind="run_submitted"):
+            if event.data.get("run_id") == self.run_id:
+                return event.id
+        return 1
+
+
+def _read_lines(path: Path, offset: int, *, final: bool) -> tuple[str, int]:
+    """Complete lines written since `offset` (all of it when `final`), and the new offset."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read()
+    end = len(data) if final else data.rfind(b"\n") + 1
+    return data[:end].decode("utf-8", "replace"), offset + end
+
+
+def run_summary(run: RunRecord) -> dict[str, Any]:
+    """One line of `podmanager runs`: where the run is and how it went so far."""
+    result = run.result or {}
+    incidents = run.ledger.get("incidents", [])
+    step = run.progress.get("step")
+    if step is None:
+        step = (result.get("metrics") or {}).get("last_step")
+    return {
+        "run_id": run.run_id,
+        "cluster": run.cluster,
+        "status": run.status,
+        "attempt": run.attempt,
+        "step": step,
+        "steps_per_s": run.progress.get("steps_per_s"),
+        "goodput": result.get("goodput"),
+        "started": run.created_at,
+        "last_incident": incidents[-1]["cause"] if incidents else None,
+    }
+
+
+def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = None, *,
+                  follow: bool = False) -> Iterator[tuple[str, str]]:
+    """(host label, line) of a run's output (default: the latest run), every host or one
+    ('slice-0/1'); with `follow`, as lines are written until the run ends."""
+    folder = logs.resolve_run(cluster, run_id)
+    if follow:
+        yield from logs.follow(folder, host)
+        return
+    for path in logs.host_files(folder, host):
+        where = logs.label(path)
+        for line in path.read_text(errors="replace").splitlines():
+            yield where, line

@@ -1,0 +1,122 @@
+"""Where a run's supervisor lives: a detached, named Ray actor on the head node, one per run.
+
+Ray keeps it alive: it outlives the client that submitted the run (a closed terminal, an
+SSH drop, a `kill -9`), and when its own process dies Ray starts it again
+(`max_restarts=-1`) with the same arguments. It holds nothing of its own: everything it
+needs is in the run's durable record, which the supervisor re-reads on start and carries
+on from (see supervision/supervisor.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import traceback
+
+NAMESPACE = "podmanager"  # the namespace of the cluster's agents (hosts/fleet.py)
+HEAD_RESOURCE = "node:__internal_head__"  # every Ray head node has it; pins the supervisor there
+
+log = logging.getLogger(__name__)
+
+
+def actor_name(run_id: str) -> str:
+    return f"supervisor-{run_id}"
+
+
+class SupervisorActor:
+    """Plain class; `start_supervisor` wraps it with `ray.remote` and its options."""
+
+    def __init__(self, home: str, cluster: str, run_id: str, cluster_class: type) -> None:
+        # The submitting client's state folder: paths, the store and the simulated cloud live there.
+        os.environ["PODMANAGER_HOME"] = home
+        self.cluster = cluster
+        self.run_id = run_id
+        self.cluster_class = cluster_class  # the API's Cluster, handed in: this module sits below it
+        self._thread = threading.Thread(target=self._supervise, name=f"supervise-{run_id}", daemon=True)
+        self._thread.start()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def _supervise(self) -> None:
+        from podmanager.state.runs import RunStore
+        from podmanager.supervision.supervisor import RunSupervisor
+
+        runs = RunStore()
+        try:
+            cluster = self.cluster_class.from_name(self.cluster)
+            run = runs.get(self.run_id)
+            timers = cluster.arm_scripted_hangs() if run is not None and not run.supervisor else []
+            try:
+                RunSupervisor(cluster, runs, self.run_id).supervise()
+            finally:
+                for timer in timers:
+                    timer.cancel()
+        except Exception:  # noqa: BLE001 - the run must end with the reason, not hang unsupervised
+            _record_crash(runs, self.run_id, traceback.format_exc())
+        self._leave()
+
+    def _leave(self) -> None:
+        """The run is over: this actor goes for good (not restarted)."""
+        import ray
+
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+
+def _record_crash(runs, run_id: str, trace: str) -> None:  # type: ignore[no-untyped-def]
+    run = runs.get(run_id)
+    if run is None or not run.active:
+        return
+    run.status = "failed"
+    last = trace.strip().splitlines()[-1]
+    run.result = {"run_id": run_id, "cluster": run.cluster, "status": "failed",
+                  "message": f"run {run_id} failed: its supervisor stopped with {last}", "hosts": [],
+                  "metrics": {"first_step": None, "last_step": None, "first_loss": None, "last_loss": None},
+                  "attempts": run.attempt, "attempt_log": [], "incidents": [], "log_dir": ""}
+    runs.save(run)
+    log.error("supervisor of %s failed:\n%s", run_id, trace)
+
+
+def start_supervisor(cluster_class: type, cluster: str, run_id: str) -> None:
+    """Create the run's supervisor actor (the caller is connected to the cluster's Ray);
+    it rebuilds the cluster with `cluster_class.from_name`."""
+    import ray
+
+    from podmanager.core import paths
+
+    remote = ray.remote(SupervisorActor).options(
+        name=actor_name(run_id),
+        namespace=NAMESPACE,
+        lifetime="detached",
+        max_restarts=-1,
+        num_cpus=0,
+        resources={HEAD_RESOURCE: 0.001},
+        runtime_env={"env_vars": {
+            # Hosts of replaced simulated slices are children of this process; they must outlive it.
+            "RAY_kill_child_processes_on_worker_exit": "false",
+            # Ray starts workers at nice 15; the supervisor (and the simulated hosts it boots
+            # when it replaces a slice) must not lag behind the program it watches.
+            "RAY_worker_niceness": "0",
+        }},
+    )
+    remote.remote(str(paths.home()), cluster, run_id, cluster_class)
+
+
+def supervisor_of(run_id: str):  # type: ignore[no-untyped-def]
+    """The live supervisor actor of a run, or None."""
+    import ray
+
+    try:
+        return ray.get_actor(actor_name(run_id), namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def stop_supervisor(run_id: str) -> None:
+    """Remove a run's supervisor for good (after the run was cancelled, or when tearing down)."""
+    import ray
+
+    actor = supervisor_of(run_id)
+    if actor is not None:
+        ray.kill(actor, no_restart=True)

@@ -1,0 +1,81 @@
+"""Tearing a cluster down: everything labelled with it, in the cloud and on the Ray side —
+also when its local state is lost and it can only be found by its label."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from podmanager.api import sim_timers
+from podmanager.api.backends import local_machines, make_cloud, simulated_cloud
+from podmanager.cloud.base import TpuCloud
+from podmanager.core import paths
+from podmanager.core.clock import Clock
+from podmanager.core.errors import SpecError
+from podmanager.core.spec import SIMULATED_PROJECT, SIMULATED_ZONES, parse_spec
+from podmanager.hosts.cluster_hosts import ClusterHosts
+from podmanager.provisioning.loop import Provisioner
+from podmanager.state import StateStore
+
+
+def teardown(name: str, cloud: TpuCloud, zones: list[str], store: StateStore, *,
+             record: Callable[..., Any] | None = None, clock: Clock | None = None, timeout_s: float = 600.0,
+             hosts: ClusterHosts | None = None) -> None:
+    """Delete every node and queued resource labelled with cluster `name`, stop its Ray side
+    (simulated hosts, agents, the head podmanager started), then forget it."""
+    record = record or (lambda kind, message, slice_index=None, **data: store.add_event(
+        name, kind, message, slice_index=slice_index, **data))
+    record("down", f"deleting everything labelled podmanager-cluster={name} in {', '.join(zones)}")
+    if cloud.backend == "simulated":
+        sim_timers.stop(name)  # a pending simulated fault must not fire on the next cluster of this name
+    poll = 0.05 if cloud.backend == "simulated" else 5.0
+    if hosts is not None:
+        hosts.close()  # leave Ray before its hosts go, rather than watch them die
+    Provisioner(cloud, name, zones, record=record, clock=clock, poll_interval_s=poll).converge(
+        [], timeout_s, unwanted_reason="the cluster is being torn down")
+    if hosts is not None:
+        hosts.stop()
+    store.delete_cluster(name)
+    record("cluster_deleted", f"cluster {name} is down; nothing of it is left in the cloud")
+
+
+@dataclass(frozen=True)
+class LabelDownReport:
+    """What `down_by_label` did: the projects it searched and those it deleted something in."""
+
+    name: str
+    searched: list[str]
+    deleted_in: list[str]
+
+
+def simulated_projects() -> list[str]:
+    """Every simulated project that has a cloud on this machine ($PODMANAGER_HOME/sim/*.json)."""
+    return sorted(path.stem for path in paths.sim_state_path(SIMULATED_PROJECT).parent.glob("*.json"))
+
+
+def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones: list[str] | None = None,
+                  store: StateStore | None = None, timeout_s: float = 600.0) -> LabelDownReport:
+    """`down` for a cluster whose local state is gone: find its resources by label and delete them.
+
+    On the simulated cloud without a project, every simulated project is searched; on
+    Google Cloud the project is required and only the given zones are searched."""
+    store = store or StateStore()
+    if not dry_run and not project:
+        raise SpecError("--project: a cluster on Google Cloud whose local state is lost is found by label in "
+                        "its project; pass --project PROJECT --zone ZONE (or --dry-run for the simulated cloud)")
+    projects = ([project] if project else simulated_projects()) if dry_run else [project]
+    deleted_in = []
+    for where in projects:
+        search_zones = zones
+        if dry_run:
+            search_zones = zones or simulated_cloud(where).known_zones() or list(SIMULATED_ZONES)
+        # Only the name, project and zones matter to a teardown; the slice is a placeholder.
+        spec = parse_spec({"name": name, "project": where, "zones": search_zones or [],
+                           "slices": [{"accelerator": "v4-8"}]}, source="--project/--zone", dry_run=dry_run)
+        cloud = make_cloud(spec)[0]
+        found = Provisioner(cloud, name, spec.zones).observe()
+        if found.nodes or found.queued:
+            teardown(name, cloud, spec.zones, store, timeout_s=timeout_s,
+                     hosts=ClusterHosts(spec, local_machines(spec)))
+            deleted_in.append(where)
+    return LabelDownReport(name, [p for p in projects if p], deleted_in)

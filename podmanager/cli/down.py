@@ -1,0 +1,36 @@
+"""`podmanager down`: delete everything labelled with the cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from podmanager import api
+from podmanager.cli.options import CLUSTER_OPTION
+from podmanager.cli.render import console, print_event
+
+
+def down(
+    cluster: Optional[str] = CLUSTER_OPTION,
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Spec to find the cluster by (if its local state is lost)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="The cluster is on the simulated cloud."),
+    project: Optional[str] = typer.Option(None, "--project", help="GCP project, when the local state is lost."),
+    zones: Optional[list[str]] = typer.Option(None, "--zone", help="Zone to search, when the local state is lost (repeat)."),
+) -> None:
+    """Delete every slice and queued resource of the cluster, found by label. Safe to repeat."""
+    with console.status(f"tearing down {cluster or file or 'the cluster'} ..."):
+        report = api.down(cluster, spec_file=file, dry_run=dry_run, project=project, zones=zones,
+                          on_event=print_event)
+    found = report.by_label
+    if found is None:
+        return
+    where = "project" if project and not dry_run else "simulated project"
+    if found.deleted_in:
+        console.print(f"{report.name} is down (deleted in {where} {', '.join(found.deleted_in)})")
+        return
+    console.print(f"nothing to delete: no local record of {report.name} and nothing labelled "
+                  f"podmanager-cluster={report.name} in the {where}s searched ({', '.join(found.searched) or 'none'})")
+    if where == "simulated project":
+        console.print("If it runs on Google Cloud, pass --project PROJECT --zone ZONE to search there.")

@@ -1,0 +1,45 @@
+"""Following a run from the terminal: its output and events as they come, then the summary
+and the exit code. Shared by `run` and `attach`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import typer
+
+from podmanager import api
+from podmanager.cli.render import console, print_json, print_summary, printer
+
+# Events worth a line while a run is followed (the rest are in `podmanager events`).
+RUN_EVENTS = frozenset({"attempt_started", "incident", "slices_replaced", "resumed", "preemption_notice",
+                        "run_failed", "backoff", "zone_fallback", "reattached", "supervisor_restarted",
+                        "run_cancelled"})
+
+
+def follow_run(follow: Callable[..., api.RunResult], *, all_hosts: bool, as_json: bool,
+               interrupt: Callable[[api.RunHandle], bool] | None = None) -> None:
+    """Print a run until it ends, then its summary; exit 1 unless it succeeded, 130 when
+    the user detached. `follow(printer, on_event, on_interrupt)` is the API call that
+    follows it (`Cluster.run`, or a `RunHandle.follow`)."""
+    try:
+        result = follow(printer(all_hosts, to_stderr=as_json), _event_line(as_json), interrupt)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        print_summary(result)
+    if result.status != "succeeded":
+        raise typer.Exit(1)
+
+
+def _event_line(quiet: bool):  # type: ignore[no-untyped-def]
+    def show(event) -> None:  # type: ignore[no-untyped-def]
+        if event.kind in RUN_EVENTS:
+            if quiet:
+                sys.stderr.write(f"podmanager: {event.message}\n")
+            else:
+                console.print(f"podmanager: {event.message}", markup=False)
+
+    return show

@@ -1,0 +1,25 @@
+"""`podmanager logs`: the output of a run, every host's lines prefixed with its name."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from podmanager import api
+from podmanager.cli.options import CLUSTER_OPTION
+
+
+def logs(
+    cluster: Optional[str] = CLUSTER_OPTION,
+    run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest)."),
+    host: Optional[str] = typer.Option(None, "--host", help="Only this host, e.g. slice-0/1."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+) -> None:
+    """Show the output of a run, every host's lines prefixed with its name."""
+    name = cluster or api.resolve_cluster(None).name
+    for where, line in api.run_log_lines(name, run_id, host, follow=follow):
+        sys.stdout.write(f"[{where}] {line}\n")
+        if follow:
+            sys.stdout.flush()

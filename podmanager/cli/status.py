@@ -1,0 +1,18 @@
+"""`podmanager status`: slices and hosts as they are now."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from podmanager import api
+from podmanager.cli.options import CLUSTER_OPTION, JSON_OPTION
+from podmanager.cli.render import print_json, print_status
+
+
+def status(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Slices (and hosts) of a cluster as the cloud reports them now."""
+    result = api.resolve_cluster(cluster).status()
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        print_status(result)

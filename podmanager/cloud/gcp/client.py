@@ -1,0 +1,358 @@
+"""The real Cloud TPU backend: `google.cloud.tpu_v2.TpuClient` behind the `TpuCloud` protocol.
+
+- Credentials come from Application Default Credentials; `check_credentials` fails at
+  once (no metadata-server wait off GCE) with the command that fixes it.
+- With an emulator (`TPU_EMULATOR_HOST=127.0.0.1:8470`, see `podmanager emulator`) the
+  client talks plain gRPC to it and needs no credentials.
+- The client's methods have no retry and no timeout of their own: every call here has a
+  timeout, and transient errors (UNAVAILABLE, DEADLINE_EXCEEDED, rate limits) are retried
+  with jittered exponential backoff until a deadline, then reported as `TransientError`.
+- Google's errors become the taxonomy of `podmanager.cloud.errors` in one function,
+  `gcp_errors.map_google_error`, for both failed calls and failed long-running operations.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import grpc
+from google.cloud.tpu_v2 import TpuClient
+from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
+from google.cloud.tpu_v2.types import cloud_tpu
+from google.longrunning import operations_pb2
+from google.rpc import code_pb2
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.base import (
+    Node,
+    NodeRequest,
+    NodeState,
+    Operation,
+    QueuedResource,
+    QueuedResourceState,
+)
+from podmanager.cloud.gcp.calls import call_google
+from podmanager.cloud.gcp.errors import (
+    AUTH_HINT,
+    map_call_error,
+    map_google_error,
+    unpack_details,
+)
+from podmanager.core.clock import Clock, RealClock, poll_until
+from podmanager.core.errors import TimeoutExceededError
+from podmanager.core.spec import Capacity
+
+EMULATOR_ENV = "TPU_EMULATOR_HOST"
+
+T = TypeVar("T")
+
+# ---------------------------------------------------------------------- credentials
+
+
+def _adc_file() -> Path:
+    config = os.environ.get("CLOUDSDK_CONFIG") or str(Path.home() / ".config" / "gcloud")
+    return Path(config) / "application_default_credentials.json"
+
+
+def _on_gce() -> bool:
+    if os.environ.get("GCE_METADATA_HOST") or os.environ.get("GCE_METADATA_IP"):
+        return True
+    try:
+        return Path("/sys/class/dmi/id/product_name").read_text().strip().startswith("Google")
+    except OSError:
+        return False
+
+
+def check_credentials(project: str) -> Any:
+    """Application Default Credentials for `project`, or AuthenticationError at once.
+
+    Off Google Cloud with no credentials file this never touches the network (the
+    metadata-server probe of google.auth would wait seconds before failing).
+    """
+    explicit = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if explicit and not Path(explicit).is_file():
+        raise cloud_errors.AuthenticationError(
+            f"GOOGLE_APPLICATION_CREDENTIALS points to {explicit}, which does not exist; no credentials for project {project}.",
+            hint=AUTH_HINT,
+        )
+    if not explicit and not _adc_file().is_file() and not _on_gce():
+        raise cloud_errors.AuthenticationError(
+            f"No Google Cloud credentials found for project {project} (no {_adc_file()}, not on Google Cloud).",
+            hint=AUTH_HINT,
+        )
+    import google.auth
+    from google.auth import exceptions as auth_exceptions
+
+    try:
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    except auth_exceptions.GoogleAuthError as error:
+        raise cloud_errors.AuthenticationError(f"Google Cloud credentials are unusable: {error}", hint=AUTH_HINT) from error
+    return credentials
+
+
+# ---------------------------------------------------------------------- records
+
+_NODE_STATES: dict[cloud_tpu.Node.State, NodeState] = {
+    cloud_tpu.Node.State.CREATING: NodeState.CREATING,
+    cloud_tpu.Node.State.READY: NodeState.READY,
+    cloud_tpu.Node.State.RESTARTING: NodeState.RESTARTING,
+    cloud_tpu.Node.State.REIMAGING: NodeState.RESTARTING,
+    cloud_tpu.Node.State.STARTING: NodeState.RESTARTING,
+    cloud_tpu.Node.State.DELETING: NodeState.DELETING,
+    cloud_tpu.Node.State.REPAIRING: NodeState.REPAIRING,
+    cloud_tpu.Node.State.STOPPED: NodeState.STOPPED,
+    cloud_tpu.Node.State.STOPPING: NodeState.STOPPED,
+    cloud_tpu.Node.State.PREEMPTED: NodeState.PREEMPTED,
+    cloud_tpu.Node.State.TERMINATED: NodeState.TERMINATED,
+}
+
+
+def _split(path: str) -> tuple[str, str]:
+    """(zone, id) of projects/P/locations/Z/<kind>/ID."""
+    parts = path.split("/")
+    return (parts[3] if len(parts) > 3 else "", parts[-1])
+
+
+def _capacity(scheduling: cloud_tpu.SchedulingConfig) -> Capacity:
+    if scheduling.spot or scheduling.preemptible:
+        return Capacity.SPOT
+    return Capacity.RESERVED if scheduling.reserved else Capacity.ON_DEMAND
+
+
+def node_record(message: cloud_tpu.Node) -> Node:
+    zone, node_id = _split(message.name)
+    health = message.health
+    created = message.create_time
+    return Node(
+        name=node_id,
+        zone=zone,
+        accelerator_type=message.accelerator_type,
+        state=_NODE_STATES.get(message.state, NodeState.UNKNOWN),
+        labels=dict(message.labels),
+        capacity=_capacity(message.scheduling_config),
+        runtime_version=message.runtime_version,
+        health=health.name if health else None,
+        endpoints=tuple(endpoint.ip_address for endpoint in message.network_endpoints),
+        metadata=dict(message.metadata),
+        create_time=created.timestamp() if created else None,
+    )
+
+
+def node_message(request: NodeRequest) -> cloud_tpu.Node:
+    return cloud_tpu.Node(
+        accelerator_type=request.accelerator_type,
+        runtime_version=request.runtime_version,
+        labels=request.labels,
+        metadata=request.metadata,
+        scheduling_config=cloud_tpu.SchedulingConfig(
+            spot=request.capacity is Capacity.SPOT, reserved=request.capacity is Capacity.RESERVED
+        ),
+    )
+
+
+def queued_record(message: cloud_tpu.QueuedResource) -> QueuedResource:
+    zone, qr_id = _split(message.name)
+    specs = list(message.tpu.node_spec)
+    state = message.state.state.name if message.state.state else "UNKNOWN"
+    return QueuedResource(
+        name=qr_id,
+        zone=zone,
+        node_name=specs[0].node_id if specs else "",
+        state=QueuedResourceState.__members__.get(state, QueuedResourceState.UNKNOWN),
+        labels=dict(specs[0].node.labels) if specs else {},
+    )
+
+
+def operation_record(message: operations_pb2.Operation) -> Operation:
+    error = None
+    if message.HasField("error") and message.error.code != code_pb2.OK:
+        error = map_google_error(
+            message.error.code, message.error.message, unpack_details(message.error.details), in_operation=True
+        )
+    return Operation(name=message.name, done=message.done, error=error)
+
+
+# ---------------------------------------------------------------------- the backend
+
+
+class GcpCloud:
+    """Cloud TPU through the official client; implements `TpuCloud`.
+
+    emulator_host: host:port of `podmanager emulator` (default: $TPU_EMULATOR_HOST); set,
+      the client uses an insecure channel and no credentials; unset, ADC (else
+      AuthenticationError at once).
+    call_timeout_s: timeout of every single call. retry_deadline_s: how long transient
+      errors are retried (backoff: full jitter, retry_initial_s doubling up to retry_max_s).
+    poll_interval_s: how often `wait` polls an operation.
+    clock: time and sleep for backoff and polling (a FakeClock in tests).
+    on_retry(what, error, attempt): told before each retry, e.g. to log an event.
+    """
+
+    backend = "gcp"
+
+    def __init__(
+        self,
+        project: str,
+        *,
+        emulator_host: str | None = None,
+        call_timeout_s: float = 30,
+        retry_deadline_s: float = 120,
+        poll_interval_s: float = 5.0,
+        retry_initial_s: float = 1.0,
+        retry_max_s: float = 30.0,
+        clock: Clock | None = None,
+        credentials: Any = None,
+        on_retry: Callable[[str, BaseException, int], None] | None = None,
+    ):
+        self.project = project
+        host = emulator_host if emulator_host is not None else os.environ.get(EMULATOR_ENV, "")
+        self.emulator_host = host.removeprefix("http://").removeprefix("grpc://").rstrip("/") or None
+        self.call_timeout_s = call_timeout_s
+        self.retry_deadline_s = retry_deadline_s
+        self.poll_interval_s = poll_interval_s
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self.clock = clock or RealClock()
+        self.on_retry = on_retry  # told (call, error, attempt) before each retry
+        if self.emulator_host:
+            transport = TpuGrpcTransport(channel=grpc.insecure_channel(self.emulator_host))
+            self._client = TpuClient(transport=transport)
+        else:
+            self._client = TpuClient(credentials=credentials or check_credentials(project))
+
+    def close(self) -> None:
+        self._client.transport.close()
+
+    def __enter__(self) -> GcpCloud:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _parent(self, zone: str) -> str:
+        return f"projects/{self.project}/locations/{zone}"
+
+    def _call(self, what: str, method: Callable[..., T], **request: Any) -> T:
+        """One API call with a timeout; transient errors retried with jittered backoff until the deadline."""
+        return call_google(what, method, request, service="the Cloud TPU API", clock=self.clock,
+                           call_timeout_s=self.call_timeout_s, retry_deadline_s=self.retry_deadline_s,
+                           retry_initial_s=self.retry_initial_s, retry_max_s=self.retry_max_s,
+                           map_error=map_call_error, on_retry=self.on_retry)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _all_pages(method: Callable[..., Any]) -> Callable[..., list[Any]]:
+        """A list call that fetches every page inside one attempt (a pager fetches lazily otherwise)."""
+        return lambda **call: list(method(**call))
+
+    # ------------------------------------------------------------------ nodes
+
+    def create_node(self, zone: str, node_id: str, request: NodeRequest) -> Operation:
+        future = self._call(
+            f"create node {node_id} in {zone}",
+            self._client.create_node,
+            parent=self._parent(zone),
+            node_id=node_id,
+            node=node_message(request),
+        )
+        return operation_record(future.operation)
+
+    def get_node(self, zone: str, node_id: str) -> Node:
+        message = self._call(f"get node {node_id} in {zone}", self._client.get_node, name=f"{self._parent(zone)}/nodes/{node_id}")
+        return node_record(message)
+
+    def list_nodes(self, zone: str) -> list[Node]:
+        messages = self._call(f"list nodes in {zone}", self._all_pages(self._client.list_nodes), parent=self._parent(zone))
+        return [node_record(message) for message in messages]
+
+    def delete_node(self, zone: str, node_id: str) -> Operation:
+        future = self._call(
+            f"delete node {node_id} in {zone}", self._client.delete_node, name=f"{self._parent(zone)}/nodes/{node_id}"
+        )
+        return operation_record(future.operation)
+
+    # ------------------------------------------------------------------ queued resources
+
+    def create_queued_resource(self, zone: str, qr_id: str, node_id: str, request: NodeRequest) -> Operation:
+        queued = cloud_tpu.QueuedResource(
+            tpu=cloud_tpu.QueuedResource.Tpu(
+                node_spec=[
+                    cloud_tpu.QueuedResource.Tpu.NodeSpec(
+                        parent=self._parent(zone), node_id=node_id, node=node_message(request)
+                    )
+                ]
+            )
+        )
+        if request.capacity is Capacity.SPOT:
+            queued.spot = cloud_tpu.QueuedResource.Spot()
+        elif request.capacity is Capacity.RESERVED:
+            queued.guaranteed = cloud_tpu.QueuedResource.Guaranteed()
+            if request.reservation:
+                queued.reservation_name = (
+                    request.reservation
+                    if "/" in request.reservation
+                    else f"{self._parent(zone)}/reservations/{request.reservation}"
+                )
+        future = self._call(
+            f"create queued resource {qr_id} in {zone}",
+            self._client.create_queued_resource,
+            parent=self._parent(zone),
+            queued_resource_id=qr_id,
+            queued_resource=queued,
+            request_id=str(uuid.uuid4()),  # the same on every retry: a retried create is not a second create
+        )
+        return operation_record(future.operation)
+
+    def get_queued_resource(self, zone: str, qr_id: str) -> QueuedResource:
+        message = self._call(
+            f"get queued resource {qr_id} in {zone}",
+            self._client.get_queued_resource,
+            name=f"{self._parent(zone)}/queuedResources/{qr_id}",
+        )
+        return queued_record(message)
+
+    def list_queued_resources(self, zone: str) -> list[QueuedResource]:
+        messages = self._call(
+            f"list queued resources in {zone}", self._all_pages(self._client.list_queued_resources), parent=self._parent(zone)
+        )
+        return [queued_record(message) for message in messages]
+
+    def delete_queued_resource(self, zone: str, qr_id: str) -> Operation:
+        future = self._call(
+            f"delete queued resource {qr_id} in {zone}",
+            self._client.delete_queued_resource,
+            name=f"{self._parent(zone)}/queuedResources/{qr_id}",
+            force=True,
+            request_id=str(uuid.uuid4()),
+        )
+        return operation_record(future.operation)
+
+    # ------------------------------------------------------------------ operations
+
+    def preemption_notice(self, zone: str, node_id: str) -> bool | None:
+        """The Cloud TPU API announces nothing ahead: each TPU VM's metadata server does, and
+        the host agents watch it (hosts/notices.py)."""
+        return None
+
+    def get_operation(self, name: str) -> Operation:
+        message = self._call(f"get operation {name}", self._get_operation, name=name)
+        return operation_record(message)
+
+    def _get_operation(self, *, request: dict[str, Any], retry: Any, timeout: float) -> operations_pb2.Operation:
+        return self._client.get_operation(request=operations_pb2.GetOperationRequest(**request), retry=retry, timeout=timeout)
+
+    def wait(self, operation: Operation | str, *, timeout_s: float) -> Operation:
+        """Poll an operation every `poll_interval_s` until done; the finished Operation (check `.error`)."""
+        name = operation if isinstance(operation, str) else operation.name
+        if isinstance(operation, Operation) and operation.done:
+            return operation
+
+        def finished() -> Operation | None:
+            current = self.get_operation(name)
+            return current if current.done else None
+
+        return poll_until(finished, timeout_s=timeout_s, interval_s=self.poll_interval_s, clock=self.clock,
+                          on_timeout=lambda: TimeoutExceededError(f"operation {name} still running after {timeout_s:g}s"))

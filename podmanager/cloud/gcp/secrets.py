@@ -1,0 +1,267 @@
+"""The cluster's Ray token in Secret Manager: written by `up`, read by every TPU VM at boot.
+
+The startup script (`startup.py`) names the secret `token_secret_id(cluster)` and reads its
+`latest` version with the VM's service account; `TokenSecrets` creates that secret and
+keeps its latest version equal to the head's token.
+
+- `ensure` is level-triggered: it creates the secret if missing (ALREADY_EXISTS counts as
+  success), reads what `latest` holds, and adds a version only when that differs (or is
+  disabled, destroyed or absent), so running `up` again adds nothing.
+- `delete` treats NOT_FOUND as success, so `down` is safe twice.
+- Every call has a timeout; UNAVAILABLE and DEADLINE_EXCEEDED are retried with jittered
+  exponential backoff until a deadline, as in `gcp.py`. Errors are mapped by
+  `gcp_errors.map_call_error`; PERMISSION_DENIED gets a message naming the roles needed.
+- The token is never logged, never kept on the object, and never in an exception's text:
+  should a server echo it, the error is re-raised with it redacted and without its chain.
+"""
+
+from __future__ import annotations
+
+import copy
+import hmac
+from typing import Any, Callable, TypeVar
+
+from google.api_core import exceptions as google_exceptions
+from google.cloud.secretmanager_v1 import SecretManagerServiceClient
+from google.cloud.secretmanager_v1.types import resources
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.base import CLUSTER_LABEL
+from podmanager.cloud.gcp.calls import call_google
+from podmanager.cloud.gcp.errors import map_call_error
+from podmanager.cloud.gcp.startup import token_secret_id
+from podmanager.core.clock import Clock, RealClock
+
+T = TypeVar("T")
+
+MAX_PAYLOAD_BYTES = 64 * 1024  # Secret Manager's limit on one version's data
+REDACTED = "<redacted>"
+
+PERMISSION_HINT = (
+    "The account running `podmanager up`/`down` needs roles/secretmanager.admin on the project (or on the "
+    "secret) to create, update and delete the cluster's Ray-token secret; the TPU VMs' service account needs "
+    "roles/secretmanager.secretAccessor on it to read the token at boot. If the Secret Manager API is not "
+    "enabled yet: `gcloud services enable secretmanager.googleapis.com --project {project}`."
+)
+
+
+# ---------------------------------------------------------------------- CRC32C
+
+def _crc32c_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1  # Castagnoli, reflected
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C of `data`, the checksum Secret Manager verifies payloads with (tokens are small)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------- redaction
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The error and every error it was raised from or during."""
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and not any(current is s for s in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _mentions(error: BaseException, secret: str) -> bool:
+    return any(secret in str(e) or secret in repr(e) for e in _chain(error))
+
+
+def _redacted(error: cloud_errors.CloudError, secret: str) -> cloud_errors.CloudError:
+    """A copy of `error` with `secret` blanked out of its text and no chain to the original."""
+    clean = copy.copy(error)
+    clean.message = error.message.replace(secret, REDACTED)
+    clean.hint = error.hint.replace(secret, REDACTED) if error.hint else error.hint
+    clean.args = (clean.message,)
+    clean.__cause__ = None
+    clean.__context__ = None
+    clean.__suppress_context__ = True
+    clean.__traceback__ = None
+    return clean
+
+
+# ---------------------------------------------------------------------- the store
+
+
+class TokenSecrets:
+    """Creates, updates and deletes the Secret Manager secret that holds a cluster's Ray token.
+
+    project: the Google Cloud project (id) that holds the secrets.
+    client: a `SecretManagerServiceClient` to use (tests: one on a channel to a fake server);
+      default: a new client with `credentials`, or Application Default Credentials (else
+      AuthenticationError at once, as `gcp.check_credentials` does).
+    call_timeout_s: timeout of every single call. retry_deadline_s: how long transient errors
+      are retried (backoff: full jitter, retry_initial_s doubling up to retry_max_s).
+    clock: time and sleep for the backoff (a FakeClock in tests).
+    on_retry(what, error, attempt): told before each retry; neither argument holds the token.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        *,
+        client: SecretManagerServiceClient | None = None,
+        credentials: Any = None,
+        call_timeout_s: float = 30.0,
+        retry_deadline_s: float = 120.0,
+        retry_initial_s: float = 1.0,
+        retry_max_s: float = 30.0,
+        clock: Clock | None = None,
+        on_retry: Callable[[str, BaseException, int], None] | None = None,
+    ):
+        self.project = project
+        self.call_timeout_s = call_timeout_s
+        self.retry_deadline_s = retry_deadline_s
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self.clock = clock or RealClock()
+        self.on_retry = on_retry
+        self._owns_client = client is None
+        if client is None:
+            if credentials is None:
+                from podmanager.cloud.gcp.client import check_credentials
+
+                credentials = check_credentials(project)
+            client = SecretManagerServiceClient(credentials=credentials)
+        self._client = client
+
+    def close(self) -> None:
+        """Close the client's channel if this object made the client."""
+        if self._owns_client:
+            self._client.transport.close()
+
+    def __enter__(self) -> TokenSecrets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def secret_name(self, cluster: str) -> str:
+        """projects/<project>/secrets/podmanager-<cluster>-ray-token."""
+        return f"projects/{self.project}/secrets/{token_secret_id(cluster)}"
+
+    # ------------------------------------------------------------------ the verbs
+
+    def ensure(self, cluster: str, token: str) -> str:
+        """Make the cluster's secret exist with `token` as its latest version; its resource name.
+
+        Creates the secret (automatic replication, label podmanager-cluster=<cluster>) unless it
+        exists, and adds a version only if `latest` (what the VMs read) is missing, not enabled,
+        or holds something else. A transient error retried after the server had already added
+        the version may leave two equal versions, which is harmless.
+        """
+        if not token:
+            raise ValueError("the Ray token is empty")
+        data = token.encode()
+        if len(data) > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"the Ray token is {len(data)} bytes; Secret Manager holds at most {MAX_PAYLOAD_BYTES}")
+        leaked: cloud_errors.CloudError | None = None
+        try:
+            return self._ensure(cluster, token)
+        except cloud_errors.CloudError as error:
+            if not _mentions(error, token):
+                raise
+            leaked = error
+        raise _redacted(leaked, token)  # outside the handler: no __context__ pointing back at the original
+
+    def delete(self, cluster: str) -> None:
+        """Delete the cluster's secret and all its versions; a secret already gone is success."""
+        name = self.secret_name(cluster)
+        try:
+            self._call(f"delete secret {name}", self._client.delete_secret, name=name)
+        except cloud_errors.NotFoundError:
+            pass
+
+    # ------------------------------------------------------------------ steps
+
+    def _ensure(self, cluster: str, token: str) -> str:
+        name, data = self.secret_name(cluster), token.encode()
+        secret = resources.Secret(
+            replication=resources.Replication(automatic=resources.Replication.Automatic()),
+            labels={CLUSTER_LABEL: cluster},
+        )
+        try:
+            self._call(
+                f"create secret {name}",
+                self._client.create_secret,
+                parent=f"projects/{self.project}",
+                secret_id=token_secret_id(cluster),
+                secret=secret,
+                hide=token,
+            )
+        except cloud_errors.AlreadyExistsError:
+            pass
+        if not self._latest_holds(name, data, hide=token):
+            self._call(
+                f"add a version to secret {name}",
+                self._client.add_secret_version,
+                parent=name,
+                payload=resources.SecretPayload(data=data, data_crc32c=crc32c(data)),
+                hide=token,
+            )
+        return name
+
+    def _latest_holds(self, name: str, data: bytes, *, hide: str) -> bool:
+        """Whether `<name>/versions/latest` is readable and holds exactly `data`."""
+        try:
+            response = self._call(
+                f"read the latest version of secret {name}",
+                self._client.access_secret_version,
+                name=f"{name}/versions/latest",
+                hide=hide,
+            )
+        except cloud_errors.NotFoundError:  # no version yet
+            return False
+        except cloud_errors.InvalidRequestError as error:
+            if isinstance(error.__cause__, google_exceptions.FailedPrecondition):  # latest is disabled or destroyed
+                return False
+            raise
+        payload = response.payload
+        if "data_crc32c" in payload and payload.data_crc32c != crc32c(payload.data):
+            return False  # damaged in transit: write it again rather than trust it
+        return hmac.compare_digest(payload.data, data)
+
+    def _call(self, what: str, method: Callable[..., T], *, hide: str | None = None, **request: Any) -> T:
+        """One API call with a timeout; transient errors retried with jittered backoff until the deadline.
+
+        hide: a value `on_retry` must never see (an error echoing it is passed on redacted).
+        """
+        def report(call: str, error: BaseException, attempt: int) -> None:
+            if self.on_retry is None:
+                return
+            if hide and isinstance(error, cloud_errors.CloudError) and _mentions(error, hide):
+                error = _redacted(error, hide)
+            self.on_retry(call, error, attempt)
+
+        return call_google(what, method, request, service="Secret Manager", clock=self.clock,
+                           call_timeout_s=self.call_timeout_s, retry_deadline_s=self.retry_deadline_s,
+                           retry_initial_s=self.retry_initial_s, retry_max_s=self.retry_max_s,
+                           map_error=lambda error: self._mapped(what, error), on_retry=report)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _mapped(self, what: str, error: google_exceptions.GoogleAPICallError) -> cloud_errors.CloudError:
+        mapped = map_call_error(error)
+        if isinstance(mapped, cloud_errors.PermissionDeniedError):
+            return cloud_errors.PermissionDeniedError(
+                f"{what}: permission denied: {error.message}", hint=PERMISSION_HINT.format(project=self.project)
+            )
+        mapped.message = f"{what}: {mapped.message}"
+        mapped.args = (mapped.message,)
+        return mapped

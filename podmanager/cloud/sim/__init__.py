@@ -1,0 +1,2 @@
+"""The simulated Cloud TPU: the in-memory cloud, its gRPC server (the emulator) and its control
+service."""

@@ -1,0 +1,502 @@
+"""An in-memory Cloud TPU: the API's state machine, long-running operations and faults.
+
+State moves lazily: every call first applies the transitions whose time has come
+(CREATING -> READY after the create latency, DELETING -> gone, scheduled preemptions),
+so a `FakeClock` drives it with no waiting. With a `path` the whole state lives in one
+JSON file guarded by a file lock, so a dry-run cluster made by `up` in one process is
+seen by `status`, `down` or `podmanager sim ...` in the next.
+
+Listeners are told of every node change `(before, after)` — `after` is None when the
+node is gone; the simulated hosts use this to boot and kill the slice's "VMs".
+`on_timed` is told of every transition scheduled for later (a preemption after its
+notice, a timed fault, the end of a repair), so a timer can apply it on time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.base import (
+    DEAD_STATES,
+    Node,
+    NodeRequest,
+    NodeState,
+    Operation,
+    QueuedResource,
+    QueuedResourceState,
+)
+from podmanager.core.catalog import lookup
+from podmanager.core.clock import Clock, RealClock
+from podmanager.core.spec import Capacity
+
+NodeListener = Callable[[Node | None, Node | None], None]
+# Told (when, cluster) each time a transition is scheduled for a future time, so that
+# something can wake the simulator then even if no podmanager process reads the cloud.
+TimedListener = Callable[[float, "str | None"], None]
+
+_ERROR_TYPES: dict[str, type[cloud_errors.CloudError]] = {
+    cls.__name__: cls
+    for cls in (
+        cloud_errors.CapacityError,
+        cloud_errors.ReservationShortfallError,
+        cloud_errors.PreemptedWhileCreatingError,
+        cloud_errors.QuotaError,
+        cloud_errors.TransientError,
+        cloud_errors.NotFoundError,
+        cloud_errors.InvalidRequestError,
+    )
+}
+
+# Creation faults per zone, in the order they are checked: the error type and its message.
+_CREATE_FAULTS = {
+    "capacity": ("CapacityError", "There is no more capacity in the zone {zone}; you can try in another zone"),
+    "reservation": ("ReservationShortfallError", "Insufficient reserved capacity in {zone}"),
+    "preempt-while-creating": ("PreemptedWhileCreatingError", "The TPU node was preempted while being created in {zone}"),
+}
+
+
+def _empty_state() -> dict[str, Any]:
+    return {
+        "seq": 0,
+        "nodes": {},  # "zone/id" -> node record
+        "queued": {},  # "zone/id" -> queued resource record
+        "operations": {},  # name -> {"done_at", "error": {"type", "message"} | None}
+        "faults": {"create": {}, "quota": None, "transient": 0, "timed": []},
+    }
+
+
+class SimCloud:
+    """A simulated Cloud TPU project. Implements `TpuCloud`, plus fault injection."""
+
+    backend = "simulated"
+
+    def __init__(
+        self,
+        project: str = "podmanager-sim",
+        *,
+        clock: Clock | None = None,
+        path: Path | None = None,
+        create_latency_s: float = 0.5,
+        delete_latency_s: float = 0.1,
+        zones: list[str] | None = None,
+        listeners: list[NodeListener] | None = None,
+        on_timed: TimedListener | None = None,
+    ):
+        self.project = project
+        self.clock = clock or RealClock()
+        self.path = path
+        self.create_latency_s = create_latency_s
+        self.delete_latency_s = delete_latency_s
+        self.zones = zones  # None accepts any zone name
+        self.listeners = list(listeners or [])
+        self.on_timed = on_timed
+        self._state = _empty_state()
+        self._loaded_stamp: tuple[int, int] | None = None
+        self._mutex = threading.RLock()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+    # ---------------------------------------------------------------- persistence
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[dict[str, Any]]:
+        """Hold the state (reloaded if another process changed it), advance it, save it."""
+        with self._mutex, self._file_lock():
+            self._reload_if_changed()
+            before = json.dumps(self._state, sort_keys=True)
+            changes: list[tuple[Node | None, Node | None]] = []
+            self._pending_changes = changes
+            wakes: list[tuple[float, str | None]] = []
+            self._pending_wakes = wakes
+            try:
+                self._advance()
+                yield self._state
+            finally:
+                if json.dumps(self._state, sort_keys=True) != before:
+                    self._save()
+                self._notify(changes)
+                if self.on_timed is not None:
+                    for when, cluster in wakes:
+                        self.on_timed(when, cluster)
+
+    def _notify(self, changes: list[tuple[Node | None, Node | None]]) -> None:
+        for old, new in changes:
+            for listener in self.listeners:
+                listener(old, new)
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        if self.path is None:
+            yield
+            return
+        with open(self.path.with_suffix(".lock"), "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path)  # type: ignore[arg-type]
+        except FileNotFoundError:
+            return None
+        return (info.st_mtime_ns, info.st_size)
+
+    def _reload_if_changed(self) -> None:
+        if self.path is None:
+            return
+        stamp = self._stamp()
+        if stamp == self._loaded_stamp:
+            return
+        self._state = json.loads(self.path.read_text()) if stamp else _empty_state()
+        self._loaded_stamp = stamp
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._state))
+        os.replace(tmp, self.path)
+        self._loaded_stamp = self._stamp()
+
+    # ---------------------------------------------------------------- state machine
+
+    def _advance(self) -> None:
+        now = self.clock.now()
+        state = self._state
+        for timed in [t for t in state["faults"]["timed"] if t["at"] <= now]:
+            state["faults"]["timed"].remove(timed)
+            self._fire_timed_fault(timed)
+        for key, record in list(state["nodes"].items()):
+            if record["state"] == NodeState.CREATING.value and record["ready_at"] <= now:
+                if record.get("preempt_on_ready"):
+                    self._set_state(key, NodeState.PREEMPTED)
+                else:
+                    self._set_state(key, NodeState.READY)
+                    record["health"] = "HEALTHY"
+            elif record["state"] == NodeState.REPAIRING.value and record.get("repaired_at", now + 1) <= now:
+                self._set_state(key, NodeState.READY)
+            elif record["state"] == NodeState.DELETING.value and record["gone_at"] <= now:
+                self._remove_node(key)
+            elif record.get("preempt_at") is not None and record["preempt_at"] <= now:
+                self._preempt_now(key)
+        for key, record in list(state["queued"].items()):
+            node = state["nodes"].get(record["node_key"])
+            if record["state"] == QueuedResourceState.DELETING.value and record["gone_at"] <= now:
+                del state["queued"][key]
+            elif record["state"] in (QueuedResourceState.ACCEPTED.value, QueuedResourceState.PROVISIONING.value):
+                if node is not None and node["state"] == NodeState.READY.value:
+                    record["state"] = QueuedResourceState.ACTIVE.value
+                elif node is not None and node["state"] in [s.value for s in DEAD_STATES]:
+                    record["state"] = QueuedResourceState.FAILED.value
+
+    def _fire_timed_fault(self, timed: dict[str, Any]) -> None:
+        for key, record in self._state["nodes"].items():
+            if record["labels"].get("podmanager-cluster") == timed["cluster"] and record["labels"].get(
+                "podmanager-slice"
+            ) == str(timed["slice"]) and record["state"] == NodeState.READY.value:
+                self._schedule_preemption(key, timed.get("notice_s", 0.0))
+                return
+
+    def _schedule_preemption(self, key: str, notice_s: float) -> None:
+        record = self._state["nodes"][key]
+        record["preempt_notice"] = True
+        if notice_s <= 0:
+            self._preempt_now(key)
+        else:
+            record["preempt_at"] = self.clock.now() + notice_s
+            self._pending_wakes.append((record["preempt_at"], record["labels"].get("podmanager-cluster")))
+
+    def _preempt_now(self, key: str) -> None:
+        """Spot slices are PREEMPTED; others lose their VMs to maintenance (TERMINATED)."""
+        record = self._state["nodes"][key]
+        record["preempt_at"] = None
+        if record["state"] == NodeState.DELETING.value or NodeState(record["state"]) in DEAD_STATES:
+            return
+        spot = record["capacity"] == Capacity.SPOT.value
+        self._set_state(key, NodeState.PREEMPTED if spot else NodeState.TERMINATED)
+
+    def _set_state(self, key: str, new: NodeState) -> None:
+        record = self._state["nodes"][key]
+        before = self._node(record)
+        record["state"] = new.value
+        if new in DEAD_STATES:
+            record["health"] = None
+        self._pending_changes.append((before, self._node(record)))
+
+    def _remove_node(self, key: str) -> None:
+        record = self._state["nodes"].pop(key)
+        self._pending_changes.append((self._node(record), None))
+
+    def _node(self, record: dict[str, Any]) -> Node:
+        return Node(
+            name=record["name"],
+            zone=record["zone"],
+            accelerator_type=record["accelerator_type"],
+            state=NodeState(record["state"]),
+            labels=dict(record["labels"]),
+            capacity=Capacity(record["capacity"]),
+            runtime_version=record["runtime_version"],
+            health=record.get("health"),
+            endpoints=tuple(record["endpoints"]),
+            metadata=dict(record["metadata"]),
+            create_time=record["create_time"],
+        )
+
+    def _new_operation(self, zone: str, done_at: float, error: tuple[str, str] | None = None) -> Operation:
+        self._state["seq"] += 1
+        name = f"projects/{self.project}/locations/{zone}/operations/op-{self._state['seq']}"
+        self._state["operations"][name] = {
+            "done_at": done_at,
+            "error": {"type": error[0], "message": error[1]} if error else None,
+        }
+        return self._operation(name)
+
+    def _operation(self, name: str) -> Operation:
+        record = self._state["operations"].get(name)
+        if record is None:
+            raise cloud_errors.NotFoundError(f"operation {name} not found")
+        done = record["done_at"] <= self.clock.now()
+        error = None
+        if done and record["error"]:
+            error = _ERROR_TYPES[record["error"]["type"]](record["error"]["message"])
+        return Operation(name=name, done=done, error=error)
+
+    # ---------------------------------------------------------------- call checks
+
+    def _check_call(self, zone: str | None = None) -> None:
+        faults = self._state["faults"]
+        if faults["transient"] > 0:
+            faults["transient"] -= 1
+            raise cloud_errors.TransientError("503 UNAVAILABLE: the service is temporarily unavailable (simulated)")
+        if zone is not None and self.zones is not None and zone not in self.zones:
+            raise cloud_errors.InvalidRequestError(
+                f"zone {zone!r} does not exist in the simulator; known zones: {', '.join(self.zones)}"
+            )
+
+    def _check_quota(self, zone: str) -> None:
+        quota = self._state["faults"]["quota"]
+        if quota and quota["times"] > 0:
+            quota["times"] -= 1
+            if quota["times"] == 0:
+                self._state["faults"]["quota"] = None
+            raise cloud_errors.QuotaError(
+                f"429 RESOURCE_EXHAUSTED: quota {quota['quota']} exceeded in {zone}", quota=quota["quota"]
+            )
+
+    def _take_create_fault(self, zone: str) -> tuple[str, str] | None:
+        per_zone = self._state["faults"]["create"].get(zone, {})
+        for kind, (error_type, message) in _CREATE_FAULTS.items():
+            remaining = per_zone.get(kind, 0)
+            if remaining != 0:
+                per_zone[kind] = remaining - 1 if remaining > 0 else remaining
+                return error_type, message.format(zone=zone)
+        return None
+
+    # ---------------------------------------------------------------- nodes
+
+    def create_node(self, zone: str, node_id: str, request: NodeRequest) -> Operation:
+        with self._transaction():
+            self._check_call(zone)
+            return self._create_node_locked(zone, node_id, request, queued=None)
+
+    def _create_node_locked(self, zone: str, node_id: str, request: NodeRequest, queued: str | None) -> Operation:
+        state = self._state
+        key = f"{zone}/{node_id}"
+        if key in state["nodes"]:
+            raise cloud_errors.AlreadyExistsError(f"node {node_id} already exists in {zone}")
+        try:
+            accelerator = lookup(request.accelerator_type)
+        except KeyError:
+            raise cloud_errors.InvalidRequestError(
+                f"acceleratorType {request.accelerator_type!r} is not supported"
+            ) from None
+        self._check_quota(zone)
+        now = self.clock.now()
+        fault = self._take_create_fault(zone)
+        if fault and fault[0] != "PreemptedWhileCreatingError":
+            # The API accepts the request and the operation fails; no node is left.
+            return self._new_operation(zone, now + min(self.create_latency_s, 0.05), fault)
+        ready_at = now + self.create_latency_s
+        state["nodes"][key] = {
+            "name": node_id,
+            "zone": zone,
+            "accelerator_type": request.accelerator_type,
+            "state": NodeState.CREATING.value,
+            "labels": dict(request.labels),
+            "capacity": request.capacity.value,
+            "runtime_version": request.runtime_version,
+            "metadata": dict(request.metadata),
+            "endpoints": ["127.0.0.1"] * accelerator.hosts,
+            "create_time": now,
+            "ready_at": ready_at,
+            "health": None,
+            "queued": queued,
+            "preempt_on_ready": bool(fault),
+        }
+        self._pending_changes.append((None, self._node(state["nodes"][key])))
+        return self._new_operation(zone, ready_at, fault)
+
+    def get_node(self, zone: str, node_id: str) -> Node:
+        with self._transaction() as state:
+            self._check_call(zone)
+            record = state["nodes"].get(f"{zone}/{node_id}")
+            if record is None:
+                raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
+            return self._node(record)
+
+    def list_nodes(self, zone: str) -> list[Node]:
+        with self._transaction() as state:
+            self._check_call(zone)
+            return [self._node(r) for r in state["nodes"].values() if r["zone"] == zone]
+
+    def delete_node(self, zone: str, node_id: str) -> Operation:
+        with self._transaction() as state:
+            self._check_call(zone)
+            key = f"{zone}/{node_id}"
+            if key not in state["nodes"]:
+                raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
+            return self._start_delete(key)
+
+    def _start_delete(self, key: str) -> Operation:
+        record = self._state["nodes"][key]
+        gone_at = self.clock.now() + self.delete_latency_s
+        if record["state"] != NodeState.DELETING.value:
+            record["gone_at"] = gone_at
+            self._set_state(key, NodeState.DELETING)
+        return self._new_operation(record["zone"], record["gone_at"])
+
+    # ---------------------------------------------------------------- queued resources
+
+    def create_queued_resource(self, zone: str, qr_id: str, node_id: str, request: NodeRequest) -> Operation:
+        with self._transaction() as state:
+            self._check_call(zone)
+            key = f"{zone}/{qr_id}"
+            if key in state["queued"]:
+                raise cloud_errors.AlreadyExistsError(f"queued resource {qr_id} already exists in {zone}")
+            operation = self._create_node_locked(zone, node_id, request, queued=qr_id)
+            node_created = f"{zone}/{node_id}" in state["nodes"]
+            state["queued"][key] = {
+                "name": qr_id,
+                "zone": zone,
+                "node_key": f"{zone}/{node_id}",
+                "node_name": node_id,
+                "labels": dict(request.labels),
+                "state": (QueuedResourceState.PROVISIONING if node_created else QueuedResourceState.FAILED).value,
+            }
+            return operation
+
+    def list_queued_resources(self, zone: str) -> list[QueuedResource]:
+        with self._transaction() as state:
+            self._check_call(zone)
+            return [_queued(r) for r in state["queued"].values() if r["zone"] == zone]
+
+    def delete_queued_resource(self, zone: str, qr_id: str) -> Operation:
+        with self._transaction() as state:
+            self._check_call(zone)
+            key = f"{zone}/{qr_id}"
+            record = state["queued"].get(key)
+            if record is None:
+                raise cloud_errors.NotFoundError(f"queued resource {qr_id} not found in {zone}")
+            if record["node_key"] in state["nodes"]:  # force: the node goes with it
+                self._start_delete(record["node_key"])
+            record["state"] = QueuedResourceState.DELETING.value
+            record["gone_at"] = self.clock.now() + self.delete_latency_s
+            return self._new_operation(zone, record["gone_at"])
+
+    def get_operation(self, name: str) -> Operation:
+        with self._transaction():
+            self._check_call()
+            return self._operation(name)
+
+    # ---------------------------------------------------------------- fault injection
+
+    def inject_create_fault(self, zone: str, kind: str, times: int = 1) -> None:
+        """Make the next `times` creates in `zone` fail with `kind` (-1: until cleared)."""
+        if kind not in _CREATE_FAULTS:
+            raise ValueError(f"kind must be one of {', '.join(_CREATE_FAULTS)}")
+        with self._transaction() as state:
+            state["faults"]["create"].setdefault(zone, {})[kind] = times
+
+    def inject_quota(self, quota: str = "TPUV4PodPerProjectPerZoneForTPUAPI", times: int = 1) -> None:
+        with self._transaction() as state:
+            state["faults"]["quota"] = {"quota": quota, "times": times}
+
+    def inject_transient(self, calls: int) -> None:
+        """The next `calls` API calls fail with UNAVAILABLE."""
+        with self._transaction() as state:
+            state["faults"]["transient"] = calls
+
+    def clear_faults(self) -> None:
+        with self._transaction() as state:
+            state["faults"] = _empty_state()["faults"]
+
+    def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
+        """Preempt a node now, or after a notice period (spot: PREEMPTED, else TERMINATED)."""
+        with self._transaction() as state:
+            key = f"{zone}/{node_id}"
+            if key not in state["nodes"]:
+                raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
+            self._schedule_preemption(key, notice_s)
+
+    def preempt_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0) -> None:
+        """Preempt whichever node holds this slice when `after_s` has passed."""
+        with self._transaction() as state:
+            at = self.clock.now() + after_s
+            state["faults"]["timed"].append({"at": at, "cluster": cluster, "slice": slice_index, "notice_s": notice_s})
+            self._pending_wakes.append((at, cluster))
+
+    def preemption_notice(self, zone: str, node_id: str) -> bool | None:
+        """None, as the real API: a notice reaches a simulated VM's metadata server (see
+        hosts/sim/metadata.py), and the hosts watch it. `notice_announced` is the simulator's
+        own view, for tests."""
+        return None
+
+    def notice_announced(self, zone: str, node_id: str) -> bool:
+        """True while a preemption is announced for this node (what its metadata serves)."""
+        with self._transaction() as state:
+            record = state["nodes"].get(f"{zone}/{node_id}")
+            return bool(record and record.get("preempt_notice"))
+
+    def repair(self, zone: str, node_id: str, duration_s: float) -> None:
+        """Maintenance that the slice survives: REPAIRING for a while, then READY."""
+        with self._transaction() as state:
+            key = f"{zone}/{node_id}"
+            record = state["nodes"][key]
+            record["repaired_at"] = self.clock.now() + duration_s
+            self._set_state(key, NodeState.REPAIRING)
+            self._pending_wakes.append((record["repaired_at"], record["labels"].get("podmanager-cluster")))
+
+    def terminate(self, zone: str, node_id: str) -> None:
+        """Maintenance that the slice does not survive."""
+        with self._transaction():
+            self._set_state(f"{zone}/{node_id}", NodeState.TERMINATED)
+
+    def all_nodes(self) -> list[Node]:
+        """Every node in every zone (a test and `down` helper; the API lists per zone)."""
+        with self._transaction() as state:
+            return [self._node(r) for r in state["nodes"].values()]
+
+    def known_zones(self) -> list[str]:
+        """Zones that hold anything, plus the configured ones."""
+        with self._transaction() as state:
+            used = {r["zone"] for r in state["nodes"].values()} | {r["zone"] for r in state["queued"].values()}
+        return sorted(used | set(self.zones or []))
+
+    def all_queued_resources(self) -> list[QueuedResource]:
+        """Every queued resource (a test and `down` helper: not an API call, so no injected fault)."""
+        with self._transaction() as state:
+            return [_queued(r) for r in state["queued"].values()]
+
+
+def _queued(record: dict[str, Any]) -> QueuedResource:
+    return QueuedResource(name=record["name"], zone=record["zone"], node_name=record["node_name"],
+                          state=QueuedResourceState(record["state"]), labels=dict(record["labels"]))

@@ -1,0 +1,234 @@
+"""The cluster spec a user writes: pydantic models, YAML loading, error messages.
+
+Every validation error is reported as one `SpecError` whose lines each name the field
+path (`slices[1].accelerator`) and what is allowed, before anything is created.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from podmanager.core import catalog
+from podmanager.core.errors import SpecError
+
+NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+SIMULATED_PROJECT = "podmanager-sim"
+SIMULATED_ZONES = ["sim-zone-a", "sim-zone-b", "sim-zone-c"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Capacity(str, Enum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    RESERVED = "reserved"
+
+
+class Backend(str, Enum):
+    GCP = "gcp"
+    SIMULATED = "simulated"
+
+
+class SliceSpec(_Model):
+    accelerator: str
+    count: int = Field(1, ge=1, le=1024)
+    runtime_version: str = "tpu-ubuntu2204-base"
+    capacity: Capacity = Capacity.ON_DEMAND
+    queued: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("accelerator")
+    @classmethod
+    def _known_accelerator(cls, value: str) -> str:
+        try:
+            catalog.lookup(value)
+        except KeyError as missing:
+            raise ValueError(
+                f"{value!r} is not a TPU type; {missing.args[0]} see 'podmanager accelerators'"
+            ) from None
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _valid_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            if key.startswith("podmanager-"):
+                raise ValueError(f"label {key!r}: the 'podmanager-' prefix is reserved")
+            if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):
+                raise ValueError(
+                    f"label {key}={value!r}: keys and values use lowercase letters, digits, '-' and '_'"
+                )
+        return labels
+
+
+class HeadSpec(_Model):
+    address: str | None = Field(None, description="connect to this Ray head instead of starting one")
+    port: int = Field(0, ge=0, le=65535, description="0 picks a free port")
+    dashboard_host: str = "127.0.0.1"
+    join_timeout_s: float = Field(300.0, gt=0)
+
+
+class HealthSpec(_Model):
+    interval_s: float = Field(1.0, gt=0, le=60)
+    hang_timeout_s: float = Field(600.0, gt=0)
+
+
+class RecoverySpec(_Model):
+    max_preemptions: int = Field(100, ge=0)
+    max_failures: int = Field(2, ge=0)
+    max_hangs: int = Field(3, ge=0)
+    backoff_s: float = Field(1.0, ge=0)
+    deadline_s: float | None = Field(None, gt=0)
+
+
+class FaultSpec(_Model):
+    """A scripted fault for the simulated backend."""
+
+    kind: Literal["preempt", "capacity", "quota", "transient", "reservation", "preempt-while-creating", "hang"]
+    slice: int | None = Field(None, ge=0)
+    zone: str | None = None
+    after_s: float = Field(0.0, ge=0)
+    notice_s: float = Field(0.0, ge=0)
+    times: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _needs_target(self) -> "FaultSpec":
+        if self.kind in ("preempt", "hang") and self.slice is None:
+            raise ValueError(f"a {self.kind!r} fault needs 'slice' (the slice index)")
+        if self.kind in ("capacity", "reservation", "preempt-while-creating") and self.zone is None:
+            raise ValueError(f"a {self.kind!r} fault needs 'zone'")
+        return self
+
+
+class SimulationSpec(_Model):
+    create_latency_s: float = Field(0.5, ge=0)
+    delete_latency_s: float = Field(0.1, ge=0)
+    boot_hosts: bool = True
+    faults: list[FaultSpec] = Field(default_factory=list)
+
+
+class ClusterSpec(_Model):
+    name: str
+    backend: Backend = Backend.GCP
+    project: str | None = None
+    zones: list[str] = Field(default_factory=list)
+    slices: list[SliceSpec] = Field(min_length=1)
+    head: HeadSpec = Field(default_factory=HeadSpec)
+    health: HealthSpec = Field(default_factory=HealthSpec)
+    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
+    simulation: SimulationSpec = Field(default_factory=SimulationSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError(
+                f"{value!r} must be 1-30 lowercase letters, digits or '-', starting with a letter"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _fill_project_and_zones(self) -> "ClusterSpec":
+        if self.backend is Backend.SIMULATED:
+            project = self.project or SIMULATED_PROJECT
+            zones = self.zones or SIMULATED_ZONES
+        else:
+            project = self.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
+            if not project:
+                raise ValueError(
+                    "project: no GCP project given; set 'project:' in the spec or GOOGLE_CLOUD_PROJECT, "
+                    "or use --dry-run"
+                )
+            zones = self.zones
+            if not zones:
+                raise ValueError("zones: list at least one zone, e.g. [us-central2-b]")
+        if len(set(zones)) != len(zones):
+            raise ValueError(f"zones: {zones} lists a zone twice")
+        object.__setattr__(self, "project", project)
+        object.__setattr__(self, "zones", list(zones))
+        return self
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend is Backend.SIMULATED
+
+    def slice_list(self) -> list["SliceInstance"]:
+        """The slices one by one, `count` expanded, with their stable index."""
+        out: list[SliceInstance] = []
+        for group in self.slices:
+            for _ in range(group.count):
+                out.append(SliceInstance(index=len(out), spec=group, accelerator=catalog.lookup(group.accelerator)))
+        return out
+
+
+class SliceInstance(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    index: int
+    spec: SliceSpec
+    accelerator: catalog.Accelerator
+
+
+def _field_path(location: tuple[Any, ...]) -> str:
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part.startswith("function-") or part in ("literal['simulated']",):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _describe(error: dict[str, Any]) -> str:
+    path = _field_path(error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown field; check the spelling (see infra/examples/ for every field)"
+    elif error["type"] == "missing":
+        message = "required field is missing"
+    return f"{path}: {message}" if path else message
+
+
+def parse_spec(data: Any, *, source: str = "spec", dry_run: bool = False) -> ClusterSpec:
+    """Validate a mapping as a ClusterSpec; `dry_run` forces the simulated backend."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping of fields, got {type(data).__name__}")
+    if dry_run:
+        data = {**data, "backend": Backend.SIMULATED.value}
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as invalid:
+        lines = [_describe(e) for e in invalid.errors()]
+        raise SpecError(f"{source} is invalid:\n  " + "\n  ".join(lines)) from None
+
+
+def load_spec(path: str | Path, *, dry_run: bool = False) -> ClusterSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as missing:
+        raise SpecError(f"--file: cannot read {path}: {missing.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as bad:
+        raise SpecError(f"{path}: not valid YAML: {bad}") from None
+    return parse_spec(data, source=str(path), dry_run=dry_run)
+

@@ -1,0 +1,114 @@
+"""What to run: a workload spec, validated before anything starts."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from podmanager.core.errors import SpecError
+
+_VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+
+
+class Workload(BaseModel):
+    """A program to run as one process per host on every host of the chosen slices.
+
+    Exactly one of `entrypoint` (a Python file, relative to `working_dir`, or `-m module`)
+    and `command` (any argv; `$VARS` expand per host from the launch environment).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    entrypoint: str | None = None
+    command: list[str] | None = None
+    args: list[str] = Field(default_factory=list)
+    slices: list[int] | None = None  # None: every slice of the cluster
+    parallelism: str | None = None  # checked against the chips before start; None: the program decides
+    env: dict[str, str] = Field(default_factory=dict)
+    checkpoint_dir: str | None = None
+    working_dir: str | None = "."  # shipped to every host; None ships nothing
+    hang_timeout_s: float | None = Field(None, gt=0)  # overrides health.hang_timeout_s of the spec
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Workload":
+        if (self.entrypoint is None) == (self.command is None):
+            raise ValueError("give either an entrypoint (a .py file or -m module) or a command after --")
+        if self.command is not None and not self.command:
+            raise ValueError("command: empty; put the program after --")
+        return self
+
+    @property
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        if self.entrypoint:
+            return Path(self.entrypoint.removeprefix("-m ")).stem
+        return Path(self.command[0]).name  # type: ignore[index]
+
+    @classmethod
+    def from_argv(cls, argv: list[str], **options: object) -> "Workload":
+        """What `podmanager run` takes: a .py file or `-m module` with its arguments, or any
+        other command as is. `options` are the other fields (slices, env, ...)."""
+        if not argv:
+            raise SpecError("run: name a program (e.g. workloads/train_mlp.py) or a command after --")
+        try:
+            if argv[0].endswith(".py"):
+                return cls(entrypoint=argv[0], args=argv[1:], **options)  # type: ignore[arg-type]
+            if argv[0] == "-m" and len(argv) > 1:
+                return cls(entrypoint=f"-m {argv[1]}", args=argv[2:], **options)  # type: ignore[arg-type]
+            return cls(command=argv, **options)  # type: ignore[arg-type]
+        except ValidationError as invalid:
+            flags = {"hang_timeout_s": "--hang-timeout", "checkpoint_dir": "--checkpoint-dir", "env": "--env",
+                     "slices": "--slices", "working_dir": "--working-dir"}
+            problems = [f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'run'}: {e['msg']}"
+                        for e in invalid.errors()]
+            raise SpecError("; ".join(problems)) from None
+
+    def check_program(self) -> None:
+        """Fail before anything starts when the program is not there: a typo must not cost an
+        attempt, let alone a slice. A `.py` entrypoint must be a file in the working dir; a
+        `-m` module must be in the working dir or importable here."""
+        if self.entrypoint is None:
+            return
+        root = Path(self.working_dir or ".")
+        if not self.entrypoint.startswith("-m "):
+            if not (root / self.entrypoint).is_file():
+                raise SpecError(f"run: {self.entrypoint} is not a file in the working dir {root.resolve()}",
+                                hint="Check the path, or pass --working-dir to the folder that holds it.")
+            return
+        module = self.entrypoint[3:].strip()
+        as_path = root / module.replace(".", "/")
+        if as_path.with_suffix(".py").is_file() or (as_path / "__init__.py").is_file():
+            return
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            raise SpecError(f"run: module {module!r} is neither in the working dir {root.resolve()} nor installed",
+                            hint="Check the name, or pass --working-dir to the folder that holds it.")
+
+    def argv(self, python: str, env: dict[str, str]) -> list[str]:
+        """The host's command line, with `$VARS` of a command expanded from its env."""
+        if self.command is not None:
+            return [expand(arg, env) for arg in self.command] + [expand(a, env) for a in self.args]
+        assert self.entrypoint is not None
+        if self.entrypoint.startswith("-m "):
+            return [python, "-u", "-m", self.entrypoint[3:].strip(), *self.args]
+        return [python, "-u", self.entrypoint, *self.args]
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """`$NAME` and `${NAME}` from `env`; unknown names are left as they are."""
+    return _VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
+
+
+def check_parallelism(parallelism: str, chips: int) -> dict[str, int]:
+    """The mesh a parallelism gives on `chips` devices; SpecError (before any start) if none."""
+    from podmanager.runtime import parse_parallelism
+
+    try:
+        return parse_parallelism(parallelism, chips)
+    except ValueError as wrong:
+        raise SpecError(f"--parallelism: {wrong}", hint="The product of the axes must equal the chips of the "
+                        "slices the run uses, e.g. data=2,model=4 for 8 chips.") from None

@@ -1,0 +1,101 @@
+"""The Ray side of one cluster, as the `Cluster` API uses it: the head, what every node is
+told at boot, waiting for hosts, and the host agents a run is launched through.
+
+A control-plane-only simulation (`simulation.boot_hosts: false`) has no Ray side at all;
+`ClusterHosts.for_spec` then returns None.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+from podmanager.cloud.base import Node
+from podmanager.core.errors import PodmanagerError
+from podmanager.core.records import HostSlot
+from podmanager.core.spec import ClusterSpec
+from podmanager.core.version import __version__
+
+if TYPE_CHECKING:
+    from podmanager.hosts.controller import LocalMachines
+
+
+class ClusterHosts:
+    def __init__(self, spec: ClusterSpec, machines: LocalMachines | None = None):
+        from podmanager.hosts.controller import (
+            HostController,  # Ray loads only when hosts are used
+        )
+
+        self.spec = spec
+        self.controller = HostController(spec, machines)
+
+    @classmethod
+    def for_spec(cls, spec: ClusterSpec, machines: LocalMachines | None = None) -> "ClusterHosts | None":
+        if spec.simulated and not spec.simulation.boot_hosts:
+            return None
+        return cls(spec, machines)
+
+    def start(self) -> dict[str, str]:
+        """Start (or find) the head; the metadata every node of the cluster is created with."""
+        address = self.controller.start_head()
+        metadata = self.controller.node_metadata()
+        if not self.spec.simulated:
+            metadata.update(self._gcp_boot_metadata(address))
+        return metadata
+
+    def _gcp_boot_metadata(self, address: str) -> dict[str, str]:
+        """A real TPU VM runs the startup script; it fetches the Ray token from Secret Manager."""
+        from podmanager.cloud.gcp.startup import startup_metadata, token_secret_id
+        from podmanager.hosts import auth
+
+        if not os.environ.get("TPU_EMULATOR_HOST"):  # the emulator has no Secret Manager
+            from podmanager.cloud.gcp.secrets import TokenSecrets
+
+            with TokenSecrets(self.spec.project or "") as secrets:
+                secrets.ensure(self.spec.name, auth.ensure_token(self.spec.name).read_text().strip())
+        return startup_metadata(self.spec.name, address, __version__, token_secret_id(self.spec.name))
+
+    def wait(self, nodes: list[Node], on_progress: Callable[[int, int], None] | None = None) -> list[Any]:
+        return self.controller.wait_for_hosts(nodes, timeout_s=self.spec.head.join_timeout_s, on_progress=on_progress)
+
+    def hosts(self) -> list[Any]:
+        return self.controller.hosts()
+
+    def dead_hosts(self) -> list[Any]:
+        return self.controller.dead_hosts()
+
+    def agents(self, slice_indexes: list[int]) -> list[tuple[HostSlot, Any]]:
+        """Every host of these slices with its agent, ordered by slice then worker."""
+        wanted = set(slice_indexes)
+        expected = {(s.index, w) for s in self.spec.slice_list() if s.index in wanted
+                    for w in range(s.accelerator.hosts)}
+        out = []
+        accelerators = {s.index: s.accelerator.name for s in self.spec.slice_list()}
+        for info in self.controller.hosts():
+            key = (info.slice_index, info.worker_id)
+            if key not in expected or not info.healthy:
+                continue
+            handle = self.controller.agent(*key)
+            if handle is None:
+                continue
+            slot = HostSlot(info.slice_index, info.worker_id, info.node_name, info.ip or "127.0.0.1",
+                            info.chips, accelerators[info.slice_index])
+            out.append((slot, handle))
+            expected.discard(key)
+        if expected:
+            missing = ", ".join(f"slice-{s}/host-{w}" for s, w in sorted(expected))
+            raise PodmanagerError(f"hosts without a healthy agent: {missing}",
+                                  hint="Run 'podmanager up' again to bring them back, or see 'podmanager status'.")
+        return sorted(out, key=lambda pair: (pair[0].slice_index, pair[0].worker_id))
+
+    def stop(self) -> None:
+        self.controller.stop()
+        if not self.spec.simulated and not os.environ.get("TPU_EMULATOR_HOST"):
+            from podmanager.cloud.gcp.secrets import TokenSecrets
+
+            with TokenSecrets(self.spec.project or "") as secrets:
+                secrets.delete(self.spec.name)
+
+    def close(self) -> None:
+        self.controller.close()
+

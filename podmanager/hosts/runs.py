@@ -1,0 +1,131 @@
+"""A host's side of a run: unpack the shipped working dir, start the workload process with
+its launch environment, report output, exit and progress, and stop it.
+
+The host agent (a Ray actor) delegates to one `HostRuns`; this module has no Ray in it,
+so it is tested directly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from podmanager.core.workload import Workload
+from podmanager.hosts.process import WorkloadProcess, first_progress, read_progress
+from podmanager.hosts.procs import MACHINE_ENV
+from podmanager.runtime import contract
+
+# Variables of the agent's own process that a workload must not inherit: Ray's worker
+# settings (OMP_NUM_THREADS=1 for a zero-CPU actor would throttle the program's threads;
+# its debugger hook) and any distributed settings of an earlier launch.
+_PRIVATE_PREFIXES = ("RAY_", "PODMANAGER_", "JAX_", "MEGASCALE_", "TPU_WORKER", "XLA_FLAGS")
+_PRIVATE_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV"})
+# Set on a simulated VM only: the file its metadata server reads `tpu-env`'s MEGASCALE_* from.
+MEGASCALE_FILE_ENV = "PODMANAGER_SIM_MEGASCALE_FILE"
+
+
+class HostRuns:
+    """The workload processes of one host, by run id (one live process per run)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.processes: dict[str, WorkloadProcess] = {}
+        self.progress_files: dict[str, Path] = {}
+        self.attempts: dict[str, int] = {}  # run id -> the attempt its process belongs to
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def start(self, run_id: str, workload_json: str, env: dict[str, str], working_dir_zip: bytes | None) -> int:
+        current = self.processes.get(run_id)
+        if current is not None and current.status().running:
+            raise RuntimeError(f"run {run_id} already has a live process (pid {current.pid}) on this host")
+        workload = Workload.model_validate_json(workload_json)
+        attempt = env.get(contract.ENV_ATTEMPT, "0")
+        folder = self.run_dir(run_id)
+        cwd = folder / "working_dir"
+        if working_dir_zip is not None and not cwd.exists():
+            with zipfile.ZipFile(io.BytesIO(working_dir_zip)) as archive:
+                archive.extractall(cwd)
+        cwd.mkdir(parents=True, exist_ok=True)
+        process_env = {k: v for k, v in os.environ.items()
+                       if not k.startswith(_PRIVATE_PREFIXES) and k not in _PRIVATE_NAMES}
+        if MACHINE_ENV in os.environ:  # a simulated host: its program dies with it
+            process_env[MACHINE_ENV] = os.environ[MACHINE_ENV]
+        process_env.update(env)
+        process_env.update(workload.env)
+        _leave_megascale_for_metadata(env)
+        process_env[contract.ENV_PROGRESS_FILE] = str(folder / f"progress-{attempt}.jsonl")
+        process_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), process_env.get("PYTHONPATH")]))
+        process_env["PYTHONUNBUFFERED"] = "1"
+        argv = workload.argv(sys.executable, process_env)
+        try:
+            process = WorkloadProcess(argv, env=process_env, cwd=str(cwd), log_path=folder / f"output-{attempt}.log")
+        except OSError as error:
+            raise RuntimeError(f"cannot start {argv[0]!r}: {error.strerror}") from None
+        self.processes[run_id] = process
+        self.attempts[run_id] = int(attempt)
+        self.progress_files[run_id] = Path(process_env[contract.ENV_PROGRESS_FILE])
+        return process.pid
+
+    def poll(self, run_id: str, offset: int, hold_s: float = 0.0) -> dict[str, Any]:
+        """Output since `offset`, exit status and progress. With `hold_s`, answer when the
+        process exits or `hold_s` has passed, whichever is first (a long poll: exits are
+        reported at once, with one call per `hold_s` instead of a stream of short ones)."""
+        process = self.processes[run_id]
+        if hold_s > 0:
+            process.wait(hold_s)
+        status = process.status()
+        output, new_offset = process.read_output(offset)
+        if not status.running:
+            # Everything the process wrote, including an unterminated last line.
+            rest, new_offset = process.read_output(new_offset, final=True)
+            output += rest
+        progress_file = self.progress_files[run_id]
+        return {
+            "running": status.running,
+            "exit_code": status.exit_code,
+            "pid": status.pid,
+            "output": output,
+            "offset": new_offset,
+            "progress": read_progress(progress_file),
+            "first_progress": first_progress(progress_file),
+        }
+
+    def describe(self, run_id: str) -> dict[str, Any] | None:
+        """Which attempt of the run this host holds and whether its process still runs; None
+        when this host never started the run. What a restarted supervisor re-attaches by."""
+        process = self.processes.get(run_id)
+        if process is None:
+            return None
+        status = process.status()
+        return {"attempt": self.attempts[run_id], "running": status.running, "exit_code": status.exit_code,
+                "pid": status.pid}
+
+    def stop(self, run_id: str, grace_s: float) -> int | None:
+        process = self.processes.get(run_id)
+        return process.stop(grace_s) if process else None
+
+    def signal(self, run_id: str | None, signum: int) -> None:
+        """Signal the run's process, or every live one when `run_id` is None."""
+        targets = self.processes.values() if run_id is None else filter(None, [self.processes.get(run_id)])
+        for process in targets:
+            if process.status().running:
+                process.signal(signum)
+
+    def stop_all(self, grace_s: float = 5.0) -> None:
+        for process in self.processes.values():
+            process.stop(grace_s)
+
+
+def _leave_megascale_for_metadata(env: dict[str, str]) -> None:
+    """On a simulated VM, its metadata server's `tpu-env` serves this attempt's MEGASCALE_*
+    values, as a real multislice VM's does."""
+    target = os.environ.get(MEGASCALE_FILE_ENV)
+    if target:
+        Path(target).write_text(json.dumps({k: v for k, v in env.items() if k.startswith("MEGASCALE_")}))

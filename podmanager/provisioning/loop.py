@@ -1,0 +1,218 @@
+"""The level-triggered provisioning loop: observe -> plan -> apply, until converged.
+
+Every pass re-reads the cloud (by label, so nothing depends on local state), plans with
+the pure `reconcile.plan`, starts all of the pass's operations at once and waits for them
+together, so 64 slices take about one create latency, not 64.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.base import Node, NodeState, Operation, TpuCloud
+from podmanager.core.clock import Clock, RealClock
+from podmanager.core.errors import TimeoutExceededError
+from podmanager.provisioning.plan import (
+    Action,
+    CreateSlice,
+    DeleteNode,
+    DeleteQueuedResource,
+    DesiredSlice,
+    NoZoneLeft,
+    Observed,
+    converged,
+    plan,
+)
+
+# Recorder(kind, message, slice_index, **data): where the loop reports what it did.
+Recorder = Callable[..., None]
+
+
+@dataclass
+class _Started:
+    action: Action
+    operation: Operation
+
+
+class Provisioner:
+    """Drives one cluster's slices in the cloud towards a desired list."""
+
+    def __init__(self, cloud: TpuCloud, cluster: str, zones: list[str], *, record: Recorder | None = None,
+                 clock: Clock | None = None, poll_interval_s: float = 0.05, max_parallel_calls: int = 32,
+                 max_creates_per_slice: int = 10):
+        self.cloud = cloud
+        self.cluster = cluster
+        self.zones = zones
+        self.record = record or (lambda *args, **kwargs: None)
+        self.clock = clock or RealClock()
+        self.poll_interval_s = poll_interval_s
+        self.max_parallel_calls = max_parallel_calls
+        self.max_creates_per_slice = max_creates_per_slice
+
+    # ------------------------------------------------------------------ observe
+
+    def observe(self) -> Observed:
+        """Everything labelled with this cluster in every zone of the spec."""
+        nodes: list[Node] = []
+        queued = []
+        for zone in self.zones:
+            nodes += [n for n in self.cloud.list_nodes(zone) if n.cluster == self.cluster]
+            queued += [q for q in self.cloud.list_queued_resources(zone) if q.cluster == self.cluster]
+        return Observed(tuple(sorted(nodes, key=lambda n: n.name)), tuple(queued))
+
+    # ------------------------------------------------------------------ converge
+
+    def converge(self, desired: list[DesiredSlice], timeout_s: float,
+                 unwanted_reason: str = "not in the spec") -> list[Node]:
+        """Run passes until every desired slice is READY and nothing else of the cluster exists.
+        A REPAIRING slice is waited for (it heals by itself), within the same timeout."""
+        deadline = self.clock.now() + timeout_s
+        exhausted: dict[int, set[str]] = defaultdict(set)
+        creates: dict[int, int] = defaultdict(int)
+        waits = _WaitReporter(self.record, desired, lambda: deadline - self.clock.now())
+        while True:
+            observed = self.observe()
+            if converged(desired, observed):
+                waits.settled(observed)
+                return list(observed.nodes)
+            actions = plan(desired, observed, exhausted, unwanted_reason=unwanted_reason)
+            for action in actions:
+                if isinstance(action, NoZoneLeft):
+                    raise cloud_errors.CapacityError(
+                        f"slice {action.slice.index} ({action.slice.request.accelerator_type}): no capacity in any "
+                        f"zone of {', '.join(action.tried)}",
+                        hint="Add zones to 'zones:' in the spec, use a reservation, or run 'up' again later.",
+                    )
+                if isinstance(action, CreateSlice):
+                    creates[action.slice.index] += 1
+                    if creates[action.slice.index] > self.max_creates_per_slice:
+                        raise cloud_errors.CloudError(
+                            f"slice {action.slice.index}: gave up after {self.max_creates_per_slice} attempts to create it"
+                        )
+            if self.clock.now() > deadline:
+                self._timeout(desired, observed, timeout_s)
+            if actions:
+                self.apply(actions, exhausted, deadline)
+            else:
+                waits.waiting(observed)
+                self.clock.sleep(self.poll_interval_s)
+
+    def _timeout(self, desired: list[DesiredSlice], observed: Observed, timeout_s: float) -> None:
+        states = {n.name: n.state.value for n in observed.nodes}
+        pending = [f"{d.node_name} ({states.get(d.node_name, 'missing')})" for d in desired
+                   if states.get(d.node_name) != NodeState.READY.value]
+        extra = sorted(set(states) - {d.node_name for d in desired})
+        what = ", ".join(pending + [f"{name} (to delete)" for name in extra])
+        raise TimeoutExceededError(
+            f"slices not settled after {timeout_s:.0f}s: {what}",
+            hint="Run the same command again to continue, or 'podmanager down' to remove everything.",
+        )
+
+    # ------------------------------------------------------------------ apply
+
+    def apply(self, actions: list[Action], exhausted: dict[int, set[str]], deadline: float) -> None:
+        """Start every action's operation at once, then wait for all of them together
+        (until the deadline; what is still running then is seen by the next observe)."""
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel_calls, len(actions)))) as pool:
+            results = list(pool.map(self._start, actions))
+        started = [r for r in results if r is not None]
+        while started:
+            with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel_calls, len(started)))) as pool:
+                polled = list(pool.map(lambda s: self.cloud.get_operation(s.operation.name), started))
+            waiting = []
+            for item, operation in zip(started, polled):
+                if operation.done:
+                    self._finished(item.action, operation, exhausted)
+                else:
+                    waiting.append(_Started(item.action, operation))
+            started = waiting
+            if started:
+                if self.clock.now() >= deadline:
+                    return
+                self.clock.sleep(self.poll_interval_s)
+
+    def _start(self, action: Action) -> _Started | None:
+        try:
+            if isinstance(action, CreateSlice):
+                want = action.slice
+                self.record("slice_creating", f"creating {want.node_name} ({want.request.accelerator_type}, "
+                            f"{want.request.capacity.value}) in {action.zone}", want.index,
+                            node=want.node_name, zone=action.zone)
+                if want.queued:
+                    operation = self.cloud.create_queued_resource(action.zone, want.node_name, want.node_name, want.request)
+                else:
+                    operation = self.cloud.create_node(action.zone, want.node_name, want.request)
+            elif isinstance(action, DeleteNode):
+                self.record("slice_deleting", f"deleting {action.name} in {action.zone}: {action.reason}",
+                            action.slice_index, node=action.name, zone=action.zone, reason=action.reason)
+                operation = self.cloud.delete_node(action.zone, action.name)
+            elif isinstance(action, DeleteQueuedResource):
+                self.record("queued_resource_deleting", f"deleting queued resource {action.name} in {action.zone}: "
+                            f"{action.reason}", action.slice_index, name=action.name, zone=action.zone)
+                operation = self.cloud.delete_queued_resource(action.zone, action.name)
+            else:
+                return None
+        except (cloud_errors.NotFoundError, cloud_errors.AlreadyExistsError):
+            return None  # already gone / already there: the next pass sees it
+        return _Started(action, operation)
+
+    def _finished(self, action: Action, operation: Operation, exhausted: dict[int, set[str]]) -> None:
+        error = operation.error
+        if isinstance(action, CreateSlice):
+            want = action.slice
+            if error is None:
+                self.record("slice_ready", f"{want.node_name} is READY in {action.zone}", want.index,
+                            node=want.node_name, zone=action.zone)
+            elif isinstance(error, (cloud_errors.CapacityError, cloud_errors.ReservationShortfallError)):
+                exhausted[want.index].add(action.zone)
+                left = [z for z in want.zones if z not in exhausted[want.index]]
+                self.record("zone_fallback", f"{want.node_name}: {error.message}; "
+                            + (f"trying {left[0]}" if left else "no zone left"), want.index,
+                            node=want.node_name, zone=action.zone, error=type(error).__name__)
+            elif isinstance(error, cloud_errors.PreemptedWhileCreatingError):
+                self.record("slice_preempted", f"{want.node_name} was preempted while being created in "
+                            f"{action.zone}; it will be deleted and created again", want.index,
+                            node=want.node_name, zone=action.zone, while_creating=True)
+            else:
+                raise error
+        elif error is not None and not isinstance(error, cloud_errors.NotFoundError):
+            raise error
+        else:
+            name = action.name  # type: ignore[union-attr]
+            self.record("slice_deleted", f"{name} deleted", action.slice_index, node=name)  # type: ignore[union-attr]
+
+
+
+class _WaitReporter:
+    """Says once what a pass with nothing to do is waiting for (slices still CREATING,
+    REPAIRING or DELETING), and when a repaired slice is back."""
+
+    def __init__(self, record: Recorder, desired: list[DesiredSlice], time_left: Callable[[], float]):
+        self.record = record
+        self.index = {d.node_name: d.index for d in desired}
+        self.time_left = time_left
+        self.told: dict[str, str] = {}  # node -> the state last reported
+
+    def waiting(self, observed: Observed) -> None:
+        for node in observed.nodes:
+            if node.state is NodeState.READY or self.told.get(node.name) == node.state.value:
+                continue
+            self.told[node.name] = node.state.value
+            index = self.index.get(node.name)
+            if node.state is NodeState.REPAIRING:
+                self.record("slice_repairing", f"{node.name} is REPAIRING (maintenance); waiting up to "
+                            f"{max(0.0, self.time_left()):.0f}s for it to come back READY", index,
+                            node=node.name, zone=node.zone)
+            else:
+                self.record("slice_waiting", f"waiting for {node.name} ({node.state.value})", index,
+                            node=node.name, zone=node.zone, state=node.state.value)
+
+    def settled(self, observed: Observed) -> None:
+        for node in observed.nodes:
+            if self.told.get(node.name) == NodeState.REPAIRING.value and node.state is NodeState.READY:
+                self.record("slice_repaired", f"{node.name} is READY again after its repair", self.index.get(node.name),
+                            node=node.name, zone=node.zone)

@@ -1,0 +1,172 @@
+"""Pure planning: (desired slices, observed cloud state) -> the actions that close the gap.
+
+`up`, `down` and recovery all go through `plan`, so every path is idempotent: creating
+what exists or deleting what is gone never happens, and running a pass again after a
+crash finishes the job. One kind of change per slice per pass: a slice whose node must
+go is deleted in this pass and created in a later one, after the delete finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+from podmanager.cloud.base import (
+    CLUSTER_LABEL,
+    DEAD_STATES,
+    SLICE_LABEL,
+    Node,
+    NodeRequest,
+    NodeState,
+    QueuedResource,
+    QueuedResourceState,
+)
+from podmanager.core.spec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class DesiredSlice:
+    index: int
+    node_name: str
+    request: NodeRequest
+    queued: bool
+    zones: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Observed:
+    nodes: tuple[Node, ...] = ()
+    queued: tuple[QueuedResource, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreateSlice:
+    slice: DesiredSlice
+    zone: str
+
+
+@dataclass(frozen=True)
+class DeleteNode:
+    name: str
+    zone: str
+    reason: str
+    slice_index: int | None = None
+
+
+@dataclass(frozen=True)
+class DeleteQueuedResource:
+    name: str
+    zone: str
+    reason: str
+    slice_index: int | None = None
+
+
+@dataclass(frozen=True)
+class NoZoneLeft:
+    """Every zone in the list refused this slice for lack of capacity."""
+
+    slice: DesiredSlice
+    tried: tuple[str, ...] = field(default=())
+
+
+Action = Union[CreateSlice, DeleteNode, DeleteQueuedResource, NoZoneLeft]
+
+_QR_GONE = frozenset({QueuedResourceState.FAILED, QueuedResourceState.DELETING})
+
+
+def node_name(cluster: str, index: int) -> str:
+    """Deterministic, so a second `up` finds what the first one made."""
+    return f"{cluster}-s{index}"
+
+
+def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None) -> list[DesiredSlice]:
+    out = []
+    for instance in spec.slice_list():
+        labels = {**instance.spec.labels, CLUSTER_LABEL: spec.name, SLICE_LABEL: str(instance.index)}
+        request = NodeRequest(
+            accelerator_type=instance.accelerator.name,
+            runtime_version=instance.spec.runtime_version,
+            capacity=instance.spec.capacity,
+            labels=labels,
+            metadata=dict(metadata or {}),
+        )
+        out.append(DesiredSlice(instance.index, node_name(spec.name, instance.index), request,
+                                instance.spec.queued, tuple(spec.zones)))
+    return out
+
+
+def plan(desired: list[DesiredSlice], observed: Observed,
+         exhausted_zones: Mapping[int, set[str]] | None = None, *,
+         unwanted_reason: str = "not in the spec") -> list[Action]:
+    """The actions for one pass. `exhausted_zones[i]`: zones that had no capacity for slice i."""
+    exhausted_zones = exhausted_zones or {}
+    wanted = {d.node_name: d for d in desired}
+    actions: list[Action] = []
+    busy: set[str] = set()  # node names with something in flight: no create this pass
+
+    queued_by_node = {qr.node_name: qr for qr in observed.queued}
+    for qr in observed.queued:
+        want = wanted.get(qr.node_name)
+        if qr.state is QueuedResourceState.DELETING:
+            busy.add(qr.node_name)
+        elif want is None or not want.queued:
+            actions.append(DeleteQueuedResource(qr.name, qr.zone, unwanted_reason, _index(want)))
+            busy.add(qr.node_name)
+        elif qr.state is QueuedResourceState.FAILED:
+            actions.append(DeleteQueuedResource(qr.name, qr.zone, "queued resource failed", want.index))
+            busy.add(qr.node_name)
+
+    for node in observed.nodes:
+        want = wanted.get(node.name)
+        qr = queued_by_node.get(node.name)
+        if node.state is NodeState.DELETING:
+            busy.add(node.name)
+            continue
+        if want is None:
+            reason = unwanted_reason
+        elif node.accelerator_type != want.request.accelerator_type:
+            reason = f"accelerator changed from {node.accelerator_type} to {want.request.accelerator_type}"
+        elif node.state in DEAD_STATES:
+            reason = f"node is {node.state.value}"
+        else:
+            continue
+        busy.add(node.name)
+        if qr is not None and qr.state not in _QR_GONE:
+            # Deleting the queued resource (forced) takes its node with it.
+            actions.append(DeleteQueuedResource(qr.name, qr.zone, reason, _index(want)))
+        elif qr is None or qr.state is not QueuedResourceState.DELETING:
+            actions.append(DeleteNode(node.name, node.zone, reason, _index(want)))
+
+    present_nodes = {n.name for n in observed.nodes}
+    live_queued = {qr.node_name for qr in observed.queued if qr.state not in _QR_GONE}
+    for want in desired:
+        if want.node_name in busy or want.node_name in present_nodes or want.node_name in live_queued:
+            continue
+        tried = exhausted_zones.get(want.index, set())
+        zone = next((z for z in want.zones if z not in tried), None)
+        if zone is None:
+            actions.append(NoZoneLeft(want, tuple(want.zones)))
+        else:
+            actions.append(CreateSlice(want, zone))
+    # Deletions of duplicates or deletions requested twice are pointless: keep the first.
+    unique: list[Action] = []
+    for action in actions:
+        if action not in unique:
+            unique.append(action)
+    return unique
+
+
+def converged(desired: list[DesiredSlice], observed: Observed) -> bool:
+    """Every desired slice is READY and nothing else exists. (A REPAIRING slice heals by
+    itself: it is waited for, never deleted, but it is not ready to run on.)"""
+    wanted = {d.node_name for d in desired}
+    by_name = {n.name: n for n in observed.nodes}
+    if set(by_name) != wanted:
+        return False
+    if any(qr.node_name not in wanted for qr in observed.queued):
+        return False
+    return all(by_name[name].state is NodeState.READY for name in wanted)
+
+
+def _index(want: DesiredSlice | None) -> int | None:
+    return want.index if want is not None else None

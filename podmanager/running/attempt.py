@@ -1,0 +1,183 @@
+"""One `run`: ship the working dir, launch an attempt on every host, stream its output,
+stop every sibling when one fails, and record the result (and the logs) locally.
+
+An attempt ends in one of three ways: every process exited 0 (succeeded), a process
+exited non-zero or a host was lost (failed: the others are stopped at once), or the user
+interrupted it (every process is stopped, then KeyboardInterrupt goes on up).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from podmanager.core.records import HostSlot
+from podmanager.core.workload import Workload, check_parallelism
+from podmanager.running.gang import Gang, HostState
+from podmanager.running.launch import launch_envs, pack_working_dir
+from podmanager.running.logs import RunLogs
+from podmanager.running.remote import RAY, Remote
+from podmanager.runtime.contract import EXIT_PREEMPTED
+
+OutputPrinter = Callable[[HostSlot, str], None]
+
+
+@dataclass
+class HostResult:
+    slice: int
+    worker_id: int
+    exit_code: int | None
+    lost: str | None = None
+
+
+@dataclass
+class AttemptResult:
+    attempt: int
+    status: str  # succeeded | failed | interrupted
+    started: float
+    ended: float
+    hosts: list[HostResult]
+    failed_host: str | None = None  # "slice-0/host-1": the first to fail
+    failure: str | None = None  # what happened to it
+    last_lines: list[str] = field(default_factory=list)
+    first_step: int | None = None
+    last_step: int | None = None
+    first_loss: float | None = None
+    last_loss: float | None = None
+    first_step_time: float | None = None  # unix time the program reported its first step
+    last_step_time: float | None = None
+    detected_at: float | None = None  # when the failure was seen (before the survivors were stopped)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AttemptResult":
+        return cls(**{**data, "hosts": [HostResult(**h) for h in data["hosts"]]})
+
+
+def new_run_id(workload: Workload) -> str:
+    return f"{workload.display_name}-{time.strftime('%Y%m%d-%H%M%S')}-{int(time.time() * 1000) % 1000:03d}"
+
+
+class AttemptRunner:
+    """Runs attempts of one workload on a fixed set of host agents."""
+
+    def __init__(self, cluster: str, workload: Workload, run_id: str, *, simulated: bool,
+                 checkpoint_dir: str | None, printer: OutputPrinter | None = None,
+                 poll_interval_s: float = 0.25, stop_grace_s: float = 10.0, failure_grace_s: float = 2.0,
+                 remote: Remote = RAY):
+        self.cluster = cluster
+        self.workload = workload
+        self.run_id = run_id
+        self.simulated = simulated
+        self.checkpoint_dir = checkpoint_dir
+        self.printer = printer
+        self.poll_interval_s = poll_interval_s
+        self.remote = remote
+        self.stop_grace_s = stop_grace_s
+        # After a failure the survivors cannot finish a collective checkpoint without their
+        # lost or failed peer: they only need a moment to exit, not the user's grace period.
+        self.failure_grace_s = failure_grace_s
+        self.logs = RunLogs(cluster, run_id)
+        self._working_dir_ref = None
+        self.workload_json = workload.model_dump_json()
+
+    def working_dir(self) -> Any:
+        if self._working_dir_ref is None and self.workload.working_dir is not None:
+            self._working_dir_ref = self.remote.put(pack_working_dir(self.workload.working_dir))
+        return self._working_dir_ref
+
+    def run_attempt(self, agents: list[tuple[HostSlot, Any]], attempt: int,
+                    make_monitor: Callable[[Gang], Any] | None = None, *,
+                    on_launched: Callable[[], None] | None = None,
+                    reattach: dict[str, int] | None = None, started: float | None = None) -> AttemptResult:
+        """One attempt on all `agents`. `make_monitor(gang)` gives a health monitor whose
+        `check()` may return a reason to stop the attempt early; `on_launched()` is told once
+        every process has started. With `reattach` (host label -> bytes of this attempt's
+        output already kept), the processes already run: watch them instead of launching."""
+        slots = [slot for slot, _ in agents]
+        if self.workload.parallelism:
+            check_parallelism(self.workload.parallelism, sum(s.chips for s in slots))
+        gang = Gang(agents, self.run_id, remote=self.remote)
+        monitor = make_monitor(gang) if make_monitor else None
+        started = started or time.time()
+        try:
+            if reattach is not None:
+                for host in gang.hosts:
+                    host.output_offset = reattach.get(host.slot.label, 0)
+            else:
+                try:
+                    envs = launch_envs(slots, coordinator_port=gang.coordinator_port(), cluster=self.cluster,
+                                       run_id=self.run_id, attempt=attempt, checkpoint_dir=self.checkpoint_dir,
+                                       parallelism=self.workload.parallelism, simulated=self.simulated)
+                    gang.start(self.workload_json, envs, self.working_dir())
+                except (RayActorError, GetTimeoutError):
+                    pass  # a host went away during the launch: the next poll names it as lost
+            if on_launched:
+                on_launched()
+            failed, reason = self._watch(gang, monitor.check if monitor else None)
+        except BaseException:
+            gang.stop(grace_s=self.stop_grace_s)
+            raise
+        detected_at = None
+        if failed is not None or reason is not None:
+            detected_at = time.time()
+            # A program that stopped for a preemption notice (exit 75): its peers are finishing
+            # the same checkpoint and get the full grace period.
+            noticed = failed is not None and failed.exit_code == EXIT_PREEMPTED
+            gang.stop(grace_s=self.stop_grace_s if noticed else self.failure_grace_s)
+        result = self._result(gang.hosts, attempt, started, failed, reason)
+        result.detected_at = detected_at
+        return result
+
+    def _watch(self, gang: Gang, should_abort: Callable[[], str | None] | None) -> tuple[HostState | None, str | None]:
+        """Poll until every process has exited 0, one failed (returned), or abort is asked."""
+        while True:
+            started = time.monotonic()
+            hosts = gang.poll(self._output, wait_s=self.poll_interval_s)
+            failed = next((h for h in hosts if h.lost or (not h.running and h.exit_code != 0)), None)
+            if failed is not None:
+                return failed, None
+            if all(not h.running for h in hosts):
+                return None, None
+            reason = should_abort() if should_abort else None
+            if reason is not None:
+                return None, reason
+            time.sleep(max(0.0, self.poll_interval_s - (time.monotonic() - started)))
+
+    def _output(self, slot: HostSlot, text: str) -> None:
+        self.logs.append(slot, text)
+        if self.printer:
+            self.printer(slot, text)
+
+    def _result(self, hosts: list[HostState], attempt: int, started: float, failed: HostState | None,
+                reason: str | None) -> AttemptResult:
+        results = [HostResult(h.slot.slice_index, h.slot.worker_id, h.exit_code, h.lost) for h in hosts]
+        first = [h.first_progress for h in hosts if h.first_progress]
+        last = [h.progress for h in hosts if h.progress]
+        if failed is not None:
+            status = "failed"
+            failure = failed.lost or f"exited with code {failed.exit_code}"
+        elif reason is not None:
+            status, failure = "failed", reason
+        else:
+            status, failure = "succeeded", None
+        first_record = min(first, key=lambda p: p["step"]) if first else None
+        last_record = max(last, key=lambda p: p["step"]) if last else None
+        return AttemptResult(
+            attempt=attempt,
+            status=status,
+            started=started,
+            ended=time.time(),
+            hosts=results,
+            failed_host=failed.slot.label if failed else None,
+            failure=failure,
+            last_lines=failed.last_lines if failed else [],
+            first_step=int(first_record["step"]) if first_record else None,
+            last_step=int(last_record["step"]) if last_record else None,
+            first_loss=first_record.get("loss") if first_record else None,
+            last_loss=last_record.get("loss") if last_record else None,
+            first_step_time=first_record.get("time") if first_record else None,
+            last_step_time=last_record.get("time") if last_record else None,
+        )

@@ -1,0 +1,88 @@
+"""Where each process of a workload runs and with which environment (pure).
+
+`launch_envs` gives each process its distributed environment, fresh for every attempt —
+stale coordinator or MEGASCALE_* values from before a slice was replaced make JAX
+initialization hang. `gang.Gang` launches the processes with it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from pathlib import Path
+
+from podmanager.core.errors import SpecError
+from podmanager.core.records import HostSlot
+from podmanager.runtime import contract
+
+MEGASCALE_PORT = 8081
+_SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", "build", "dist"}
+MAX_WORKING_DIR_BYTES = 64 << 20
+
+
+def launch_envs(slots: list[HostSlot], *, coordinator_port: int, cluster: str, run_id: str, attempt: int,
+                checkpoint_dir: str | None, parallelism: str | None, simulated: bool,
+                extra: dict[str, str] | None = None, megascale_port: int = MEGASCALE_PORT) -> list[dict[str, str]]:
+    """The environment of each slot's process, in the order of `slots` (slice, then worker)."""
+    if sorted(slots, key=lambda s: (s.slice_index, s.worker_id)) != slots:
+        raise ValueError("slots must be ordered by slice, then worker id")
+    slice_indexes = sorted({s.slice_index for s in slots})
+    coordinator = slots[0]
+    hostnames = {i: ",".join(s.ip for s in slots if s.slice_index == i) for i in slice_indexes}
+    envs = []
+    for process_id, slot in enumerate(slots):
+        env = {
+            **(extra or {}),
+            "JAX_COORDINATOR_ADDRESS": f"{coordinator.ip}:{coordinator_port}",
+            "JAX_NUM_PROCESSES": str(len(slots)),
+            "JAX_PROCESS_ID": str(process_id),
+            "TPU_WORKER_ID": str(slot.worker_id),
+            "TPU_WORKER_HOSTNAMES": hostnames[slot.slice_index],
+            contract.ENV_CLUSTER: cluster,
+            contract.ENV_SLICE: str(slot.slice_index),
+            contract.ENV_RUN_ID: run_id,
+            contract.ENV_ATTEMPT: str(attempt),
+        }
+        if parallelism:
+            env[contract.ENV_PARALLELISM] = parallelism
+        if checkpoint_dir:
+            env[contract.ENV_CHECKPOINT_DIR] = checkpoint_dir
+        if len(slice_indexes) > 1:
+            env.update({
+                "MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator.ip}:{megascale_port}",
+                "MEGASCALE_NUM_SLICES": str(len(slice_indexes)),
+                "MEGASCALE_SLICE_ID": str(slice_indexes.index(slot.slice_index)),
+                "MEGASCALE_PORT": str(megascale_port),
+            })
+        if simulated:
+            # The host's chips become CPU devices; an unmodified JAX program sees them as its local devices.
+            env["JAX_PLATFORMS"] = "cpu"
+            env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={slot.chips}"
+            # JAX's Cloud TPU cluster detection is off without libtpu: on, an unmodified
+            # `jax.distributed.initialize()` finds its process id and peers as on a TPU VM.
+            env["JAX_FORCE_TPU_INIT"] = "1"
+        envs.append(env)
+    return envs
+
+
+def pack_working_dir(path: str | Path) -> bytes:
+    """The directory as a zip, without VCS, virtualenv and cache folders."""
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise SpecError(f"--working-dir: {root} is not a directory")
+    buffer = io.BytesIO()
+    total = 0
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info")]
+            for name in files:
+                file = Path(folder) / name
+                total += file.stat().st_size
+                if total > MAX_WORKING_DIR_BYTES:
+                    raise SpecError(
+                        f"--working-dir: {root} holds more than {MAX_WORKING_DIR_BYTES >> 20} MiB to ship to the hosts",
+                        hint="Point --working-dir at the folder with your code only; keep data and checkpoints in a bucket.",
+                    )
+                archive.write(file, file.relative_to(root))
+    return buffer.getvalue()

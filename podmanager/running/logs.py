@@ -1,0 +1,106 @@
+"""A run's logs on the controller: each host's output (`RunLogs` writes it as the run goes)
+and the result, read back by `podmanager logs` while the run goes or after it ended."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from podmanager.core import paths
+from podmanager.core.errors import SpecError
+from podmanager.core.records import HostSlot
+
+
+class RunLogs:
+    """Each host's output on the controller: `runs/<run_id>/<slice-S-host-W>.log` under the cluster dir."""
+
+    def __init__(self, cluster: str, run_id: str):
+        self.folder = paths.cluster_dir(cluster) / "runs" / run_id
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, slot: HostSlot) -> Path:
+        return self.folder / f"slice-{slot.slice_index}-host-{slot.worker_id}.log"
+
+    def size(self, slot: HostSlot) -> int:
+        """Bytes of this host's output kept so far."""
+        try:
+            return self.path(slot).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def append(self, slot: HostSlot, text: str) -> None:
+        with open(self.path(slot), "a") as handle:
+            handle.write(text)
+
+    def save_result(self, result: dict[str, Any]) -> None:
+        (self.folder / "result.json").write_text(json.dumps(result, indent=2))
+
+
+_HOST = re.compile(r"slice-(\d+)/(?:host-)?(\d+)")
+
+
+def runs_dir(cluster: str) -> Path:
+    return paths.cluster_dir(cluster) / "runs"
+
+
+def run_ids(cluster: str) -> list[str]:
+    """Runs of the cluster, oldest first."""
+    folder = runs_dir(cluster)
+    if not folder.exists():
+        return []
+    return [p.name for p in sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime) if p.is_dir()]
+
+
+def resolve_run(cluster: str, run_id: str | None) -> Path:
+    ids = run_ids(cluster)
+    if not ids:
+        raise SpecError(f"--cluster: {cluster} has no runs yet", hint="Start one with 'podmanager run'.")
+    if run_id is None:
+        return runs_dir(cluster) / ids[-1]
+    if run_id not in ids:
+        raise SpecError(f"--run: no run {run_id!r} in {cluster} (runs: {', '.join(ids[-5:])})")
+    return runs_dir(cluster) / run_id
+
+
+def host_files(run: Path, host: str | None) -> list[Path]:
+    """The host log files of a run; `host` is 'slice-S/host-W' or 'slice-S/W'."""
+    files = sorted(run.glob("slice-*-host-*.log"))
+    if host is None:
+        return files
+    match = _HOST.fullmatch(host)
+    if not match:
+        raise SpecError(f"--host: {host!r} is not of the form slice-0/1 or slice-0/host-1")
+    wanted = run / f"slice-{match.group(1)}-host-{match.group(2)}.log"
+    if wanted not in files:
+        raise SpecError(f"--host: no output from {host} in run {run.name}")
+    return [wanted]
+
+
+def label(path: Path) -> str:
+    slice_index, worker = re.findall(r"\d+", path.stem)[:2]
+    return f"slice-{slice_index}/host-{worker}"
+
+
+def finished(run: Path) -> bool:
+    return (run / "result.json").exists()
+
+
+def follow(run: Path, host: str | None, *, poll_s: float = 0.5) -> Iterator[tuple[str, str]]:
+    """(host label, line) as lines are written, until the run has finished."""
+    offsets: dict[Path, int] = {}
+    while True:
+        done = finished(run)  # read before the files, so nothing written before the end is missed
+        for path in host_files(run, host) if any(run.glob("slice-*")) else []:
+            with open(path, "rb") as handle:
+                handle.seek(offsets.get(path, 0))
+                data = handle.read()
+            end = len(data) if done else data.rfind(b"\n") + 1
+            offsets[path] = offsets.get(path, 0) + end
+            for line in data[:end].decode("utf-8", "replace").splitlines():
+                yield label(path), line
+        if done:
+            return
+        time.sleep(poll_s)

@@ -1,0 +1,132 @@
+"""Durable record of runs: everything a supervisor needs to carry on after a restart.
+
+One row per run, in the same SQLite database as the clusters (its own connection; WAL lets
+the supervisor write while any client reads). The supervisor writes the row before each
+step it takes (launch, watch, replace, relaunch), so a restarted supervisor re-reads where
+it was; clients read it to follow, list and cancel runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from podmanager.state.db import Database, default_path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    cluster TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    slices TEXT NOT NULL,
+    budgets TEXT NOT NULL,
+    checkpoint_dir TEXT,
+    status TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    phase TEXT NOT NULL,
+    ledger TEXT NOT NULL,
+    progress TEXT NOT NULL,
+    result TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    supervisor TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_cluster ON runs (cluster, created_at);
+"""
+
+ACTIVE = ("starting", "running", "recovering")  # a supervisor is (or will be) looking after it
+FINISHED = ("succeeded", "failed", "cancelled")
+_JSON_FIELDS = ("workload", "slices", "budgets", "phase", "ledger", "progress", "result", "supervisor")
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    cluster: str
+    workload: dict[str, Any]
+    slices: list[int]
+    budgets: dict[str, int]  # overrides of the spec's recovery budgets
+    checkpoint_dir: str | None
+    status: str = "starting"
+    attempt: int = 0
+    # Where the supervisor is: {"name": "launching" | "running" | "replacing", ...}; see supervisor.py.
+    phase: dict[str, Any] = field(default_factory=lambda: {"name": "launching"})
+    # What happened so far: attempts, incidents (the ledger) and the causes the budgets count.
+    ledger: dict[str, Any] = field(default_factory=lambda: {"attempts": [], "incidents": [], "causes": []})
+    progress: dict[str, Any] = field(default_factory=dict)  # the latest step, steps/s, loss
+    result: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    supervisor: dict[str, Any] = field(default_factory=dict)  # pid, restarts, when it last started
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+
+class RunStore:
+    def __init__(self, path: Path | None = None):
+        self.path = path or default_path()
+        self._db = Database(self.path, _SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[RunRecord]:
+        return [_record(row) for row in self._db.records(sql, args)]
+
+    def create(self, run: RunRecord) -> RunRecord:
+        values = _values(run)
+        columns = ", ".join(values)
+        self._db.insert(f"INSERT INTO runs ({columns}) VALUES ({', '.join('?' * len(values))})", tuple(values.values()))
+        return run
+
+    def save(self, run: RunRecord) -> None:
+        """Write the whole record (the supervisor's checkpoint of itself). A cancel asked for
+        meanwhile is never overwritten."""
+        run.updated_at = time.time()
+        values = _values(run)
+        values.pop("cancel_requested")
+        assignments = ", ".join(f"{k}=?" for k in values)
+        self._db.rows(f"UPDATE runs SET {assignments} WHERE run_id=?", (*values.values(), run.run_id))
+        run.cancel_requested = self.cancel_requested(run.run_id)
+
+    def get(self, run_id: str) -> RunRecord | None:
+        found = self._rows("SELECT * FROM runs WHERE run_id=?", (run_id,))
+        return found[0] if found else None
+
+    def list(self, cluster: str | None = None) -> list[RunRecord]:
+        if cluster is None:
+            return self._rows("SELECT * FROM runs ORDER BY created_at")
+        return self._rows("SELECT * FROM runs WHERE cluster=? ORDER BY created_at", (cluster,))
+
+    def active(self, cluster: str) -> list[RunRecord]:
+        return [r for r in self.list(cluster) if r.active]
+
+    def request_cancel(self, run_id: str) -> None:
+        self._db.rows("UPDATE runs SET cancel_requested=1, updated_at=? WHERE run_id=?", (time.time(), run_id))
+
+    def cancel_requested(self, run_id: str) -> bool:
+        found = self._db.rows("SELECT cancel_requested FROM runs WHERE run_id=?", (run_id,))
+        return bool(found and found[0][0])
+
+
+def _values(run: RunRecord) -> dict[str, Any]:
+    values = dict(run.__dict__)
+    for name in _JSON_FIELDS:
+        values[name] = json.dumps(values[name], default=str) if values[name] is not None else None
+    values["cancel_requested"] = int(run.cancel_requested)
+    return values
+
+
+def _record(row: dict[str, Any]) -> RunRecord:
+    for name in _JSON_FIELDS:
+        if row[name] is not None:
+            row[name] = json.loads(row[name])
+    row["cancel_requested"] = bool(row["cancel_requested"])
+    return RunRecord(**row)

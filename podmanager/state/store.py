@@ -1,0 +1,131 @@
+"""Durable record of clusters and an append-only event log (SQLite, WAL).
+
+The cloud is the truth about what exists; this store remembers what was asked for (the
+spec, so `status` and `down` work from a new process) and what happened (events).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podmanager.state.db import Database, default_path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS clusters (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    cluster TEXT NOT NULL,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    slice_index INTEGER,
+    message TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_cluster ON events (cluster, id);
+"""
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    name: str
+    spec: dict[str, Any]
+    backend: str
+    status: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    cluster: str
+    time: float
+    kind: str
+    slice_index: int | None
+    message: str
+    data: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "time": self.time,
+            "kind": self.kind,
+            "slice": self.slice_index,
+            "message": self.message,
+            **({"data": self.data} if self.data else {}),
+        }
+
+
+class StateStore:
+    """One SQLite database; safe to share between threads and between processes."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path or default_path()
+        self._db = Database(self.path, _SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self._db.rows(sql, args)
+
+    # ------------------------------------------------------------- clusters
+
+    def save_cluster(self, name: str, spec: dict[str, Any], backend: str, status: str) -> None:
+        now = time.time()
+        self._execute(
+            "INSERT INTO clusters (name, spec, backend, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET spec=excluded.spec, backend=excluded.backend, "
+            "status=excluded.status, updated_at=excluded.updated_at",
+            (name, json.dumps(spec), backend, status, now, now),
+        )
+
+    def set_cluster_status(self, name: str, status: str) -> None:
+        self._execute("UPDATE clusters SET status=?, updated_at=? WHERE name=?", (status, time.time(), name))
+
+    def get_cluster(self, name: str) -> ClusterRecord | None:
+        rows = self._execute("SELECT * FROM clusters WHERE name=?", (name,))
+        return _cluster(rows[0]) if rows else None
+
+    def list_clusters(self) -> list[ClusterRecord]:
+        return [_cluster(row) for row in self._execute("SELECT * FROM clusters ORDER BY name")]
+
+    def delete_cluster(self, name: str) -> None:
+        self._execute("DELETE FROM clusters WHERE name=?", (name,))
+
+    # ------------------------------------------------------------- slices
+
+    # ------------------------------------------------------------- events
+
+    def add_event(self, cluster: str, kind: str, message: str, *, slice_index: int | None = None,
+                  when: float | None = None, **data: Any) -> Event:
+        when = time.time() if when is None else when
+        event_id = self._db.insert(
+            "INSERT INTO events (cluster, time, kind, slice_index, message, data) VALUES (?, ?, ?, ?, ?, ?)",
+            (cluster, when, kind, slice_index, message, json.dumps(data, default=str)),
+        )
+        return Event(event_id, cluster, when, kind, slice_index, message, data)
+
+    def events(self, cluster: str, *, after_id: int = 0, kind: str | None = None) -> list[Event]:
+        sql = "SELECT * FROM events WHERE cluster=? AND id>?"
+        args: tuple[Any, ...] = (cluster, after_id)
+        if kind:
+            sql += " AND kind=?"
+            args += (kind,)
+        rows = self._execute(sql + " ORDER BY id", args)
+        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+
+def _cluster(row: tuple[Any, ...]) -> ClusterRecord:
+    return ClusterRecord(row[0], json.loads(row[1]), row[2], row[3], row[4], row[5])

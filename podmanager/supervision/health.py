@@ -1,0 +1,125 @@
+"""The health monitor of a running attempt: each check on its own interval.
+
+- cloud: the state of every slice the run uses (PREEMPTED, TERMINATED, gone) and
+  preemption notices — seconds, not the 10-60 s polls of other tools;
+- progress: the step the program last reported; no new step for `hang_timeout_s`
+  (counted from the first step, so a long compile is not a hang) is a hang;
+- hosts: an exit, or an agent that cannot be reached, is found by the attempt's own
+  polling (`gang.Gang.poll`): a long poll each agent answers at once when its process
+  exits, looked at every quarter second.
+
+`check()` returns a reason to end the attempt, or None; `observation()` gives the
+classifier what was seen. The clock is injected so the checks are tested without waiting.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.base import DEAD_STATES, NodeState, TpuCloud
+from podmanager.core.clock import Clock, RealClock
+from podmanager.core.records import SliceRef
+from podmanager.running.gang import Gang
+from podmanager.supervision.classify import HostOutcome, Observation
+
+
+@dataclass
+class _Watch:
+    interval_s: float
+    last: float = float("-inf")
+
+    def due(self, now: float) -> bool:
+        if now - self.last >= self.interval_s:
+            self.last = now
+            return True
+        return False
+
+
+@dataclass
+class HealthMonitor:
+    cloud: TpuCloud
+    slices: list[SliceRef]
+    gang: Gang
+    interval_s: float = 1.0
+    hang_timeout_s: float = 600.0
+    clock: Clock = field(default_factory=RealClock)
+    on_event: Callable[..., Any] | None = None
+    slice_states: dict[int, NodeState | None] = field(default_factory=dict)
+    notices: set[int] = field(default_factory=set)
+    hung: bool = False
+    last_healthy_check: float | None = None  # the last cloud check that found every slice fine
+    _best_step: float | None = None
+    _step_time: float | None = None
+
+    def __post_init__(self) -> None:
+        self._cloud_watch = _Watch(self.interval_s)
+        self._progress_watch = _Watch(min(self.interval_s, 1.0))
+
+    def check(self) -> str | None:
+        now = self.clock.now()
+        reason = None
+        if self._cloud_watch.due(now):
+            reason = self._check_cloud()
+        if reason is None and self._progress_watch.due(now):
+            reason = self._check_progress(now)
+        return reason
+
+    def _check_cloud(self) -> str | None:
+        by_zone: dict[str, dict[str, NodeState]] = {}
+        for zone in {s.zone for s in self.slices}:
+            try:
+                by_zone[zone] = {n.name: n.state for n in self.cloud.list_nodes(zone)}
+            except cloud_errors.TransientError:
+                return None  # the API's trouble is not the run's: look again next interval
+        lost = []
+        for ref in self.slices:  # every slice, every pass: two slices lost together are one incident
+            state = by_zone[ref.zone].get(ref.node_name)
+            self.slice_states[ref.index] = state
+            if state is None or state in DEAD_STATES:
+                lost.append(f"slice {ref.index} ({ref.node_name}) is {state.value if state else 'gone'}")
+        if lost:
+            return "; ".join(lost)
+        for ref in self.slices:
+            if ref.index not in self.notices and self._has_notice(ref):
+                self.notices.add(ref.index)
+                self._event("preemption_notice", f"preemption notice for slice {ref.index}; asking the program "
+                            "to checkpoint (SIGTERM)", ref.index)
+                self.gang.signal(signal.SIGTERM)
+        self.last_healthy_check = self.clock.now()
+        return None
+
+    def _has_notice(self, ref: SliceRef) -> bool:
+        """The cloud's word when it has one (the simulator announces notices itself); else the
+        slice's hosts ask their metadata server."""
+        notice = self.cloud.preemption_notice(ref.zone, ref.node_name)
+        return self.gang.any_notice(ref.index) if notice is None else notice
+
+    def _check_progress(self, now: float) -> str | None:
+        steps = [h.progress["step"] for h in self.gang.hosts if h.progress]
+        if not steps:
+            return None  # not started stepping yet: compiling or restoring, not hung
+        step = min(steps)  # the slowest host decides: one stuck host stalls the collective
+        if self._best_step is None or step > self._best_step:
+            self._best_step, self._step_time = step, now
+            return None
+        if now - (self._step_time or now) > self.hang_timeout_s:
+            self.hung = True
+            return f"no step after {step:.0f} for {now - self._step_time:.0f}s (health.hang_timeout_s)"
+        return None
+
+    def _event(self, kind: str, message: str, slice_index: int | None = None) -> None:
+        if self.on_event:
+            self.on_event(kind, message, slice_index)
+
+    def observation(self, dead_nodes: set[tuple[int, int]] | None = None) -> Observation:
+        """What was seen, for `classify`; looks at the cloud once more first."""
+        self._check_cloud()
+        hosts = tuple(
+            HostOutcome(h.slot.slice_index, h.slot.worker_id, h.exit_code, h.lost,
+                        (h.slot.slice_index, h.slot.worker_id) in (dead_nodes or set()))
+            for h in self.gang.hosts
+        )
+        return Observation(hosts, dict(self.slice_states), frozenset(self.notices), self.hung)

@@ -1,0 +1,60 @@
+"""What the supervisor needs from a cluster, and nothing more: a small interface the API's
+`Cluster` implements and unit tests fake. The supervisor never sees the API itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from podmanager.cloud.base import TpuCloud
+from podmanager.core.clock import Clock
+from podmanager.core.records import HostSlot, SliceRef
+from podmanager.core.spec import ClusterSpec
+
+
+class SupervisedCluster(Protocol):
+    name: str
+    spec: ClusterSpec
+    clock: Clock
+
+    @property
+    def cloud(self) -> TpuCloud: ...
+
+    def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> Any:
+        """Append an event to the cluster's durable event log."""
+        ...
+
+    def agents(self, slice_indexes: list[int]) -> list[tuple[HostSlot, Any]]:
+        """Every host of these slices with its agent handle, ordered by slice then worker;
+        raises PodmanagerError naming the hosts without a healthy agent."""
+        ...
+
+    def slice_locations(self, slice_indexes: list[int]) -> list[SliceRef]:
+        """Where each of these slices is now (zone, node name)."""
+        ...
+
+    def lost_hosts(self) -> set[tuple[int, int]]:
+        """(slice, worker) of hosts whose node is dead or unreachable right now."""
+        ...
+
+    def heal(self) -> None:
+        """Delete dead slices, create what is missing and wait until every host has a healthy agent."""
+        ...
+
+    def delete_dead_slices(self) -> list[int]:
+        """Delete preempted or terminated slices without replacing them; their indexes."""
+        ...
+
+    def delete_slices(self, indexes: list[int], *, reason: str) -> None:
+        """Delete these slices now (the first half of replacing them)."""
+        ...
+
+    def restore_slices(self, phases: dict[str, float]) -> None:
+        """Create every slice of the spec that is missing and wait for all hosts' agents (the
+        second half of replacing); `phases` gets the seconds of `create` and `join`."""
+        ...
+
+    def run_dir(self, run_id: str) -> Path:
+        """The folder on this machine that holds a run's logs (and, in dry runs, checkpoints)."""
+        ...

@@ -1,0 +1,338 @@
+"""The run supervisor: attempt after attempt until the program finishes, a budget is spent
+or the run is cancelled — resumable at every step.
+
+Each attempt launches on every host of the run's slices with a fresh distributed
+environment, under the health monitor. When it ends badly the failure is classified, paid
+from its budget, and recovered from: a preemption deletes the lost slices at once and
+creates them again through the reconcile loop, waits for their hosts, and relaunches from
+the latest checkpoint.
+
+Level-triggered, like provisioning: the run's record (state/runs.py) says where the
+supervisor is — `launching` or `running` attempt N, or `replacing` slices before attempt
+N — and is written before each step. A supervisor started on a run that is already under
+way (after its process was killed) re-reads it and looks at the hosts as they are now: if
+every host still holds attempt N it re-attaches without a restart; a replacement whose
+delete already happened only creates what is missing. So it never starts a second copy of
+the program and never replaces a slice twice.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any
+
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from podmanager.core.errors import PodmanagerError
+from podmanager.core.records import HostSlot
+from podmanager.core.workload import Workload
+from podmanager.running.attempt import AttemptResult, AttemptRunner, OutputPrinter
+from podmanager.running.gang import Gang
+from podmanager.running.remote import RAY, Remote
+from podmanager.state.runs import RunRecord, RunStore
+from podmanager.supervision.classify import Cause, Incident, classify
+from podmanager.supervision.health import HealthMonitor
+from podmanager.supervision.ledger import IncidentRecord, RunResult, goodput, summarize
+from podmanager.supervision.policy import RecoveryPolicy, RecoveryState, quarantined
+from podmanager.supervision.ports import SupervisedCluster
+
+PROGRESS_EVERY_S = 1.0  # how often the latest step goes into the run's record
+
+
+class RunSupervisor:
+    def __init__(self, cluster: SupervisedCluster, runs: RunStore, run_id: str, *,
+                 printer: OutputPrinter | None = None, poll_interval_s: float = 0.25, remote: Remote = RAY):
+        run = runs.get(run_id)
+        if run is None:
+            raise PodmanagerError(f"--run: no run {run_id!r}")
+        self.cluster = cluster
+        self.clock = cluster.clock
+        self.runs = runs
+        self.run = run
+        self.run_id = run_id
+        self.workload = Workload.model_validate(run.workload)
+        self.policy = RecoveryPolicy.from_spec(cluster.spec.recovery.model_copy(update=run.budgets))
+        self.runner = AttemptRunner(cluster.name, self.workload, run_id, simulated=cluster.spec.simulated,
+                                    checkpoint_dir=run.checkpoint_dir, printer=printer,
+                                    poll_interval_s=poll_interval_s, remote=remote)
+        ledger = run.ledger
+        self.attempts = [AttemptResult.from_dict(a) for a in ledger["attempts"]]
+        self.incidents = [IncidentRecord.from_dict(i) for i in ledger["incidents"]]
+        self.state = RecoveryState(started=run.created_at, incidents=[
+            Incident(Cause(c["cause"]), frozenset(c["slices"]), c["detail"], tuple(c["host"]) if c["host"] else None)
+            for c in ledger["causes"]])
+        self._progress_saved = 0.0
+
+    # ------------------------------------------------------------------ the loop
+
+    def supervise(self) -> RunResult:
+        if not self.run.active:
+            return RunResult.from_dict(self.run.result) if self.run.result else self._finish("failed", None)
+        resumed = self.run.supervisor.get("starts", 0) > 0
+        self.run.supervisor = {**self.run.supervisor, "pid": os.getpid(), "started_at": self.clock.now(),
+                               "starts": self.run.supervisor.get("starts", 0) + 1}
+        if not resumed:
+            self.record("run_started", f"run {self.run_id}: {self.workload.display_name} on slice(s) "
+                        f"{self.run.slices}")
+        else:
+            self.record("supervisor_restarted", f"run {self.run_id}: supervisor restarted; carrying on from "
+                        f"{self.run.phase['name']} attempt {self.run.attempt}")
+        self._save()
+        while True:
+            if self.run.cancel_requested:
+                return self._finish("cancelled", "cancelled on request")
+            if self.run.phase["name"] == "replacing":
+                self._replace(self.run.phase)
+                continue
+            result, monitor = self._attempt()
+            if self.run.cancel_requested:
+                return self._finish("cancelled", "cancelled on request")
+            if result.status == "succeeded":
+                self.record("run_succeeded", f"run {self.run_id} finished at step {result.last_step}")
+                return self._finish("succeeded", None)
+            stop_reason = self._after_failure(result, monitor)
+            if stop_reason is not None:
+                return self._finish("failed", stop_reason)
+
+    def _attempt(self) -> tuple[AttemptResult, HealthMonitor | None]:
+        """Launch attempt N, or re-attach to it if every host still holds it; its result and
+        the health monitor that watched it."""
+        attempt = self.run.attempt
+        agents = self._agents()
+        held = self._held(agents, attempt)
+        reattach = None
+        if held is not None and self.run.phase.get("attempt") == attempt:
+            base = self.run.phase.get("log_base", {})
+            reattach = {slot.label: max(0, self.runner.logs.size(slot) - base.get(slot.label, 0)) for slot, _ in agents}
+            self.record("reattached", f"attempt {attempt} still runs on all {len(agents)} host(s); re-attached "
+                        "without restarting it", attempt=attempt)
+            started = self.run.phase.get("started", self.clock.now())
+        else:
+            self._stop_strays(agents)
+            started = self.clock.now()
+            self.run.phase = {"name": "launching", "attempt": attempt, "started": started,
+                              "log_base": {slot.label: self.runner.logs.size(slot) for slot, _ in agents}}
+            self.run.status = "running"
+            self._save()
+            self.record("attempt_started", f"attempt {attempt} on {len(agents)} host(s)", attempt=attempt)
+
+        def launched() -> None:
+            self.run.phase = {**self.run.phase, "name": "running"}
+            self._save()
+
+        monitor_box: list[HealthMonitor] = []
+        result = self.runner.run_attempt(agents, attempt, lambda gang: self._monitor(gang, monitor_box),
+                                         on_launched=launched, reattach=reattach, started=started)
+        self.attempts.append(result)
+        pending = self._pending_incident()
+        if pending is not None:
+            self._close_incident(pending, result)
+        self._save()
+        return result, monitor_box[0] if monitor_box else None
+
+    def _after_failure(self, result: AttemptResult, monitor: HealthMonitor | None) -> str | None:
+        """Classify, pay from the budget, and either stop (the reason) or plan the recovery."""
+        incident = classify(monitor.observation(self.cluster.lost_hosts())) if monitor else \
+            Incident(Cause.INFRASTRUCTURE, frozenset(), result.failure or "the attempt ended without a clear cause")
+        self.state.incidents.append(incident)
+        self.state.now = self.clock.now()
+        detected_at = result.detected_at or result.ended
+        self.record("incident", f"attempt {result.attempt}: {incident.cause.value}: {incident.detail}",
+                    cause=incident.cause.value, slices=sorted(incident.slices))
+        decision = self.policy.decide(self.state)
+        record = self._incident(result.attempt, incident, detected_at, monitor, {"stop": result.ended - detected_at})
+        self.incidents.append(record)
+        if not decision.retry:
+            self.record("run_failed", f"run {self.run_id} stopped: {decision.reason}")
+            self._save()
+            self.cluster.delete_dead_slices()  # never leave a preempted slice holding quota
+            return decision.reason
+        replace = sorted(set(incident.slices) | quarantined(self.state))
+        self.run.status = "recovering"
+        self.run.phase = {"name": "replacing", "attempt": result.attempt + 1, "slices": replace,
+                          "reason": incident.cause.value, "deleted": False}
+        self._save()
+        if decision.wait_s:
+            self.record("backoff", f"waiting {decision.wait_s:.0f}s before the next attempt")
+            self.clock.sleep(decision.wait_s)
+        return None
+
+    def _replace(self, phase: dict[str, Any]) -> None:
+        """Delete the lost slices (once), create what is missing, wait for the hosts, and move
+        on to launching the next attempt. Safe to run again from any point."""
+        incident = self.incidents[-1] if self.incidents else None
+        timings = incident.phases if incident is not None else {}
+        if phase["slices"]:
+            started = self.clock.now()
+            if not phase["deleted"]:
+                self.cluster.delete_slices(phase["slices"], reason=phase["reason"])
+                timings["delete"] = self.clock.now() - started
+                self.run.phase = phase = {**phase, "deleted": True}
+                self._save()
+                self.record("slices_deleted", f"slice(s) {phase['slices']} deleted; creating them again",
+                            slices=phase["slices"])
+            created = self.clock.now()
+            self.cluster.restore_slices(timings)
+            timings["replace_total"] = self.clock.now() - started
+            self.record("slices_replaced", f"slice(s) {phase['slices']} replaced ({phase['reason']}) in "
+                        + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items() if k != "stop"),
+                        slices=phase["slices"], phases=timings, since=created)
+        self.run.attempt = phase["attempt"]
+        self.run.phase = {"name": "launching", "attempt": phase["attempt"]}
+        self._save()
+
+    # ------------------------------------------------------------------ hosts
+
+    def _agents(self) -> list[tuple[HostSlot, Any]]:
+        """The run's host agents; if some are missing (a slice lost between attempts), the
+        cluster is healed first: dead slices replaced, every host joined."""
+        try:
+            return self.cluster.agents(self.run.slices)
+        except PodmanagerError as missing:
+            self.record("healing", f"before launching: {missing.message}; bringing the slices back")
+            self.cluster.heal()
+            return self.cluster.agents(self.run.slices)
+
+    def _held(self, agents: list[tuple[HostSlot, Any]], attempt: int) -> dict[str, Any] | None:
+        """What each host holds of this run, if every host holds `attempt` (running or
+        exited); None otherwise."""
+        try:
+            found = self.runner.remote.get([agent.workload_status.remote(self.run_id) for _, agent in agents],
+                                           timeout=10)
+        except (RayActorError, GetTimeoutError):
+            return None
+        if all(f is not None and f["attempt"] == attempt for f in found):
+            return {slot.label: f for (slot, _), f in zip(agents, found)}
+        return None
+
+    def _stop_strays(self, agents: list[tuple[HostSlot, Any]]) -> None:
+        """Stop whatever is left of this run on the hosts (a launch cut short, survivors of a
+        lost host) before launching afresh: one copy of the program, never two."""
+        Gang(agents, self.run_id, remote=self.runner.remote).stop(grace_s=self.runner.failure_grace_s)
+
+    def _monitor(self, gang: Gang, box: list[HealthMonitor]) -> "_SupervisedMonitor":
+        refs = self.cluster.slice_locations(self.run.slices)
+        health = self.cluster.spec.health
+        monitor = HealthMonitor(self.cluster.cloud, refs, gang, interval_s=health.interval_s,
+                                hang_timeout_s=self.workload.hang_timeout_s or health.hang_timeout_s,
+                                on_event=self.cluster.record)
+        box.append(monitor)
+        return _SupervisedMonitor(self, monitor, gang)
+
+    # ------------------------------------------------------------------ ledger
+
+    def _pending_incident(self) -> IncidentRecord | None:
+        last = self.incidents[-1] if self.incidents else None
+        if last is not None and last.recover_s is None and last.attempt == self.run.attempt - 1:
+            return last
+        return None
+
+    def _incident(self, attempt: int, incident: Incident, detected_at: float, monitor: HealthMonitor | None,
+                  phases: dict[str, float]) -> IncidentRecord:
+        healthy_until = monitor.last_healthy_check if monitor else None
+        return IncidentRecord(
+            attempt=attempt, cause=incident.cause.value, slices=sorted(incident.slices), detail=incident.detail,
+            # The last healthy look can come after the failure was seen (a check in the same beat): 0, not negative.
+            detected_at=detected_at, detect_s=max(0.0, detected_at - healthy_until) if healthy_until else None,
+            recover_s=None, lost_steps=None, phases=phases,
+        )
+
+    def _close_incident(self, record: IncidentRecord, result: AttemptResult) -> None:
+        """Fill in what the next attempt tells: when it made its first step, from where."""
+        previous = next((a for a in reversed(self.attempts[:-1]) if a.attempt == record.attempt), None)
+        if result.first_step_time is not None:
+            record.recover_s = result.first_step_time - record.detected_at
+            record.phases["first_step"] = result.first_step_time - result.started
+        if result.first_step is not None and previous is not None and previous.last_step is not None:
+            record.lost_steps = max(0, previous.last_step - (result.first_step - 1))
+        self.record("resumed", f"attempt {result.attempt} resumed at step {result.first_step}"
+                    + (f", {record.lost_steps} step(s) lost" if record.lost_steps is not None else ""),
+                    recover_s=record.recover_s, lost_steps=record.lost_steps)
+
+    def _finish(self, status: str, reason: str | None) -> RunResult:
+        if status == "cancelled":
+            self.record("run_cancelled", f"run {self.run_id} cancelled; every process of it is stopped")
+        if self.attempts:
+            result = summarize(self.cluster.name, self.run_id, self.attempts, self.runner.logs.folder)
+        else:
+            result = RunResult(self.run_id, self.cluster.name, status, f"run {self.run_id} never started", [],
+                               {"first_step": None, "last_step": None, "first_loss": None, "last_loss": None}, 0,
+                               log_dir=str(self.runner.logs.folder))
+        counts = self.state.counts
+        result.status = status
+        result.preemptions = counts[Cause.PREEMPTION]
+        result.failures = counts[Cause.PROGRAM] + counts[Cause.INFRASTRUCTURE]
+        result.hangs = counts[Cause.HANG]
+        result.goodput = goodput(self.attempts, result.wall_s)
+        result.incidents = [i.as_dict() for i in self.incidents]
+        if status == "cancelled":
+            result.message = f"run {self.run_id} was cancelled"
+        elif reason:
+            result.message = f"{result.message}; {reason}"
+        final = self.attempts[-1] if self.attempts else None
+        if final is not None and final.last_step is not None:
+            self.run.progress = {**self.run.progress, "step": final.last_step, "loss": final.last_loss}
+        self.run.status = status
+        self.run.result = result.as_dict()
+        self.runner.logs.save_result(result.as_dict())
+        self._save()
+        return result
+
+    # ------------------------------------------------------------------ state
+
+    def _save(self) -> None:
+        self.run.ledger = {
+            "attempts": [asdict(a) for a in self.attempts],
+            "incidents": [asdict(i) for i in self.incidents],
+            "causes": [{"cause": i.cause.value, "slices": sorted(i.slices), "detail": i.detail,
+                        "host": list(i.host) if i.host else None} for i in self.state.incidents],
+        }
+        self.runs.save(self.run)  # also reads back whether a cancel was asked for
+
+    def record(self, kind: str, message: str, **data: Any) -> None:
+        self.cluster.record(kind, message, run_id=self.run_id, **data)
+
+    def save_progress(self, gang: Gang) -> None:
+        """The slowest host's latest step, at most once per PROGRESS_EVERY_S."""
+        now = self.clock.now()
+        if now - self._progress_saved < PROGRESS_EVERY_S:
+            return
+        self._progress_saved = now
+        records = [h.progress for h in gang.hosts if h.progress]
+        firsts = [h.first_progress for h in gang.hosts if h.first_progress]
+        if not records:
+            return
+        latest = min(records, key=lambda p: p["step"])
+        first = min(firsts, key=lambda p: p["step"]) if firsts else None
+        rate = None
+        if first is not None and latest["step"] > first["step"] and latest["time"] > first["time"]:
+            rate = (latest["step"] - first["step"]) / (latest["time"] - first["time"])
+        self.run.progress = {"step": latest["step"], "time": latest["time"], "loss": latest.get("loss"),
+                             "steps_per_s": rate}
+        self._save()
+
+
+class _SupervisedMonitor:
+    """The health monitor as the attempt runner sees it, plus what only the supervisor
+    knows: a cancel asked for by a client, and the progress it keeps in the run's record."""
+
+    def __init__(self, supervisor: RunSupervisor, monitor: HealthMonitor, gang: Gang):
+        self.supervisor = supervisor
+        self.monitor = monitor
+        self.gang = gang
+
+    def check(self) -> str | None:
+        supervisor = self.supervisor
+        supervisor.save_progress(self.gang)
+        if supervisor.runs.cancel_requested(supervisor.run_id):
+            supervisor.run.cancel_requested = True
+            return "cancelled on request"
+        return self.monitor.check()
+
+
+def new_run(cluster: SupervisedCluster, workload: Workload, run_id: str, slices: list[int],
+            checkpoint_dir: str | None, budgets: dict[str, int]) -> RunRecord:
+    """The record a run starts from."""
+    return RunRecord(run_id=run_id, cluster=cluster.name, workload=workload.model_dump(mode="json"),
+                     slices=slices, budgets=budgets, checkpoint_dir=checkpoint_dir)

@@ -1,0 +1,141 @@
+"""Fake host agents and a fake `Remote`: what the gang, the attempt runner and the supervisor
+see of the hosts, scripted per attempt, with no Ray.
+
+A `FakeAgent` answers the agent's methods (`agent.poll_workload.remote(...)` and so on) like
+`hosts/agent.py` does, from a `Behaviour` per attempt: how many polls its process runs, its
+exit code, its steps, whether it stops answering or its node dies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from podmanager.core.records import HostSlot
+
+
+@dataclass
+class Behaviour:
+    polls: int = 3  # polls answered "running" before the process exits
+    exit_code: int = 0
+    first_step: int = 1  # the step it resumes at; one step per poll
+    lines: list[str] = field(default_factory=list)  # output, one line per poll
+    lost_after: int | None = None  # from this poll on, the agent's node is dead (RayActorError)
+    silent: bool = False  # the agent never answers a poll
+
+
+class FakeRef:
+    def __init__(self, value: Any = None, error: BaseException | None = None, ready: bool = True):
+        self.value, self.error, self.ready = value, error, ready
+
+
+class FakeRemote:
+    """`Remote` over FakeRefs: a ref is answered at once unless it is not ready."""
+
+    def __init__(self) -> None:
+        self.put_values: list[Any] = []
+
+    def get(self, refs: Any, timeout: float | None = None) -> Any:
+        if isinstance(refs, list):
+            return [self._one(r) for r in refs]
+        return self._one(refs)
+
+    def _one(self, ref: FakeRef) -> Any:
+        if not ref.ready:
+            raise GetTimeoutError("no answer")
+        if ref.error is not None:
+            raise ref.error
+        return ref.value
+
+    def wait(self, refs: list[FakeRef], num_returns: int, timeout: float | None) -> tuple[list, list]:
+        return [r for r in refs if r.ready], [r for r in refs if not r.ready]
+
+    def put(self, value: Any) -> Any:
+        self.put_values.append(value)
+        return ("working-dir", len(self.put_values))
+
+
+class _Method:
+    def __init__(self, call: Callable[..., FakeRef]):
+        self.call = call
+
+    def remote(self, *args: Any) -> FakeRef:
+        return self.call(*args)
+
+
+class FakeAgent:
+    """One host's agent. `script(attempt)` gives its behaviour in that attempt."""
+
+    def __init__(self, slot: HostSlot, script: Callable[[int], Behaviour]):
+        self.slot = slot
+        self.script = script
+        self.started: list[dict[str, str]] = []  # the env of every launch, in order
+        self.stops: list[float] = []  # grace of every stop
+        self.signals: list[int] = []
+        self.notice = False
+        self.runs: dict[str, dict[str, Any]] = {}  # run id -> this host's process
+        self.free_port = _Method(lambda: FakeRef(12345))
+        self.start_workload = _Method(self._start)
+        self.poll_workload = _Method(self._poll)
+        self.stop_workload = _Method(self._stop)
+        self.workload_status = _Method(self._status)
+        self.preemption_notice = _Method(lambda: FakeRef("preempted" if self.notice else None))
+        self.signal_workload = _Method(lambda run_id, signum: FakeRef(self.signals.append(signum)))
+
+    def _start(self, run_id: str, workload_json: str, env: dict[str, str], working_dir: Any) -> FakeRef:
+        attempt = int(env["PODMANAGER_ATTEMPT"])
+        self.started.append(env)
+        self.runs[run_id] = {"attempt": attempt, "behaviour": self.script(attempt), "polls": 0, "running": True,
+                             "exit_code": None, "pid": 1000 + len(self.started), "output": ""}
+        return FakeRef(self.runs[run_id]["pid"])
+
+    def _poll(self, run_id: str, offset: int, hold_s: float) -> FakeRef:
+        run = self.runs[run_id]
+        behaviour: Behaviour = run["behaviour"]
+        if behaviour.silent:
+            return FakeRef(ready=False)
+        if behaviour.lost_after is not None and run["polls"] >= behaviour.lost_after:
+            return FakeRef(error=RayActorError())
+        if run["running"]:
+            if run["polls"] < len(behaviour.lines):
+                run["output"] += behaviour.lines[run["polls"]] + "\n"
+            run["polls"] += 1
+            if run["polls"] >= behaviour.polls:
+                run["running"], run["exit_code"] = False, behaviour.exit_code
+        step = behaviour.first_step + run["polls"] - 1
+        progress = {"step": step, "time": 1000.0 + step, "loss": 1.0 / step} if run["polls"] else None
+        first = {"step": behaviour.first_step, "time": 1000.0 + behaviour.first_step, "loss": 1.0} if progress else None
+        return FakeRef({"running": run["running"], "exit_code": run["exit_code"], "pid": run["pid"],
+                        "output": run["output"][offset:], "offset": len(run["output"]), "progress": progress,
+                        "first_progress": first})
+
+    def _stop(self, run_id: str, grace_s: float) -> FakeRef:
+        self.stops.append(grace_s)
+        run = self.runs.get(run_id)
+        if run is None:
+            return FakeRef(None)
+        if run["running"]:
+            run["running"], run["exit_code"] = False, -15
+        return FakeRef(run["exit_code"])
+
+    def _status(self, run_id: str) -> FakeRef:
+        run = self.runs.get(run_id)
+        if run is None:
+            return FakeRef(None)
+        return FakeRef({"attempt": run["attempt"], "running": run["running"], "exit_code": run["exit_code"],
+                        "pid": run["pid"]})
+
+
+def slot(slice_index: int, worker_id: int = 0) -> HostSlot:
+    return HostSlot(slice_index, worker_id, f"c-s{slice_index}", "127.0.0.1", 4, "v4-8")
+
+
+def agents(script: Callable[[HostSlot, int], Behaviour], slices: int = 2) -> list[tuple[HostSlot, FakeAgent]]:
+    """One single-host agent per slice, each following `script(its slot, attempt)`."""
+    out = []
+    for i in range(slices):
+        s = slot(i)
+        out.append((s, FakeAgent(s, lambda attempt, s=s: script(s, attempt))))
+    return out

@@ -1,0 +1,257 @@
+"""Durable runs on a dry-run cluster of real local Ray hosts: the supervisor lives next to the
+Ray head, outlives the client that submitted the run, is restarted by Ray when its own process
+is killed, and carries on from the run's durable record without a second copy of the program."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import pytest
+import ray
+from ray_fixtures import dry_run_cluster
+
+from podmanager.api import Cluster, simulation
+from podmanager.api.backends import simulated_cloud
+from podmanager.core.errors import SpecError
+from podmanager.core.workload import Workload
+from podmanager.state.runs import RunStore
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+NAME = "durabletest"
+SPEC = {
+    "name": NAME,
+    "backend": "simulated",
+    "zones": ["sim-zone-a"],
+    "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.0},
+    "health": {"interval_s": 0.5},
+    "recovery": {"backoff_s": 0.0},
+    "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot"}],
+}
+STEPS = 150
+TRAIN = ["--steps", str(STEPS), "--checkpoint-every", "20", "--log-every", "1"]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("pmhome")
+
+
+@pytest.fixture(scope="module")
+def cluster(home):
+    with dry_run_cluster(SPEC, home) as cluster:
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def _shared_home(cluster, home, podmanager_home, monkeypatch):
+    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+
+
+def train(checkpoints: Path) -> Workload:
+    return Workload(entrypoint="workloads/train_mlp.py", args=TRAIN, working_dir=str(REPO), parallelism="data",
+                    checkpoint_dir=str(checkpoints))
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def latest_run(cluster: Cluster):
+    return cluster.runs()[-1]
+
+
+def step_of(run_id: str) -> int:
+    run = RunStore().get(run_id)
+    return (run.progress.get("step") or 0) if run else 0
+
+
+def supervisor_pid(run_id: str) -> int:
+    return RunStore().get(run_id).supervisor["pid"]
+
+
+def kill_supervisor(run_id: str) -> int:
+    pid = supervisor_pid(run_id)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def program_pids(cluster: Cluster, run_id: str) -> list[int]:
+    agents = cluster.agents([0, 1])
+    return [ray.get(agent.workload_status.remote(run_id), timeout=10)["pid"] for _, agent in agents]
+
+
+def logged_steps(cluster: Cluster, run_id: str) -> list[int]:
+    text = (cluster.run_dir(run_id) / "slice-0-host-0.log").read_text()
+    return [int(m.group(1)) for m in re.finditer(r"^step (\d+) ", text, re.M)]
+
+
+def run_events(cluster: Cluster, run_id: str, kind: str) -> list:
+    return [e for e in cluster.events() if e.kind == kind and e.data.get("run_id") == run_id]
+
+
+def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "podmanager", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PODMANAGER_HOME": str(home)})
+
+
+def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster, home, tmp_path):
+    reference = cluster.run(train(tmp_path / "reference"))
+    assert reference.status == "succeeded" and reference.metrics["last_step"] == STEPS
+
+    client = subprocess.Popen(
+        [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--parallelism", "data",
+         "--checkpoint-dir", str(tmp_path / "interrupted"), "workloads/train_mlp.py", *TRAIN],
+        cwd=REPO, env={**os.environ, "PODMANAGER_HOME": str(home)}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        run_id = wait_for(lambda: [r.run_id for r in cluster.runs() if r.run_id != reference.run_id
+                                   and step_of(r.run_id) >= 20], 120, "the client's run to step")[0]
+    finally:
+        client.kill()  # SIGKILL: no goodbye
+        client.wait()
+    stepping_at = step_of(run_id)
+    wait_for(lambda: step_of(run_id) > stepping_at + 5, 30, "the program to keep stepping without its client")
+
+    listed = json.loads(cli("runs", "-c", NAME, "--json", home=home).stdout)
+    assert [r["status"] for r in listed if r["run_id"] == run_id] == ["running"]
+
+    simulation.preempt(cluster, 1)  # nobody is watching from a terminal: the supervisor recovers it
+    attached = cli("attach", run_id, "-c", NAME, home=home)
+    assert attached.returncode == 0, attached.stdout + attached.stderr
+    assert f"run {run_id} succeeded" in attached.stdout
+    assert "attempts 2, preemptions 1" in attached.stdout
+
+    result = cluster.run_handle(run_id).wait(timeout_s=10)
+    assert result.metrics["last_step"] == reference.metrics["last_step"] == STEPS
+    assert result.metrics["last_loss"] == pytest.approx(reference.metrics["last_loss"], rel=1e-5)
+
+
+def test_a_killed_supervisor_is_restarted_and_reattaches_without_restarting_the_program(cluster, tmp_path):
+    handle = cluster.submit(train(tmp_path / "ck"))
+    wait_for(lambda: step_of(handle.run_id) >= 10, 120, "the first steps")
+    pids_before = program_pids(cluster, handle.run_id)
+    killed = kill_supervisor(handle.run_id)
+
+    wait_for(lambda: run_events(cluster, handle.run_id, "reattached"), 60, "the restarted supervisor to re-attach")
+    assert supervisor_pid(handle.run_id) != killed
+    assert not psutil.pid_exists(killed)
+    assert program_pids(cluster, handle.run_id) == pids_before  # the same processes, not a relaunch
+    assert RunStore().get(handle.run_id).attempt == 0
+
+    # Still supervised: a preemption after the restart is recovered.
+    stepping_at = step_of(handle.run_id)
+    wait_for(lambda: step_of(handle.run_id) > stepping_at, 30, "progress seen by the restarted supervisor")
+    simulation.preempt(cluster, 1)  # slice 0 keeps the whole output of attempt 0
+    result = handle.wait(timeout_s=200)
+    assert result.status == "succeeded", result.message
+    assert (result.attempts, result.preemptions) == (2, 1)
+    steps = logged_steps(cluster, handle.run_id)
+    # Attempt 1 resumes from a checkpoint: where the steps go back (or, resumed right after one, nowhere).
+    restart = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), len(steps))
+    # Output kept across the supervisor's restart: every step of attempt 0 once, in order.
+    assert steps[:restart] == list(range(1, steps[restart - 1] + 1)) and steps[restart - 1] > stepping_at
+    assert len(run_events(cluster, handle.run_id, "supervisor_restarted")) == 1
+
+
+def test_a_supervisor_killed_during_a_recovery_finishes_it_exactly_once(cluster, tmp_path):
+    handle = cluster.submit(train(tmp_path / "ck"))
+    wait_for(lambda: step_of(handle.run_id) >= 30, 120, "training to start")
+    simulation.preempt(cluster, 1)
+    wait_for(lambda: run_events(cluster, handle.run_id, "slices_deleted"), 60, "the lost slice to be deleted")
+    kill_supervisor(handle.run_id)  # between the delete and the relaunch
+
+    result = handle.wait(timeout_s=200)
+    assert result.status == "succeeded", result.message
+    assert (result.attempts, result.preemptions) == (2, 1)
+    assert len(run_events(cluster, handle.run_id, "supervisor_restarted")) == 1
+    assert len(run_events(cluster, handle.run_id, "slices_replaced")) == 1
+    assert len(run_events(cluster, handle.run_id, "attempt_started")) == 2  # one relaunch
+    deleted_at = run_events(cluster, handle.run_id, "slices_deleted")[0].id
+    creates = [e for e in cluster.events(after_id=deleted_at) if e.kind == "slice_creating" and e.slice_index == 1]
+    assert len(creates) == 1  # one replacement slice
+    nodes = simulated_cloud("podmanager-sim").all_nodes()
+    assert sorted(n.name for n in nodes) == [f"{NAME}-s0", f"{NAME}-s1"]
+
+
+def test_a_busy_slice_refuses_a_second_run_and_cancel_stops_every_process(cluster, tmp_path):
+    first = cluster.submit(train(tmp_path / "first"))
+    with pytest.raises(SpecError, match=f"busy with run {first.run_id}"):
+        cluster.submit(train(tmp_path / "second"))
+    wait_for(lambda: step_of(first.run_id) >= 5, 120, "training to start")
+
+    record = first.cancel(timeout_s=60)
+    assert record.status == "cancelled"
+    statuses = [ray.get(agent.workload_status.remote(first.run_id), timeout=10) for _, agent in cluster.agents([0, 1])]
+    assert [s["running"] for s in statuses] == [False, False]
+    assert not any(psutil.pid_exists(s["pid"]) and psutil.Process(s["pid"]).status() != psutil.STATUS_ZOMBIE
+                   for s in statuses)
+    assert first.result().status == "cancelled"
+    assert run_events(cluster, first.run_id, "run_cancelled")
+
+
+def test_a_missing_program_is_refused_before_anything_starts(cluster, home):
+    before = len(cluster.runs())
+    done = cli("run", "-c", NAME, "workloads/nope.py", home=home)
+    assert done.returncode == 2
+    assert "workloads/nope.py is not a file in the working dir" in done.stderr
+    assert len(cluster.runs()) == before  # nothing submitted, so nothing retried or replaced
+
+
+def test_ctrl_c_detaches_and_a_second_ctrl_c_within_two_seconds_cancels(cluster, home, tmp_path):
+    def start_and_interrupt(times: int) -> tuple[subprocess.CompletedProcess, str]:
+        before = {r.run_id for r in cluster.runs()}
+        client = subprocess.Popen(
+            [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--checkpoint-dir",
+             str(tmp_path / f"ck{times}"), "workloads/train_mlp.py", "--steps", "100000", "--log-every", "1"],
+            cwd=REPO, env={**os.environ, "PODMANAGER_HOME": str(home)}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+        run_id = wait_for(lambda: [r.run_id for r in cluster.runs() if r.run_id not in before
+                                   and step_of(r.run_id) >= 3], 120, "the run to step")[0]
+        for _ in range(times):
+            client.send_signal(signal.SIGINT)
+            time.sleep(0.3)  # two key presses, a moment apart
+        out, _ = client.communicate(timeout=90)
+        return subprocess.CompletedProcess(client.args, client.returncode, out), run_id
+
+    detached, run_id = start_and_interrupt(1)
+    assert detached.returncode == 130
+    assert f"podmanager attach {run_id}" in detached.stdout and f"podmanager cancel {run_id}" in detached.stdout
+    assert RunStore().get(run_id).status == "running"
+    assert cluster.run_handle(run_id).cancel().status == "cancelled"
+
+    cancelled, run_id = start_and_interrupt(2)
+    assert cancelled.returncode == 1
+    assert f"run {run_id} was cancelled" in cancelled.stdout
+    assert RunStore().get(run_id).status == "cancelled"
+
+
+def test_detach_returns_at_once_and_down_cancels_the_run_first(cluster, home, tmp_path):
+    started = time.monotonic()
+    done = cli("run", "-c", NAME, "--detach", "--json", "--working-dir", str(REPO), "--checkpoint-dir",
+               str(tmp_path / "ck"), "workloads/train_mlp.py", *TRAIN, home=home)
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    assert time.monotonic() - started < 30
+    wait_for(lambda: step_of(run_id) >= 5, 120, "the detached run to step")
+    pids = program_pids(cluster, run_id)
+
+    cluster.down()  # the last test of the module: the fixture's own `down` then has nothing left to do
+    assert RunStore().get(run_id).status == "cancelled"
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+    assert run_events(cluster, run_id, "run_cancelled")

@@ -1,0 +1,123 @@
+"""The gang and the attempt runner on fake agents: launch, poll, fail fast, stop, re-attach —
+no Ray, no processes."""
+
+from __future__ import annotations
+
+import pytest
+from fake_hosts import Behaviour, FakeRemote, agents
+
+from podmanager.core.workload import Workload
+from podmanager.running.attempt import AttemptRunner
+from podmanager.running.gang import Gang
+
+
+@pytest.fixture
+def remote():
+    return FakeRemote()
+
+
+def runner(remote, **options) -> AttemptRunner:
+    workload = Workload(command=["train"], working_dir=None)
+    return AttemptRunner("c", workload, "run-1", simulated=True, checkpoint_dir="/ck", poll_interval_s=0.0,
+                         remote=remote, **options)
+
+
+def test_the_gang_starts_every_host_with_its_own_env_and_polls_until_all_exit(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=2, lines=[f"hello from {s.label}", "bye"]))
+    gang = Gang(hosts, "run-1", remote=remote)
+    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0", "JAX_PROCESS_ID": str(i)} for i in range(2)], None)
+    seen: list[tuple[str, str]] = []
+    for _ in range(3):
+        gang.poll(lambda s, text: seen.append((s.label, text)), wait_s=0)
+    assert [h.running for h in gang.hosts] == [False, False] and [h.exit_code for h in gang.hosts] == [0, 0]
+    assert [a.started[0]["JAX_PROCESS_ID"] for _, a in hosts] == ["0", "1"]
+    assert ("slice-1/host-0", "hello from slice-1/host-0\n") in seen
+    assert gang.hosts[0].last_lines == ["hello from slice-0/host-0", "bye"]
+    assert gang.hosts[0].progress["step"] == 2 and gang.hosts[0].first_progress["step"] == 1
+
+
+def test_a_host_that_does_not_answer_is_lost_without_stalling_the_others(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=5, silent=s.slice_index == 1))
+    gang = Gang(hosts, "run-1", remote=remote, poll_timeout_s=0.0)
+    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0"}] * 2, None)
+    gang.poll(wait_s=0)
+    assert gang.hosts[0].progress["step"] == 1  # the answering host was heard
+    assert gang.hosts[1].lost == "no answer for 0s" and not gang.hosts[1].running
+
+
+def test_a_dead_agent_is_lost_with_the_reason_and_skipped_when_stopping(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=5, lost_after=1 if s.slice_index == 0 else None))
+    gang = Gang(hosts, "run-1", remote=remote)
+    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0"}] * 2, None)
+    gang.poll(wait_s=0)
+    gang.poll(wait_s=0)
+    assert gang.hosts[0].lost.startswith("RayActorError")
+    gang.stop(grace_s=3.0)
+    assert hosts[0][1].stops == [] and hosts[1][1].stops == [3.0]
+    assert gang.hosts[1].exit_code == -15 and not gang.hosts[1].running
+
+
+def test_any_notice_asks_the_hosts_of_that_slice_only(remote):
+    hosts = agents(lambda s, attempt: Behaviour())
+    gang = Gang(hosts, "run-1", remote=remote)
+    hosts[1][1].notice = True
+    assert gang.any_notice(1) and not gang.any_notice(0)
+
+
+def test_an_attempt_where_every_host_exits_0_succeeds_with_its_steps(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=4, first_step=11))
+    result = runner(remote).run_attempt(hosts, 0)
+    assert result.status == "succeeded" and result.failure is None
+    assert (result.first_step, result.last_step) == (11, 14)
+    assert [h.exit_code for h in result.hosts] == [0, 0]
+
+
+def test_one_failing_host_stops_its_siblings_at_once_and_is_named(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=2 if s.slice_index == 1 else 100,
+                                                exit_code=1 if s.slice_index == 1 else 0,
+                                                lines=["loading", "Traceback: boom"]))
+    result = runner(remote, failure_grace_s=0.5).run_attempt(hosts, 0)
+    assert result.status == "failed" and result.failed_host == "slice-1/host-0"
+    assert result.failure == "exited with code 1" and result.last_lines == ["loading", "Traceback: boom"]
+    assert hosts[0][1].stops == [0.5]  # the survivor gets the short failure grace
+    assert result.detected_at is not None
+
+
+def test_a_program_stopped_by_a_preemption_notice_gives_its_peers_the_full_grace(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=2 if s.slice_index == 0 else 100,
+                                                exit_code=75 if s.slice_index == 0 else 0))
+    runner(remote, stop_grace_s=9.0, failure_grace_s=0.5).run_attempt(hosts, 0)
+    assert hosts[1][1].stops == [9.0]
+
+
+def test_the_health_monitor_can_end_an_attempt(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=100))
+
+    class Monitor:
+        def __init__(self):
+            self.checks = 0
+
+        def check(self):
+            self.checks += 1
+            return "slice 1 is PREEMPTED" if self.checks >= 3 else None
+
+    result = runner(remote).run_attempt(hosts, 0, lambda gang: Monitor())
+    assert result.status == "failed" and result.failure == "slice 1 is PREEMPTED"
+    assert all(a.stops for _, a in hosts)
+
+
+def test_reattaching_watches_the_running_processes_without_launching_again(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=3, lines=["one", "two", "three"]))
+    first = runner(remote)
+    gang = Gang(hosts, "run-1", remote=remote)
+    gang.start("{}", [{"PODMANAGER_ATTEMPT": "2"}] * 2, None)
+    gang.poll(wait_s=0)  # the old supervisor saw "one", then died
+    launched = [len(a.started) for _, a in hosts]
+
+    told = []
+    result = first.run_attempt(hosts, 2, on_launched=lambda: told.append(True),
+                               reattach={"slice-0/host-0": len("one\n"), "slice-1/host-0": len("one\n")})
+    assert [len(a.started) for _, a in hosts] == launched  # nothing started twice
+    assert told == [True] and result.status == "succeeded"
+    logged = first.logs.path(hosts[0][0]).read_text()
+    assert logged == "two\nthree\n"  # the output already kept is not kept again

@@ -1,0 +1,126 @@
+"""The package's layers, enforced: every import (also those inside functions) goes down the
+stack or stays in its own folder, and no two modules import each other, however indirectly.
+
+The order, lowest first, is the one in docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "podmanager"
+
+# Lowest first. A module may import its own layer and the layers before it.
+LAYERS = ["runtime", "core", "state", "cloud", "provisioning", "hosts", "running", "supervision", "api", "cli"]
+# Folders inside a layer that the rest of that layer must not reach into: the cloud contract
+# knows no backend, and one backend knows no other; the real hosts know nothing of the simulated ones.
+PRIVATE = {"cloud.gcp": {"cloud.gcp"}, "cloud.sim": {"cloud.sim"}, "hosts.sim": {"hosts.sim"}}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside `if TYPE_CHECKING:` blocks (imports for annotations only)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            inside.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return inside
+
+
+def imports_of(path: Path, known: set[str], *, at_run_time_only: bool = False) -> set[str]:
+    """The podmanager modules a file imports, anywhere in it (or only those it imports
+    when it runs, leaving out `if TYPE_CHECKING:` blocks)."""
+    found: set[str] = set()
+    tree = ast.parse(path.read_text())
+    skip = type_checking_nodes(tree) if at_run_time_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("podmanager"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("podmanager"):
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in known else node.module)
+    return found
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def private_folder(module: str) -> str | None:
+    rest = ".".join(module.split(".")[1:3])
+    return rest if rest in PRIVATE else None
+
+
+def graph(*, at_run_time_only: bool = False) -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports_of(path, set(found), at_run_time_only=at_run_time_only) for name, path in found.items()}
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    stray = [m for m in modules() if m not in ("podmanager", "podmanager.__main__") and layer_of(m) is None]
+    assert stray == [], f"modules outside the layer folders: {stray}"
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    upward = []
+    for module, targets in graph().items():
+        if layer_of(module) is None:
+            continue  # the package root and __main__ sit on top
+        for target in targets:
+            target_layer = layer_of(target)
+            if target_layer is None or LAYERS.index(target_layer) > LAYERS.index(layer_of(module)):
+                upward.append(f"{module} -> {target}")
+    assert upward == [], "imports that run up the layers:\n" + "\n".join(sorted(upward))
+
+
+def test_backends_and_simulated_hosts_stay_apart() -> None:
+    leaks = []
+    for module, targets in graph().items():
+        own = private_folder(module)
+        for target in targets:
+            folder = private_folder(target)
+            if folder is not None and folder != own and layer_of(module) == layer_of(target):
+                leaks.append(f"{module} -> {target}")
+    assert leaks == [], "a layer reaches into a backend or the simulation:\n" + "\n".join(sorted(leaks))
+
+
+def test_no_import_cycles() -> None:
+    edges = graph(at_run_time_only=True)
+    cycles: list[list[str]] = []
+    state: dict[str, str] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target, stack + [target])
+        state[node] = "done"
+
+    for start in sorted(edges):
+        if start not in state:
+            visit(start, [start])
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("name", ["Cluster", "ClusterStatus", "Workload", "runtime"])
+def test_documented_names_still_import(name: str) -> None:
+    import podmanager
+
+    assert getattr(podmanager, name) is not None

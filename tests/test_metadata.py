@@ -1,0 +1,103 @@
+"""A simulated TPU VM's metadata server answers like a real one: only with the
+`Metadata-Flavor: Google` header, the VM's identity and its slice's workers, and notices that
+follow the simulated cloud (also as a long poll)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from podmanager.cloud.base import NodeRequest
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.clock import FakeClock
+from podmanager.core.spec import Capacity
+from podmanager.hosts import notices
+from podmanager.hosts.head import free_port
+from podmanager.hosts.sim.metadata import SimulatedVm, serve
+
+
+@pytest.fixture
+def vm(tmp_path):
+    clock = FakeClock()
+    state = tmp_path / "sim.json"
+    sim = SimCloud(clock=clock, path=state, create_latency_s=0.0)
+    sim.create_node("z", "c-s0", NodeRequest("v4-16", "rt", Capacity.SPOT))
+    megascale = tmp_path / "megascale.json"
+    port = free_port()
+    server = serve(SimulatedVm(state_file=state, zone="z", node="c-s0", worker=1, accelerator="v4-16",
+                               endpoints=["10.0.0.1", "10.0.0.2"], megascale_file=megascale), port)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield sim, f"http://127.0.0.1:{port}/computeMetadata/v1/", megascale
+    server.shutdown()
+    server.server_close()
+
+
+def get(url: str, *, header: bool = True) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"} if header else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_without_the_metadata_flavor_header_it_answers_403_as_the_real_one(vm):
+    _, base, _ = vm
+    assert get(base + "instance/attributes/agent-worker-number", header=False)[0] == 403
+    assert get(base + "instance/attributes/agent-worker-number") == (200, "1")
+
+
+def test_it_serves_what_a_tpu_vm_serves(vm):
+    _, base, megascale = vm
+    assert get(base + "instance/attributes/worker-network-endpoints") == (200, "10.0.0.1,10.0.0.2")
+    assert get(base + "instance/attributes/accelerator-type") == (200, "v4-16")
+    assert get(base + "instance/hostname") == (200, "c-s0-w-1")
+    assert get(base + "instance/id")[1].isdigit()
+    assert get(base + "instance/nothing-here")[0] == 404
+    assert "MEGASCALE" not in get(base + "instance/attributes/tpu-env")[1]
+    megascale.write_text('{"MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1"}')  # a multislice run started
+    tpu_env = get(base + "instance/attributes/tpu-env")[1]
+    assert "MEGASCALE_NUM_SLICES: '2'\n" in tpu_env and "MEGASCALE_SLICE_ID: '1'\n" in tpu_env
+
+
+def test_notices_follow_the_simulated_cloud_and_reach_the_notice_watch(vm):
+    sim, base, _ = vm
+    assert get(base + "instance/preempted") == (200, "FALSE")
+    assert notices.metadata_notice(base + "instance/") is None
+    sim.preempt("z", "c-s0", notice_s=30)
+    assert get(base + "instance/preempted") == (200, "TRUE")
+    assert notices.metadata_notice(base + "instance/") == "preempted"
+    sim.clear_faults()
+
+
+def test_maintenance_shows_while_the_slice_is_repairing(vm):
+    sim, base, _ = vm
+    assert get(base + "instance/maintenance-event") == (200, "NONE")
+    sim.repair("z", "c-s0", duration_s=60)
+    assert get(base + "instance/maintenance-event") == (200, "TERMINATE_ON_HOST_MAINTENANCE")
+    assert notices.metadata_notice(base + "instance/") == "maintenance: TERMINATE_ON_HOST_MAINTENANCE"
+
+
+def test_wait_for_change_answers_when_the_value_changes(vm):
+    sim, base, _ = vm
+    answers: list[tuple[float, tuple[int, str]]] = []
+    started = time.monotonic()
+    waiter = threading.Thread(target=lambda: answers.append(
+        (time.monotonic() - started, get(base + "instance/preempted?wait_for_change=true&timeout_sec=20"))))
+    waiter.start()
+    time.sleep(0.5)  # the poll is held: the value has not changed yet
+    assert answers == []
+    sim.preempt("z", "c-s0", notice_s=30)
+    waiter.join(timeout=10)
+    assert answers and answers[0][1] == (200, "TRUE") and answers[0][0] < 10
+
+
+def test_the_notice_watch_finds_a_simulated_vms_own_server(monkeypatch):
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:8123")
+    assert notices.metadata_url() == "http://127.0.0.1:8123/computeMetadata/v1/instance/"
+    monkeypatch.delenv("GCE_METADATA_IP")
+    assert notices.metadata_url() == notices.METADATA_URL

@@ -1,0 +1,49 @@
+"""What the CLI prints off a terminal: no wrapping, event text as written, no Gloo chatter,
+rounded figures, and no empty figures for a plain command."""
+
+from podmanager.cli import render
+from podmanager.core.records import HostRef
+from podmanager.running.attempt import AttemptResult, HostResult
+from podmanager.state import Event
+from podmanager.supervision.ledger import RunResult
+
+
+def test_event_lines_keep_brackets_and_never_wrap(capsys):
+    message = "slice 0 replaced (preemption) in " + ", ".join(f"phase{i} {i}.0s" for i in range(20))
+    render.print_event(Event(1, "c", 0.0, "slices_replaced", 0, f"[slice 0] {message}", {}))
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1  # one line however long
+    assert "slices_replaced [slice 0]: [slice 0] slice 0 replaced" in out
+
+
+def test_tables_are_not_cut_off_a_terminal(capsys):
+    long_id = "train_mlp-20261123-074838-333"
+    render.print_table("runs", ["run", "status", "last incident"], [(long_id, "succeeded", "program-failure")])
+    out = capsys.readouterr().out
+    assert long_id in out and "succeeded" in out and "program-failure" in out
+
+
+def test_gloo_connection_chatter_is_kept_out_of_the_stream(capsys):
+    show = render.printer(all_hosts=False, to_stderr=False)
+    show(HostRef(0, 0), "[Gloo] Rank 3 is connected to 7 peer ranks. Expected number of connected peer ranks is : 7\n"
+                        "step 1 loss 2.39\n")
+    assert capsys.readouterr().out == "[slice-0/host-0] step 1 loss 2.39\n"
+
+
+def result(**fields) -> RunResult:
+    attempt = AttemptResult(0, "succeeded", 0.0, 1.0, [HostResult(0, 0, 0)])
+    base = dict(run_id="r", cluster="c", status="succeeded", message="run r succeeded on 1 host(s)",
+                hosts=[HostResult(0, 0, 0)], metrics={"first_step": None, "last_step": None, "first_loss": None,
+                                                       "last_loss": None}, attempts=1, attempt_log=[attempt])
+    return RunResult(**{**base, **fields})
+
+
+def test_a_command_without_progress_shows_no_steps_loss_or_goodput():
+    figures = "; ".join(render.summary_figures(result()))
+    assert figures == "attempts 1, preemptions 0, failures 0, hangs 0"
+
+
+def test_figures_are_rounded():
+    metrics = {"first_step": 1, "last_step": 300, "first_loss": 2.3923275470733643, "last_loss": 0.4711698889732361}
+    figures = "; ".join(render.summary_figures(result(metrics=metrics, goodput=0.7012)))
+    assert figures == "attempts 1, preemptions 0, failures 0, hangs 0; goodput 70%; steps 1 -> 300; loss 2.392 -> 0.4712"

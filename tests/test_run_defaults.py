@@ -1,0 +1,49 @@
+"""What a run gets when the user says nothing: where it checkpoints (so running the same
+program again resumes), and which programs are refused before anything starts."""
+
+import pytest
+
+from podmanager.api.submission import default_checkpoint_dir
+from podmanager.core import paths
+from podmanager.core.errors import SpecError
+from podmanager.core.spec import parse_spec
+from podmanager.core.workload import Workload
+
+SPEC = {"name": "d", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
+
+
+def test_the_same_program_checkpoints_to_the_same_folder_whatever_its_arguments():
+    spec = parse_spec(SPEC)
+    first = default_checkpoint_dir(spec, Workload(entrypoint="workloads/train_mlp.py", args=["--steps", "100"]))
+    again = default_checkpoint_dir(spec, Workload(entrypoint="workloads/train_mlp.py", args=["--steps", "300"]))
+    other = default_checkpoint_dir(spec, Workload(entrypoint="workloads/train_transformer.py"))
+    assert first == again == str(paths.cluster_dir("d") / "checkpoints" / "train_mlp")
+    assert other != first
+
+
+def test_a_checkpoint_dir_given_is_used_as_is():
+    workload = Workload(entrypoint="x.py", checkpoint_dir="gs://b/ck")
+    assert default_checkpoint_dir(parse_spec(SPEC), workload) == "gs://b/ck"
+
+
+def test_a_missing_program_or_module_is_refused(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "train.py").write_text("")
+    Workload(entrypoint="train.py", working_dir=str(tmp_path)).check_program()
+    Workload(entrypoint="-m pkg", working_dir=str(tmp_path)).check_program()
+    Workload(entrypoint="-m json.tool", working_dir=str(tmp_path)).check_program()  # installed
+    with pytest.raises(SpecError, match="nope.py is not a file in the working dir"):
+        Workload(entrypoint="nope.py", working_dir=str(tmp_path)).check_program()
+    with pytest.raises(SpecError, match="module 'nopkg.main' is neither in the working dir"):
+        Workload(entrypoint="-m nopkg.main", working_dir=str(tmp_path)).check_program()
+
+
+def test_the_run_command_line_becomes_a_workload_with_the_flag_named_on_error():
+    assert Workload.from_argv(["train.py", "--steps", "5"]).entrypoint == "train.py"
+    assert Workload.from_argv(["-m", "pkg.main", "x"]).entrypoint == "-m pkg.main"
+    assert Workload.from_argv(["bash", "-c", "echo $JAX_PROCESS_ID"]).command == ["bash", "-c", "echo $JAX_PROCESS_ID"]
+    with pytest.raises(SpecError, match="--hang-timeout"):
+        Workload.from_argv(["train.py"], hang_timeout_s=-1)
+    with pytest.raises(SpecError, match="name a program"):
+        Workload.from_argv([])

@@ -1,0 +1,184 @@
+"""The supervisor on a fake cluster (the `SupervisedCluster` port), fake agents and the real
+simulator and run store: classify, pay, replace, relaunch, and resume from its own record —
+no Ray, no processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_hosts import Behaviour, FakeRemote, agents
+
+from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.clock import RealClock
+from podmanager.core.records import SliceRef
+from podmanager.core.spec import parse_spec
+from podmanager.core.workload import Workload
+from podmanager.state.runs import RunStore
+from podmanager.supervision.supervisor import RunSupervisor, new_run
+
+ZONE = "sim-zone-a"
+
+
+class FakeCluster:
+    """Two one-host slices in the simulator; agents scripted per attempt."""
+
+    def __init__(self, tmp_path: Path, script, **recovery: Any):
+        self.name = "c"
+        self.spec = parse_spec({"name": "c", "backend": "simulated", "zones": [ZONE],
+                                "health": {"interval_s": 0.01}, "recovery": {"backoff_s": 0.0, **recovery},
+                                "slices": [{"accelerator": "v4-8", "count": 2}]})
+        self.clock = RealClock()
+        self.cloud = SimCloud(clock=self.clock, create_latency_s=0.0, delete_latency_s=0.0)
+        self.hosts = agents(script)
+        self.events: list[tuple[str, dict]] = []
+        self.deleted: list[list[int]] = []
+        self.restored = 0
+        self.folder = tmp_path
+        for i in range(2):
+            self._create(i)
+
+    def _create(self, index: int) -> None:
+        self.cloud.create_node(ZONE, f"c-s{index}", NodeRequest("v4-8", "rt", labels={
+            CLUSTER_LABEL: "c", SLICE_LABEL: str(index)}))
+
+    # -- the port
+    def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> None:
+        self.events.append((kind, data))
+
+    def agents(self, slice_indexes):
+        return [pair for pair in self.hosts if pair[0].slice_index in slice_indexes]
+
+    def slice_locations(self, slice_indexes):
+        return [SliceRef(i, ZONE, f"c-s{i}") for i in slice_indexes]
+
+    def lost_hosts(self):
+        return set()
+
+    def heal(self):
+        raise AssertionError("no host is ever missing here")
+
+    def delete_dead_slices(self):
+        return []
+
+    def delete_slices(self, indexes, *, reason):
+        self.deleted.append(list(indexes))
+        for i in indexes:
+            self.cloud.delete_node(ZONE, f"c-s{i}")
+
+    def restore_slices(self, phases):
+        self.restored += 1
+        present = {n.name for n in self.cloud.list_nodes(ZONE)}
+        for i in range(2):
+            if f"c-s{i}" not in present:
+                self._create(i)
+        phases["create"] = phases["join"] = 0.0
+
+    def run_dir(self, run_id):
+        return self.folder / run_id
+
+    def kinds(self) -> list[str]:
+        return [k for k, _ in self.events]
+
+
+@pytest.fixture
+def runs():
+    return RunStore()
+
+
+def submit(cluster: FakeCluster, runs: RunStore, run_id: str = "run-1", **budgets: int) -> str:
+    workload = Workload(command=["train"], working_dir=None)
+    runs.create(new_run(cluster, workload, run_id, [0, 1], "/ck", budgets))
+    return run_id
+
+
+def supervise(cluster: FakeCluster, runs: RunStore, run_id: str = "run-1"):
+    return RunSupervisor(cluster, runs, run_id, poll_interval_s=0.0, remote=FakeRemote()).supervise()
+
+
+def test_a_program_failure_relaunches_on_the_same_slices_and_never_replaces_one(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(
+        polls=2, exit_code=1 if attempt == 0 and s.slice_index == 0 else 0))
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded" and (result.attempts, result.failures) == (2, 1)
+    assert cluster.deleted == [] and cluster.restored == 0
+    assert runs.get("run-1").status == "succeeded"
+    assert result.incidents[0]["cause"] == "program-failure"
+
+
+def test_a_preemption_replaces_the_lost_slice_once_and_resumes(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=200 if attempt == 0 else 2,
+                                                                 first_step=1 if attempt == 0 else 41))
+    cluster.cloud.preempt(ZONE, "c-s1")
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 1)
+    assert cluster.deleted == [[1]] and cluster.restored == 1
+    [incident] = result.incidents
+    assert incident["cause"] == "preemption" and incident["slices"] == [1]
+    assert incident["recover_s"] is not None
+    assert [a.started[-1]["PODMANAGER_ATTEMPT"] for _, a in cluster.hosts] == ["1", "1"]
+
+
+def test_a_spent_budget_stops_the_run_and_says_which(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=1, exit_code=3))
+    result = supervise(cluster, runs, submit(cluster, runs, max_failures=1))
+    assert result.status == "failed" and result.attempts == 2
+    assert "max_failures budget is spent" in result.message
+    assert runs.get("run-1").status == "failed"
+
+
+def test_a_supervisor_started_on_a_recovery_whose_delete_was_done_only_creates_and_relaunches(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=2))
+    run_id = submit(cluster, runs)
+    run = runs.get(run_id)  # as a killed supervisor left it: slice 1 deleted, not yet created
+    run.status, run.attempt, run.supervisor = "recovering", 0, {"starts": 1}
+    run.phase = {"name": "replacing", "attempt": 1, "slices": [1], "reason": "preemption", "deleted": True}
+    runs.save(run)
+    cluster.cloud.delete_node(ZONE, "c-s1")
+
+    result = supervise(cluster, runs, run_id)
+    assert result.status == "succeeded"
+    assert cluster.deleted == [] and cluster.restored == 1  # the delete is not repeated
+    assert [len(a.started) for _, a in cluster.hosts] == [1, 1]  # one relaunch
+    assert cluster.hosts[0][1].started[0]["PODMANAGER_ATTEMPT"] == "1"
+    assert "supervisor_restarted" in cluster.kinds() and "run_started" not in cluster.kinds()
+
+
+def test_a_supervisor_started_on_a_running_attempt_reattaches_instead_of_launching(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=3))
+    run_id = submit(cluster, runs)
+    for _, agent in cluster.hosts:  # attempt 0 is running on every host, started by the killed supervisor
+        agent.start_workload.remote(run_id, "{}", {"PODMANAGER_ATTEMPT": "0"}, None)
+    run = runs.get(run_id)
+    run.status, run.supervisor = "running", {"starts": 1}
+    run.phase = {"name": "running", "attempt": 0, "started": 1.0, "log_base": {}}
+    runs.save(run)
+
+    result = supervise(cluster, runs, run_id)
+    assert result.status == "succeeded" and result.attempts == 1
+    assert [len(a.started) for _, a in cluster.hosts] == [1, 1]  # never a second copy
+    assert "reattached" in cluster.kinds() and "attempt_started" not in cluster.kinds()
+
+
+def test_a_cancel_stops_every_host_and_ends_the_run_as_cancelled(tmp_path, runs):
+    def started_then_cancelled(s, attempt):  # a client cancels while the program runs
+        runs.request_cancel("run-1")
+        return Behaviour(polls=10_000)
+
+    cluster = FakeCluster(tmp_path, started_then_cancelled)
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "cancelled" and runs.get("run-1").status == "cancelled"
+    assert all(agent.stops for _, agent in cluster.hosts)  # stopped on every host
+    assert [h.exit_code for h in result.hosts] == [-15, -15]
+    assert "run_cancelled" in cluster.kinds() and cluster.deleted == []
+
+
+def test_a_finished_run_is_left_as_it_is(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=1))
+    run_id = submit(cluster, runs)
+    first = supervise(cluster, runs, run_id)
+    again = supervise(cluster, runs, run_id)
+    assert again.as_dict() == first.as_dict()
+    assert [len(a.started) for _, a in cluster.hosts] == [1, 1]
