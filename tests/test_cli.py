@@ -31,7 +31,7 @@ def spec_file(tmp_path):
 
 
 def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
+    return runner.invoke(app, [str(a) for a in args], prog_name="podmanager")
 
 
 def test_up_status_events_down(spec_file):
@@ -94,3 +94,68 @@ def test_help_lists_every_verb():
     output = invoke("--help").output
     for verb in ("up", "run", "status", "logs", "events", "down", "emulator", "accelerators", "demo"):
         assert verb in output
+
+
+def test_bare_podmanager_prints_help_and_exits_0():
+    result = invoke()
+    assert result.exit_code == 0, result.output
+    assert "Usage: podmanager" in result.output and "run" in result.output
+
+
+def test_version_and_short_help():
+    from podmanager import __version__
+
+    result = invoke("--version")
+    assert (result.exit_code, result.output.strip()) == (0, f"podmanager {__version__}")
+    assert invoke("-h").output == invoke("--help").output
+    assert invoke("run", "-h").exit_code == 0
+
+
+@pytest.mark.parametrize("verb", [["up"], ["status"], ["down"], ["run"], ["runs"], ["attach"], ["cancel"], ["logs"],
+                                  ["events"], ["ray-env"], ["demo"], ["accelerators"], ["emulator"],
+                                  ["sim", "preempt"], ["sim", "hang"], ["sim", "fail-create"], []])
+def test_flags_show_no_placeholder_in_help(verb):
+    output = invoke(*verb, "--help").output
+    assert "<bool>" not in output
+    assert "--help" in output
+
+
+def test_run_usage_names_the_program_and_its_arguments():
+    output = invoke("run", "--help").output
+    assert "Usage: podmanager run [OPTIONS] PROGRAM [ARGS]..." in " ".join(output.split())
+
+
+def test_logs_follows_with_capital_f_and_f_means_only_file():
+    assert "-F" in invoke("logs", "--help").output
+    result = invoke("logs", "-f")
+    assert result.exit_code == 2 and "No such option: -f" in result.output
+    for verb in ("up", "down"):
+        assert "--file" in invoke(verb, "--help").output
+
+
+def test_an_unknown_spec_field_suggests_the_close_one(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text(SPEC.replace("count: 2", "cuont: 2"))
+    result = invoke("up", "-f", path, "--dry-run")
+    assert result.exit_code == 2
+    assert "slices[0].cuont: unknown field; did you mean count?" in result.output
+    assert simulated_cloud("podmanager-sim").all_nodes() == []
+
+
+def test_sim_preempt_takes_the_slice_as_the_user_sees_it(spec_file):
+    assert invoke("up", "-f", spec_file, "--dry-run").exit_code == 0
+    result = invoke("sim", "preempt", "-c", "clitest", "--slice", "clitest-s1")
+    assert result.exit_code == 0, result.output
+    states = {n.name: n.state.value for n in simulated_cloud("podmanager-sim").all_nodes()}
+    assert states == {"clitest-s0": "READY", "clitest-s1": "TERMINATED"}  # an on-demand slice's preemption
+    wrong = invoke("sim", "preempt", "-c", "clitest", "--slice", "demo-s0")
+    assert wrong.exit_code == 2 and "demo-s0 is not a node of cluster clitest" in wrong.output
+    assert invoke("down", "-c", "clitest").exit_code == 0
+
+
+def test_ray_env_without_ray_hosts_says_why(spec_file):
+    assert invoke("up", "-f", spec_file, "--dry-run").exit_code == 0
+    result = invoke("ray-env", "-c", "clitest")
+    assert result.exit_code != 0 and "boot_hosts: false" in result.output
+    assert json.loads(invoke("status", "-c", "clitest", "--json").output)["ray"] is None
+    assert invoke("down", "-c", "clitest").exit_code == 0

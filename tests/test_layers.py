@@ -7,6 +7,8 @@ The order, lowest first, is the one in docs/ARCHITECTURE.md.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,19 @@ def test_documented_names_still_import(name: str) -> None:
     import podmanager
 
     assert getattr(podmanager, name) is not None
+
+
+def test_every_api_name_loads_on_first_use() -> None:
+    import podmanager.api as api
+
+    assert sorted(api.__all__) == sorted(api._WHERE)
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        api.Nope  # noqa: B018 - the attribute access is the test
+
+
+def test_the_cli_imports_neither_ray_nor_jax_until_a_command_needs_them() -> None:
+    code = "import sys, podmanager.cli; print(sorted(m for m in ('ray', 'jax', 'pydantic') if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", loaded  # `podmanager --help` stays fast

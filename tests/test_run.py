@@ -182,8 +182,8 @@ def test_command_mode_takes_the_rank_from_the_environment(cluster, tmp_path):
 def test_cli_run_json_and_logs(cluster, tmp_path):
     (tmp_path / "hello.py").write_text("import os\nprint('hello from', os.environ['JAX_PROCESS_ID'])\n")
     runner = CliRunner()
-    result = runner.invoke(app, ["run", "-c", "runtest", "--slices", "1", "--json", "--working-dir", str(tmp_path),
-                                 "hello.py"])
+    result = runner.invoke(app, ["run", "-c", "runtest", "--slices", "runtest-s1", "--json", "--working-dir",
+                                 str(tmp_path), "hello.py"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout[result.stdout.index("{"):])
     assert summary["status"] == "succeeded"
@@ -191,7 +191,30 @@ def test_cli_run_json_and_logs(cluster, tmp_path):
     assert set(summary["metrics"]) >= {"first_step", "last_step", "first_loss", "last_loss"}
     logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", summary["run_id"]])
     assert logs.exit_code == 0 and "[slice-1/host-0] hello from 0" in logs.output
+    for host in ("1/0", "slice-1/host-0", "runtest-s1/0"):
+        one = runner.invoke(app, ["logs", "-c", "runtest", "--run", summary["run_id"], "--host", host])
+        assert one.output == "[slice-1/host-0] hello from 0\n", host
+    other = runner.invoke(app, ["logs", "-c", "runtest", "--run", summary["run_id"], "--host", "slice-0/1"])
+    assert other.exit_code == 2 and "--host: no output from slice-0/host-1" in other.output
 
     failing = runner.invoke(app, ["run", "-c", "runtest", "--slices", "1", "--working-dir", str(tmp_path),
                                   "--", sys.executable, "-c", "import sys; sys.exit(3)"])
     assert failing.exit_code == 1 and "exited with code 3" in failing.output
+
+
+def test_ray_users_find_the_cluster_through_status_and_ray_env(cluster):
+    access = cluster.status().ray
+    assert access is not None and access.dashboard_url.startswith("http://127.0.0.1:")
+    table = CliRunner().invoke(app, ["status", "-c", "runtest"]).output
+    assert f"Ray: {access.address}" in table and access.dashboard_url in table
+    exports = CliRunner().invoke(app, ["ray-env", "-c", "runtest"]).output.splitlines()
+    env = dict(line.removeprefix("export ").split("=", 1) for line in exports)
+    assert env["RAY_ADDRESS"] == access.address and env["RAY_AUTH_MODE"] == "token"
+    user = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | env
+    probe = "import ray; ray.init(); print(len([n for n in ray.nodes() if n['Alive']]))"
+    alive = subprocess.run([sys.executable, "-c", probe], env=user, capture_output=True, text=True, timeout=120)
+    assert alive.returncode == 0, alive.stderr[-2000:]
+    assert int(alive.stdout.split()[-1]) == 1 + 4  # the head and the 4 hosts of the 3 slices
+    status = subprocess.run([str(Path(sys.executable).with_name("ray")), "status"], env=user, capture_output=True,
+                            text=True, timeout=120)
+    assert status.returncode == 0 and "Active:" in status.stdout, status.stderr[-2000:]

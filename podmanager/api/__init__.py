@@ -1,16 +1,35 @@
-"""The Python API: `Cluster` and its verbs. The CLI is a thin skin over this package."""
+"""The Python API: `Cluster` and its verbs. The CLI is a thin skin over this package.
 
-from podmanager.api.cluster import (
-    Cluster,
-    ClusterStatus,
-    DownReport,
-    SliceStatus,
-    down,
-    resolve_cluster,
-)
-from podmanager.api.runs import RunHandle, run_log_lines, run_summary
-from podmanager.api.teardown import LabelDownReport, down_by_label, teardown
-from podmanager.state import StateStore
+Names load on first use (PEP 562), so `podmanager --help` and the CLI's argument errors
+do not wait for Ray and JAX to import.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from podmanager.api.cluster import Cluster, ClusterStatus, DownReport, SliceStatus, down, resolve_cluster
+    from podmanager.api.runs import RunHandle, run_log_lines, run_summary
+    from podmanager.api.teardown import LabelDownReport, down_by_label, teardown
+    from podmanager.state import StateStore
+
+_WHERE = {
+    "Cluster": "podmanager.api.cluster", "ClusterStatus": "podmanager.api.cluster",
+    "DownReport": "podmanager.api.cluster", "SliceStatus": "podmanager.api.cluster",
+    "down": "podmanager.api.cluster", "resolve_cluster": "podmanager.api.cluster",
+    "RunHandle": "podmanager.api.runs", "run_log_lines": "podmanager.api.runs", "run_summary": "podmanager.api.runs",
+    "LabelDownReport": "podmanager.api.teardown", "down_by_label": "podmanager.api.teardown",
+    "teardown": "podmanager.api.teardown", "StateStore": "podmanager.state",
+}
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "SliceStatus", "StateStore",
            "down", "down_by_label", "resolve_cluster", "run_log_lines", "run_summary", "teardown"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'podmanager.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value

@@ -24,7 +24,7 @@ from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core import catalog, paths
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
-from podmanager.core.records import SliceRef
+from podmanager.core.records import RayAccess, SliceRef
 from podmanager.core.spec import (
     ClusterSpec,
     load_spec,
@@ -63,6 +63,7 @@ class ClusterStatus:
     project: str
     slices: list[SliceStatus]
     hosts: list[dict[str, Any]] = field(default_factory=list)
+    ray: RayAccess | None = None  # where Ray users find the cluster (None before the head starts)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -238,7 +239,13 @@ class Cluster:
                 chips=accelerator.chips,
             ))
         hosts = [asdict(h) for h in self.hosts_layer.hosts()] if self.hosts_layer else []
-        return ClusterStatus(self.name, self.spec.backend.value, self.spec.project or "", slices, hosts)
+        return ClusterStatus(self.name, self.spec.backend.value, self.spec.project or "", slices, hosts,
+                             self.ray_access())
+
+    def ray_access(self) -> RayAccess | None:
+        """The Ray address, dashboard URL and token path of the cluster's head, and the
+        exports that let `ray status`, `ray job submit` and `ray.init()` reach it."""
+        return self.hosts_layer.ray_access() if self.hosts_layer else None
 
     def down(self, *, timeout_s: float = 600.0) -> None:
         """Cancel the cluster's running runs, then delete everything labelled with it; safe to

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from podmanager.core import selectors
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.records import HostRef
@@ -147,12 +148,13 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
 def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = None, *,
                   follow: bool = False) -> Iterator[tuple[str, str]]:
     """(host label, line) of a run's output (default: the latest run), every host or one
-    ('slice-0/1'); with `follow`, as lines are written until the run ends."""
+    (e.g. 'slice-0/1', see `core.selectors`); with `follow`, as lines are written until the run ends."""
     folder = logs.resolve_run(cluster, run_id)
+    only = selectors.parse_host(host, cluster, flag="--host") if host else None
     if follow:
-        yield from logs.follow(folder, host)
+        yield from logs.follow(folder, only)
         return
-    for path in logs.host_files(folder, host):
+    for path in logs.host_files(folder, only):
         where = logs.label(path)
         for line in path.read_text(errors="replace").splitlines():
             yield where, line

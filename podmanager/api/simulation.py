@@ -62,14 +62,6 @@ def hang(cluster: "Cluster", slice_index: int, worker_id: int) -> None:
                     slice_index)
 
 
-def parse_host(text: str) -> tuple[int, int]:
-    """'0/1', 'slice-0/1' or 'slice-0/host-1' -> (0, 1)."""
-    match = re.fullmatch(r"(?:slice-)?(\d+)/(?:host-)?(\d+)", text.strip())
-    if not match:
-        raise SpecError(f"--host: {text!r} is not of the form 0/1 or slice-0/host-1")
-    return int(match.group(1)), int(match.group(2))
-
-
 def arm_hangs(cluster: "Cluster") -> list[threading.Timer]:
     """Timers for the spec's scripted `hang` faults (worker 0 of the slice, `after_s` into
     the run); the caller cancels them when the run ends."""

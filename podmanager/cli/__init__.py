@@ -6,14 +6,43 @@ one message and an exit code here, in `PodmanagerGroup.invoke`.
 
 from __future__ import annotations
 
-import typer
-from typer.core import TyperGroup
+import logging
+import os
+import sys
+from typing import Optional
 
-from podmanager.cli.render import print_error
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from podmanager.cli.render import console, print_error
 from podmanager.core.errors import PodmanagerError
+from podmanager.core.version import __version__
+
+
+def _flags_without_placeholders(params):  # type: ignore[no-untyped-def]
+    """A flag takes no value: its help shows no `<bool>` after it (typer's default does)."""
+    for param in params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    return params
+
+
+class PodmanagerCommand(TyperCommand):
+    def get_params(self, ctx):  # type: ignore[no-untyped-def]
+        return _flags_without_placeholders(super().get_params(ctx))
+
+
+class ProgramCommand(PodmanagerCommand):
+    """`run`: its usage line names the program and its arguments, which click collects unparsed."""
+
+    def collect_usage_pieces(self, ctx):  # type: ignore[no-untyped-def]
+        return ["[OPTIONS]", "PROGRAM [ARGS]..."]
 
 
 class PodmanagerGroup(TyperGroup):
+    def get_params(self, ctx):  # type: ignore[no-untyped-def]
+        return _flags_without_placeholders(super().get_params(ctx))
+
     def invoke(self, ctx):  # type: ignore[no-untyped-def]
         try:
             return super().invoke(ctx)
@@ -28,10 +57,27 @@ class PodmanagerGroup(TyperGroup):
 app = typer.Typer(
     cls=PodmanagerGroup,
     help="Provision Cloud TPU slices, join their hosts to Ray, run JAX across them, recover from preemptions.",
-    no_args_is_help=True,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"podmanager {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(ctx: typer.Context,
+         version: Optional[bool] = typer.Option(None, "--version", help="Print the version and exit.",
+                                                callback=_print_version, is_eager=True)) -> None:
+    """Bare `podmanager` prints this help and exits 0 (click's own no-args help exits 2)."""
+    if ctx.invoked_subcommand is None:
+        console.print(ctx.get_help(), markup=False, highlight=False)
+        raise typer.Exit(0)
 
 from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     accelerators,
@@ -40,6 +86,7 @@ from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     emulator,
     events,
     logs,
+    ray_env,
     run,
     runs,
     sim,
@@ -48,13 +95,27 @@ from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
 )
 
 for command in (up.up, status.status, down.down, events.events, demo.demo, logs.logs, runs.runs, runs.attach,
-                runs.cancel):
-    app.command()(command)
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run.run)
-sim.register(app)
-app.command(help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)
-app.command(help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)
+                runs.cancel, ray_env.ray_env):
+    app.command(cls=PodmanagerCommand)(command)
+app.command(cls=ProgramCommand, context_settings={"ignore_unknown_options": True})(run.run)
+sim.register(app, group=PodmanagerGroup, command=PodmanagerCommand)
+app.command(cls=PodmanagerCommand,
+            help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)
+app.command(cls=PodmanagerCommand, help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)
 
 
 def main() -> None:
-    app()
+    """Exit right after the command: Ray's atexit shutdown of a driver that only looked
+    (status, runs) takes longer than the command itself, and nothing is left to clean up
+    by then (every command stops what it started before it returns)."""
+    try:
+        app()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        if isinstance(done.code, str):
+            sys.stderr.write(done.code + "\n")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -7,7 +7,7 @@ from podmanager.core.catalog import all_accelerators
 
 
 def accelerators(
-    generation: str = typer.Option(None, "--generation", "-g", help="Only this generation, e.g. v4 or v5litepod."),
+    generation: str = typer.Option(None, "--generation", "-g", metavar="GEN", help="Only this generation, e.g. v4 or v5litepod."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     items = [a for a in all_accelerators() if generation in (None, a.generation)]

@@ -14,10 +14,10 @@ from podmanager.cli.render import console, print_event
 
 def down(
     cluster: Optional[str] = CLUSTER_OPTION,
-    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Spec to find the cluster by (if its local state is lost)."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", metavar="SPEC", help="Spec to find the cluster by (if its local state is lost)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="The cluster is on the simulated cloud."),
-    project: Optional[str] = typer.Option(None, "--project", help="GCP project, when the local state is lost."),
-    zones: Optional[list[str]] = typer.Option(None, "--zone", help="Zone to search, when the local state is lost (repeat)."),
+    project: Optional[str] = typer.Option(None, "--project", metavar="PROJECT", help="GCP project, when the local state is lost."),
+    zones: Optional[list[str]] = typer.Option(None, "--zone", metavar="ZONE", help="Zone to search, when the local state is lost (repeat)."),
 ) -> None:
     """Delete every slice and queued resource of the cluster, found by label. Safe to repeat."""
     with console.status(f"tearing down {cluster or file or 'the cluster'} ..."):

@@ -12,11 +12,11 @@ from podmanager.cloud.sim.control import FAULT_HELP
 
 
 def emulator(
-    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8470,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    project: Annotated[str, typer.Option(help="Project named in operation names.")] = "podmanager-sim",
-    create_latency_s: Annotated[float, typer.Option(help="Seconds a node stays CREATING.")] = 0.5,
-    fault: Annotated[list[str], typer.Option(help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
+    port: Annotated[int, typer.Option(metavar="PORT", help="Port to listen on (0: any free port).")] = 8470,
+    host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on.")] = "127.0.0.1",
+    project: Annotated[str, typer.Option(metavar="PROJECT", help="Project named in operation names.")] = "podmanager-sim",
+    create_latency_s: Annotated[float, typer.Option(metavar="SECONDS", help="Seconds a node stays CREATING.")] = 0.5,
+    fault: Annotated[list[str], typer.Option(metavar="FAULT", help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
 ) -> None:
     """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) for TPU_EMULATOR_HOST."""
     from podmanager.cloud.sim.cloud import (

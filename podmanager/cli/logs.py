@@ -13,9 +13,9 @@ from podmanager.cli.options import CLUSTER_OPTION
 
 def logs(
     cluster: Optional[str] = CLUSTER_OPTION,
-    run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest)."),
-    host: Optional[str] = typer.Option(None, "--host", help="Only this host, e.g. slice-0/1."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID", help="Run id (default: the latest)."),
+    host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="Only this host: SLICE/WORKER, e.g. 0/1 or slice-0/1."),
+    follow: bool = typer.Option(False, "--follow", "-F", help="Keep printing until the run ends."),
 ) -> None:
     """Show the output of a run, every host's lines prefixed with its name."""
     name = cluster or api.resolve_cluster(None).name

@@ -61,6 +61,10 @@ def print_status(result: Any) -> None:
         ["slice", "node", "accelerator", "zone", "state", "hosts", "chips"],
         [(s.index, s.name, s.accelerator, s.zone, s.state, s.hosts, s.chips) for s in result.slices],
     )
+    if result.ray is not None:
+        console.print(f"Ray: {result.ray.address}  dashboard: {result.ray.dashboard_url or '-'}  "
+                      f"(podmanager ray-env -c {result.name} prints the exports for ray and ray.init)",
+                      markup=False, highlight=False)
     if result.hosts:
         print_table(
             "hosts",

@@ -11,46 +11,50 @@ from podmanager import api
 from podmanager.cli.follow import follow_run
 from podmanager.cli.options import CLUSTER_OPTION
 from podmanager.cli.render import console, print_json
+from podmanager.core import selectors
 from podmanager.core.errors import SpecError
-from podmanager.core.workload import Workload
 
 
 def run(
-    ctx: typer.Context,
+    program: Optional[list[str]] = typer.Argument(None, metavar="PROGRAM [ARGS]", hidden=True),
     cluster: Optional[str] = CLUSTER_OPTION,
     parallelism: Optional[str] = typer.Option(
-        None, "--parallelism", "-p", help="Mesh: data, model or data=2,model=4; checked against the chips first."),
-    slices: Optional[str] = typer.Option(None, "--slices", help="Slice indexes to use, e.g. 0,1 (default: all)."),
-    env: Optional[list[str]] = typer.Option(None, "--env", "-e", help="NAME=VALUE for every process (repeat)."),
+        None, "--parallelism", "-p", metavar="MESH", help="Mesh: data, model or data=2,model=4; checked against the chips first."),
+    slices: Optional[str] = typer.Option(
+        None, "--slices", metavar="SLICES", help="Slices to use, e.g. 0,1 or slice-0 or demo-s1 (default: all)."),
+    env: Optional[list[str]] = typer.Option(
+        None, "--env", "-e", metavar="NAME=VALUE", help="An environment variable for every process (repeat)."),
     checkpoint_dir: Optional[str] = typer.Option(
-        None, "--checkpoint-dir", help="Where checkpoints go (shared by all hosts; a gs:// bucket on GCP)."),
-    working_dir: str = typer.Option(".", "--working-dir", help="Folder shipped to every host; the program runs in it."),
+        None, "--checkpoint-dir", metavar="DIR", help="Where checkpoints go (shared by all hosts; a gs:// bucket on GCP)."),
+    working_dir: str = typer.Option(".", "--working-dir", metavar="DIR", help="Folder shipped to every host; the program runs in it."),
     all_hosts: bool = typer.Option(False, "--all-hosts", help="Stream every host's output, not only worker 0's."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object at the end."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and return at once."),
     cancel_on_interrupt: bool = typer.Option(
         False, "--cancel-on-interrupt", help="Ctrl-C cancels the run instead of detaching from it."),
     down_on_exit: bool = typer.Option(False, "--down-on-exit", help="Delete the cluster when the run ends."),
-    max_preemptions: Optional[int] = typer.Option(None, "--max-preemptions", help="Overrides recovery.max_preemptions."),
-    max_failures: Optional[int] = typer.Option(None, "--max-failures", help="Overrides recovery.max_failures."),
-    max_hangs: Optional[int] = typer.Option(None, "--max-hangs", help="Overrides recovery.max_hangs."),
+    max_preemptions: Optional[int] = typer.Option(None, "--max-preemptions", metavar="N", help="Overrides recovery.max_preemptions."),
+    max_failures: Optional[int] = typer.Option(None, "--max-failures", metavar="N", help="Overrides recovery.max_failures."),
+    max_hangs: Optional[int] = typer.Option(None, "--max-hangs", metavar="N", help="Overrides recovery.max_hangs."),
     hang_timeout: Optional[float] = typer.Option(
-        None, "--hang-timeout", help="Seconds without a step (after the first) that count as a hang."),
+        None, "--hang-timeout", metavar="SECONDS", help="Seconds without a step (after the first) that count as a hang."),
 ) -> None:
     """Run a JAX program on every host of the cluster's slices.
 
-    PROGRAM is a .py file (or -m module) in the working dir, with its own arguments after
-    it; anything else after `--` is a command run as is, with $VARS (e.g. $JAX_PROCESS_ID)
-    expanded per host. The run is supervised on the cluster's side: Ctrl-C only detaches
-    (a second Ctrl-C within 2 s cancels), and `podmanager attach RUN` follows it again.
-    """
+    PROGRAM is a .py file (or -m module) in the working dir, with its own ARGS after it; anything else after `--` is a command run as is, with $VARS (e.g. $JAX_PROCESS_ID) expanded per host.
+
+    The run is supervised on the cluster's side: Ctrl-C only detaches (a second Ctrl-C within 2 s cancels), and `podmanager attach RUN` follows it again.
+    """  # noqa: E501 - typer keeps line breaks inside later paragraphs
     if detach and down_on_exit:
         raise SpecError("--down-on-exit: needs a client that waits for the run; drop --detach, or run "
                         "'podmanager down' after the run")
-    workload = Workload.from_argv(ctx.args, slices=_slice_list(slices), parallelism=parallelism,
-                                  env=_env_pairs(env), checkpoint_dir=checkpoint_dir, working_dir=working_dir,
-                                  hang_timeout_s=hang_timeout)
+    from podmanager.core.workload import Workload  # pydantic: loaded when a run is parsed, not for --help
+
     target = api.resolve_cluster(cluster)
+    workload = Workload.from_argv(program or [],
+                                  slices=selectors.parse_slices(slices, target.name, flag="--slices") if slices else None,
+                                  parallelism=parallelism, env=_env_pairs(env), checkpoint_dir=checkpoint_dir,
+                                  working_dir=working_dir, hang_timeout_s=hang_timeout)
     budgets = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures),
                                  ("max_hangs", max_hangs)) if v is not None}
     if detach:
@@ -106,9 +110,3 @@ def _env_pairs(items: list[str] | None) -> dict[str, str]:
         pairs[name] = value
     return pairs
 
-
-def _slice_list(text: str | None) -> list[int] | None:
-    try:
-        return [int(i) for i in text.split(",")] if text else None
-    except ValueError:
-        raise SpecError(f"--slices: {text!r} is not a comma list of slice indexes like 0,1") from None

@@ -25,9 +25,9 @@ def following(spinner: Any) -> Callable[[Event], None]:
 
 
 def up(
-    file: Path = typer.Option(..., "--file", "-f", help="Cluster spec (YAML); see infra/examples/."),
+    file: Path = typer.Option(..., "--file", "-f", metavar="SPEC", help="Cluster spec (YAML); see infra/examples/."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Use the local simulated cloud instead of GCP."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds to wait for every slice."),
+    timeout: float = typer.Option(1800.0, "--timeout", metavar="SECONDS", help="Seconds to wait for every slice."),
 ) -> None:
     """Create the spec's slices (or finish a partial `up`) and wait until they are READY."""
     cluster = api.Cluster.from_yaml(file, dry_run=dry_run, on_event=print_event)

@@ -40,3 +40,13 @@ class HostRef:
     @property
     def label(self) -> str:
         return f"slice-{self.slice_index}/host-{self.worker_id}"
+
+
+@dataclass(frozen=True)
+class RayAccess:
+    """How a Ray user reaches a cluster's head: `ray status`, `ray job submit`, `ray.init()`."""
+
+    address: str  # "ip:port" of the head's GCS, what RAY_ADDRESS and ray.init take
+    dashboard_url: str | None  # also the job submission API
+    token_path: str
+    env: dict[str, str]  # the exports that let Ray's own tools reach the cluster with its token

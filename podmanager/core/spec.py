@@ -6,8 +6,10 @@ path (`slices[1].accelerator`) and what is allowed, before anything is created.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import typing
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
@@ -197,11 +199,39 @@ def _field_path(location: tuple[Any, ...]) -> str:
     return path
 
 
+def _fields_at(location: tuple[Any, ...]) -> list[str]:
+    """The field names of the model at `location` in a ClusterSpec (list indexes and
+    union tags in it are passed over)."""
+    model: type[BaseModel] = ClusterSpec
+    for part in location:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            continue
+        inner = _model_in(field.annotation)
+        if inner is None:
+            return []
+        model = inner
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as `list[SliceSpec]` or `HeadSpec | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = _model_in(argument)
+        if found is not None:
+            return found
+    return None
+
+
 def _describe(error: dict[str, Any]) -> str:
     path = _field_path(error["loc"])
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
-        message = "unknown field; check the spelling (see infra/examples/ for every field)"
+        close = difflib.get_close_matches(str(error["loc"][-1]), _fields_at(error["loc"][:-1]), n=1, cutoff=0.6)
+        message = (f"unknown field; did you mean {close[0]}?" if close
+                   else "unknown field; check the spelling (see infra/examples/ for every field)")
     elif error["type"] == "missing":
         message = "required field is missing"
     return f"{path}: {message}" if path else message

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud.base import Node
 from podmanager.core.errors import PodmanagerError
-from podmanager.core.records import HostSlot
+from podmanager.core.records import HostSlot, RayAccess
 from podmanager.core.spec import ClusterSpec
 from podmanager.core.version import __version__
 
@@ -54,6 +54,21 @@ class ClusterHosts:
             with TokenSecrets(self.spec.project or "") as secrets:
                 secrets.ensure(self.spec.name, auth.ensure_token(self.spec.name).read_text().strip())
         return startup_metadata(self.spec.name, address, __version__, token_secret_id(self.spec.name))
+
+    def ray_access(self) -> RayAccess | None:
+        """Where the cluster's head is, from its record; None before the first `up`."""
+        from podmanager.hosts import auth, head, loopback
+
+        state = head.load_state(self.spec.name)
+        if state is None:
+            return None
+        token = auth.token_path(self.spec.name)
+        env = {"RAY_ADDRESS": state.address, **auth.token_env(token)}
+        if state.dashboard_url:
+            env["RAY_API_SERVER_ADDRESS"] = state.dashboard_url  # `ray job` asks the dashboard, not the GCS
+        if loopback.is_loopback(state.address):
+            env.update(loopback.HEAD_ENV)  # else Ray rewrites 127.0.0.1 to an address the head does not listen on
+        return RayAccess(state.address, state.dashboard_url, str(token), env)
 
     def wait(self, nodes: list[Node], on_progress: Callable[[int, int], None] | None = None) -> list[Any]:
         return self.controller.wait_for_hosts(nodes, timeout_s=self.spec.head.join_timeout_s, on_progress=on_progress)

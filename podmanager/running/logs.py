@@ -39,9 +39,6 @@ class RunLogs:
         (self.folder / "result.json").write_text(json.dumps(result, indent=2))
 
 
-_HOST = re.compile(r"slice-(\d+)/(?:host-)?(\d+)")
-
-
 def runs_dir(cluster: str) -> Path:
     return paths.cluster_dir(cluster) / "runs"
 
@@ -65,17 +62,14 @@ def resolve_run(cluster: str, run_id: str | None) -> Path:
     return runs_dir(cluster) / run_id
 
 
-def host_files(run: Path, host: str | None) -> list[Path]:
-    """The host log files of a run; `host` is 'slice-S/host-W' or 'slice-S/W'."""
+def host_files(run: Path, host: tuple[int, int] | None) -> list[Path]:
+    """The host log files of a run: all, or the one of `host` (slice index, worker id)."""
     files = sorted(run.glob("slice-*-host-*.log"))
     if host is None:
         return files
-    match = _HOST.fullmatch(host)
-    if not match:
-        raise SpecError(f"--host: {host!r} is not of the form slice-0/1 or slice-0/host-1")
-    wanted = run / f"slice-{match.group(1)}-host-{match.group(2)}.log"
+    wanted = run / f"slice-{host[0]}-host-{host[1]}.log"
     if wanted not in files:
-        raise SpecError(f"--host: no output from {host} in run {run.name}")
+        raise SpecError(f"--host: no output from slice-{host[0]}/host-{host[1]} in run {run.name}")
     return [wanted]
 
 
@@ -88,7 +82,7 @@ def finished(run: Path) -> bool:
     return (run / "result.json").exists()
 
 
-def follow(run: Path, host: str | None, *, poll_s: float = 0.5) -> Iterator[tuple[str, str]]:
+def follow(run: Path, host: tuple[int, int] | None, *, poll_s: float = 0.5) -> Iterator[tuple[str, str]]:
     """(host label, line) as lines are written, until the run has finished."""
     offsets: dict[Path, int] = {}
     while True:

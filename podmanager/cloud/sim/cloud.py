@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import (
@@ -31,6 +30,17 @@ from podmanager.cloud.base import (
     Operation,
     QueuedResource,
     QueuedResourceState,
+)
+from podmanager.cloud.sim.records import (
+    SLICE_LABEL,
+    Faults,
+    NodeRecord,
+    OperationError,
+    OperationRecord,
+    QueuedRecord,
+    QuotaFault,
+    SimState,
+    TimedPreemption,
 )
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
@@ -62,16 +72,6 @@ _CREATE_FAULTS = {
 }
 
 
-def _empty_state() -> dict[str, Any]:
-    return {
-        "seq": 0,
-        "nodes": {},  # "zone/id" -> node record
-        "queued": {},  # "zone/id" -> queued resource record
-        "operations": {},  # name -> {"done_at", "error": {"type", "message"} | None}
-        "faults": {"create": {}, "quota": None, "transient": 0, "timed": []},
-    }
-
-
 class SimCloud:
     """A simulated Cloud TPU project. Implements `TpuCloud`, plus fault injection."""
 
@@ -97,7 +97,7 @@ class SimCloud:
         self.zones = zones  # None accepts any zone name
         self.listeners = list(listeners or [])
         self.on_timed = on_timed
-        self._state = _empty_state()
+        self._state = SimState()
         self._loaded_stamp: tuple[int, int] | None = None
         self._mutex = threading.RLock()
         if path is not None:
@@ -106,11 +106,11 @@ class SimCloud:
     # ---------------------------------------------------------------- persistence
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[dict[str, Any]]:
+    def _transaction(self) -> Iterator[SimState]:
         """Hold the state (reloaded if another process changed it), advance it, save it."""
         with self._mutex, self._file_lock():
             self._reload_if_changed()
-            before = json.dumps(self._state, sort_keys=True)
+            before = self._state.model_dump_json()
             changes: list[tuple[Node | None, Node | None]] = []
             self._pending_changes = changes
             wakes: list[tuple[float, str | None]] = []
@@ -119,7 +119,7 @@ class SimCloud:
                 self._advance()
                 yield self._state
             finally:
-                if json.dumps(self._state, sort_keys=True) != before:
+                if self._state.model_dump_json() != before:
                     self._save()
                 self._notify(changes)
                 if self.on_timed is not None:
@@ -156,14 +156,14 @@ class SimCloud:
         stamp = self._stamp()
         if stamp == self._loaded_stamp:
             return
-        self._state = json.loads(self.path.read_text()) if stamp else _empty_state()
+        self._state = SimState.model_validate_json(self.path.read_text()) if stamp else SimState()
         self._loaded_stamp = stamp
 
     def _save(self) -> None:
         if self.path is None:
             return
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._state))
+        tmp.write_text(self._state.model_dump_json())
         os.replace(tmp, self.path)
         self._loaded_stamp = self._stamp()
 
@@ -172,110 +172,92 @@ class SimCloud:
     def _advance(self) -> None:
         now = self.clock.now()
         state = self._state
-        for timed in [t for t in state["faults"]["timed"] if t["at"] <= now]:
-            state["faults"]["timed"].remove(timed)
+        for timed in [t for t in state.faults.timed if t.at <= now]:
+            state.faults.timed.remove(timed)
             self._fire_timed_fault(timed)
-        for key, record in list(state["nodes"].items()):
-            if record["state"] == NodeState.CREATING.value and record["ready_at"] <= now:
-                if record.get("preempt_on_ready"):
+        for key, record in list(state.nodes.items()):
+            if record.state == NodeState.CREATING and record.ready_at <= now:
+                if record.preempt_on_ready:
                     self._set_state(key, NodeState.PREEMPTED)
                 else:
                     self._set_state(key, NodeState.READY)
-                    record["health"] = "HEALTHY"
-            elif record["state"] == NodeState.REPAIRING.value and record.get("repaired_at", now + 1) <= now:
+                    record.health = "HEALTHY"
+            elif record.state == NodeState.REPAIRING and record.repaired_at is not None and record.repaired_at <= now:
                 self._set_state(key, NodeState.READY)
-            elif record["state"] == NodeState.DELETING.value and record["gone_at"] <= now:
+            elif record.state == NodeState.DELETING and record.gone_at is not None and record.gone_at <= now:
                 self._remove_node(key)
-            elif record.get("preempt_at") is not None and record["preempt_at"] <= now:
+            elif record.preempt_at is not None and record.preempt_at <= now:
                 self._preempt_now(key)
-        for key, record in list(state["queued"].items()):
-            node = state["nodes"].get(record["node_key"])
-            if record["state"] == QueuedResourceState.DELETING.value and record["gone_at"] <= now:
-                del state["queued"][key]
-            elif record["state"] in (QueuedResourceState.ACCEPTED.value, QueuedResourceState.PROVISIONING.value):
-                if node is not None and node["state"] == NodeState.READY.value:
-                    record["state"] = QueuedResourceState.ACTIVE.value
-                elif node is not None and node["state"] in [s.value for s in DEAD_STATES]:
-                    record["state"] = QueuedResourceState.FAILED.value
+        for key, queued in list(state.queued.items()):
+            node = state.nodes.get(queued.node_key)
+            if queued.state == QueuedResourceState.DELETING and queued.gone_at is not None and queued.gone_at <= now:
+                del state.queued[key]
+            elif queued.state in (QueuedResourceState.ACCEPTED, QueuedResourceState.PROVISIONING) and node is not None:
+                if node.state == NodeState.READY:
+                    queued.state = QueuedResourceState.ACTIVE
+                elif node.state in DEAD_STATES:
+                    queued.state = QueuedResourceState.FAILED
 
-    def _fire_timed_fault(self, timed: dict[str, Any]) -> None:
-        for key, record in self._state["nodes"].items():
-            if record["labels"].get("podmanager-cluster") == timed["cluster"] and record["labels"].get(
-                "podmanager-slice"
-            ) == str(timed["slice"]) and record["state"] == NodeState.READY.value:
-                self._schedule_preemption(key, timed.get("notice_s", 0.0))
+    def _fire_timed_fault(self, timed: TimedPreemption) -> None:
+        for key, record in self._state.nodes.items():
+            if (record.cluster == timed.cluster and record.labels.get(SLICE_LABEL) == str(timed.slice)
+                    and record.state == NodeState.READY):
+                self._schedule_preemption(key, timed.notice_s)
                 return
 
     def _schedule_preemption(self, key: str, notice_s: float) -> None:
-        record = self._state["nodes"][key]
-        record["preempt_notice"] = True
+        record = self._state.nodes[key]
+        record.preempt_notice = True
         if notice_s <= 0:
             self._preempt_now(key)
         else:
-            record["preempt_at"] = self.clock.now() + notice_s
-            self._pending_wakes.append((record["preempt_at"], record["labels"].get("podmanager-cluster")))
+            record.preempt_at = self.clock.now() + notice_s
+            self._pending_wakes.append((record.preempt_at, record.cluster))
 
     def _preempt_now(self, key: str) -> None:
         """Spot slices are PREEMPTED; others lose their VMs to maintenance (TERMINATED)."""
-        record = self._state["nodes"][key]
-        record["preempt_at"] = None
-        if record["state"] == NodeState.DELETING.value or NodeState(record["state"]) in DEAD_STATES:
+        record = self._state.nodes[key]
+        record.preempt_at = None
+        if record.state == NodeState.DELETING or record.state in DEAD_STATES:
             return
-        spot = record["capacity"] == Capacity.SPOT.value
+        spot = record.capacity == Capacity.SPOT
         self._set_state(key, NodeState.PREEMPTED if spot else NodeState.TERMINATED)
 
     def _set_state(self, key: str, new: NodeState) -> None:
-        record = self._state["nodes"][key]
-        before = self._node(record)
-        record["state"] = new.value
+        record = self._state.nodes[key]
+        before = record.to_node()
+        record.state = new
         if new in DEAD_STATES:
-            record["health"] = None
-        self._pending_changes.append((before, self._node(record)))
+            record.health = None
+        self._pending_changes.append((before, record.to_node()))
 
     def _remove_node(self, key: str) -> None:
-        record = self._state["nodes"].pop(key)
-        self._pending_changes.append((self._node(record), None))
-
-    def _node(self, record: dict[str, Any]) -> Node:
-        return Node(
-            name=record["name"],
-            zone=record["zone"],
-            accelerator_type=record["accelerator_type"],
-            state=NodeState(record["state"]),
-            labels=dict(record["labels"]),
-            capacity=Capacity(record["capacity"]),
-            runtime_version=record["runtime_version"],
-            health=record.get("health"),
-            endpoints=tuple(record["endpoints"]),
-            metadata=dict(record["metadata"]),
-            create_time=record["create_time"],
-        )
+        record = self._state.nodes.pop(key)
+        self._pending_changes.append((record.to_node(), None))
 
     def _new_operation(self, zone: str, done_at: float, error: tuple[str, str] | None = None) -> Operation:
-        self._state["seq"] += 1
-        name = f"projects/{self.project}/locations/{zone}/operations/op-{self._state['seq']}"
-        self._state["operations"][name] = {
-            "done_at": done_at,
-            "error": {"type": error[0], "message": error[1]} if error else None,
-        }
+        self._state.seq += 1
+        name = f"projects/{self.project}/locations/{zone}/operations/op-{self._state.seq}"
+        self._state.operations[name] = OperationRecord(
+            done_at=done_at, error=OperationError(type=error[0], message=error[1]) if error else None)
         return self._operation(name)
 
     def _operation(self, name: str) -> Operation:
-        record = self._state["operations"].get(name)
+        record = self._state.operations.get(name)
         if record is None:
             raise cloud_errors.NotFoundError(f"operation {name} not found")
-        done = record["done_at"] <= self.clock.now()
+        done = record.done_at <= self.clock.now()
         error = None
-        if done and record["error"]:
-            error = _ERROR_TYPES[record["error"]["type"]](record["error"]["message"])
+        if done and record.error:
+            error = _ERROR_TYPES[record.error.type](record.error.message)
         return Operation(name=name, done=done, error=error)
 
     # ---------------------------------------------------------------- call checks
 
     def _check_call(self, zone: str | None = None) -> None:
-        faults = self._state["faults"]
-        if faults["transient"] > 0:
-            faults["transient"] -= 1
+        faults = self._state.faults
+        if faults.transient > 0:
+            faults.transient -= 1
             raise cloud_errors.TransientError("503 UNAVAILABLE: the service is temporarily unavailable (simulated)")
         if zone is not None and self.zones is not None and zone not in self.zones:
             raise cloud_errors.InvalidRequestError(
@@ -283,17 +265,17 @@ class SimCloud:
             )
 
     def _check_quota(self, zone: str) -> None:
-        quota = self._state["faults"]["quota"]
-        if quota and quota["times"] > 0:
-            quota["times"] -= 1
-            if quota["times"] == 0:
-                self._state["faults"]["quota"] = None
+        quota = self._state.faults.quota
+        if quota and quota.times > 0:
+            quota.times -= 1
+            if quota.times == 0:
+                self._state.faults.quota = None
             raise cloud_errors.QuotaError(
-                f"429 RESOURCE_EXHAUSTED: quota {quota['quota']} exceeded in {zone}", quota=quota["quota"]
+                f"429 RESOURCE_EXHAUSTED: quota {quota.quota} exceeded in {zone}", quota=quota.quota
             )
 
     def _take_create_fault(self, zone: str) -> tuple[str, str] | None:
-        per_zone = self._state["faults"]["create"].get(zone, {})
+        per_zone = self._state.faults.create.get(zone, {})
         for kind, (error_type, message) in _CREATE_FAULTS.items():
             remaining = per_zone.get(kind, 0)
             if remaining != 0:
@@ -311,7 +293,7 @@ class SimCloud:
     def _create_node_locked(self, zone: str, node_id: str, request: NodeRequest, queued: str | None) -> Operation:
         state = self._state
         key = f"{zone}/{node_id}"
-        if key in state["nodes"]:
+        if key in state.nodes:
             raise cloud_errors.AlreadyExistsError(f"node {node_id} already exists in {zone}")
         try:
             accelerator = lookup(request.accelerator_type)
@@ -326,53 +308,42 @@ class SimCloud:
             # The API accepts the request and the operation fails; no node is left.
             return self._new_operation(zone, now + min(self.create_latency_s, 0.05), fault)
         ready_at = now + self.create_latency_s
-        state["nodes"][key] = {
-            "name": node_id,
-            "zone": zone,
-            "accelerator_type": request.accelerator_type,
-            "state": NodeState.CREATING.value,
-            "labels": dict(request.labels),
-            "capacity": request.capacity.value,
-            "runtime_version": request.runtime_version,
-            "metadata": dict(request.metadata),
-            "endpoints": ["127.0.0.1"] * accelerator.hosts,
-            "create_time": now,
-            "ready_at": ready_at,
-            "health": None,
-            "queued": queued,
-            "preempt_on_ready": bool(fault),
-        }
-        self._pending_changes.append((None, self._node(state["nodes"][key])))
+        record = NodeRecord(
+            name=node_id, zone=zone, accelerator_type=request.accelerator_type, state=NodeState.CREATING,
+            labels=dict(request.labels), capacity=request.capacity, runtime_version=request.runtime_version,
+            metadata=dict(request.metadata), endpoints=["127.0.0.1"] * accelerator.hosts, create_time=now,
+            ready_at=ready_at, queued=queued, preempt_on_ready=bool(fault))
+        state.nodes[key] = record
+        self._pending_changes.append((None, record.to_node()))
         return self._new_operation(zone, ready_at, fault)
 
     def get_node(self, zone: str, node_id: str) -> Node:
         with self._transaction() as state:
             self._check_call(zone)
-            record = state["nodes"].get(f"{zone}/{node_id}")
+            record = state.nodes.get(f"{zone}/{node_id}")
             if record is None:
                 raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
-            return self._node(record)
+            return record.to_node()
 
     def list_nodes(self, zone: str) -> list[Node]:
         with self._transaction() as state:
             self._check_call(zone)
-            return [self._node(r) for r in state["nodes"].values() if r["zone"] == zone]
+            return [r.to_node() for r in state.nodes.values() if r.zone == zone]
 
     def delete_node(self, zone: str, node_id: str) -> Operation:
         with self._transaction() as state:
             self._check_call(zone)
             key = f"{zone}/{node_id}"
-            if key not in state["nodes"]:
+            if key not in state.nodes:
                 raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
             return self._start_delete(key)
 
     def _start_delete(self, key: str) -> Operation:
-        record = self._state["nodes"][key]
-        gone_at = self.clock.now() + self.delete_latency_s
-        if record["state"] != NodeState.DELETING.value:
-            record["gone_at"] = gone_at
+        record = self._state.nodes[key]
+        if record.state != NodeState.DELETING or record.gone_at is None:
+            record.gone_at = self.clock.now() + self.delete_latency_s
             self._set_state(key, NodeState.DELETING)
-        return self._new_operation(record["zone"], record["gone_at"])
+        return self._new_operation(record.zone, record.gone_at)
 
     # ---------------------------------------------------------------- queued resources
 
@@ -380,37 +351,32 @@ class SimCloud:
         with self._transaction() as state:
             self._check_call(zone)
             key = f"{zone}/{qr_id}"
-            if key in state["queued"]:
+            if key in state.queued:
                 raise cloud_errors.AlreadyExistsError(f"queued resource {qr_id} already exists in {zone}")
             operation = self._create_node_locked(zone, node_id, request, queued=qr_id)
-            node_created = f"{zone}/{node_id}" in state["nodes"]
-            state["queued"][key] = {
-                "name": qr_id,
-                "zone": zone,
-                "node_key": f"{zone}/{node_id}",
-                "node_name": node_id,
-                "labels": dict(request.labels),
-                "state": (QueuedResourceState.PROVISIONING if node_created else QueuedResourceState.FAILED).value,
-            }
+            node_created = f"{zone}/{node_id}" in state.nodes
+            state.queued[key] = QueuedRecord(
+                name=qr_id, zone=zone, node_key=f"{zone}/{node_id}", node_name=node_id, labels=dict(request.labels),
+                state=QueuedResourceState.PROVISIONING if node_created else QueuedResourceState.FAILED)
             return operation
 
     def list_queued_resources(self, zone: str) -> list[QueuedResource]:
         with self._transaction() as state:
             self._check_call(zone)
-            return [_queued(r) for r in state["queued"].values() if r["zone"] == zone]
+            return [r.to_queued_resource() for r in state.queued.values() if r.zone == zone]
 
     def delete_queued_resource(self, zone: str, qr_id: str) -> Operation:
         with self._transaction() as state:
             self._check_call(zone)
             key = f"{zone}/{qr_id}"
-            record = state["queued"].get(key)
+            record = state.queued.get(key)
             if record is None:
                 raise cloud_errors.NotFoundError(f"queued resource {qr_id} not found in {zone}")
-            if record["node_key"] in state["nodes"]:  # force: the node goes with it
-                self._start_delete(record["node_key"])
-            record["state"] = QueuedResourceState.DELETING.value
-            record["gone_at"] = self.clock.now() + self.delete_latency_s
-            return self._new_operation(zone, record["gone_at"])
+            if record.node_key in state.nodes:  # force: the node goes with it
+                self._start_delete(record.node_key)
+            record.state = QueuedResourceState.DELETING
+            record.gone_at = self.clock.now() + self.delete_latency_s
+            return self._new_operation(zone, record.gone_at)
 
     def get_operation(self, name: str) -> Operation:
         with self._transaction():
@@ -424,26 +390,26 @@ class SimCloud:
         if kind not in _CREATE_FAULTS:
             raise ValueError(f"kind must be one of {', '.join(_CREATE_FAULTS)}")
         with self._transaction() as state:
-            state["faults"]["create"].setdefault(zone, {})[kind] = times
+            state.faults.create.setdefault(zone, {})[kind] = times
 
     def inject_quota(self, quota: str = "TPUV4PodPerProjectPerZoneForTPUAPI", times: int = 1) -> None:
         with self._transaction() as state:
-            state["faults"]["quota"] = {"quota": quota, "times": times}
+            state.faults.quota = QuotaFault(quota=quota, times=times)
 
     def inject_transient(self, calls: int) -> None:
         """The next `calls` API calls fail with UNAVAILABLE."""
         with self._transaction() as state:
-            state["faults"]["transient"] = calls
+            state.faults.transient = calls
 
     def clear_faults(self) -> None:
         with self._transaction() as state:
-            state["faults"] = _empty_state()["faults"]
+            state.faults = Faults()
 
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
         """Preempt a node now, or after a notice period (spot: PREEMPTED, else TERMINATED)."""
         with self._transaction() as state:
             key = f"{zone}/{node_id}"
-            if key not in state["nodes"]:
+            if key not in state.nodes:
                 raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
             self._schedule_preemption(key, notice_s)
 
@@ -451,7 +417,7 @@ class SimCloud:
         """Preempt whichever node holds this slice when `after_s` has passed."""
         with self._transaction() as state:
             at = self.clock.now() + after_s
-            state["faults"]["timed"].append({"at": at, "cluster": cluster, "slice": slice_index, "notice_s": notice_s})
+            state.faults.timed.append(TimedPreemption(at=at, cluster=cluster, slice=slice_index, notice_s=notice_s))
             self._pending_wakes.append((at, cluster))
 
     def preemption_notice(self, zone: str, node_id: str) -> bool | None:
@@ -463,17 +429,17 @@ class SimCloud:
     def notice_announced(self, zone: str, node_id: str) -> bool:
         """True while a preemption is announced for this node (what its metadata serves)."""
         with self._transaction() as state:
-            record = state["nodes"].get(f"{zone}/{node_id}")
-            return bool(record and record.get("preempt_notice"))
+            record = state.nodes.get(f"{zone}/{node_id}")
+            return bool(record and record.preempt_notice)
 
     def repair(self, zone: str, node_id: str, duration_s: float) -> None:
         """Maintenance that the slice survives: REPAIRING for a while, then READY."""
         with self._transaction() as state:
             key = f"{zone}/{node_id}"
-            record = state["nodes"][key]
-            record["repaired_at"] = self.clock.now() + duration_s
+            record = state.nodes[key]
+            record.repaired_at = self.clock.now() + duration_s
             self._set_state(key, NodeState.REPAIRING)
-            self._pending_wakes.append((record["repaired_at"], record["labels"].get("podmanager-cluster")))
+            self._pending_wakes.append((record.repaired_at, record.cluster))
 
     def terminate(self, zone: str, node_id: str) -> None:
         """Maintenance that the slice does not survive."""
@@ -483,20 +449,15 @@ class SimCloud:
     def all_nodes(self) -> list[Node]:
         """Every node in every zone (a test and `down` helper; the API lists per zone)."""
         with self._transaction() as state:
-            return [self._node(r) for r in state["nodes"].values()]
+            return [r.to_node() for r in state.nodes.values()]
 
     def known_zones(self) -> list[str]:
         """Zones that hold anything, plus the configured ones."""
         with self._transaction() as state:
-            used = {r["zone"] for r in state["nodes"].values()} | {r["zone"] for r in state["queued"].values()}
+            used = {r.zone for r in state.nodes.values()} | {r.zone for r in state.queued.values()}
         return sorted(used | set(self.zones or []))
 
     def all_queued_resources(self) -> list[QueuedResource]:
         """Every queued resource (a test and `down` helper: not an API call, so no injected fault)."""
         with self._transaction() as state:
-            return [_queued(r) for r in state["queued"].values()]
-
-
-def _queued(record: dict[str, Any]) -> QueuedResource:
-    return QueuedResource(name=record["name"], zone=record["zone"], node_name=record["node_name"],
-                          state=QueuedResourceState(record["state"]), labels=dict(record["labels"]))
+            return [r.to_queued_resource() for r in state.queued.values()]

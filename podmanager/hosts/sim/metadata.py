@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from podmanager.cloud.base import NodeState
+from podmanager.cloud.sim.records import NodeRecord, SimState
 from podmanager.hosts.runs import MEGASCALE_FILE_ENV
 
 PREFIX = "/computeMetadata/v1/"
@@ -39,18 +41,19 @@ class SimulatedVm:
         self.endpoints = endpoints
         self.megascale_file = megascale_file
 
-    def _record(self) -> dict:
+    def _record(self) -> NodeRecord | None:
         try:
-            return json.loads(self.state_file.read_text())["nodes"].get(f"{self.zone}/{self.node}") or {}
-        except (OSError, ValueError):
-            return {}
+            return SimState.model_validate_json(self.state_file.read_text()).nodes.get(f"{self.zone}/{self.node}")
+        except (OSError, ValueError):  # mid-replace, or gone with the project
+            return None
 
     def preempted(self) -> str:
         record = self._record()
-        return "TRUE" if record.get("preempt_notice") or record.get("state") == "PREEMPTED" else "FALSE"
+        return "TRUE" if record and (record.preempt_notice or record.state == NodeState.PREEMPTED) else "FALSE"
 
     def maintenance_event(self) -> str:
-        return "TERMINATE_ON_HOST_MAINTENANCE" if self._record().get("state") == "REPAIRING" else "NONE"
+        record = self._record()
+        return "TERMINATE_ON_HOST_MAINTENANCE" if record and record.state == NodeState.REPAIRING else "NONE"
 
     def tpu_env(self) -> str:
         values = {"ACCELERATOR_TYPE": self.accelerator, "NODE_ID": self.node, "WORKER_ID": str(self.worker),

@@ -1,0 +1,99 @@
+"""The simulated cloud's state as typed records: what `SimCloud` keeps, and what its JSON
+file holds (one file per project, shared by every podmanager process and read by each
+simulated VM's metadata server)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from podmanager.cloud.base import Node, NodeState, QueuedResource, QueuedResourceState
+from podmanager.core.spec import Capacity
+
+CLUSTER_LABEL = "podmanager-cluster"
+SLICE_LABEL = "podmanager-slice"
+
+
+class NodeRecord(BaseModel):
+    """One TPU node and the times of its pending transitions."""
+
+    name: str
+    zone: str
+    accelerator_type: str
+    state: NodeState
+    labels: dict[str, str]
+    capacity: Capacity
+    runtime_version: str
+    metadata: dict[str, str]
+    endpoints: list[str]
+    create_time: float
+    ready_at: float  # CREATING -> READY
+    health: str | None = None
+    queued: str | None = None  # the queued resource it was made for
+    preempt_on_ready: bool = False  # a preempt-while-creating fault
+    preempt_notice: bool = False  # announced: what the VM's metadata serves as `preempted`
+    preempt_at: float | None = None  # the end of the notice period
+    repaired_at: float | None = None  # REPAIRING -> READY
+    gone_at: float | None = None  # DELETING -> gone
+
+    @property
+    def cluster(self) -> str | None:
+        return self.labels.get(CLUSTER_LABEL)
+
+    def to_node(self) -> Node:
+        return Node(name=self.name, zone=self.zone, accelerator_type=self.accelerator_type, state=self.state,
+                    labels=dict(self.labels), capacity=self.capacity, runtime_version=self.runtime_version,
+                    health=self.health, endpoints=tuple(self.endpoints), metadata=dict(self.metadata),
+                    create_time=self.create_time)
+
+
+class QueuedRecord(BaseModel):
+    name: str
+    zone: str
+    node_key: str  # "zone/node" of the node it holds
+    node_name: str
+    labels: dict[str, str]
+    state: QueuedResourceState
+    gone_at: float | None = None
+
+    def to_queued_resource(self) -> QueuedResource:
+        return QueuedResource(name=self.name, zone=self.zone, node_name=self.node_name, state=self.state,
+                              labels=dict(self.labels))
+
+
+class OperationError(BaseModel):
+    type: str  # a `cloud.errors` class name
+    message: str
+
+
+class OperationRecord(BaseModel):
+    done_at: float
+    error: OperationError | None = None
+
+
+class QuotaFault(BaseModel):
+    quota: str
+    times: int
+
+
+class TimedPreemption(BaseModel):
+    """A scripted preemption of whichever node holds a cluster's slice at `at`."""
+
+    at: float
+    cluster: str
+    slice: int
+    notice_s: float = 0.0
+
+
+class Faults(BaseModel):
+    create: dict[str, dict[str, int]] = Field(default_factory=dict)  # zone -> kind -> times left (-1: always)
+    quota: QuotaFault | None = None
+    transient: int = 0  # API calls left to fail with UNAVAILABLE
+    timed: list[TimedPreemption] = Field(default_factory=list)
+
+
+class SimState(BaseModel):
+    seq: int = 0
+    nodes: dict[str, NodeRecord] = Field(default_factory=dict)  # "zone/id" -> node
+    queued: dict[str, QueuedRecord] = Field(default_factory=dict)  # "zone/id" -> queued resource
+    operations: dict[str, OperationRecord] = Field(default_factory=dict)  # operation name -> its outcome
+    faults: Faults = Field(default_factory=Faults)
