@@ -4,7 +4,8 @@ of a running dry-run cluster (one v4-16 slice: a Ray head and two hosts).
     python benchmarks/cli.py [--repeats 7]
 
 Each command runs as a fresh process, as typed in a shell; the figure is the median wall
-time. `python -c pass` is the floor every command pays.
+time. `python -c pass` is the floor every command pays. To compare with another version,
+run it with that checkout first on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ simulation:
 """
 
 
-def timed(argv: list[str], env: dict[str, str], repeats: int) -> float:
-    """Median seconds of `argv` over `repeats` runs (one unmeasured run first, for the page cache)."""
-    subprocess.run(argv, env=env, check=True, capture_output=True)
+def timed(argv: list[str], env: dict[str, str], repeats: int) -> float | None:
+    """Median seconds of `argv` over `repeats` runs (one unmeasured run first, for the page
+    cache); None when the command fails (an older version without it)."""
+    if subprocess.run(argv, env=env, capture_output=True).returncode != 0:
+        return None
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -49,7 +52,10 @@ def main() -> None:
     podmanager = str(Path(sys.executable).with_name("podmanager"))
     spec = Path(home) / "spec.yaml"
     spec.write_text(SPEC)
-    subprocess.run([podmanager, "up", "-f", str(spec), "--dry-run"], env=env, check=True, capture_output=True)
+    up = subprocess.run([podmanager, "up", "-f", str(spec), "--dry-run"], env=env, capture_output=True, text=True)
+    if up.returncode != 0:
+        subprocess.run([podmanager, "down", "-c", "clibench"], env=env, capture_output=True)
+        raise SystemExit(f"up failed (exit {up.returncode}):\n{up.stdout[-3000:]}{up.stderr[-3000:]}")
     try:
         figures = {
             "python -c pass": timed([sys.executable, "-c", "pass"], env, opts.repeats),
@@ -64,7 +70,7 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"median of {opts.repeats}")
     for command, seconds in figures.items():
-        print(f"  {command:40s} {seconds:6.2f} s")
+        print(f"  {command:40s} " + (f"{seconds:6.2f} s" if seconds is not None else "   n/a"))
 
 
 if __name__ == "__main__":

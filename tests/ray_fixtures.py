@@ -109,13 +109,15 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
         machines = cluster_machines(cluster.name)
         yield cluster
     finally:
-        machines |= cluster_machines(cluster.name)
-        cluster.down()
-        left = wait_no_leftovers(machines, before)
-        nodes = simulated_cloud(cluster.spec.project).all_nodes()
-        if saved is None:
-            os.environ.pop("PODMANAGER_HOME", None)
-        else:
-            os.environ["PODMANAGER_HOME"] = saved
+        try:
+            machines |= cluster_machines(cluster.name)
+        finally:  # whatever went wrong above, nothing of the cluster may outlive the module
+            cluster.down()
+            left = wait_no_leftovers(machines, before)
+            nodes = simulated_cloud(cluster.spec.project).all_nodes()
+            if saved is None:
+                os.environ.pop("PODMANAGER_HOME", None)
+            else:
+                os.environ["PODMANAGER_HOME"] = saved
         assert not left, f"processes left after down: {left}"
         assert nodes == [], f"nodes left after down: {nodes}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from podmanager.cloud.base import TpuCloud
 from podmanager.cloud.retry import RetryCallback, RetryingCloud
@@ -11,7 +12,9 @@ from podmanager.cloud.sim.cloud import NodeListener, SimCloud
 from podmanager.core import paths
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.spec import ClusterSpec, SimulationSpec
-from podmanager.hosts.controller import LocalMachines
+
+if TYPE_CHECKING:
+    from podmanager.hosts.controller import LocalMachines  # Ray loads only when hosts are used
 
 
 def simulated_cloud(project: str, simulation: SimulationSpec | None = None, *, clock: Clock | None = None) -> SimCloud:

@@ -39,7 +39,7 @@ from podmanager.state.runs import RunRecord, RunStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.api.runs import InterruptCallback, RunHandle
-    from podmanager.running.attempt import OutputPrinter
+    from podmanager.running.results import OutputPrinter
     from podmanager.supervision.ledger import RunResult
 
 EventCallback = Callable[[Event], None]

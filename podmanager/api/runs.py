@@ -17,7 +17,7 @@ from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.records import HostRef
 from podmanager.running import logs
-from podmanager.running.attempt import OutputPrinter
+from podmanager.running.results import OutputPrinter
 from podmanager.running.logs import runs_dir
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore

@@ -9,7 +9,6 @@ interrupted it (every process is stopped, then KeyboardInterrupt goes on up).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -20,41 +19,8 @@ from podmanager.running.gang import Gang, HostState
 from podmanager.running.launch import launch_envs, pack_working_dir
 from podmanager.running.logs import RunLogs
 from podmanager.running.remote import RAY, Remote
+from podmanager.running.results import AttemptResult, HostResult, OutputPrinter
 from podmanager.runtime.contract import EXIT_PREEMPTED
-
-OutputPrinter = Callable[[HostSlot, str], None]
-
-
-@dataclass
-class HostResult:
-    slice: int
-    worker_id: int
-    exit_code: int | None
-    lost: str | None = None
-
-
-@dataclass
-class AttemptResult:
-    attempt: int
-    status: str  # succeeded | failed | interrupted
-    started: float
-    ended: float
-    hosts: list[HostResult]
-    failed_host: str | None = None  # "slice-0/host-1": the first to fail
-    failure: str | None = None  # what happened to it
-    last_lines: list[str] = field(default_factory=list)
-    first_step: int | None = None
-    last_step: int | None = None
-    first_loss: float | None = None
-    last_loss: float | None = None
-    first_step_time: float | None = None  # unix time the program reported its first step
-    last_step_time: float | None = None
-    detected_at: float | None = None  # when the failure was seen (before the survivors were stopped)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AttemptResult":
-        return cls(**{**data, "hosts": [HostResult(**h) for h in data["hosts"]]})
-
 
 def new_run_id(workload: Workload) -> str:
     return f"{workload.display_name}-{time.strftime('%Y%m%d-%H%M%S')}-{int(time.time() * 1000) % 1000:03d}"

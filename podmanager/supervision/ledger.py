@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podmanager.running.attempt import AttemptResult, HostResult
+from podmanager.running.results import AttemptResult, HostResult
 
 
 @dataclass

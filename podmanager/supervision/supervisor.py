@@ -27,7 +27,8 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
-from podmanager.running.attempt import AttemptResult, AttemptRunner, OutputPrinter
+from podmanager.running.attempt import AttemptRunner
+from podmanager.running.results import AttemptResult, OutputPrinter
 from podmanager.running.gang import Gang
 from podmanager.running.remote import RAY, Remote
 from podmanager.state.runs import RunRecord, RunStore
