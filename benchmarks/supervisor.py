@@ -24,17 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from podmanager.core.clock import poll_until
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.02):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise SystemExit(f"timed out waiting for {what}")
+    return poll_until(predicate, timeout_s=timeout_s, interval_s=interval_s, what=what)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Iterator
 
 import psutil
+import pytest
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeRequest
 from podmanager.cloud.sim.cloud import SimCloud
@@ -121,3 +122,27 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
                 os.environ["PODMANAGER_HOME"] = saved
         assert not left, f"processes left after down: {left}"
         assert nodes == [], f"nodes left after down: {nodes}"
+
+
+def module_cluster(spec: dict):  # type: ignore[no-untyped-def]
+    """The fixtures of a test module that shares one dry-run cluster: `home` (module scope),
+    `cluster` (brought up once, torn down after the module) and `shared_home`, which points
+    each test's PODMANAGER_HOME at the module's (conftest gives every test its own).
+
+        home, cluster, _shared_home = module_cluster(SPEC)
+    """
+
+    @pytest.fixture(scope="module")
+    def home(tmp_path_factory):  # type: ignore[no-untyped-def]
+        return tmp_path_factory.mktemp("pmhome")
+
+    @pytest.fixture(scope="module")
+    def cluster(home):  # type: ignore[no-untyped-def]
+        with dry_run_cluster(spec, home) as cluster:
+            yield cluster
+
+    @pytest.fixture(autouse=True)
+    def _shared_home(cluster, home, podmanager_home, monkeypatch):  # type: ignore[no-untyped-def]
+        monkeypatch.setenv("PODMANAGER_HOME", str(home))
+
+    return home, cluster, _shared_home

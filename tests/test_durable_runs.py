@@ -17,10 +17,11 @@ from typing import Any, Callable
 import psutil
 import pytest
 import ray
-from ray_fixtures import dry_run_cluster
+from ray_fixtures import module_cluster
 
 from podmanager.api import Cluster, simulation
 from podmanager.api.backends import simulated_cloud
+from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
 from podmanager.state.runs import RunStore
@@ -41,20 +42,7 @@ STEPS = 150
 TRAIN = ["--steps", str(STEPS), "--checkpoint-every", "20", "--log-every", "1"]
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("pmhome")
-
-
-@pytest.fixture(scope="module")
-def cluster(home):
-    with dry_run_cluster(SPEC, home) as cluster:
-        yield cluster
-
-
-@pytest.fixture(autouse=True)
-def _shared_home(cluster, home, podmanager_home, monkeypatch):
-    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+home, cluster, _shared_home = module_cluster(SPEC)
 
 
 def train(checkpoints: Path) -> Workload:
@@ -63,13 +51,7 @@ def train(checkpoints: Path) -> Workload:
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    return poll_until(predicate, timeout_s=timeout_s, interval_s=interval_s, what=what)
 
 
 def latest_run(cluster: Cluster):

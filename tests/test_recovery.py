@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ray_fixtures import dry_run_cluster
+from ray_fixtures import module_cluster
 
 from podmanager.api import Cluster, simulation
 from podmanager.api.backends import simulated_cloud
@@ -30,22 +30,13 @@ SPEC = {
 TRAIN = ["--steps", "120", "--checkpoint-every", "20", "--log-every", "1"]
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("pmhome")
-
-
-@pytest.fixture(scope="module")
-def cluster(home):
-    with dry_run_cluster(SPEC, home) as cluster:
-        yield cluster
+home, cluster, _shared_home = module_cluster(SPEC)
 
 
 @pytest.fixture(autouse=True)
-def _each_test(cluster, home, podmanager_home, monkeypatch):
-    """Shares the module's home; afterwards no workload process may be left, and the
-    simulator may hold nothing but the cluster's own slices (which `down` removes)."""
-    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+def _each_test(cluster, home, _shared_home):
+    """Afterwards no workload process may be left, and the simulator may hold nothing but
+    the cluster's own slices (which `down` removes)."""
     yield
     runs = str(home / "clusters" / NAME / "hosts")
     left = [p.pid for p in psutil.process_iter(["cwd"]) if (p.info["cwd"] or "").startswith(runs)]

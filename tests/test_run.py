@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ray_fixtures import dry_run_cluster
+from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
 from podmanager.cli import app
@@ -34,21 +34,7 @@ SPEC = {
 }
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("pmhome")
-
-
-@pytest.fixture(scope="module")
-def cluster(home):
-    with dry_run_cluster(SPEC, home) as cluster:
-        yield cluster
-
-
-@pytest.fixture(autouse=True)
-def _module_home(cluster, home, podmanager_home, monkeypatch):
-    """conftest gives every test its own home; these tests share the module's cluster."""
-    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+home, cluster, _shared_home = module_cluster(SPEC)
 
 
 def losses(result) -> list[float]:

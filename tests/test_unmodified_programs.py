@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from ray_fixtures import dry_run_cluster
+from ray_fixtures import module_cluster
 
 from podmanager.api import simulation
 from podmanager.core.workload import Workload
@@ -42,20 +42,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("pmhome")
-
-
-@pytest.fixture(scope="module")
-def cluster(home):
-    with dry_run_cluster(SPEC, home) as cluster:
-        yield cluster
-
-
-@pytest.fixture(autouse=True)
-def _shared_home(cluster, home, podmanager_home, monkeypatch):
-    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+home, cluster, _shared_home = module_cluster(SPEC)
 
 
 def results(cluster, run_id: str) -> list[dict]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from ray_fixtures import dry_run_cluster
+from ray_fixtures import module_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 NAME = "progresstest"
@@ -19,20 +19,7 @@ SPEC = {
 }
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("pmhome")
-
-
-@pytest.fixture(scope="module")
-def cluster(home):
-    with dry_run_cluster(SPEC, home) as cluster:
-        yield cluster
-
-
-@pytest.fixture(autouse=True)
-def _shared_home(cluster, home, podmanager_home, monkeypatch):
-    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+home, cluster, _shared_home = module_cluster(SPEC)
 
 
 def test_up_announces_each_wait_in_order(cluster):
