@@ -1,10 +1,12 @@
 """The CLI through typer's CliRunner: commands, JSON output, errors and exit codes."""
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
 
+import podmanager
 from podmanager.api.backends import simulated_cloud
 from podmanager.cli import app
 
@@ -159,3 +161,20 @@ def test_ray_env_without_ray_hosts_says_why(spec_file):
     assert result.exit_code != 0 and "boot_hosts: false" in result.output
     assert json.loads(invoke("status", "-c", "clitest", "--json").output)["ray"] is None
     assert invoke("down", "-c", "clitest").exit_code == 0
+
+
+def test_the_installed_command_flushes_its_output_and_exit_code_through_a_pipe(tmp_path):
+    """`main` ends the process at once (os._exit): what it printed must still reach a pipe."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PODMANAGER_HOME": str(tmp_path)}
+    version = subprocess.run([sys.executable, "-m", "podmanager", "--version"], capture_output=True, text=True,
+                             env=env, timeout=60)
+    assert (version.returncode, version.stdout.strip()) == (0, f"podmanager {podmanager.__version__}")
+    items = subprocess.run([sys.executable, "-m", "podmanager", "accelerators", "--json"], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert items.returncode == 0 and len(json.loads(items.stdout)) > 20  # the whole JSON, not a cut-off buffer
+    missing = subprocess.run([sys.executable, "-m", "podmanager", "status", "-c", "ghost"], capture_output=True,
+                             text=True, env=env, timeout=60)
+    assert missing.returncode == 2 and "no cluster named 'ghost'" in missing.stdout + missing.stderr

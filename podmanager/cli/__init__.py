@@ -79,6 +79,7 @@ def root(ctx: typer.Context,
         console.print(ctx.get_help(), markup=False, highlight=False)
         raise typer.Exit(0)
 
+
 from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     accelerators,
     demo,
@@ -106,8 +107,8 @@ app.command(cls=PodmanagerCommand, help="List every Cloud TPU accelerator type a
 
 def main() -> None:
     """Exit right after the command: Ray's atexit shutdown of a driver that only looked
-    (status, runs) takes longer than the command itself, and nothing is left to clean up
-    by then (every command stops what it started before it returns)."""
+    (`status`) takes longer than the command itself, and nothing is left to clean up by
+    then (every command stops what it started before it returns). Output is flushed first."""
     try:
         app()
         code = 0
