@@ -18,6 +18,10 @@ def __getattr__(name: str) -> Any:
         from podmanager import api
 
         return getattr(api, name)
+    if name == "runtime":  # `import podmanager; podmanager.runtime.initialize()`
+        import importlib
+
+        return importlib.import_module("podmanager.runtime")
     if name == "Workload":
         from podmanager.core.workload import Workload
 
