@@ -7,6 +7,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from podmanager.core.errors import SpecError
+from podmanager.core.records import host_label
 
 if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster
@@ -56,9 +57,9 @@ def hang(cluster: "Cluster", slice_index: int, worker_id: int) -> None:
     cluster.simulator  # dry-run clusters only
     agent = cluster.hosts_layer.controller.agent(slice_index, worker_id) if cluster.hosts_layer else None
     if agent is None:
-        raise SpecError(f"--host: slice-{slice_index}/host-{worker_id} of {cluster.name} has no live agent")
+        raise SpecError(f"--host: {host_label(slice_index, worker_id)} of {cluster.name} has no live agent")
     ray.get(agent.signal_workload.remote(None, signal.SIGSTOP), timeout=30)
-    cluster.record("fault_injected", f"simulated hang of the workload on slice-{slice_index}/host-{worker_id}",
+    cluster.record("fault_injected", f"simulated hang of the workload on {host_label(slice_index, worker_id)}",
                     slice_index)
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from podmanager.core.records import HostSlot
+from podmanager.core.records import HostSlot, host_label
 from podmanager.state import Event
 
 # Off a terminal (a pipe, a file, CI) rich would wrap at 80 columns and cut table cells: there,
@@ -100,7 +100,7 @@ def print_summary(result) -> None:  # type: ignore[no-untyped-def]
                     [(i["attempt"], i["cause"], ",".join(map(str, i["slices"])) or "-", _seconds(i["detect_s"]),
                       _seconds(i["recover_s"]), i["lost_steps"]) for i in result.incidents])
     if failed:
-        console.print("hosts that failed: " + ", ".join(f"slice-{h.slice}/host-{h.worker_id}" for h in failed))
+        console.print("hosts that failed: " + ", ".join(host_label(h.slice, h.worker_id) for h in failed))
     console.print(f"logs: podmanager logs -c {result.cluster} --run {result.run_id}")
 
 

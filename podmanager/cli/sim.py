@@ -11,6 +11,7 @@ from podmanager.api import simulation
 from podmanager.cli.options import CLUSTER_OPTION
 from podmanager.cli.render import console
 from podmanager.core import selectors
+from podmanager.core.records import host_label
 
 
 def preempt(
@@ -49,7 +50,7 @@ def hang(
         simulation.hang(target, slice_index, worker_id)
     finally:
         target.close()
-    console.print(f"froze the workload on slice-{slice_index}/host-{worker_id}")
+    console.print(f"froze the workload on {host_label(slice_index, worker_id)}")
 
 
 def register(app: typer.Typer, *, group: type, command: type) -> None:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def host_label(slice_index: int, worker_id: int) -> str:
+    """How a host is named to the user everywhere: output prefixes, events, errors."""
+    return f"slice-{slice_index}/host-{worker_id}"
+
+
 @dataclass(frozen=True)
 class HostSlot:
     """One host of one slice, as a run addresses it."""
@@ -18,7 +23,7 @@ class HostSlot:
 
     @property
     def label(self) -> str:
-        return f"slice-{self.slice_index}/host-{self.worker_id}"
+        return host_label(self.slice_index, self.worker_id)
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class HostRef:
 
     @property
     def label(self) -> str:
-        return f"slice-{self.slice_index}/host-{self.worker_id}"
+        return host_label(self.slice_index, self.worker_id)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud.base import Node
 from podmanager.core.errors import PodmanagerError
-from podmanager.core.records import HostSlot, RayAccess
+from podmanager.core.records import HostSlot, RayAccess, host_label
 from podmanager.core.spec import ClusterSpec
 from podmanager.core.version import __version__
 
@@ -98,7 +98,7 @@ class ClusterHosts:
             out.append((slot, handle))
             expected.discard(key)
         if expected:
-            missing = ", ".join(f"slice-{s}/host-{w}" for s, w in sorted(expected))
+            missing = ", ".join(host_label(s, w) for s, w in sorted(expected))
             raise PodmanagerError(f"hosts without a healthy agent: {missing}",
                                   hint="Run 'podmanager up' again to bring them back, or see 'podmanager status'.")
         return sorted(out, key=lambda pair: (pair[0].slice_index, pair[0].worker_id))

@@ -11,7 +11,12 @@ from typing import Any, Iterator
 
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
-from podmanager.core.records import HostSlot
+from podmanager.core.records import HostSlot, host_label
+
+
+def host_file_name(slice_index: int, worker_id: int) -> str:
+    """One host's output file in a run's folder; `label` reads it back."""
+    return f"slice-{slice_index}-host-{worker_id}.log"
 
 
 class RunLogs:
@@ -22,7 +27,7 @@ class RunLogs:
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def path(self, slot: HostSlot) -> Path:
-        return self.folder / f"slice-{slot.slice_index}-host-{slot.worker_id}.log"
+        return self.folder / host_file_name(slot.slice_index, slot.worker_id)
 
     def size(self, slot: HostSlot) -> int:
         """Bytes of this host's output kept so far."""
@@ -67,15 +72,15 @@ def host_files(run: Path, host: tuple[int, int] | None) -> list[Path]:
     files = sorted(run.glob("slice-*-host-*.log"))
     if host is None:
         return files
-    wanted = run / f"slice-{host[0]}-host-{host[1]}.log"
+    wanted = run / host_file_name(*host)
     if wanted not in files:
-        raise SpecError(f"--host: no output from slice-{host[0]}/host-{host[1]} in run {run.name}")
+        raise SpecError(f"--host: no output from {host_label(*host)} in run {run.name}")
     return [wanted]
 
 
 def label(path: Path) -> str:
     slice_index, worker = re.findall(r"\d+", path.stem)[:2]
-    return f"slice-{slice_index}/host-{worker}"
+    return host_label(int(slice_index), int(worker))
 
 
 def finished(run: Path) -> bool:

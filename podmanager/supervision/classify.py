@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from podmanager.cloud.base import DEAD_STATES, NodeState
+from podmanager.core.records import host_label
 from podmanager.runtime.contract import EXIT_PREEMPTED
 
 _PEER_EXITS = frozenset({134, -6, 143, -15, -9, 137})  # aborted by JAX, or stopped by us
@@ -76,12 +77,12 @@ def classify(seen: Observation) -> Incident:
     if unreachable:
         first = unreachable[0]
         return Incident(Cause.INFRASTRUCTURE, frozenset({first.slice}),
-                        f"agent of slice-{first.slice}/host-{first.worker_id} lost: {first.lost}",
+                        f"agent of {host_label(first.slice, first.worker_id)} lost: {first.lost}",
                         (first.slice, first.worker_id))
     failed = [h for h in seen.hosts if h.exit_code not in (None, 0)]
     own = [h for h in failed if h.exit_code not in _PEER_EXITS] or failed
     if own:
         first = own[0]
-        return Incident(Cause.PROGRAM, frozenset(), f"slice-{first.slice}/host-{first.worker_id} exited with code "
+        return Incident(Cause.PROGRAM, frozenset(), f"{host_label(first.slice, first.worker_id)} exited with code "
                         f"{first.exit_code}", (first.slice, first.worker_id))
     return Incident(Cause.INFRASTRUCTURE, frozenset(), "the attempt ended without a clear cause")
