@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -182,16 +181,20 @@ def test_initialize_twice_and_preemption_agreement_across_two_processes(tmp_path
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # Each process writes its findings to a file of its own: gloo logs to stdout from other
+    # threads, and its writes can tear our lines apart there.
     code = textwrap.dedent("""
+        import os, sys
         import jax
         from podmanager import runtime
         le = runtime.initialize()
         assert runtime.initialize() == le       # idempotent
-        print("before", runtime.preemption_requested_anywhere(), flush=True)
-        if le.process_id == 1:
-            runtime.request_preemption()
-        print("after", runtime.preemption_requested(), runtime.preemption_requested_anywhere())
-        print("count", jax.process_count(), jax.device_count(), dict(runtime.mesh("model").shape))
+        with open(os.path.join(sys.argv[1], f"out-{le.process_id}.txt"), "w") as out:
+            print("before", runtime.preemption_requested_anywhere(), file=out)
+            if le.process_id == 1:
+                runtime.request_preemption()
+            print("after", runtime.preemption_requested(), runtime.preemption_requested_anywhere(), file=out)
+            print("count", jax.process_count(), jax.device_count(), dict(runtime.mesh("model").shape), file=out)
         """)
     procs = []
     try:
@@ -199,7 +202,7 @@ def test_initialize_twice_and_preemption_agreement_across_two_processes(tmp_path
             env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_PROCESSES": "2",
                    "JAX_PROCESS_ID": str(pid), "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
                    "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-            procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+            procs.append(subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=env, text=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
         outs = [p.communicate(timeout=90)[0] for p in procs]
     finally:
@@ -208,10 +211,7 @@ def test_initialize_twice_and_preemption_agreement_across_two_processes(tmp_path
                 p.kill()
                 p.wait()
     assert [p.returncode for p in procs] == [0, 0], outs
-    # gloo logs its connections on stdout from other threads, so its lines can be torn
-    # apart and glued to ours: pick our own messages out of every line.
-    ours = re.compile(r"(?:before|after|count) .*$")
-    outs = [[m.group(0) for m in map(ours.search, out.splitlines()) if m] for out in outs]
+    outs = [(tmp_path / f"out-{pid}.txt").read_text().splitlines() for pid in range(2)]
     assert outs[0] == ["before False", "after False True",
                                     "count 2 4 {'data': 1, 'model': 4}"]
     assert outs[1] == ["before False", "after True True",
