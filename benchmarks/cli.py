@@ -56,6 +56,12 @@ def main() -> None:
     if up.returncode != 0:
         subprocess.run([podmanager, "down", "-c", "clibench"], env=env, capture_output=True)
         raise SystemExit(f"up failed (exit {up.returncode}):\n{up.stdout[-3000:]}{up.stderr[-3000:]}")
+    # As for any cluster a few seconds after `up`: the host monitor has written its first view
+    # (versions without a monitor wait the 15 s out).
+    monitor_view = Path(home) / "clusters" / "clibench" / "hosts.json"
+    waited = time.monotonic()
+    while not monitor_view.exists() and time.monotonic() - waited < 15:
+        time.sleep(0.2)
     try:
         figures = {
             "python -c pass": timed([sys.executable, "-c", "pass"], env, opts.repeats),

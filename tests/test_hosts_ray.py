@@ -23,9 +23,9 @@ from ray_fixtures import (
 
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.core.clock import FakeClock
+from podmanager.core.clock import FakeClock, poll_until
 from podmanager.core.spec import parse_spec
-from podmanager.hosts import HostController, auth, fleet, head
+from podmanager.hosts import HostController, auth, fleet, head, snapshot
 from podmanager.hosts.sim import vms
 
 CLUSTER = "hosttest"
@@ -155,6 +155,23 @@ def test_head_refuses_a_driver_without_the_token(env, tmp_path):
         assert "auth" in (done.stdout + done.stderr).lower()
 
 
+def snapshot_states() -> dict[tuple[str, int], str] | None:
+    """(node, worker) -> state in the monitor's snapshot, if it is fresh."""
+    fresh = snapshot.read_fresh(CLUSTER)
+    return {(h.node_name, h.worker_id): h.state for h in fresh[1]} if fresh else None
+
+
+def test_the_monitor_keeps_a_fresh_snapshot_of_every_host(env):
+    """wait_for_hosts started the monitor: the snapshot has every host as a live probe does."""
+    live = {(h.node_name, h.worker_id): (h.state, h.ray_node_id) for h in env["controller"].hosts()}
+    first = poll_until(lambda: snapshot.read_fresh(CLUSTER), timeout_s=30, interval_s=0.2, what="a snapshot")
+    assert {(h.node_name, h.worker_id): (h.state, h.ray_node_id) for h in first[1]} == live
+    assert len(live) == 3 and {state for state, _ in live.values()} == {fleet.HEALTHY}
+    later = poll_until(lambda: (s := snapshot.read_fresh(CLUSTER)) and s[0] > first[0] and s, timeout_s=10,
+                       interval_s=0.2, what="a newer snapshot")
+    assert later[0] - first[0] < 5.0  # it keeps probing
+
+
 def test_killed_host_is_seen_dead_within_3s(env):
     controller = env["controller"]
     assert controller.dead_hosts() == []
@@ -177,6 +194,10 @@ def test_killed_host_is_seen_dead_within_3s(env):
     assert infos[node.name].state == fleet.DEAD and not infos[node.name].healthy
     others = [h for h in controller.hosts() if h.node_name != node.name]
     assert len(others) == 2 and all(h.healthy for h in others)
+    # The monitor's snapshot (what `status` shows) follows.
+    states = poll_until(lambda: (s := snapshot_states()) and s[(node.name, 0)] == fleet.DEAD and s, timeout_s=10,
+                        interval_s=0.2, what="the snapshot to show the host dead")
+    assert sorted(states.values()) == [fleet.DEAD, fleet.HEALTHY, fleet.HEALTHY]
 
 
 def test_preempted_slice_loses_its_hosts(env):

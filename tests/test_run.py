@@ -19,8 +19,10 @@ from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
 from podmanager.cli import app
+from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
+from podmanager.hosts import snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -204,3 +206,19 @@ def test_ray_users_find_the_cluster_through_status_and_ray_env(cluster):
     status = subprocess.run([str(Path(sys.executable).with_name("ray")), "status"], env=user, capture_output=True,
                             text=True, timeout=120)
     assert status.returncode == 0 and "Active:" in status.stdout, status.stderr[-2000:]
+
+
+def test_status_shows_the_monitors_view_of_the_hosts_without_loading_ray(cluster):
+    """`status` reads the snapshot the cluster's monitor keeps: no Ray in the process."""
+    poll_until(lambda: snapshot.read_fresh("runtest"), timeout_s=30, interval_s=0.2, what="the monitor's snapshot")
+    script = ("import json, sys\n"
+              "from podmanager import api\n"
+              "status = api.resolve_cluster('runtest').status()\n"
+              "print(json.dumps({'ray_loaded': 'ray' in sys.modules,"
+              " 'hosts': [(h['slice_index'], h['worker_id'], h['state']) for h in status.hosts]}))")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    seen = json.loads(shown.stdout.splitlines()[-1])
+    assert seen["ray_loaded"] is False
+    assert seen["hosts"] == [[0, 0, "healthy"], [0, 1, "healthy"], [1, 0, "healthy"], [2, 0, "healthy"]]
+    live = cluster.hosts()
+    assert [(h.slice_index, h.worker_id, h.state) for h in live] == [tuple(h) for h in seen["hosts"]]

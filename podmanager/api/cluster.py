@@ -64,6 +64,7 @@ class ClusterStatus:
     slices: list[SliceStatus]
     hosts: list[dict[str, Any]] = field(default_factory=list)
     ray: RayAccess | None = None  # where Ray users find the cluster (None before the head starts)
+    hosts_observed_at: float | None = None  # unix time the hosts were probed (by the cluster's monitor, or now)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -224,6 +225,8 @@ class Cluster:
         return nodes
 
     def status(self) -> ClusterStatus:
+        """Slices as the cloud reports them now; hosts as the cluster's monitor probed them
+        a moment ago (`hosts_observed_at`), or probed now when it has not."""
         observed = {n.name: n for n in self._provisioner().observe().nodes}
         slices = []
         for want in desired_slices(self.spec):
@@ -238,9 +241,9 @@ class Cluster:
                 hosts=accelerator.hosts,
                 chips=accelerator.chips,
             ))
-        hosts = [asdict(h) for h in self.hosts_layer.hosts()] if self.hosts_layer else []
-        return ClusterStatus(self.name, self.spec.backend.value, self.spec.project or "", slices, hosts,
-                             self.ray_access())
+        observed_at, hosts = self.hosts_layer.observed_hosts() if self.hosts_layer else (None, [])
+        return ClusterStatus(self.name, self.spec.backend.value, self.spec.project or "", slices,
+                             [asdict(h) for h in hosts], self.ray_access(), observed_at)
 
     def ray_access(self) -> RayAccess | None:
         """The Ray address, dashboard URL and token path of the cluster's head, and the

@@ -14,8 +14,7 @@ import os
 import threading
 import traceback
 
-NAMESPACE = "podmanager"  # the namespace of the cluster's agents (hosts/fleet.py)
-HEAD_RESOURCE = "node:__internal_head__"  # every Ray head node has it; pins the supervisor there
+from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
 
 log = logging.getLogger(__name__)
 
@@ -102,21 +101,3 @@ def start_supervisor(cluster_class: type, cluster: str, run_id: str) -> None:
     )
     remote.remote(str(paths.home()), cluster, run_id, cluster_class)
 
-
-def supervisor_of(run_id: str):  # type: ignore[no-untyped-def]
-    """The live supervisor actor of a run, or None."""
-    import ray
-
-    try:
-        return ray.get_actor(actor_name(run_id), namespace=NAMESPACE)
-    except ValueError:
-        return None
-
-
-def stop_supervisor(run_id: str) -> None:
-    """Remove a run's supervisor for good (after the run was cancelled, or when tearing down)."""
-    import ray
-
-    actor = supervisor_of(run_id)
-    if actor is not None:
-        ray.kill(actor, no_restart=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from podmanager.hosts.controller import HostController
-    from podmanager.hosts.fleet import HostInfo
+    from podmanager.hosts.host_info import HostInfo
 
 __all__ = ["HostController", "HostInfo"]
 
@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
 
         return HostController
     if name == "HostInfo":
-        from podmanager.hosts.fleet import HostInfo
+        from podmanager.hosts.host_info import HostInfo
 
         return HostInfo
     raise AttributeError(name)

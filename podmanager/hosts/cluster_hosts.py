@@ -8,6 +8,9 @@ A control-plane-only simulation (`simulation.boot_hosts: false`) has no Ray side
 from __future__ import annotations
 
 import os
+import sys
+import time
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud.base import Node
@@ -15,19 +18,23 @@ from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot, RayAccess, host_label
 from podmanager.core.spec import ClusterSpec
 from podmanager.core.version import __version__
+from podmanager.hosts import snapshot
+from podmanager.hosts.host_info import HostInfo, mark_vanished
 
 if TYPE_CHECKING:
-    from podmanager.hosts.controller import LocalMachines
+    from podmanager.hosts.controller import HostController, LocalMachines
 
 
 class ClusterHosts:
     def __init__(self, spec: ClusterSpec, machines: LocalMachines | None = None):
-        from podmanager.hosts.controller import (
-            HostController,  # Ray loads only when hosts are used
-        )
-
         self.spec = spec
-        self.controller = HostController(spec, machines)
+        self.machines = machines
+
+    @cached_property
+    def controller(self) -> HostController:
+        from podmanager.hosts.controller import HostController  # Ray loads only when hosts are asked
+
+        return HostController(self.spec, self.machines)
 
     @classmethod
     def for_spec(cls, spec: ClusterSpec, machines: LocalMachines | None = None) -> "ClusterHosts | None":
@@ -73,8 +80,18 @@ class ClusterHosts:
     def wait(self, nodes: list[Node], on_progress: Callable[[int, int], None] | None = None) -> list[Any]:
         return self.controller.wait_for_hosts(nodes, timeout_s=self.spec.head.join_timeout_s, on_progress=on_progress)
 
-    def hosts(self) -> list[Any]:
+    def hosts(self) -> list[HostInfo]:
+        """Every host, probed now."""
         return self.controller.hosts()
+
+    def observed_hosts(self) -> tuple[float, list[HostInfo]]:
+        """(when, every host) as the cluster's monitor last probed them, at most a few
+        seconds ago, without loading Ray; probed now when there is no fresh snapshot."""
+        fresh = snapshot.read_fresh(self.spec.name)
+        if fresh is None:
+            return time.time(), self.controller.hosts()
+        observed_at, infos = fresh
+        return observed_at, mark_vanished(infos, self.machines.vanished(self.spec.name)) if self.machines else infos
 
     def dead_hosts(self) -> list[Any]:
         return self.controller.dead_hosts()
@@ -112,5 +129,6 @@ class ClusterHosts:
                 secrets.delete(self.spec.name)
 
     def close(self) -> None:
-        self.controller.close()
+        if "ray" in sys.modules:  # else this process never connected to Ray: nothing to close
+            self.controller.close()
 

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Callable, Protocol
 
@@ -17,8 +16,8 @@ from podmanager.cloud.base import Node, NodeState
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.spec import ClusterSpec
-from podmanager.hosts import auth, driver_output, fleet, head, loopback
-from podmanager.hosts.fleet import HostInfo
+from podmanager.hosts import auth, driver_output, fleet, head, loopback, monitor, snapshot
+from podmanager.hosts.host_info import HostInfo, mark_vanished
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +136,12 @@ class HostController:
             ready = not not_ready and len(seen) == expected and all(h.healthy for h in seen)
             return list(seen) if ready else None
 
-        return poll_until(all_healthy, timeout_s=timeout_s, interval_s=0.5, on_timeout=lambda: TimeoutExceededError(
+        joined = poll_until(all_healthy, timeout_s=timeout_s, interval_s=0.5, on_timeout=lambda: TimeoutExceededError(
             f"hosts not ready after {timeout_s:.0f}s: " + _missing(seen, not_ready), hint=self._hint()))
+        state = head.load_state(self.cluster)
+        if state is not None and state.started:  # the monitor writes to this machine's state folder
+            monitor.ensure_monitor(self.cluster)
+        return joined
 
     def hosts(self) -> list[HostInfo]:
         """Every registered host with its probe result; [] when there is no head."""
@@ -164,14 +167,7 @@ class HostController:
 
     def _with_vm_truth(self, infos: list[HostInfo]) -> list[HostInfo]:
         """A simulated host whose processes are all gone is dead, whatever Ray says yet."""
-        if self.machines is None:
-            return infos
-        gone = self.machines.vanished(self.cluster)
-        return [
-            dataclasses.replace(h, healthy=False, state=fleet.DEAD, detail=f"simulated VM is gone; Ray: {h.detail}")
-            if (h.node_name, h.worker_id) in gone else h
-            for h in infos
-        ]
+        return infos if self.machines is None else mark_vanished(infos, self.machines.vanished(self.cluster))
 
     # ------------------------------------------------------------ teardown
 
@@ -190,8 +186,9 @@ class HostController:
                 log.warning("could not remove the agents of %s: %s", self.cluster, error)
         self.close()
         head.stop_head(self.cluster)
-        # Registry of agents is meaningless once the head is gone.
+        # The registry of agents and the monitor's snapshot are meaningless once the head is gone.
         (fleet._registry_path(self.cluster)).unlink(missing_ok=True)
+        snapshot.remove(self.cluster)
         self._address = None
 
     def _hint(self) -> str:

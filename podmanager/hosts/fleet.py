@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -33,33 +32,21 @@ from podmanager.cloud.base import Node
 from podmanager.core import paths
 from podmanager.core.catalog import lookup
 from podmanager.hosts.agent import AgentIdentity, HostAgent
+from podmanager.hosts.host_info import (
+    DEAD,
+    HEALTHY,
+    JOINING,
+    UNHEALTHY,
+    UNREACHABLE,
+    UNRESPONSIVE,
+    HostInfo,
+)
 
 NAMESPACE = "podmanager"
 REGISTRY_FILE = "agents.json"
 SLICE_LABEL = "ray.io/tpu-slice-name"
 WORKER_LABEL = "ray.io/tpu-worker-id"
-
-# Host states, from best to worst.
-HEALTHY = "healthy"
-UNHEALTHY = "unhealthy"  # agent answers, but its probe found a problem
-JOINING = "joining"  # no Ray node for this host yet, or the slice is not placed yet
-UNRESPONSIVE = "unresponsive"  # alive as far as Ray knows, no answer in time
-UNREACHABLE = "unreachable"  # ActorUnavailableError: the node stopped answering, not yet declared dead
-DEAD = "dead"  # ActorDiedError, agent gone, or its Ray node declared dead
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    slice_index: int
-    node_name: str
-    worker_id: int
-    ip: str | None
-    chips: int
-    healthy: bool
-    last_heartbeat: float | None  # unix time of the last answered probe
-    ray_node_id: str | None
-    detail: str
-    state: str = JOINING
+HEAD_RESOURCE = "node:__internal_head__"  # every Ray head node has it; pins an actor there
 
 
 def agent_name(cluster: str, slice_index: int, worker_id: int) -> str:

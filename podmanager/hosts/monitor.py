@@ -1,0 +1,69 @@
+"""The cluster's host monitor: a detached Ray actor on the head node that probes every
+host about once a second and keeps `cluster_dir/hosts.json` (snapshot.py) up to date.
+
+It exists so that `status` can show the hosts without connecting to Ray itself. It only
+observes: health checks during a run and the launch of a run still probe the hosts live.
+It runs where the client's state folder is, so it is started only for a head podmanager
+started on this machine (for a head the spec names, `status` probes the hosts live).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import ray
+
+from podmanager.core import paths
+from podmanager.hosts import fleet, snapshot
+
+log = logging.getLogger(__name__)
+
+PERIOD_S = 1.0
+PROBE_TIMEOUT_S = 1.0
+
+
+def monitor_name(cluster: str) -> str:
+    return f"pm-{cluster}-monitor"
+
+
+class HostMonitor:
+    """Plain class; `ensure_monitor` wraps it with `ray.remote` and its options."""
+
+    def __init__(self, home: str, cluster: str) -> None:
+        os.environ["PODMANAGER_HOME"] = home  # the snapshot goes to the client's state folder
+        self.cluster = cluster
+        self._thread = threading.Thread(target=self._watch, name=f"monitor-{cluster}", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while True:  # until the actor is killed (down) or its node stops
+            started = time.time()
+            try:
+                snapshot.write(self.cluster, fleet.probe_hosts(self.cluster, timeout_s=PROBE_TIMEOUT_S), started)
+            except Exception:  # noqa: BLE001 - one failed round must not end the monitoring
+                log.exception("probing the hosts of %s failed", self.cluster)
+            time.sleep(max(0.0, PERIOD_S - (time.time() - started)))
+
+
+def ensure_monitor(cluster: str) -> None:
+    """Start the cluster's monitor unless it runs (the caller is connected to the cluster's Ray)."""
+    try:
+        ray.get_actor(monitor_name(cluster), namespace=fleet.NAMESPACE)
+        return
+    except ValueError:
+        pass
+    try:
+        ray.remote(HostMonitor).options(
+            name=monitor_name(cluster),
+            namespace=fleet.NAMESPACE,
+            lifetime="detached",
+            max_restarts=-1,  # a crashed monitor comes back; meanwhile status probes live
+            num_cpus=0,
+            resources={fleet.HEAD_RESOURCE: 0.001},
+        ).remote(str(paths.home()), cluster)
+    except ValueError:  # another process started it a moment ago
+        pass
+
