@@ -1,8 +1,12 @@
-"""Shared fixtures: every test gets its own $PODMANAGER_HOME."""
+"""Shared fixtures: every test gets its own $PODMANAGER_HOME; `clock` and `sim` give a
+simulated cloud on a fake clock."""
 
 from __future__ import annotations
 
 import pytest
+
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.clock import FakeClock
 
 
 @pytest.fixture(autouse=True)
@@ -11,3 +15,13 @@ def podmanager_home(tmp_path, monkeypatch):
     monkeypatch.setenv("PODMANAGER_HOME", str(home))
     monkeypatch.delenv("TPU_EMULATOR_HOST", raising=False)
     return home
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def sim(clock):
+    return SimCloud(clock=clock, create_latency_s=2.0, delete_latency_s=0.5)

@@ -7,8 +7,6 @@ from podmanager.api.backends import simulated_cloud
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.retry import RetryingCloud
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.core.clock import FakeClock
 from podmanager.core.errors import TimeoutExceededError
 from podmanager.state import StateStore
 
@@ -19,16 +17,6 @@ def spec(count=2, **slice_fields):
     return {"name": "c", "backend": "simulated", "zones": ZONES,
             "simulation": {"boot_hosts": False},
             "slices": [{"accelerator": "v4-16", "count": count, **slice_fields}]}
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
-
-
-@pytest.fixture
-def sim(clock):
-    return SimCloud(clock=clock, create_latency_s=2.0, delete_latency_s=0.5)
 
 
 def cluster_on(sim, clock, data):

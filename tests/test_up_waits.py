@@ -6,24 +6,12 @@ import pytest
 
 from podmanager.api import Cluster
 from podmanager.cloud.base import NodeState
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.core.clock import FakeClock
 from podmanager.core.errors import TimeoutExceededError
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import desired_slices
 
 SPEC = {"name": "w", "backend": "simulated", "zones": ["zone-a"], "simulation": {"boot_hosts": False},
         "slices": [{"accelerator": "v4-8", "count": 2}]}
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
-
-
-@pytest.fixture
-def sim(clock):
-    return SimCloud(clock=clock, create_latency_s=2.0, delete_latency_s=0.5)
 
 
 def kinds(cluster):
