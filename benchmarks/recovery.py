@@ -61,8 +61,21 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=60.0, help="seconds of training between preemptions")
     parser.add_argument("--preemptions", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6000, help="enough for every preemption to happen")
+    parser.add_argument("--requirements", action="store_true",
+                        help="the run also has a requirement (a small wheel from a local folder) installed on every host")
     args = parser.parse_args()
     os.environ["PODMANAGER_HOME"] = tempfile.mkdtemp(prefix="pm-bench-recovery-")
+    requirements = {}
+    if args.requirements:
+        import sys
+
+        sys.path.insert(0, str(REPO / "tests"))
+        from wheels import build_wheel
+
+        wheels = Path(os.environ["PODMANAGER_HOME"]) / "wheels"
+        wheels.mkdir()
+        build_wheel(wheels, "tinydep", "1.0", "ANSWER = 'tiny'\n")
+        requirements = {"requirements": ["--no-index", f"--find-links {wheels}", "tinydep==1.0"]}
     from podmanager.api import Cluster
     from podmanager.core.workload import Workload
 
@@ -74,7 +87,8 @@ def main() -> None:
     })
     preempter = Preempter(cluster, args.every, args.preemptions)
     workload = Workload(entrypoint="workloads/train_mlp.py", working_dir=str(REPO), parallelism="data",
-                        args=["--steps", str(args.steps), "--checkpoint-every", "50", "--log-every", "50"])
+                        args=["--steps", str(args.steps), "--checkpoint-every", "50", "--log-every", "50"],
+                        **requirements)
     try:
         cluster.up(timeout_s=300)
         result = cluster.run(workload, printer=preempter.on_output)
@@ -110,7 +124,7 @@ def main() -> None:
         print("| median | " + " | ".join(f"{statistics.median(r[c] for r in rows):.2f}" for c in columns) + " | |")
     print()
     print(f"run: {result.attempts} attempts, {result.metrics['last_step']} steps, wall {result.wall_s:.0f} s, "
-          f"goodput {result.goodput:.0%}")
+          f"goodput {result.goodput:.0%}" + (f", badput {result.badput}" if getattr(result, "badput", None) else ""))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.core.records import HostSlot
+from podmanager.hosts.environments import HostSetup
 
 
 @dataclass
@@ -76,7 +77,10 @@ class FakeAgent:
         self.signals: list[int] = []
         self.notice = False
         self.runs: dict[str, dict[str, Any]] = {}  # run id -> this host's process
+        self.setups: list[str] = []  # the run id of every setup asked for, in order
+        self.setup_report = HostSetup(True, 0.0)  # what every setup answers
         self.free_port = _Method(lambda: FakeRef(12345))
+        self.setup_workload = _Method(self._setup)
         self.start_workload = _Method(self._start)
         self.poll_workload = _Method(self._poll)
         self.stop_workload = _Method(self._stop)
@@ -84,7 +88,11 @@ class FakeAgent:
         self.preemption_notice = _Method(lambda: FakeRef("preempted" if self.notice else None))
         self.signal_workload = _Method(lambda run_id, signum: FakeRef(self.signals.append(signum)))
 
-    def _start(self, run_id: str, workload_json: str, env: dict[str, str], working_dir: Any) -> FakeRef:
+    def _setup(self, run_id: str, workload_json: str, code: Any) -> FakeRef:
+        self.setups.append(run_id)
+        return FakeRef(self.setup_report)
+
+    def _start(self, run_id: str, workload_json: str, env: dict[str, str]) -> FakeRef:
         attempt = int(env["PODMANAGER_ATTEMPT"])
         self.started.append(env)
         self.runs[run_id] = {"attempt": attempt, "behaviour": self.script(attempt), "polls": 0, "running": True,

@@ -16,6 +16,7 @@ from podmanager.core.clock import RealClock
 from podmanager.core.records import SliceRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
+from podmanager.hosts.environments import HostSetup
 from podmanager.state.runs import RunStore
 from podmanager.supervision.supervisor import RunSupervisor, new_run
 
@@ -150,7 +151,7 @@ def test_a_supervisor_started_on_a_running_attempt_reattaches_instead_of_launchi
     cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=3))
     run_id = submit(cluster, runs)
     for _, agent in cluster.hosts:  # attempt 0 is running on every host, started by the killed supervisor
-        agent.start_workload.remote(run_id, "{}", {"PODMANAGER_ATTEMPT": "0"}, None)
+        agent.start_workload.remote(run_id, "{}", {"PODMANAGER_ATTEMPT": "0"})
     run = runs.get(run_id)
     run.status, run.supervisor = "running", {"starts": 1}
     run.phase = {"name": "running", "attempt": 0, "started": 1.0, "log_base": {}}
@@ -182,3 +183,26 @@ def test_a_finished_run_is_left_as_it_is(tmp_path, runs):
     again = supervise(cluster, runs, run_id)
     assert again.as_dict() == first.as_dict()
     assert [len(a.started) for _, a in cluster.hosts] == [1, 1]
+
+
+def test_a_run_that_cannot_be_set_up_stops_as_bad_input_without_spending_a_budget(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=2))
+    _, broken = cluster.hosts[1]
+    broken.setup_report = HostSetup(False, 0.5, error="uv pip compile failed",
+                                    lines=["error: tinydepx was not found in the package registry"])
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "failed" and result.setup_error is not None
+    assert result.setup_error.host == "slice-1/host-0" and "tinydepx" in result.setup_error.lines[0]
+    assert (result.failures, result.preemptions, result.incidents) == (0, 0, [])
+    assert cluster.deleted == [] and cluster.restored == 0
+    assert all(agent.started == [] for _, agent in cluster.hosts)  # no program ran anywhere
+    assert "setup_failed" in cluster.kinds() and "incident" not in cluster.kinds()
+
+
+def test_every_launch_is_preceded_by_a_setup_and_a_reattach_by_none(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=2, exit_code=1 if attempt == 0 else 0))
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded" and result.attempts == 2
+    assert all(agent.setups == ["run-1", "run-1"] for _, agent in cluster.hosts)
+    assert set(result.badput) == {"setup", "startup", "recovery"}
+    assert [k for k in cluster.kinds() if k.startswith("setup")].count("setup_done") == 2

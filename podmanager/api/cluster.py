@@ -17,7 +17,7 @@ from podmanager.api.backends import (
     make_cloud,
     simulator_client,
 )
-from podmanager.api.submission import default_checkpoint_dir, run_slices
+from podmanager.api.submission import run_checkpoints, run_slices
 from podmanager.api.teardown import LabelDownReport, down_by_label, teardown
 from podmanager.cloud.base import DEAD_STATES, Node, TpuCloud
 from podmanager.cloud.sim.cloud import SimCloud
@@ -75,11 +75,13 @@ class Cluster:
 
     def __init__(self, spec: ClusterSpec, *, cloud: TpuCloud | None = None, simulator: SimCloud | None = None,
                  store: StateStore | None = None, clock: Clock | None = None,
-                 on_event: EventCallback | None = None):
+                 on_event: EventCallback | None = None, run_id: str | None = None):
         """`cloud`: talk to this backend as it is; `simulator`: this simulated cloud, through
         the client-side retries a dry run uses (its faults stay reachable through
-        `simulator`); neither: the backend the spec asks for."""
+        `simulator`); neither: the backend the spec asks for. `run_id`: the run this object
+        acts for (its supervisor's), stamped on every event it records."""
         self.spec = spec
+        self.run_id = run_id
         self.clock = clock or RealClock()
         self.store = store or StateStore()
         self._cloud = cloud
@@ -133,6 +135,10 @@ class Cluster:
         return self._simulator
 
     def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> Event:
+        if self.run_id is not None:
+            # What a run's supervisor causes through us (a slice replaced, a retried call)
+            # belongs to that run: following it shows these, and no other run does.
+            data.setdefault("run_id", self.run_id)
         event = self.store.add_event(self.name, kind, message, slice_index=slice_index, **data)
         if self.on_event:
             self.on_event(event)
@@ -259,14 +265,20 @@ class Cluster:
 
     def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RunHandle:
         """Start a run and return at once: its supervisor runs on the cluster's side (a Ray
-        actor next to the head) and outlives this process. One run at a time per slice."""
+        actor next to the head) and outlives this process. One run at a time per slice.
+
+        The working dir and a requirements file are taken from this process's current
+        folder and shipped with the run: nothing later depends on where this process ran."""
         from podmanager.api import service
+        from podmanager.running import package
         from podmanager.running.attempt import new_run_id
         from podmanager.supervision.supervisor import new_run
 
         if self.hosts_layer is None:
             raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to run on")
+        workload = workload.submitted(Path.cwd())
         slices = run_slices(self.spec, workload)
+        checkpoints = run_checkpoints(self.spec, workload, slices)
         busy = [r for r in self.runs_store.active(self.name) if set(r.slices) & set(slices)]
         if busy:
             raise SpecError(
@@ -279,11 +291,16 @@ class Cluster:
             raise SpecError(f"budgets: unknown {sorted(unknown)}; use max_preemptions, max_failures, max_hangs")
         if not self.hosts_layer.controller.connect():
             raise PodmanagerError(f"cluster {self.name} has no Ray head", hint="Run 'podmanager up' first.")
+        code = package.upload(workload.working_dir) if workload.working_dir is not None else None
+        workload.check_program(code.files if code else None)
         run_id = new_run_id(workload)
-        self.runs_store.create(new_run(self, workload, run_id, slices, default_checkpoint_dir(self.spec, workload), budgets or {}))
+        self.runs_store.create(new_run(self, workload, run_id, slices, checkpoints.directory, budgets or {},
+                                       warnings=[checkpoints.warning] if checkpoints.warning else []))
         self.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
                     run_id=run_id)
-        service.start_supervisor(type(self), self.name, run_id)
+        if checkpoints.warning:
+            self.record("warning", f"run {run_id}: {checkpoints.warning}", run_id=run_id)
+        service.start_supervisor(type(self), self.name, run_id, code.uri if code else None)
         return self.run_handle(run_id)
 
     def run(self, workload: Workload, *, printer: OutputPrinter | None = None,
@@ -299,9 +316,10 @@ class Cluster:
         handle = None
         try:
             handle = self.submit(workload, budgets=budgets)
-            after = self.store.events(self.name, kind="run_submitted")[-1].id
             try:
-                return handle.follow(printer, self.on_event, after_event=after, on_interrupt=on_interrupt)
+                # `on_event` saw the submit event as it was recorded: follow from just after it.
+                return handle.follow(printer, self.on_event, after_event=handle.submit_event_id(),
+                                     on_interrupt=on_interrupt)
             except KeyboardInterrupt:
                 if on_interrupt is None:
                     handle.cancel()

@@ -59,22 +59,25 @@ class RunHandle:
     def follow(self, printer: OutputPrinter | None = None, on_event: EventCallback | None = None, *,
                after_event: int | None = None, on_interrupt: InterruptCallback | None = None,
                poll_s: float = 0.2) -> RunResult:
-        """Every host's output and the run's events as they come (from the start of the run, or
-        after event id `after_event`), until the run has finished; its result.
+        """Every host's output and the run's events as they come (from its `run_submitted`
+        event, or after event id `after_event`), until the run has finished; its result. Only
+        this run's events: another run of the cluster, on other slices, is not shown.
 
         On KeyboardInterrupt `on_interrupt(self)` decides: True to go on following (e.g. it
         cancelled the run, whose end is still to be shown), False to stop following (the
         interrupt goes on up; the run goes on). Without it the interrupt just goes on up."""
         offsets: dict[Path, int] = {}
-        last_event = self._first_event() - 1 if after_event is None else after_event
+        last_event = max(self.submit_event_id() - 1, 0) if after_event is None else after_event
         while True:
             try:
                 return self._follow(printer, on_event, offsets, last_event, poll_s)
             except KeyboardInterrupt:
                 if on_interrupt is None or not on_interrupt(self):
                     raise
-                events = self.store.events(self.cluster)
-                last_event = events[-1].id if events else 0
+                # Go on from the run's latest event: `on_interrupt` has told the user what
+                # happened meanwhile (e.g. the cancel).
+                events = self.store.events(self.cluster, after_id=last_event, run_id=self.run_id)
+                last_event = events[-1].id if events else last_event
 
     def _follow(self, printer: OutputPrinter | None, on_event: EventCallback | None, offsets: dict[Path, int],
                 last_event: int, poll_s: float) -> RunResult:
@@ -86,7 +89,7 @@ class RunHandle:
                 match = _HOST_FILE.search(path.name)
                 if text and printer and match:
                     printer(HostRef(int(match.group(1)), int(match.group(2))), text)  # type: ignore[arg-type]
-            for event in self.store.events(self.cluster, after_id=last_event):
+            for event in self.store.events(self.cluster, after_id=last_event, run_id=self.run_id):
                 last_event = event.id
                 if on_event:
                     on_event(event)
@@ -109,11 +112,11 @@ class RunHandle:
                     ) from None
         return self.status()
 
-    def _first_event(self) -> int:
-        for event in self.store.events(self.cluster, kind="run_submitted"):
-            if event.data.get("run_id") == self.run_id:
-                return event.id
-        return 1
+    def submit_event_id(self) -> int:
+        """The id of this run's `run_submitted` event (0 if it has none), found by the run's
+        id: the cluster's latest such event may already be another run's."""
+        submitted = self.store.events(self.cluster, kind="run_submitted", run_id=self.run_id)
+        return submitted[0].id if submitted else 0
 
 
 def _read_lines(path: Path, offset: int, *, final: bool) -> tuple[str, int]:
@@ -142,6 +145,9 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
         "goodput": result.get("goodput"),
         "started": run.created_at,
         "last_incident": incidents[-1]["cause"] if incidents else None,
+        # Seconds spent setting hosts up (code, requirements), over every attempt so far.
+        "setup_s": round(sum(a.get("setup_s", 0.0) for a in run.ledger.get("attempts", [])), 1),
+        "warnings": list(run.warnings),
     }
 
 

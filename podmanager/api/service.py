@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import traceback
+from pathlib import Path
 
 from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
 
@@ -26,12 +27,14 @@ def actor_name(run_id: str) -> str:
 class SupervisorActor:
     """Plain class; `start_supervisor` wraps it with `ray.remote` and its options."""
 
-    def __init__(self, home: str, cluster: str, run_id: str, cluster_class: type) -> None:
+    def __init__(self, home: str, cluster: str, run_id: str, cluster_class: type, code_uri: str | None) -> None:
         # The submitting client's state folder: paths, the store and the simulated cloud live there.
         os.environ["PODMANAGER_HOME"] = home
         self.cluster = cluster
         self.run_id = run_id
         self.cluster_class = cluster_class  # the API's Cluster, handed in: this module sits below it
+        # Ray unpacked the run's code package here, as this actor's working dir (see start_supervisor).
+        self.code_dir = Path.cwd() if code_uri else None
         self._thread = threading.Thread(target=self._supervise, name=f"supervise-{run_id}", daemon=True)
         self._thread.start()
 
@@ -44,11 +47,12 @@ class SupervisorActor:
 
         runs = RunStore()
         try:
-            cluster = self.cluster_class.from_name(self.cluster)
+            # Every event recorded through this cluster (a replaced slice, a retry) is the run's.
+            cluster = self.cluster_class.from_name(self.cluster, run_id=self.run_id)
             run = runs.get(self.run_id)
             timers = cluster.arm_scripted_hangs() if run is not None and not run.supervisor else []
             try:
-                RunSupervisor(cluster, runs, self.run_id).supervise()
+                RunSupervisor(cluster, runs, self.run_id, code_dir=self.code_dir).supervise()
             finally:
                 for timer in timers:
                     timer.cancel()
@@ -77,9 +81,14 @@ def _record_crash(runs, run_id: str, trace: str) -> None:  # type: ignore[no-unt
     log.error("supervisor of %s failed:\n%s", run_id, trace)
 
 
-def start_supervisor(cluster_class: type, cluster: str, run_id: str) -> None:
+def start_supervisor(cluster_class: type, cluster: str, run_id: str, code_uri: str | None) -> None:
     """Create the run's supervisor actor (the caller is connected to the cluster's Ray);
-    it rebuilds the cluster with `cluster_class.from_name`."""
+    it rebuilds the cluster with `cluster_class.from_name`.
+
+    `code_uri` (the run's working dir, uploaded by `running.package.upload`) becomes the
+    actor's runtime-environment working dir: a detached actor that names a package keeps it
+    in the cluster for as long as the actor lives (restarts included), and Ray deletes it
+    once the run is over. The supervisor hands it on to the hosts."""
     import ray
 
     from podmanager.core import paths
@@ -91,7 +100,7 @@ def start_supervisor(cluster_class: type, cluster: str, run_id: str) -> None:
         max_restarts=-1,
         num_cpus=0,
         resources={HEAD_RESOURCE: 0.001},
-        runtime_env={"env_vars": {
+        runtime_env={**({"working_dir": code_uri} if code_uri else {}), "env_vars": {
             # Hosts of replaced simulated slices are children of this process; they must outlive it.
             "RAY_kill_child_processes_on_worker_exit": "false",
             # Ray starts workers at nice 15; the supervisor (and the simulated hosts it boots
@@ -99,5 +108,5 @@ def start_supervisor(cluster_class: type, cluster: str, run_id: str) -> None:
             "RAY_worker_niceness": "0",
         }},
     )
-    remote.remote(str(paths.home()), cluster, run_id, cluster_class)
+    remote.remote(str(paths.home().resolve()), cluster, run_id, cluster_class, code_uri)
 

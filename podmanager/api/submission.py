@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import ClusterSpec
 from podmanager.core.workload import Workload, check_parallelism
+from podmanager.runtime.checkpoints import is_url
+
+NO_CHECKPOINTS_WARNING = ("no checkpoint dir: a preemption restarts this run from step 0; "
+                          "pass --checkpoint-dir gs://... or set checkpoints: in the spec")
 
 
 def run_slices(spec: ClusterSpec, workload: Workload) -> list[int]:
@@ -22,11 +29,69 @@ def run_slices(spec: ClusterSpec, workload: Workload) -> list[int]:
     return sorted(slices)
 
 
-def default_checkpoint_dir(spec: ClusterSpec, workload: Workload) -> str | None:
-    """Where the run checkpoints: the workload's own choice, else (dry runs) one folder per
-    cluster and program, so running the same program again resumes where it stopped."""
+@dataclass(frozen=True)
+class RunCheckpoints:
+    """Where a run checkpoints, decided once at submit and stored in its record.
+
+    `directory`: absolute local path or URL, None for no checkpoints. `warning`: what the
+    user should know at submit and in `runs` (e.g. a preemption restarts from step 0)."""
+
+    directory: str | None
+    warning: str | None = None
+
+
+def run_checkpoints(spec: ClusterSpec, workload: Workload, slices: list[int] | None = None) -> RunCheckpoints:
+    """The run's checkpoint dir, checked before anything starts. `slices`: the run's (default:
+    the workload's choice, else every slice of the cluster).
+
+    The dir is `--checkpoint-dir` if given, else `<checkpoints>/<cluster>/<program>` from
+    the spec, else (dry runs) one local folder per cluster and program, so running the same
+    program again resumes where it stopped. On GCP a run of more than one host with a local
+    dir is refused: each host would write its part to its own disk and no host could read
+    the whole checkpoint back, and a replaced slice comes back without that disk."""
+    if slices is None:
+        slices = workload.slices if workload.slices is not None else [s.index for s in spec.slice_list()]
+    hosts = sum(s.accelerator.hosts for s in spec.slice_list() if s.index in slices)
     if workload.checkpoint_dir:
-        return workload.checkpoint_dir
-    if spec.simulated:  # every simulated host shares this machine's disk
-        return str(paths.cluster_dir(spec.name) / "checkpoints" / workload.display_name)
-    return None
+        source = "--checkpoint-dir"
+        directory = workload.checkpoint_dir
+        if not is_url(directory):
+            # The supervisor and the hosts run in other folders than this client.
+            directory = os.path.abspath(os.path.expanduser(directory))
+    elif spec.checkpoints:
+        source = "checkpoints"
+        directory = _join(spec.checkpoints, spec.name, workload.display_name)
+    elif spec.simulated:  # every simulated host shares this machine's disk: it stands for the bucket
+        return RunCheckpoints(str(paths.cluster_dir(spec.name) / "checkpoints" / workload.display_name))
+    else:
+        return RunCheckpoints(None, NO_CHECKPOINTS_WARNING)
+
+    if is_url(directory):
+        return RunCheckpoints(directory)
+    if os.path.isfile(directory):
+        raise SpecError(f"{source}: {directory} is a file; checkpoints need a folder (or a gs:// URL)",
+                        hint="Name a folder that does not exist yet or holds this program's checkpoints.")
+    if spec.simulated:
+        return RunCheckpoints(directory)
+    if hosts > 1:
+        fix = "set 'checkpoints: gs://BUCKET/PREFIX' in the spec"
+        if source == "--checkpoint-dir" and spec.checkpoints and is_url(spec.checkpoints):
+            fix = f"drop it to use the spec's checkpoints: {spec.checkpoints}"
+        raise SpecError(f"{source}: {directory} is a folder on each host's own disk, but this run spans "
+                        f"{hosts} hosts, which must all write to and read from one shared storage",
+                        hint=f"Pass --checkpoint-dir gs://BUCKET/PATH, or {fix} (every host reaches a bucket, "
+                             "a replaced slice's too).")
+    # One host: the checkpoint is whole, but a preempted slice is recreated without its disk.
+    return RunCheckpoints(directory, f"checkpoint dir {directory} is on the host's own disk: a preempted "
+                                     "slice comes back without it and the run restarts from step 0; "
+                                     "use --checkpoint-dir gs://... or checkpoints: in the spec")
+
+
+def default_checkpoint_dir(spec: ClusterSpec, workload: Workload) -> str | None:
+    """The run's checkpoint dir (see `run_checkpoints`, which also raises its SpecErrors)."""
+    return run_checkpoints(spec, workload).directory
+
+
+def _join(root: str, *parts: str) -> str:
+    """`root/parts...` for a URL or a local path alike (a URL is never normalised)."""
+    return "/".join([root.rstrip("/"), *parts]) if is_url(root) else os.path.join(root, *parts)

@@ -6,10 +6,11 @@ one message and an exit code here, in `PodmanagerGroup.invoke`.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -33,10 +34,62 @@ class PodmanagerCommand(TyperCommand):
 
 
 class ProgramCommand(PodmanagerCommand):
-    """`run`: its usage line names the program and its arguments, which click collects unparsed."""
+    """`run`: podmanager's options, then the program (a .py file, `-m module`, or a command
+    after `--`) with its arguments, which click collects unparsed."""
 
     def collect_usage_pieces(self, ctx):  # type: ignore[no-untyped-def]
         return ["[OPTIONS]", "PROGRAM [ARGS]..."]
+
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        options, program = split_program(ctx, args, self.get_params(ctx))
+        # After `--` click reads nothing: the program's `--steps 5` stays the program's.
+        return super().parse_args(ctx, [*options, "--", *program])
+
+
+def split_program(ctx: typer.Context, args: list[str], params: list[Any]) -> tuple[list[str], list[str]]:
+    """(podmanager's options, the program and its arguments). Everything starting with `-`
+    before the program is an option, and an unknown one is a usage error (exit 2): a typo
+    must not become the program every host runs."""
+    values: dict[str, int] = {}  # option name -> how many values it takes
+    for param in params:
+        if getattr(param, "param_type_name", None) == "option":
+            for name in (*param.opts, *param.secondary_opts):
+                values[name] = 0 if param.is_flag or param.count else param.nargs
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return args[:i], args[i + 1:]
+        if arg == "-m" and "-m" not in values:
+            if i + 1 == len(args):
+                ctx.fail("-m: name the module to run, e.g. 'podmanager run -m pkg.train'")
+            return args[:i], args[i:]
+        if not arg.startswith("-") or arg == "-":
+            return args[:i], args[i:]
+        i += 1 + _values_taken(ctx, arg, values)
+    return args, []
+
+
+def _values_taken(ctx: typer.Context, arg: str, values: dict[str, int]) -> int:
+    """How many of the next arguments option `arg` consumes (as click's parser does:
+    `--opt=value`, `-pVALUE` and bundled flags `-dp VALUE`); a usage error if it is unknown."""
+    if arg.startswith("--"):
+        name, inline, _ = arg.partition("=")
+        taken = _arity(ctx, name, values)
+        return 0 if inline else taken
+    for at, letter in enumerate(arg[1:], start=1):
+        if taken := _arity(ctx, f"-{letter}", values):
+            return 0 if at + 1 < len(arg) else taken  # the rest of `-pVALUE` is its value
+    return 0
+
+
+def _arity(ctx: typer.Context, name: str, values: dict[str, int]) -> int:
+    if name in values:
+        return values[name]
+    close = difflib.get_close_matches(name, [n for n in values if n.startswith("--")], n=1)
+    fix = (f"Did you mean {close[0]}?" if close
+           else "The program's own options go after it: podmanager run [OPTIONS] PROGRAM [ARGS].")
+    ctx.fail(f"No such option: {name}. {fix}")
 
 
 class PodmanagerGroup(TyperGroup):
@@ -98,7 +151,7 @@ from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
 for command in (up.up, status.status, down.down, events.events, demo.demo, logs.logs, runs.runs, runs.attach,
                 runs.cancel, ray_env.ray_env):
     app.command(cls=PodmanagerCommand)(command)
-app.command(cls=ProgramCommand, context_settings={"ignore_unknown_options": True})(run.run)
+app.command(cls=ProgramCommand)(run.run)
 sim.register(app, group=PodmanagerGroup, command=PodmanagerCommand)
 app.command(cls=PodmanagerCommand,
             help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)

@@ -12,15 +12,15 @@ from podmanager import api
 from podmanager.cli.render import console, print_json, print_summary, printer
 
 # Events worth a line while a run is followed (the rest are in `podmanager events`).
-RUN_EVENTS = frozenset({"attempt_started", "incident", "slices_replaced", "resumed", "preemption_notice",
+RUN_EVENTS = frozenset({"attempt_started", "setup_started", "setup_progress", "setup_done", "setup_failed", "warning", "incident", "slices_replaced", "resumed", "preemption_notice",
                         "run_failed", "backoff", "zone_fallback", "reattached", "supervisor_restarted",
                         "run_cancelled"})
 
 
 def follow_run(follow: Callable[..., api.RunResult], *, all_hosts: bool, as_json: bool,
                interrupt: Callable[[api.RunHandle], bool] | None = None) -> None:
-    """Print a run until it ends, then its summary; exit 1 unless it succeeded, 130 when
-    the user detached. `follow(printer, on_event, on_interrupt)` is the API call that
+    """Print a run until it ends, then its summary; exit 1 unless it succeeded (2 when it
+    could not be set up), 130 when the user detached. `follow(printer, on_event, on_interrupt)` is the API call that
     follows it (`Cluster.run`, or a `RunHandle.follow`)."""
     try:
         result = follow(printer(all_hosts, to_stderr=as_json), _event_line(as_json), interrupt)
@@ -30,6 +30,8 @@ def follow_run(follow: Callable[..., api.RunResult], *, all_hosts: bool, as_json
         print_json(result.as_dict())
     else:
         print_summary(result)
+    if result.setup_error is not None:  # bad input (a requirement, a missing program): nothing ran
+        raise typer.Exit(2)
     if result.status != "succeeded":
         raise typer.Exit(1)
 

@@ -90,7 +90,11 @@ def printer(all_hosts: bool, *, to_stderr: bool):
 def print_summary(result) -> None:  # type: ignore[no-untyped-def]
     failed = [h for h in result.hosts if h.exit_code not in (0, None) or h.lost] if result.status == "failed" else []
     last = result.attempt_log[-1] if result.attempt_log else None
-    if result.status == "failed" and last is not None and last.last_lines:
+    if result.setup_error is not None:
+        console.print(f"setting up {result.setup_error.host} failed: {result.setup_error.error}", markup=False)
+        for line in result.setup_error.lines:
+            console.print(f"  {line}", markup=False)
+    elif result.status == "failed" and last is not None and last.last_lines:
         console.print(f"last output of {last.failed_host}:")
         for line in last.last_lines:
             console.print(f"  {line}", markup=False)

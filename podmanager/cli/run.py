@@ -27,6 +27,9 @@ def run(
     checkpoint_dir: Optional[str] = typer.Option(
         None, "--checkpoint-dir", metavar="DIR", help="Where checkpoints go (shared by all hosts; a gs:// bucket on GCP)."),
     working_dir: str = typer.Option(".", "--working-dir", metavar="DIR", help="Folder shipped to every host; the program runs in it."),
+    requirements: Optional[str] = typer.Option(
+        None, "--requirements", "-r", metavar="FILE",
+        help="A requirements file (pip's format) installed on every host, on top of JAX and podmanager, before the program starts."),
     all_hosts: bool = typer.Option(False, "--all-hosts", help="Stream every host's output, not only worker 0's."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object at the end."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and return at once."),
@@ -41,7 +44,7 @@ def run(
 ) -> None:
     """Run a JAX program on every host of the cluster's slices.
 
-    PROGRAM is a .py file (or -m module) in the working dir, with its own ARGS after it; anything else after `--` is a command run as is, with $VARS (e.g. $JAX_PROCESS_ID) expanded per host.
+    PROGRAM is a .py file (or -m module) in the working dir, with its own ARGS after it; anything else after `--` is a command run as is, with $VARS (e.g. $JAX_PROCESS_ID) expanded per host. Options go before PROGRAM: everything after it is the program's.
 
     The run is supervised on the cluster's side: Ctrl-C only detaches (a second Ctrl-C within 2 s cancels), and `podmanager attach RUN` follows it again.
     """  # noqa: E501 - typer keeps line breaks inside later paragraphs
@@ -54,7 +57,7 @@ def run(
     workload = Workload.from_argv(program or [],
                                   slices=selectors.parse_slices(slices, target.name, flag="--slices") if slices else None,
                                   parallelism=parallelism, env=_env_pairs(env), checkpoint_dir=checkpoint_dir,
-                                  working_dir=working_dir, hang_timeout_s=hang_timeout)
+                                  working_dir=working_dir, requirements=requirements, hang_timeout_s=hang_timeout)
     budgets = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures),
                                  ("max_hangs", max_hangs)) if v is not None}
     if detach:

@@ -14,18 +14,21 @@ from podmanager.cli.render import clock_time, console, print_json, print_table
 
 
 def runs(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -> None:
-    """Every run of the cluster: status, attempt, step, steps/s, goodput, cause of the last incident."""
+    """Every run of the cluster: status, attempt, step, steps/s, goodput, setup time, cause of the last incident."""
     target = api.resolve_cluster(cluster)
     summaries = [api.run_summary(r) for r in target.runs()]
     if as_json:
         print_json(summaries)
         return
-    print_table(f"runs of {target.name}", ["run", "status", "attempt", "step", "steps/s", "goodput", "started",
-                                           "last incident"],
+    print_table(f"runs of {target.name}", ["run", "status", "attempt", "step", "steps/s", "goodput", "setup s",
+                                           "started", "last incident"],
                 [(s["run_id"], s["status"], s["attempt"], s["step"],
                   None if s["steps_per_s"] is None else f"{s['steps_per_s']:.1f}",
-                  None if s["goodput"] is None else f"{s['goodput']:.0%}", clock_time(s["started"]),
-                  s["last_incident"]) for s in summaries])
+                  None if s["goodput"] is None else f"{s['goodput']:.0%}", f"{s['setup_s']:.1f}",
+                  clock_time(s["started"]), s["last_incident"]) for s in summaries])
+    for s in summaries:
+        for warning in s["warnings"]:
+            console.print(f"warning: {s['run_id']}: {warning}", markup=False)
 
 
 def attach(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 
 def home() -> Path:
-    path = Path(os.environ.get("PODMANAGER_HOME") or Path.home() / ".podmanager")
+    # Absolute: the supervisors and hosts that read it run in other folders.
+    path = Path(os.environ.get("PODMANAGER_HOME") or Path.home() / ".podmanager").expanduser().absolute()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -26,6 +26,7 @@ from pydantic import (
 
 from podmanager.core import catalog
 from podmanager.core.errors import SpecError
+from podmanager.runtime.checkpoints import is_url
 
 NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 SIMULATED_PROJECT = "podmanager-sim"
@@ -135,6 +136,8 @@ class ClusterSpec(_Model):
     health: HealthSpec = Field(default_factory=HealthSpec)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
+    # The default checkpoint root of every run: <checkpoints>/<cluster>/<program>.
+    checkpoints: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -144,6 +147,21 @@ class ClusterSpec(_Model):
                 f"{value!r} must be 1-30 lowercase letters, digits or '-', starting with a letter"
             )
         return value
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _valid_checkpoints(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if is_url(value):
+            if not value.split("://", 1)[1].strip("/"):
+                raise ValueError(f"{value!r} names no bucket; use e.g. gs://my-bucket/checkpoints")
+            return value.rstrip("/")
+        if not os.path.isabs(value):
+            # A relative folder would depend on where each command happens to run.
+            raise ValueError(f"{value!r} is neither a URL nor an absolute path; use a bucket every host "
+                             "shares, e.g. gs://my-bucket/checkpoints (or, for a dry run, an absolute folder)")
+        return os.path.normpath(value)
 
     @model_validator(mode="after")
     def _fill_project_and_zones(self) -> "ClusterSpec":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -30,6 +29,9 @@ class Workload(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     checkpoint_dir: str | None = None
     working_dir: str | None = "."  # shipped to every host; None ships nothing
+    # Installed on every host before the program starts: a requirements file (read where the
+    # run is submitted) or its lines; `submitted()` turns a file into its lines.
+    requirements: str | list[str] | None = None
     hang_timeout_s: float | None = Field(None, gt=0)  # overrides health.hang_timeout_s of the spec
     name: str | None = None
 
@@ -63,30 +65,50 @@ class Workload(BaseModel):
             return cls(command=argv, **options)  # type: ignore[arg-type]
         except ValidationError as invalid:
             flags = {"hang_timeout_s": "--hang-timeout", "checkpoint_dir": "--checkpoint-dir", "env": "--env",
-                     "slices": "--slices", "working_dir": "--working-dir"}
+                     "slices": "--slices", "working_dir": "--working-dir",
+                     "requirements": "--requirements"}
             problems = [f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'run'}: {e['msg']}"
                         for e in invalid.errors()]
             raise SpecError("; ".join(problems)) from None
 
-    def check_program(self) -> None:
-        """Fail before anything starts when the program is not there: a typo must not cost an
-        attempt, let alone a slice. A `.py` entrypoint must be a file in the working dir; a
-        `-m` module must be in the working dir or importable here."""
-        if self.entrypoint is None:
+    @property
+    def module(self) -> str | None:
+        """The `-m` module the program is, if it is one."""
+        if self.entrypoint is not None and self.entrypoint.startswith("-m "):
+            return self.entrypoint[3:].strip()
+        return None
+
+    def submitted(self, cwd: Path) -> "Workload":
+        """The workload as the cluster gets it, independent of the submitting process: the
+        working dir absolute (the supervisor and the hosts run elsewhere), a requirements
+        file read into its lines (the hosts cannot read the client's disk)."""
+        working_dir = None if self.working_dir is None else str((cwd / self.working_dir).resolve())
+        requirements = self.requirements
+        if isinstance(requirements, str):
+            requirements = read_requirements(cwd / requirements)
+        return self.model_copy(update={"working_dir": working_dir, "requirements": requirements or None})
+
+    def check_program(self, shipped: set[str] | None = None) -> None:
+        """Fail before anything starts when the program is not where it will run: a typo must
+        not cost an attempt, let alone a slice. A `.py` entrypoint must be a file of the
+        working dir that is shipped (`shipped`: the package's file names; .gitignore can leave
+        one out). A `-m` module or a command is checked on the hosts, after their setup."""
+        if self.entrypoint is None or self.module is not None:
             return
         root = Path(self.working_dir or ".")
-        if not self.entrypoint.startswith("-m "):
-            if not (root / self.entrypoint).is_file():
-                raise SpecError(f"run: {self.entrypoint} is not a file in the working dir {root.resolve()}",
-                                hint="Check the path, or pass --working-dir to the folder that holds it.")
-            return
-        module = self.entrypoint[3:].strip()
-        as_path = root / module.replace(".", "/")
-        if as_path.with_suffix(".py").is_file() or (as_path / "__init__.py").is_file():
-            return
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            raise SpecError(f"run: module {module!r} is neither in the working dir {root.resolve()} nor installed",
-                            hint="Check the name, or pass --working-dir to the folder that holds it.")
+        if not (root / self.entrypoint).is_file():
+            raise SpecError(f"run: {self.entrypoint} is not a file in the working dir {root.resolve()}",
+                            hint="Check the path, or pass --working-dir to the folder that holds it.")
+        if shipped is not None and Path(self.entrypoint).as_posix() not in shipped:
+            raise SpecError(f"run: {self.entrypoint} is left out of what is shipped to the hosts "
+                            f"(.gitignore or .rayignore in {root.resolve()})",
+                            hint="Remove it from the ignore file, or run a program that is shipped.")
+
+    def requirement_lines(self) -> list[str]:
+        """The requirements as lines, once `submitted()` has read any file."""
+        if isinstance(self.requirements, str):
+            raise ValueError("requirements is still a file name: call submitted() first")
+        return list(self.requirements or [])
 
     def argv(self, python: str, env: dict[str, str]) -> list[str]:
         """The host's command line, with `$VARS` of a command expanded from its env."""
@@ -96,6 +118,17 @@ class Workload(BaseModel):
         if self.entrypoint.startswith("-m "):
             return [python, "-u", "-m", self.entrypoint[3:].strip(), *self.args]
         return [python, "-u", self.entrypoint, *self.args]
+
+
+def read_requirements(path: Path) -> list[str]:
+    """A requirements file's lines that mean something: no blanks, no comments."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise SpecError(f"--requirements: cannot read {path}: {error.strerror}",
+                        hint="Name a requirements file (pip's format), relative to where you run podmanager.") from None
+    lines = [line.split(" #")[0].strip() for line in text.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 def expand(text: str, env: dict[str, str]) -> str:

@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
+from podmanager.hosts.environments import HostSetup
 from podmanager.hosts.head import free_port
 from podmanager.hosts.probe import probe_host
 from podmanager.hosts.runs import HostRuns
@@ -75,8 +76,12 @@ class HostAgent:
         """A free port on this host (all interfaces), for the JAX coordinator."""
         return free_port("")
 
-    def start_workload(self, run_id: str, workload_json: str, env: dict, working_dir_zip: bytes | None) -> int:
-        return self._runs().start(run_id, workload_json, env, working_dir_zip)
+    def setup_workload(self, run_id: str, workload_json: str, code_zip: bytes | None) -> HostSetup:
+        """Ready the run here (its code, its requirements, its program); see `HostRuns.setup`."""
+        return self._runs().setup(run_id, workload_json, code_zip)
+
+    def start_workload(self, run_id: str, workload_json: str, env: dict) -> int:
+        return self._runs().start(run_id, workload_json, env)
 
     def poll_workload(self, run_id: str, offset: int, hold_s: float = 0.0) -> dict:
         return self._runs().poll(run_id, offset, hold_s)

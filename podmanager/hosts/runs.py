@@ -1,5 +1,6 @@
-"""A host's side of a run: unpack the shipped working dir, start the workload process with
-its launch environment, report output, exit and progress, and stop it.
+"""A host's side of a run: set it up (unpack the shipped working dir, layer its
+requirements on the host's environment, check that the program is there), start the
+workload process with its launch environment, report output, exit and progress, and stop it.
 
 The host agent (a Ray actor) delegates to one `HostRuns`; this module has no Ray in it,
 so it is tested directly.
@@ -10,12 +11,17 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
+import shutil
+import subprocess
+import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from podmanager.core.workload import Workload
+from podmanager.hosts import environments
+from podmanager.hosts.environments import Environment, HostSetup
 from podmanager.hosts.process import WorkloadProcess, first_progress, read_progress
 from podmanager.hosts.procs import MACHINE_ENV
 from podmanager.runtime import contract
@@ -29,11 +35,33 @@ _PRIVATE_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV"})
 MEGASCALE_FILE_ENV = "PODMANAGER_SIM_MEGASCALE_FILE"
 
 
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run set up on this host: where its processes run and with which interpreter."""
+
+    cwd: Path
+    environment: Environment
+
+
+# Asks the run's interpreter, in the run's folder, whether a module is there, without
+# importing it (a package's __init__ may be slow or have side effects).
+_FIND_MODULE = """
+import importlib.machinery, sys
+path = None
+for part in sys.argv[1].split("."):
+    spec = importlib.machinery.PathFinder.find_spec(part, path)
+    if spec is None:
+        sys.exit(3)
+    path = spec.submodule_search_locations
+"""
+
+
 class HostRuns:
     """The workload processes of one host, by run id (one live process per run)."""
 
     def __init__(self, root: Path):
         self.root = root
+        self.prepared: dict[str, PreparedRun] = {}
         self.processes: dict[str, WorkloadProcess] = {}
         self.progress_files: dict[str, Path] = {}
         self.attempts: dict[str, int] = {}  # run id -> the attempt its process belongs to
@@ -41,29 +69,62 @@ class HostRuns:
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
 
-    def start(self, run_id: str, workload_json: str, env: dict[str, str], working_dir_zip: bytes | None) -> int:
-        current = self.processes.get(run_id)
-        if current is not None and current.status().running:
-            raise RuntimeError(f"run {run_id} already has a live process (pid {current.pid}) on this host")
+    def setup(self, run_id: str, workload_json: str, code_zip: bytes | None) -> HostSetup:
+        """Make the run ready to start here: its code unpacked, its requirements installed (or
+        found installed), its program found. Done once per run on a host: a later attempt on
+        the same host finds it ready and pays nothing."""
+        started = time.monotonic()
+        if run_id in self.prepared:
+            return HostSetup(True, time.monotonic() - started, reused=True)
         workload = Workload.model_validate_json(workload_json)
-        attempt = env.get(contract.ENV_ATTEMPT, "0")
-        folder = self.run_dir(run_id)
-        cwd = folder / "working_dir"
-        if working_dir_zip is not None and not cwd.exists():
-            with zipfile.ZipFile(io.BytesIO(working_dir_zip)) as archive:
-                archive.extractall(cwd)
+        cwd = self.run_dir(run_id) / "working_dir"
+        if code_zip is not None and not cwd.exists():
+            unpacking = cwd.with_name("working_dir.unpacking")
+            shutil.rmtree(unpacking, ignore_errors=True)
+            with zipfile.ZipFile(io.BytesIO(code_zip)) as archive:
+                archive.extractall(unpacking)
+            unpacking.rename(cwd)  # whole or not at all
         cwd.mkdir(parents=True, exist_ok=True)
+        environment, report = environments.timed_prepare(list(workload.requirements or []))
+        if environment is None:
+            return report
+        prepared = PreparedRun(cwd, environment)
+        missing = _missing_program(workload, prepared, self._process_env(prepared, {}, workload))
+        if missing is not None:
+            return HostSetup(False, time.monotonic() - started, error=missing)
+        self.prepared[run_id] = prepared
+        return HostSetup(True, time.monotonic() - started, reused=report.reused)
+
+    def _process_env(self, prepared: PreparedRun, env: dict[str, str], workload: Workload) -> dict[str, str]:
         process_env = {k: v for k, v in os.environ.items()
                        if not k.startswith(_PRIVATE_PREFIXES) and k not in _PRIVATE_NAMES}
         if MACHINE_ENV in os.environ:  # a simulated host: its program dies with it
             process_env[MACHINE_ENV] = os.environ[MACHINE_ENV]
         process_env.update(env)
         process_env.update(workload.env)
+        process_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(prepared.cwd), process_env.get("PYTHONPATH")]))
+        # `python` and the requirements' own commands are the run's environment's.
+        process_env["PATH"] = os.pathsep.join(filter(None, [prepared.environment.bin_dir, process_env.get("PATH")]))
+        process_env["PYTHONUNBUFFERED"] = "1"
+        return process_env
+
+    def start(self, run_id: str, workload_json: str, env: dict[str, str]) -> int:
+        current = self.processes.get(run_id)
+        if current is not None and current.status().running:
+            raise RuntimeError(f"run {run_id} already has a live process (pid {current.pid}) on this host")
+        workload = Workload.model_validate_json(workload_json)
+        if run_id not in self.prepared:  # a run that ships nothing and needs nothing
+            report = self.setup(run_id, workload_json, None)
+            if not report.ok:
+                raise RuntimeError(f"run {run_id} cannot start here: {report.error}")
+        prepared = self.prepared[run_id]
+        attempt = env.get(contract.ENV_ATTEMPT, "0")
+        folder = self.run_dir(run_id)
+        cwd = prepared.cwd
+        process_env = self._process_env(prepared, env, workload)
         _leave_megascale_for_metadata(env)
         process_env[contract.ENV_PROGRESS_FILE] = str(folder / f"progress-{attempt}.jsonl")
-        process_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), process_env.get("PYTHONPATH")]))
-        process_env["PYTHONUNBUFFERED"] = "1"
-        argv = workload.argv(sys.executable, process_env)
+        argv = workload.argv(prepared.environment.python, process_env)
         try:
             process = WorkloadProcess(argv, env=process_env, cwd=str(cwd), log_path=folder / f"output-{attempt}.log")
         except OSError as error:
@@ -121,6 +182,27 @@ class HostRuns:
     def stop_all(self, grace_s: float = 5.0) -> None:
         for process in self.processes.values():
             process.stop(grace_s)
+
+
+def _missing_program(workload: Workload, prepared: PreparedRun, process_env: dict[str, str]) -> str | None:
+    """Why the program cannot start here, or None: a `-m` module the run's interpreter cannot
+    find, a command that is not on the run's PATH."""
+    if workload.module is not None:
+        found = subprocess.run([prepared.environment.python, "-c", _FIND_MODULE, workload.module],
+                               cwd=prepared.cwd, env=process_env, capture_output=True, text=True)
+        if found.returncode != 0:
+            return (f"module {workload.module!r} is neither in the working dir nor installed on the host"
+                    + (f" ({found.stderr.strip().splitlines()[-1]})" if found.stderr.strip() else ""))
+    elif workload.command is not None:
+        program = workload.argv(prepared.environment.python, process_env)[0]
+        if "/" in program:
+            if not os.access(prepared.cwd / program, os.X_OK):
+                return f"command {program!r} is not an executable file in the working dir"
+        elif shutil.which(program, path=process_env.get("PATH")) is None:
+            return f"command {program!r} is not on the host's PATH"
+    elif workload.entrypoint is not None and not (prepared.cwd / workload.entrypoint).is_file():
+        return f"{workload.entrypoint} is not in the shipped working dir"
+    return None
 
 
 def _leave_megascale_for_metadata(env: dict[str, str]) -> None:

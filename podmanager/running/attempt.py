@@ -1,25 +1,29 @@
-"""One `run`: ship the working dir, launch an attempt on every host, stream its output,
-stop every sibling when one fails, and record the result (and the logs) locally.
+"""One `run`: set every host up (the run's code, its requirements), launch an attempt on
+every host, stream its output, stop every sibling when one fails, and record the result
+(and the logs) locally.
 
-An attempt ends in one of three ways: every process exited 0 (succeeded), a process
-exited non-zero or a host was lost (failed: the others are stopped at once), or the user
+An attempt ends in one of four ways: every process exited 0 (succeeded), a process
+exited non-zero or a host was lost (failed: the others are stopped at once), a host could
+not be set up (failed before anything started, with `setup_error`), or the user
 interrupted it (every process is stopped, then KeyboardInterrupt goes on up).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism
+from podmanager.hosts.environments import HostSetup
 from podmanager.running.gang import Gang, HostState
 from podmanager.running.launch import launch_envs, pack_working_dir
 from podmanager.running.logs import RunLogs
 from podmanager.running.remote import RAY, Remote
-from podmanager.running.results import AttemptResult, HostResult, OutputPrinter
+from podmanager.running.results import AttemptResult, HostResult, OutputPrinter, SetupError
 from podmanager.runtime.contract import EXIT_PREEMPTED
 
 def new_run_id(workload: Workload) -> str:
@@ -30,7 +34,7 @@ class AttemptRunner:
     """Runs attempts of one workload on a fixed set of host agents."""
 
     def __init__(self, cluster: str, workload: Workload, run_id: str, *, simulated: bool,
-                 checkpoint_dir: str | None, printer: OutputPrinter | None = None,
+                 checkpoint_dir: str | None, code_dir: Path | None = None, printer: OutputPrinter | None = None,
                  poll_interval_s: float = 0.25, stop_grace_s: float = 10.0, failure_grace_s: float = 2.0,
                  remote: Remote = RAY):
         self.cluster = cluster
@@ -46,26 +50,40 @@ class AttemptRunner:
         # lost or failed peer: they only need a moment to exit, not the user's grace period.
         self.failure_grace_s = failure_grace_s
         self.logs = RunLogs(cluster, run_id)
-        self._working_dir_ref = None
+        # The run's code as the supervisor holds it (its runtime environment's working dir, on
+        # the head node): zipped once and handed to every host through Ray's object store.
+        self.code_dir = code_dir
+        self._code_ref = None
         self.workload_json = workload.model_dump_json()
 
-    def working_dir(self) -> Any:
-        if self._working_dir_ref is None and self.workload.working_dir is not None:
-            self._working_dir_ref = self.remote.put(pack_working_dir(self.workload.working_dir))
-        return self._working_dir_ref
+    def code(self) -> Any:
+        if self._code_ref is None and self.code_dir is not None:
+            self._code_ref = self.remote.put(pack_working_dir(self.code_dir))
+        return self._code_ref
 
     def run_attempt(self, agents: list[tuple[HostSlot, Any]], attempt: int,
                     make_monitor: Callable[[Gang], Any] | None = None, *,
                     on_launched: Callable[[], None] | None = None,
+                    on_setup: Callable[[int, int], None] | None = None,
                     reattach: dict[str, int] | None = None, started: float | None = None) -> AttemptResult:
         """One attempt on all `agents`. `make_monitor(gang)` gives a health monitor whose
-        `check()` may return a reason to stop the attempt early; `on_launched()` is told once
-        every process has started. With `reattach` (host label -> bytes of this attempt's
-        output already kept), the processes already run: watch them instead of launching."""
+        `check()` may return a reason to stop the attempt early; `on_setup(done, of)` hears
+        hosts finish their setup; `on_launched()` is told once every process has started.
+        With `reattach` (host label -> bytes of this attempt's output already kept), the
+        processes already run: watch them instead of setting up and launching."""
         slots = [slot for slot, _ in agents]
         if self.workload.parallelism:
             check_parallelism(self.workload.parallelism, sum(s.chips for s in slots))
         gang = Gang(agents, self.run_id, remote=self.remote)
+        setup_s, installed = 0.0, []
+        if reattach is None:
+            setup_started = time.time()
+            reports = gang.setup(self.workload_json, self.code(), on_ready=on_setup)
+            setup_s = time.time() - setup_started
+            failed = next(((slot, r) for slot, r in reports if not r.ok), None)
+            if failed is not None:
+                return self._setup_failed(gang, attempt, setup_started, setup_s, *failed)
+            installed = [slot.label for slot, report in reports if not report.reused]
         monitor = make_monitor(gang) if make_monitor else None
         started = started or time.time()
         try:
@@ -77,7 +95,7 @@ class AttemptRunner:
                     envs = launch_envs(slots, coordinator_port=gang.coordinator_port(), cluster=self.cluster,
                                        run_id=self.run_id, attempt=attempt, checkpoint_dir=self.checkpoint_dir,
                                        parallelism=self.workload.parallelism, simulated=self.simulated)
-                    gang.start(self.workload_json, envs, self.working_dir())
+                    gang.start(self.workload_json, envs)
                 except (RayActorError, GetTimeoutError):
                     pass  # a host went away during the launch: the next poll names it as lost
             if on_launched:
@@ -95,7 +113,17 @@ class AttemptRunner:
             gang.stop(grace_s=self.stop_grace_s if noticed else self.failure_grace_s)
         result = self._result(gang.hosts, attempt, started, failed, reason)
         result.detected_at = detected_at
+        result.setup_s, result.setup_installed = setup_s, installed
         return result
+
+    def _setup_failed(self, gang: Gang, attempt: int, started: float, setup_s: float, slot: HostSlot,
+                      report: HostSetup) -> AttemptResult:
+        """The run cannot start: nothing was launched, no host is to blame for a failure."""
+        error = SetupError(slot.label, report.error or "setup failed", list(report.lines))
+        return AttemptResult(attempt=attempt, status="failed", started=started + setup_s, ended=time.time(),
+                             hosts=[HostResult(h.slot.slice_index, h.slot.worker_id, None, h.lost) for h in gang.hosts],
+                             failed_host=slot.label, failure=f"setup failed: {error.error}", last_lines=error.lines,
+                             setup_s=setup_s, setup_error=error)
 
     def _watch(self, gang: Gang, should_abort: Callable[[], str | None] | None) -> tuple[HostState | None, str | None]:
         """Poll until every process has exited 0, one failed (returned), or abort is asked."""

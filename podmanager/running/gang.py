@@ -12,7 +12,10 @@ from typing import Any, Callable
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.core.records import HostSlot
+from podmanager.hosts.environments import HostSetup
 from podmanager.running.remote import RAY, Remote
+
+SETUP_TIMEOUT_S = 1800.0  # installing a run's requirements on a host may take minutes
 
 
 @dataclass
@@ -59,9 +62,33 @@ class Gang:
         """A free port on the coordinator host (worker 0 of the first slice)."""
         return self.remote.get(self.agents[0][1].free_port.remote(), timeout=self.poll_timeout_s)
 
-    def start(self, workload_json: str, envs: list[dict[str, str]], working_dir: Any) -> None:
-        calls = [agent.start_workload.remote(self.run_id, workload_json, env, working_dir)
-                 for (_, agent), env in zip(self.agents, envs)]
+    def setup(self, workload_json: str, code: Any, *, timeout_s: float = SETUP_TIMEOUT_S,
+              on_ready: Callable[[int, int], None] | None = None) -> list[tuple[HostSlot, HostSetup]]:
+        """Set the run up on every host at once (code, requirements, program check); each
+        reachable host's report, `on_ready(done, of)` told as hosts finish. A host that is lost
+        meanwhile is marked lost, for the attempt's first poll to name."""
+        pending = {agent.setup_workload.remote(self.run_id, workload_json, code): host
+                   for host, (_, agent) in zip(self.hosts, self.agents)}
+        reports: list[tuple[HostSlot, HostSetup]] = []
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            ready, _ = self.remote.wait(list(pending), 1, max(0.0, deadline - time.monotonic()))
+            if not ready:
+                for host in pending.values():
+                    host.lost, host.running = f"no answer to the setup within {timeout_s:.0f}s", False
+                break
+            host = pending.pop(ready[0])
+            try:
+                reports.append((host.slot, self.remote.get(ready[0])))
+            except RayActorError as error:
+                host.lost, host.running = f"{type(error).__name__} during the setup", False
+            if on_ready:
+                on_ready(len(self.hosts) - len(pending), len(self.hosts))
+        return reports
+
+    def start(self, workload_json: str, envs: list[dict[str, str]]) -> None:
+        calls = [agent.start_workload.remote(self.run_id, workload_json, env)
+                 for (host, (_, agent)), env in zip(zip(self.hosts, self.agents), envs) if not host.lost]
         self.remote.get(calls, timeout=120)
 
     def poll(self, on_output: OutputCallback | None = None, wait_s: float = 0.5) -> list[HostState]:

@@ -21,6 +21,16 @@ class HostResult:
 
 
 @dataclass
+class SetupError:
+    """Why a run could not be set up on a host: bad input (a requirement that cannot be
+    installed, a program that is not there), never the program's own failure."""
+
+    host: str  # "slice-0/host-1"
+    error: str
+    lines: list[str] = field(default_factory=list)  # the installer's own words
+
+
+@dataclass
 class AttemptResult:
     attempt: int
     status: str  # succeeded | failed | interrupted
@@ -37,7 +47,12 @@ class AttemptResult:
     first_step_time: float | None = None  # unix time the program reported its first step
     last_step_time: float | None = None
     detected_at: float | None = None  # when the failure was seen (before the survivors were stopped)
+    setup_s: float = 0.0  # setting the hosts up before `started` (code, requirements, program check)
+    setup_error: SetupError | None = None
+    setup_installed: list[str] = field(default_factory=list)  # hosts that installed for it (the rest reused)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "AttemptResult":
-        return cls(**{**data, "hosts": [HostResult(**h) for h in data["hosts"]]})
+        error = data.get("setup_error")
+        return cls(**{**data, "hosts": [HostResult(**h) for h in data["hosts"]],
+                      "setup_error": SetupError(**error) if error else None})

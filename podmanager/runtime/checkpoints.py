@@ -3,7 +3,23 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
+
+# `gs://bucket/ck`, `s3://...`, `file:///...`: storage every host reaches by URL.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(directory: str) -> bool:
+    """True for `scheme://...` (kept as is); False for a path on this machine's disk."""
+    return bool(_URL.match(directory))
+
+
+def resolve_directory(directory: str | os.PathLike[str]) -> str:
+    """A URL unchanged (abspath would turn `gs://b/ck` into `./gs:/b/ck` on each host's
+    disk); a local path made absolute, so the program's later `chdir`s do not move it."""
+    text = os.fspath(directory)
+    return text if is_url(text) else os.path.abspath(text)
 
 
 def _abstract(tree):
@@ -27,6 +43,8 @@ class Checkpointer:
 
     ``directory`` defaults to ``PODMANAGER_CHECKPOINT_DIR``; with neither,
     the checkpointer is disabled (saves do nothing, nothing is restored).
+    A URL (``gs://bucket/ck``) is kept as is and must be storage every host
+    shares; a local path is made absolute.
     ``every_n_steps=0`` disables periodic saves; ``force=True`` still saves.
     """
 
@@ -40,7 +58,7 @@ class Checkpointer:
         if every_n_steps < 0:
             raise ValueError(f"every_n_steps must be >= 0, got {every_n_steps}")
         directory = directory or os.environ.get("PODMANAGER_CHECKPOINT_DIR") or None
-        self.directory = os.path.abspath(os.fspath(directory)) if directory else None
+        self.directory = resolve_directory(directory) if directory else None
         self.every_n_steps = every_n_steps
         self._manager = None
         if self.directory is not None:

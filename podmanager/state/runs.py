@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS runs (
     result TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     supervisor TEXT NOT NULL,
+    warnings TEXT NOT NULL DEFAULT '[]',
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
@@ -40,7 +41,9 @@ CREATE INDEX IF NOT EXISTS runs_by_cluster ON runs (cluster, created_at);
 
 ACTIVE = ("starting", "running", "recovering")  # a supervisor is (or will be) looking after it
 FINISHED = ("succeeded", "failed", "cancelled")
-_JSON_FIELDS = ("workload", "slices", "budgets", "phase", "ledger", "progress", "result", "supervisor")
+_JSON_FIELDS = ("workload", "slices", "budgets", "phase", "ledger", "progress", "result", "supervisor", "warnings")
+# Columns added since the first release, with their definition: a database from before gets them.
+_ADDED_COLUMNS = {"warnings": "TEXT NOT NULL DEFAULT '[]'"}
 
 
 @dataclass
@@ -61,6 +64,7 @@ class RunRecord:
     result: dict[str, Any] | None = None
     cancel_requested: bool = False
     supervisor: dict[str, Any] = field(default_factory=dict)  # pid, restarts, when it last started
+    warnings: list[str] = field(default_factory=list)  # what the user should know of it (shown by `runs`)
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
 
@@ -73,6 +77,10 @@ class RunStore:
     def __init__(self, path: Path | None = None):
         self.path = path or default_path()
         self._db = Database(self.path, _SCHEMA)
+        present = {row[1] for row in self._db.rows("PRAGMA table_info(runs)")}
+        for name, definition in _ADDED_COLUMNS.items():
+            if name not in present:
+                self._db.rows(f"ALTER TABLE runs ADD COLUMN {name} {definition}")
 
     def close(self) -> None:
         self._db.close()

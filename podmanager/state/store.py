@@ -56,6 +56,11 @@ class Event:
     message: str
     data: dict[str, Any]
 
+    @property
+    def run_id(self) -> str | None:
+        """The run that caused this event, if one did."""
+        return self.data.get("run_id")
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -117,12 +122,20 @@ class StateStore:
         )
         return Event(event_id, cluster, when, kind, slice_index, message, data)
 
-    def events(self, cluster: str, *, after_id: int = 0, kind: str | None = None) -> list[Event]:
+    def events(self, cluster: str, *, after_id: int = 0, kind: str | None = None,
+               run_id: str | None = None) -> list[Event]:
+        """The cluster's events after `after_id`, oldest first; only those of one kind, or
+        caused by one run (`run_id` in their data), when asked."""
         sql = "SELECT * FROM events WHERE cluster=? AND id>?"
         args: tuple[Any, ...] = (cluster, after_id)
         if kind:
             sql += " AND kind=?"
             args += (kind,)
+        if run_id:
+            # No index on it: the (cluster, id) index already bounds a follower's poll to the
+            # events since its last one, so this only reads those few rows' JSON.
+            sql += " AND json_extract(data, '$.run_id')=?"
+            args += (run_id,)
         rows = self._execute(sql + " ORDER BY id", args)
         return [Event(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
 

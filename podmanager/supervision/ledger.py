@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podmanager.running.results import AttemptResult, HostResult
+from podmanager.running.results import AttemptResult, HostResult, SetupError
 
 
 @dataclass
@@ -47,18 +47,23 @@ class RunResult:
     failures: int = 0
     hangs: int = 0
     goodput: float | None = None  # productive step time / wall time
+    # Seconds lost, by cause: setting hosts up, programs starting (to their first step), recovering.
+    badput: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     incidents: list[dict[str, Any]] = field(default_factory=list)
     attempt_log: list[AttemptResult] = field(default_factory=list)
     log_dir: str = ""
+    setup_error: SetupError | None = None  # the run could not be set up (bad input): nothing ran
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunResult":
+        error = data.get("setup_error")
         return cls(**{**data, "hosts": [HostResult(**h) for h in data["hosts"]],
-                      "attempt_log": [AttemptResult.from_dict(a) for a in data["attempt_log"]]})
+                      "attempt_log": [AttemptResult.from_dict(a) for a in data["attempt_log"]],
+                      "setup_error": SetupError(**error) if error else None})
 
 
 def summarize(cluster: str, run_id: str, attempts: list[AttemptResult], log_dir: Path) -> RunResult:
@@ -70,13 +75,27 @@ def summarize(cluster: str, run_id: str, attempts: list[AttemptResult], log_dir:
         "first_loss": next((a.first_loss for a in attempts if a.first_loss is not None), None),
         "last_loss": final.last_loss,
     }
-    if final.status == "succeeded":
+    if final.setup_error is not None:
+        message = f"run {run_id} could not start: setting up {final.setup_error.host} failed: {final.setup_error.error}"
+    elif final.status == "succeeded":
         message = f"run {run_id} succeeded on {len(final.hosts)} host(s)"
     else:
         message = f"run {run_id} failed: {final.failed_host or 'the run'} {final.failure}"
     return RunResult(run_id=run_id, cluster=cluster, status=final.status, message=message, hosts=final.hosts,
-                     metrics=metrics, attempts=len(attempts), wall_s=final.ended - attempts[0].started,
+                     metrics=metrics, attempts=len(attempts),
+                     wall_s=final.ended - (attempts[0].started - attempts[0].setup_s),
                      attempt_log=attempts, log_dir=str(log_dir))
+
+
+def badput(attempts: list[AttemptResult]) -> dict[str, float]:
+    """Seconds of the run that made no step, by cause: `setup` (hosts readied before each
+    attempt), `startup` (an attempt's start to its first step: imports, compilation,
+    restoring a checkpoint) and `recovery` (a failed attempt's end to the next one's setup)."""
+    setup = sum(a.setup_s for a in attempts)
+    startup = sum(a.first_step_time - a.started for a in attempts if a.first_step_time is not None)
+    recovery = sum(max(0.0, later.started - later.setup_s - earlier.ended)
+                   for earlier, later in zip(attempts, attempts[1:]))
+    return {"setup": round(setup, 3), "startup": round(startup, 3), "recovery": round(recovery, 3)}
 
 
 def goodput(attempts: list[AttemptResult], wall_s: float) -> float | None:

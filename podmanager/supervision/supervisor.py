@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -34,7 +35,7 @@ from podmanager.running.remote import RAY, Remote
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.supervision.classify import Cause, Incident, classify
 from podmanager.supervision.health import HealthMonitor
-from podmanager.supervision.ledger import IncidentRecord, RunResult, goodput, summarize
+from podmanager.supervision.ledger import IncidentRecord, RunResult, badput, goodput, summarize
 from podmanager.supervision.policy import RecoveryPolicy, RecoveryState, quarantined
 from podmanager.supervision.ports import SupervisedCluster
 
@@ -42,8 +43,10 @@ PROGRESS_EVERY_S = 1.0  # how often the latest step goes into the run's record
 
 
 class RunSupervisor:
-    def __init__(self, cluster: SupervisedCluster, runs: RunStore, run_id: str, *,
+    def __init__(self, cluster: SupervisedCluster, runs: RunStore, run_id: str, *, code_dir: Path | None = None,
                  printer: OutputPrinter | None = None, poll_interval_s: float = 0.25, remote: Remote = RAY):
+        """`code_dir`: the run's working dir as shipped (where the supervisor's runtime
+        environment unpacked it); None ships nothing."""
         run = runs.get(run_id)
         if run is None:
             raise PodmanagerError(f"--run: no run {run_id!r}")
@@ -55,7 +58,7 @@ class RunSupervisor:
         self.workload = Workload.model_validate(run.workload)
         self.policy = RecoveryPolicy.from_spec(cluster.spec.recovery.model_copy(update=run.budgets))
         self.runner = AttemptRunner(cluster.name, self.workload, run_id, simulated=cluster.spec.simulated,
-                                    checkpoint_dir=run.checkpoint_dir, printer=printer,
+                                    checkpoint_dir=run.checkpoint_dir, code_dir=code_dir, printer=printer,
                                     poll_interval_s=poll_interval_s, remote=remote)
         ledger = run.ledger
         self.attempts = [AttemptResult.from_dict(a) for a in ledger["attempts"]]
@@ -89,6 +92,10 @@ class RunSupervisor:
             result, monitor = self._attempt()
             if self.run.cancel_requested:
                 return self._finish("cancelled", "cancelled on request")
+            if result.setup_error is not None:  # bad input: no budget spent, no slice replaced
+                error = result.setup_error
+                self.record("setup_failed", f"run {self.run_id}: setting up {error.host} failed: {error.error}")
+                return self._finish("failed", None)
             if result.status == "succeeded":
                 self.record("run_succeeded", f"run {self.run_id} finished at step {result.last_step}")
                 return self._finish("succeeded", None)
@@ -122,9 +129,22 @@ class RunSupervisor:
             self.run.phase = {**self.run.phase, "name": "running"}
             self._save()
 
+        def set_up(done: int, of: int) -> None:
+            self.record("setup_progress", f"setup: {done}/{of} host(s) ready", ready=done, hosts=of)
+
+        if reattach is None:
+            self.record("setup_started", f"setting up {len(agents)} host(s): the working dir"
+                        + (f", {len(self.workload.requirements)} requirement(s)" if self.workload.requirements else ""),
+                        attempt=attempt)
         monitor_box: list[HealthMonitor] = []
         result = self.runner.run_attempt(agents, attempt, lambda gang: self._monitor(gang, monitor_box),
-                                         on_launched=launched, reattach=reattach, started=started)
+                                         on_launched=launched, on_setup=set_up, reattach=reattach,
+                                         started=None if reattach is None else started)
+        if reattach is None and result.setup_error is None:
+            installed = result.setup_installed
+            self.record("setup_done", f"{len(agents)} host(s) set up in {result.setup_s:.1f}s"
+                        + (f" (installed on {', '.join(installed)})" if installed else " (nothing to install)"),
+                        attempt=attempt, seconds=result.setup_s, installed=installed)
         self.attempts.append(result)
         pending = self._pending_incident()
         if pending is not None:
@@ -266,6 +286,8 @@ class RunSupervisor:
         result.failures = counts[Cause.PROGRAM] + counts[Cause.INFRASTRUCTURE]
         result.hangs = counts[Cause.HANG]
         result.goodput = goodput(self.attempts, result.wall_s)
+        result.badput = badput(self.attempts)
+        result.setup_error = self.attempts[-1].setup_error if self.attempts else None
         result.incidents = [i.as_dict() for i in self.incidents]
         if status == "cancelled":
             result.message = f"run {self.run_id} was cancelled"
@@ -333,7 +355,7 @@ class _SupervisedMonitor:
 
 
 def new_run(cluster: SupervisedCluster, workload: Workload, run_id: str, slices: list[int],
-            checkpoint_dir: str | None, budgets: dict[str, int]) -> RunRecord:
+            checkpoint_dir: str | None, budgets: dict[str, int], *, warnings: list[str] | None = None) -> RunRecord:
     """The record a run starts from."""
     return RunRecord(run_id=run_id, cluster=cluster.name, workload=workload.model_dump(mode="json"),
-                     slices=slices, budgets=budgets, checkpoint_dir=checkpoint_dir)
+                     slices=slices, budgets=budgets, checkpoint_dir=checkpoint_dir, warnings=warnings or [])

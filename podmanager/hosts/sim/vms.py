@@ -32,6 +32,7 @@ from podmanager.core.catalog import lookup
 from podmanager.hosts import auth, procs
 from podmanager.hosts.head import HEAD_METADATA_KEY, OBJECT_STORE_BYTES, free_port
 from podmanager.hosts.loopback import LOOPBACK_IP
+from podmanager.hosts.environments import CACHE_ENV
 from podmanager.hosts.runs import MEGASCALE_FILE_ENV
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,9 @@ class SimHostBooter:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env = auth.child_env(token, base=clean)
         env.update(host_env(node, worker_id))
+        # The VM's own disk for what it installs (a run's requirements): gone with the VM, so a
+        # replaced slice installs afresh, as a new TPU VM does.
+        env[CACHE_ENV] = str(Path(temp_dir(node.cluster, node.name, worker_id)) / "podmanager-cache")
         log_path = path.with_suffix(".log")
         metadata = self._metadata_command(node, worker_id)
         if metadata is not None:
