@@ -172,6 +172,8 @@ def test_a_cancel_stops_every_host_and_ends_the_run_as_cancelled(tmp_path, runs)
     result = supervise(cluster, runs, submit(cluster, runs))
     assert result.status == "cancelled" and runs.get("run-1").status == "cancelled"
     assert all(agent.stops for _, agent in cluster.hosts)  # stopped on every host
+    # A cancel leaves the program the full grace to checkpoint on SIGTERM, not a failure's 2 s.
+    assert all(agent.stops[-1] == 10.0 for _, agent in cluster.hosts)
     assert [h.exit_code for h in result.hosts] == [-15, -15]
     assert "run_cancelled" in cluster.kinds() and cluster.deleted == []
 

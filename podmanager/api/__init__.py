@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, ClusterStatus, DownReport, SliceStatus, down, resolve_cluster
-    from podmanager.api.runs import RunHandle, run_log_lines, run_summary
+    from podmanager.api.history import cluster_events, run_history
+    from podmanager.api.runs import RunHandle, latest_run_id, run_log_lines, run_summary
     from podmanager.api.teardown import LabelDownReport, down_by_label, teardown
     from podmanager.state import StateStore
 
@@ -20,11 +21,14 @@ _WHERE = {
     "DownReport": "podmanager.api.cluster", "SliceStatus": "podmanager.api.cluster",
     "down": "podmanager.api.cluster", "resolve_cluster": "podmanager.api.cluster",
     "RunHandle": "podmanager.api.runs", "run_log_lines": "podmanager.api.runs", "run_summary": "podmanager.api.runs",
+    "latest_run_id": "podmanager.api.runs", "cluster_events": "podmanager.api.history",
+    "run_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.api.teardown", "down_by_label": "podmanager.api.teardown",
     "teardown": "podmanager.api.teardown", "StateStore": "podmanager.state",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "SliceStatus", "StateStore",
-           "down", "down_by_label", "resolve_cluster", "run_log_lines", "run_summary", "teardown"]
+           "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster", "run_history", "run_log_lines", "run_summary",
+           "teardown"]
 
 
 def __getattr__(name: str) -> Any:

@@ -107,8 +107,11 @@ class Cluster:
         record = store.get_cluster(name)
         if record is None:
             known = ", ".join(r.name for r in store.list_clusters()) or "none"
+            was_up = bool(store.events(name, kind="up"))
             raise ClusterNotFoundError(
-                f"--cluster: no cluster named {name!r} (known: {known})",
+                f"--cluster: no cluster named {name!r} (known: {known})"
+                + ("; it was torn down: 'podmanager runs' and 'podmanager events' still show its history"
+                   if was_up else ""),
                 hint="Create it with 'podmanager up -f SPEC', or pass -f SPEC to 'down' if its local state was lost.",
             )
         return cls(parse_spec(record.spec, source=f"stored spec of {name}"), store=store, **kwargs)

@@ -84,15 +84,16 @@ class RunHandle:
         while True:
             run = self.status()  # read before the output, so nothing written before the end is missed
             done = not run.active and run.result is not None
+            # Events first: the attempt's start is recorded before its program writes a line.
+            for event in self.store.events(self.cluster, after_id=last_event, run_id=self.run_id):
+                last_event = event.id
+                if on_event:
+                    on_event(event)
             for path in sorted(self.folder.glob("slice-*-host-*.log")):
                 text, offsets[path] = _read_lines(path, offsets.get(path, 0), final=done)
                 match = _HOST_FILE.search(path.name)
                 if text and printer and match:
                     printer(HostRef(int(match.group(1)), int(match.group(2))), text)  # type: ignore[arg-type]
-            for event in self.store.events(self.cluster, after_id=last_event, run_id=self.run_id):
-                last_event = event.id
-                if on_event:
-                    on_event(event)
             if done:
                 return RunResult.from_dict(run.result)  # type: ignore[arg-type]
             time.sleep(poll_s)
@@ -149,6 +150,11 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
         "setup_s": round(sum(a.get("setup_s", 0.0) for a in run.ledger.get("attempts", [])), 1),
         "warnings": list(run.warnings),
     }
+
+
+def latest_run_id(cluster: str) -> str:
+    """The run `logs` shows when none is named: the newest one."""
+    return logs.resolve_run(cluster, None).name
 
 
 def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = None, *,

@@ -71,7 +71,8 @@ def run_checkpoints(spec: ClusterSpec, workload: Workload, slices: list[int] | N
     if os.path.isfile(directory):
         raise SpecError(f"{source}: {directory} is a file; checkpoints need a folder (or a gs:// URL)",
                         hint="Name a folder that does not exist yet or holds this program's checkpoints.")
-    if spec.simulated:
+    if spec.simulated:  # the hosts share this disk: check it here, as they will find it
+        _check_writable(source, directory)
         return RunCheckpoints(directory)
     if hosts > 1:
         fix = "set 'checkpoints: gs://BUCKET/PREFIX' in the spec"
@@ -85,6 +86,20 @@ def run_checkpoints(spec: ClusterSpec, workload: Workload, slices: list[int] | N
     return RunCheckpoints(directory, f"checkpoint dir {directory} is on the host's own disk: a preempted "
                                      "slice comes back without it and the run restarts from step 0; "
                                      "use --checkpoint-dir gs://... or checkpoints: in the spec")
+
+
+def _check_writable(source: str, directory: str) -> None:
+    """The folder exists and can be written, or can be made: the nearest existing folder on
+    its path is a folder this user may write in."""
+    existing = directory
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise SpecError(f"{source}: {directory} cannot be made: {existing} is a file",
+                        hint="Name a folder whose path holds no file.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecError(f"{source}: {directory} is not writable ({existing} belongs to someone else or is "
+                        "read-only)", hint="Name a folder you may write in.")
 
 
 def default_checkpoint_dir(spec: ClusterSpec, workload: Workload) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import signal
 import sys
 from typing import Any, Optional
 
@@ -158,10 +159,21 @@ app.command(cls=PodmanagerCommand,
 app.command(cls=PodmanagerCommand, help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (a closed session, `timeout`, a process manager): leave at once, as a detach.
+    What the command started is durable: a run goes on under its supervisor, and an `up`
+    cut short is resumed by running it again."""
+    sys.stdout.flush()
+    sys.stderr.write("\npodmanager: terminated; what it started goes on ('podmanager status', 'podmanager runs')\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
 def main() -> None:
     """Exit right after the command: Ray's atexit shutdown of a driver that only looked
     (`status`) takes longer than the command itself, and nothing is left to clean up by
     then (every command stops what it started before it returns). Output is flushed first."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         app()
         code = 0

@@ -12,7 +12,7 @@ from podmanager.cli.render import print_event, print_json
 def events(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -> None:
     """The cluster's event log: slices created, ready, preempted, deleted; zone fallbacks; retries."""
     name = cluster or api.resolve_cluster(None).name
-    items = api.StateStore().events(name)
+    items = api.cluster_events(name)
     if as_json:
         print_json([e.as_dict() for e in items])
         return

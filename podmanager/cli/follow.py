@@ -4,6 +4,7 @@ and the exit code. Shared by `run` and `attach`."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import Callable
 
 import typer
@@ -45,3 +46,26 @@ def _event_line(quiet: bool):  # type: ignore[no-untyped-def]
                 console.print(f"podmanager: {event.message}", markup=False)
 
     return show
+
+
+def detach_or_cancel(cancel: bool):  # type: ignore[no-untyped-def]
+    """Ctrl-C while following: detach (the run goes on), or cancel on a second Ctrl-C within
+    2 s, or at once with --cancel-on-interrupt."""
+
+    def interrupted(handle: api.RunHandle) -> bool:
+        if not cancel:
+            console.print(f"\ndetached: run {handle.run_id} goes on (Ctrl-C again within 2 s cancels it).\n"
+                          f"  follow it: podmanager attach {handle.run_id}\n"
+                          f"  cancel it: podmanager cancel {handle.run_id}")
+            try:
+                time.sleep(2.0)  # the window for a second Ctrl-C, which is a person's, not a condition
+                return False
+            except KeyboardInterrupt:
+                pass
+        console.print(f"cancelling run {handle.run_id} ...")
+        run = handle.cancel()
+        if run.checkpoint_dir:
+            console.print(f"checkpoints are in {run.checkpoint_dir}: running the same program again resumes there")
+        return True
+
+    return interrupted

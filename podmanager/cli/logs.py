@@ -19,6 +19,9 @@ def logs(
 ) -> None:
     """Show the output of a run, every host's lines prefixed with its name."""
     name = cluster or api.resolve_cluster(None).name
+    if run_id is None:  # say which: the latest may be an earlier run than the one in mind
+        run_id = api.latest_run_id(name)
+        sys.stderr.write(f"podmanager: output of run {run_id} (the latest; --run RUN_ID for another)\n")
     for where, line in api.run_log_lines(name, run_id, host, follow=follow):
         sys.stdout.write(f"[{where}] {line}\n")
         if follow:

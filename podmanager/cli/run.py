@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
+import re
 from typing import Optional
 
 import typer
 
 from podmanager import api
-from podmanager.cli.follow import follow_run
+from podmanager.cli.follow import detach_or_cancel, follow_run
 from podmanager.cli.options import CLUSTER_OPTION
 from podmanager.cli.render import console, print_json
 from podmanager.core import selectors
@@ -36,9 +36,9 @@ def run(
     cancel_on_interrupt: bool = typer.Option(
         False, "--cancel-on-interrupt", help="Ctrl-C cancels the run instead of detaching from it."),
     down_on_exit: bool = typer.Option(False, "--down-on-exit", help="Delete the cluster when the run ends."),
-    max_preemptions: Optional[int] = typer.Option(None, "--max-preemptions", metavar="N", help="Overrides recovery.max_preemptions."),
-    max_failures: Optional[int] = typer.Option(None, "--max-failures", metavar="N", help="Overrides recovery.max_failures."),
-    max_hangs: Optional[int] = typer.Option(None, "--max-hangs", metavar="N", help="Overrides recovery.max_hangs."),
+    max_preemptions: Optional[int] = typer.Option(None, "--max-preemptions", metavar="N", min=0, help="Overrides recovery.max_preemptions."),
+    max_failures: Optional[int] = typer.Option(None, "--max-failures", metavar="N", min=0, help="Overrides recovery.max_failures."),
+    max_hangs: Optional[int] = typer.Option(None, "--max-hangs", metavar="N", min=0, help="Overrides recovery.max_hangs."),
     hang_timeout: Optional[float] = typer.Option(
         None, "--hang-timeout", metavar="SECONDS", help="Seconds without a step (after the first) that count as a hang."),
 ) -> None:
@@ -55,7 +55,8 @@ def run(
 
     target = api.resolve_cluster(cluster)
     workload = Workload.from_argv(program or [],
-                                  slices=selectors.parse_slices(slices, target.name, flag="--slices") if slices else None,
+                                  slices=None if slices is None else selectors.parse_slices(slices, target.name,
+                                                                                            flag="--slices"),
                                   parallelism=parallelism, env=_env_pairs(env), checkpoint_dir=checkpoint_dir,
                                   working_dir=working_dir, requirements=requirements, hang_timeout_s=hang_timeout)
     budgets = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures),
@@ -78,38 +79,19 @@ def run(
         return target.run(workload, printer=printer, budgets=budgets, down_on_exit=down_on_exit,
                           on_interrupt=on_interrupt)
 
-    follow_run(run_and_follow, all_hosts=all_hosts, as_json=as_json, interrupt=_on_interrupt(cancel_on_interrupt))
+    follow_run(run_and_follow, all_hosts=all_hosts, as_json=as_json, interrupt=detach_or_cancel(cancel_on_interrupt))
 
 
-def _on_interrupt(cancel: bool):  # type: ignore[no-untyped-def]
-    """Ctrl-C while following: detach (the run goes on), or cancel on a second Ctrl-C within
-    2 s, or at once with --cancel-on-interrupt."""
-
-    def interrupted(handle: api.RunHandle) -> bool:
-        if not cancel:
-            console.print(f"\ndetached: run {handle.run_id} goes on (Ctrl-C again within 2 s cancels it).\n"
-                          f"  follow it: podmanager attach {handle.run_id}\n"
-                          f"  cancel it: podmanager cancel {handle.run_id}")
-            try:
-                time.sleep(2.0)  # the window for a second Ctrl-C, which is a person's, not a condition
-                return False
-            except KeyboardInterrupt:
-                pass
-        console.print(f"cancelling run {handle.run_id} ...")
-        run = handle.cancel()
-        if run.checkpoint_dir:
-            console.print(f"checkpoints are in {run.checkpoint_dir}: running the same program again resumes there")
-        return True
-
-    return interrupted
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _env_pairs(items: list[str] | None) -> dict[str, str]:
     pairs = {}
     for item in items or []:
         name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise SpecError(f"--env: {item!r} is not NAME=VALUE")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise SpecError(f"--env: {item!r} is not NAME=VALUE with NAME letters, digits and _ "
+                            "(not starting with a digit)", hint="e.g. --env XLA_FLAGS=--xla_dump_to=/tmp/dump")
         pairs[name] = value
     return pairs
 

@@ -8,19 +8,19 @@ from typing import Optional
 import typer
 
 from podmanager import api
-from podmanager.cli.follow import follow_run
+from podmanager.cli.follow import detach_or_cancel, follow_run
 from podmanager.cli.options import CLUSTER_OPTION, JSON_OPTION
 from podmanager.cli.render import clock_time, console, print_json, print_table
 
 
 def runs(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Every run of the cluster: status, attempt, step, steps/s, goodput, setup time, cause of the last incident."""
-    target = api.resolve_cluster(cluster)
-    summaries = [api.run_summary(r) for r in target.runs()]
+    name = cluster or api.resolve_cluster(None).name  # a cluster that is down keeps its run history
+    summaries = [api.run_summary(r) for r in api.run_history(name)]
     if as_json:
         print_json(summaries)
         return
-    print_table(f"runs of {target.name}", ["run", "status", "attempt", "step", "steps/s", "goodput", "setup s",
+    print_table(f"runs of {name}", ["run", "status", "attempt", "step", "steps/s", "goodput", "setup s",
                                            "started", "last incident"],
                 [(s["run_id"], s["status"], s["attempt"], s["step"],
                   None if s["steps_per_s"] is None else f"{s['steps_per_s']:.1f}",
@@ -37,16 +37,16 @@ def attach(
     all_hosts: bool = typer.Option(False, "--all-hosts", help="Stream every host's output, not only worker 0's."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object at the end."),
 ) -> None:
-    """Follow a run from its start (output, events) to its summary; Ctrl-C detaches again."""
+    """Follow a run from its start (output, events) to its summary; Ctrl-C detaches again (a second within 2 s cancels)."""
     handle = api.resolve_cluster(cluster).run_handle(run_id)
     follow_run(lambda printer, on_event, on_interrupt: handle.follow(printer, on_event, on_interrupt=on_interrupt),
-               all_hosts=all_hosts, as_json=as_json)
+               all_hosts=all_hosts, as_json=as_json, interrupt=detach_or_cancel(False))
 
 
 def cancel(
     run_id: str = typer.Argument(..., metavar="RUN", help="The run id ('podmanager runs' lists them)."),
     cluster: Optional[str] = CLUSTER_OPTION,
 ) -> None:
-    """Stop a run on every host and record it as cancelled."""
+    """Stop a run on every host and record it as cancelled: SIGTERM, then SIGKILL after 10 s (time to checkpoint)."""
     record = api.resolve_cluster(cluster).run_handle(run_id).cancel()
     console.print(f"run {run_id} is {record.status}")

@@ -50,7 +50,7 @@ class Backend(str, Enum):
 
 class SliceSpec(_Model):
     accelerator: str
-    count: int = Field(1, ge=1, le=1024)
+    count: int = Field(1, ge=1, le=1024, strict=True)  # strict: `count: true` is a typo, not 1
     runtime_version: str = "tpu-ubuntu2204-base"
     capacity: Capacity = Capacity.ON_DEMAND
     queued: bool = False
@@ -130,7 +130,7 @@ class ClusterSpec(_Model):
     name: str
     backend: Backend = Backend.GCP
     project: str | None = None
-    zones: list[str] = Field(default_factory=list)
+    zones: list[str] | None = None  # None: not given (dry runs then use the simulated zones)
     slices: list[SliceSpec] = Field(min_length=1)
     head: HeadSpec = Field(default_factory=HeadSpec)
     health: HealthSpec = Field(default_factory=HealthSpec)
@@ -165,6 +165,10 @@ class ClusterSpec(_Model):
 
     @model_validator(mode="after")
     def _fill_project_and_zones(self) -> "ClusterSpec":
+        if self.zones == []:
+            raise ValueError("zones: the list is empty; list at least one zone, e.g. [us-central2-b]"
+                             + (", or leave zones out for the simulated ones" if self.backend is Backend.SIMULATED
+                                else ""))
         if self.backend is Backend.SIMULATED:
             project = self.project or SIMULATED_PROJECT
             zones = self.zones or SIMULATED_ZONES

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from typing import Callable, Protocol
 
 from podmanager.cloud.base import Node, NodeState
@@ -88,6 +90,9 @@ class HostController:
         if token.exists():
             auth.use_token_in_process(token)
         extra = {"_node_ip_address": loopback.LOOPBACK_IP} if loopback.is_loopback(address) else {}
+        # Ray's C++ failure handler takes SIGTERM over and dumps its stack on it; the
+        # process's own handler (the CLI's: a follower detaches quietly) is put back.
+        own_sigterm = signal.getsignal(signal.SIGTERM)
         with loopback.as_given(address):
             ray.init(
                 address=address,
@@ -97,6 +102,8 @@ class HostController:
                 configure_logging=False,
                 **extra,
             )
+        if callable(own_sigterm) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, own_sigterm)
         self._address = address
         return True
 

@@ -26,6 +26,9 @@ from podmanager.running.remote import RAY, Remote
 from podmanager.running.results import AttemptResult, HostResult, OutputPrinter, SetupError
 from podmanager.runtime.contract import EXIT_PREEMPTED
 
+CANCELLED = "cancelled on request"  # the reason an attempt stops when its run is cancelled
+
+
 def new_run_id(workload: Workload) -> str:
     return f"{workload.display_name}-{time.strftime('%Y%m%d-%H%M%S')}-{int(time.time() * 1000) % 1000:03d}"
 
@@ -110,7 +113,9 @@ class AttemptRunner:
             # A program that stopped for a preemption notice (exit 75): its peers are finishing
             # the same checkpoint and get the full grace period.
             noticed = failed is not None and failed.exit_code == EXIT_PREEMPTED
-            gang.stop(grace_s=self.stop_grace_s if noticed else self.failure_grace_s)
+            # A cancel stops healthy programs: like a notice, they may checkpoint on SIGTERM.
+            gentle = noticed or reason == CANCELLED
+            gang.stop(grace_s=self.stop_grace_s if gentle else self.failure_grace_s)
         result = self._result(gang.hosts, attempt, started, failed, reason)
         result.detected_at = detected_at
         result.setup_s, result.setup_installed = setup_s, installed

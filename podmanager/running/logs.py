@@ -57,7 +57,12 @@ def run_ids(cluster: str) -> list[str]:
 
 
 def resolve_run(cluster: str, run_id: str | None) -> Path:
-    ids = run_ids(cluster)
+    """The folder of a run (the latest when `run_id` is None). A run just submitted is known
+    from its record before its supervisor has made its folder: it has no output yet."""
+    from podmanager.state.runs import RunStore
+
+    recorded = [r.run_id for r in RunStore().list(cluster)]  # oldest first
+    ids = [i for i in run_ids(cluster) if i not in recorded] + recorded
     if not ids:
         raise SpecError(f"--cluster: {cluster} has no runs yet", hint="Start one with 'podmanager run'.")
     if run_id is None:
@@ -67,11 +72,14 @@ def resolve_run(cluster: str, run_id: str | None) -> Path:
     return runs_dir(cluster) / run_id
 
 
-def host_files(run: Path, host: tuple[int, int] | None) -> list[Path]:
-    """The host log files of a run: all, or the one of `host` (slice index, worker id)."""
+def host_files(run: Path, host: tuple[int, int] | None, *, waiting: bool = False) -> list[Path]:
+    """The host log files of a run: all, or the one of `host` (slice index, worker id); with
+    `waiting`, a host with no output yet is no error (it may come)."""
     files = sorted(run.glob("slice-*-host-*.log"))
     if host is None:
         return files
+    if waiting:
+        return [f for f in files if f.name == host_file_name(*host)]
     wanted = run / host_file_name(*host)
     if wanted not in files:
         raise SpecError(f"--host: no output from {host_label(*host)} in run {run.name}")
@@ -92,7 +100,7 @@ def follow(run: Path, host: tuple[int, int] | None, *, poll_s: float = 0.5) -> I
     offsets: dict[Path, int] = {}
     while True:
         done = finished(run)  # read before the files, so nothing written before the end is missed
-        for path in host_files(run, host) if any(run.glob("slice-*")) else []:
+        for path in host_files(run, host, waiting=not done):
             with open(path, "rb") as handle:
                 handle.seek(offsets.get(path, 0))
                 data = handle.read()

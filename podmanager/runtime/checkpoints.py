@@ -61,6 +61,12 @@ class Checkpointer:
         self.directory = resolve_directory(directory) if directory else None
         self.every_n_steps = every_n_steps
         self._manager = None
+        if self.directory is not None and not is_url(self.directory):
+            # Every process fails here, at once, on a folder it cannot use: orbax would fail on
+            # the primary host only, with the others waiting for it in a barrier.
+            os.makedirs(self.directory, exist_ok=True)
+            if not os.access(self.directory, os.W_OK):
+                raise PermissionError(f"checkpoint dir {self.directory} is not writable")
         if self.directory is not None:
             import orbax.checkpoint as ocp
 

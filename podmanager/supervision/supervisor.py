@@ -28,7 +28,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
-from podmanager.running.attempt import AttemptRunner
+from podmanager.running.attempt import CANCELLED, AttemptRunner
 from podmanager.running.results import AttemptResult, OutputPrinter
 from podmanager.running.gang import Gang
 from podmanager.running.remote import RAY, Remote
@@ -85,13 +85,13 @@ class RunSupervisor:
         self._save()
         while True:
             if self.run.cancel_requested:
-                return self._finish("cancelled", "cancelled on request")
+                return self._finish("cancelled", CANCELLED)
             if self.run.phase["name"] == "replacing":
                 self._replace(self.run.phase)
                 continue
             result, monitor = self._attempt()
             if self.run.cancel_requested:
-                return self._finish("cancelled", "cancelled on request")
+                return self._finish("cancelled", CANCELLED)
             if result.setup_error is not None:  # bad input: no budget spent, no slice replaced
                 error = result.setup_error
                 self.record("setup_failed", f"run {self.run_id}: setting up {error.host} failed: {error.error}")
@@ -267,7 +267,9 @@ class RunSupervisor:
             record.phases["first_step"] = result.first_step_time - result.started
         if result.first_step is not None and previous is not None and previous.last_step is not None:
             record.lost_steps = max(0, previous.last_step - (result.first_step - 1))
-        self.record("resumed", f"attempt {result.attempt} resumed at step {result.first_step}"
+        where = (f"resumed at step {result.first_step}" if result.first_step is not None
+                 else "ran without reporting a step")  # a plain command reports none
+        self.record("resumed", f"attempt {result.attempt} {where}"
                     + (f", {record.lost_steps} step(s) lost" if record.lost_steps is not None else ""),
                     recover_s=record.recover_s, lost_steps=record.lost_steps)
 
@@ -350,7 +352,7 @@ class _SupervisedMonitor:
         supervisor.save_progress(self.gang)
         if supervisor.runs.cancel_requested(supervisor.run_id):
             supervisor.run.cancel_requested = True
-            return "cancelled on request"
+            return CANCELLED
         return self.monitor.check()
 
 

@@ -1,0 +1,35 @@
+"""What a cluster leaves behind: its event log and its runs, readable after `down` too.
+
+A name that never had a cluster, an event or a run is an error (exit 2), as for `status`:
+a typo in `-c` must not look like an empty history.
+"""
+
+from __future__ import annotations
+
+from podmanager.core.errors import ClusterNotFoundError
+from podmanager.state import Event, StateStore
+from podmanager.state.runs import RunRecord, RunStore
+
+
+def cluster_events(name: str, *, store: StateStore | None = None) -> list[Event]:
+    """Every event of the cluster, oldest first."""
+    store = store or StateStore()
+    events = store.events(name)
+    if not events and store.get_cluster(name) is None:
+        raise _unknown(name, store)
+    return events
+
+
+def run_history(name: str, *, store: StateStore | None = None, runs: RunStore | None = None) -> list[RunRecord]:
+    """Every run of the cluster, oldest first, whether the cluster is still up or not."""
+    store = store or StateStore()
+    found = (runs or RunStore()).list(name)
+    if not found and store.get_cluster(name) is None:
+        raise _unknown(name, store)
+    return found
+
+
+def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:
+    known = ", ".join(r.name for r in store.list_clusters()) or "none"
+    return ClusterNotFoundError(f"--cluster: no cluster named {name!r} (known: {known})",
+                                hint="Check the name; 'podmanager up -f SPEC' creates one.")
