@@ -36,9 +36,9 @@ class RunLogs:
         except FileNotFoundError:
             return 0
 
-    def append(self, slot: HostSlot, text: str) -> None:
-        with open(self.path(slot), "a") as handle:
-            handle.write(text)
+    def append(self, slot: HostSlot, data: bytes) -> None:
+        with open(self.path(slot), "ab") as handle:
+            handle.write(data)
 
     def save_result(self, result: dict[str, Any]) -> None:
         (self.folder / "result.json").write_text(json.dumps(result, indent=2))
