@@ -101,7 +101,9 @@ class Gang:
         """Refresh every host's state, waiting at most `wait_s`: a host that has not answered
         keeps its request in flight for the next poll, so one dead (or simply holding) host
         never stalls the others or the health checks between polls. An agent that raises,
-        or has not answered for `poll_timeout_s`, is recorded as lost."""
+        or has not answered for `poll_timeout_s`, is recorded as lost. A host is polled until
+        its process has exited and its output is all here; one that is behind, or has exited,
+        is polled without a hold."""
         now = time.monotonic()
         for host, (_, agent) in zip(self.hosts, self.agents):
             if not host.collected and not host.lost and host.key not in self._in_flight:
