@@ -15,6 +15,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.core.records import HostSlot
 from podmanager.hosts.environments import HostSetup
+from podmanager.hosts.runs import PollReply
 
 
 @dataclass
@@ -25,6 +26,8 @@ class Behaviour:
     lines: list[str] = field(default_factory=list)  # output, one line per poll
     lost_after: int | None = None  # from this poll on, the agent's node is dead (RayActorError)
     silent: bool = False  # the agent never answers a poll
+    reply_bytes: int | None = None  # output sent per reply at most (the agent's chunk)
+    on_stop: list[str] = field(default_factory=list)  # printed when stopped (a SIGTERM handler)
 
 
 class FakeRef:
@@ -75,6 +78,7 @@ class FakeAgent:
         self.started: list[dict[str, str]] = []  # the env of every launch, in order
         self.stops: list[float] = []  # grace of every stop
         self.signals: list[int] = []
+        self.holds: list[float] = []  # the hold of every poll, in order
         self.notice = False
         self.runs: dict[str, dict[str, Any]] = {}  # run id -> this host's process
         self.setups: list[str] = []  # the run id of every setup asked for, in order
@@ -100,6 +104,7 @@ class FakeAgent:
         return FakeRef(self.runs[run_id]["pid"])
 
     def _poll(self, run_id: str, offset: int, hold_s: float) -> FakeRef:
+        self.holds.append(hold_s)
         run = self.runs[run_id]
         behaviour: Behaviour = run["behaviour"]
         if behaviour.silent:
@@ -115,9 +120,14 @@ class FakeAgent:
         step = behaviour.first_step + run["polls"] - 1
         progress = {"step": step, "time": 1000.0 + step, "loss": 1.0 / step} if run["polls"] else None
         first = {"step": behaviour.first_step, "time": 1000.0 + behaviour.first_step, "loss": 1.0} if progress else None
-        return FakeRef({"running": run["running"], "exit_code": run["exit_code"], "pid": run["pid"],
-                        "output": run["output"][offset:], "offset": len(run["output"]), "progress": progress,
-                        "first_progress": first})
+        output = run["output"].encode()
+        end = len(output)
+        if behaviour.reply_bytes is not None and end - offset > behaviour.reply_bytes:
+            end = output.rfind(b"\n", offset, offset + behaviour.reply_bytes) + 1 or offset + behaviour.reply_bytes
+        return FakeRef(PollReply(running=run["running"], exit_code=run["exit_code"], pid=run["pid"],
+                                 output=output[offset:end], offset=end, left=len(output) - end, progress=progress,
+                                 first_progress=first,
+                                 tail=() if run["running"] else tuple(run["output"].splitlines()[-30:])))
 
     def _stop(self, run_id: str, grace_s: float) -> FakeRef:
         self.stops.append(grace_s)
@@ -126,6 +136,7 @@ class FakeAgent:
             return FakeRef(None)
         if run["running"]:
             run["running"], run["exit_code"] = False, -15
+            run["output"] += "".join(line + "\n" for line in run["behaviour"].on_stop)
         return FakeRef(run["exit_code"])
 
     def _status(self, run_id: str) -> FakeRef:

@@ -31,7 +31,7 @@ def test_the_gang_starts_every_host_with_its_own_env_and_polls_until_all_exit(re
         gang.poll(lambda s, text: seen.append((s.label, text)), wait_s=0)
     assert [h.running for h in gang.hosts] == [False, False] and [h.exit_code for h in gang.hosts] == [0, 0]
     assert [a.started[0]["JAX_PROCESS_ID"] for _, a in hosts] == ["0", "1"]
-    assert ("slice-1/host-0", "hello from slice-1/host-0\n") in seen
+    assert ("slice-1/host-0", b"hello from slice-1/host-0\n") in seen
     assert gang.hosts[0].last_lines == ["hello from slice-0/host-0", "bye"]
     assert gang.hosts[0].progress["step"] == 2 and gang.hosts[0].first_progress["step"] == 1
 

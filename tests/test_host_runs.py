@@ -36,8 +36,8 @@ def test_output_exit_code_and_environment(tmp_path):
     finally:
         del os.environ["RAY_AUTH_TOKEN"]
     report = wait_exit(runs, "r")
-    assert report["running"] is False and report["exit_code"] == 3
-    assert report["output"] == "rank 5\ntoken None\nno newline"  # the agent's secrets are not inherited
+    assert report.running is False and report.exit_code == 3
+    assert report.output == b"rank 5\ntoken None\nno newline"  # the agent's secrets are not inherited
 
 
 def test_progress_is_reported(tmp_path):
@@ -46,8 +46,8 @@ def test_progress_is_reported(tmp_path):
             "  [f.write(json.dumps({'step': s, 'loss': 10 - s}) + '\\n') for s in range(4)]")
     runs.start("r", command(code), {})
     report = wait_exit(runs, "r")
-    assert report["exit_code"] == 0
-    assert report["first_progress"]["step"] == 0 and report["progress"] == {"step": 3, "loss": 7}
+    assert report.exit_code == 0
+    assert report.first_progress["step"] == 0 and report.progress == {"step": 3, "loss": 7}
 
 
 def test_working_dir_is_unpacked_and_importable(tmp_path):
@@ -59,7 +59,7 @@ def test_working_dir_is_unpacked_and_importable(tmp_path):
     workload = Workload(entrypoint="main.py").model_dump_json()
     assert runs.setup("r", workload, archive.getvalue()).ok
     runs.start("r", workload, {})
-    assert wait_exit(runs, "r")["output"] == "42\n"
+    assert wait_exit(runs, "r").output == b"42\n"
 
 
 def test_stop_terminates_the_whole_process_group(tmp_path):
@@ -67,7 +67,7 @@ def test_stop_terminates_the_whole_process_group(tmp_path):
     code = ("import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']); "
             "print('ready', flush=True); time.sleep(600)")
     pid = runs.start("r", command(code), {})
-    while "ready" not in runs.poll("r", 0)["output"]:
+    while b"ready" not in runs.poll("r", 0).output:
         runs.processes["r"].wait(0.05)
     children = psutil.Process(pid).children(recursive=True)
     assert children
@@ -81,7 +81,7 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path):
     runs = HostRuns(tmp_path)
     code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
     runs.start("r", command(code), {})
-    while "ready" not in runs.poll("r", 0)["output"]:
+    while b"ready" not in runs.poll("r", 0).output:
         runs.processes["r"].wait(0.05)
     assert runs.stop("r", grace_s=0.5) == -signal.SIGKILL
 
@@ -109,7 +109,7 @@ def test_the_program_does_not_inherit_the_agents_niceness(tmp_path):
         code = "import os; print(os.nice(0))"
         runs.start("r", Workload(command=[sys.executable, "-c", code], working_dir=None).model_dump_json(), {{}})
         runs.processes["r"].wait(30)
-        print(runs.poll("r", 0)["output"].strip())
+        print(runs.poll("r", 0).output.decode().strip())
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "0"
@@ -120,7 +120,7 @@ def test_a_held_poll_answers_as_soon_as_the_process_exits(tmp_path):
     runs.start("r", command("import time; time.sleep(0.3); print('bye')"), {})
     started = time.monotonic()
     report = runs.poll("r", 0, hold_s=120)
-    assert report["running"] is False and report["exit_code"] == 0 and report["output"] == "bye\n"
+    assert report.running is False and report.exit_code == 0 and report.output == b"bye\n"
     assert time.monotonic() - started < 60  # answered at the exit, not at the end of the hold
 
 
@@ -130,11 +130,11 @@ def test_a_held_poll_of_a_running_process_answers_after_the_hold(tmp_path):
     try:
         started = time.monotonic()
         report = runs.poll("r", 0, hold_s=0.5)
-        assert report["running"] is True and report["exit_code"] is None
+        assert report.running is True and report.exit_code is None
         assert time.monotonic() - started >= 0.5
     finally:
         assert runs.stop("r", grace_s=5) is not None
-    assert runs.poll("r", 0)["running"] is False
+    assert runs.poll("r", 0).running is False
 
 
 def test_the_simulated_host_tag_is_inherited_but_not_other_podmanager_settings(tmp_path, monkeypatch):
@@ -143,7 +143,7 @@ def test_the_simulated_host_tag_is_inherited_but_not_other_podmanager_settings(t
     runs = HostRuns(tmp_path)
     code = f"import os; print(os.environ.get('{MACHINE_ENV}'), os.environ.get('PODMANAGER_RUN_ID'))"
     runs.start("r", command(code), {})
-    assert wait_exit(runs, "r")["output"] == "host-tag None\n"  # the program dies with its simulated host
+    assert wait_exit(runs, "r").output == b"host-tag None\n"  # the program dies with its simulated host
 
 
 def test_setup_finds_a_missing_module_or_command_on_the_host_before_anything_starts(tmp_path):

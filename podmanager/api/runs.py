@@ -26,6 +26,9 @@ from podmanager.supervision.ledger import RunResult
 EventCallback = Callable[[Event], None]
 InterruptCallback = Callable[["RunHandle"], bool]
 _HOST_FILE = re.compile(r"slice-(\d+)-host-(\d+)\.log$")
+# Each host's output shown while following, per read (every 0.2 s): about 600 KB/s, what a
+# terminal shows without falling behind the run.
+LIVE_BYTES = 128 << 10
 
 
 class RunHandle:
@@ -58,19 +61,23 @@ class RunHandle:
 
     def follow(self, printer: OutputPrinter | None = None, on_event: EventCallback | None = None, *,
                after_event: int | None = None, on_interrupt: InterruptCallback | None = None,
-               poll_s: float = 0.2) -> RunResult:
+               poll_s: float = 0.2, live_bytes: int = LIVE_BYTES) -> RunResult:
         """Every host's output and the run's events as they come (from its `run_submitted`
         event, or after event id `after_event`), until the run has finished; its result. Only
         this run's events: another run of the cluster, on other slices, is not shown.
 
         On KeyboardInterrupt `on_interrupt(self)` decides: True to go on following (e.g. it
         cancelled the run, whose end is still to be shown), False to stop following (the
-        interrupt goes on up; the run goes on). Without it the interrupt just goes on up."""
+        interrupt goes on up; the run goes on). Without it the interrupt just goes on up.
+
+        At most `live_bytes` of each host's output are shown per `poll_s`: a program that writes
+        more has its latest lines shown and a line saying how many were skipped and where
+        they all are (the run's logs have every line)."""
         offsets: dict[Path, int] = {}
         last_event = max(self.submit_event_id() - 1, 0) if after_event is None else after_event
         while True:
             try:
-                return self._follow(printer, on_event, offsets, last_event, poll_s)
+                return self._follow(printer, on_event, offsets, last_event, poll_s, live_bytes)
             except KeyboardInterrupt:
                 if on_interrupt is None or not on_interrupt(self):
                     raise
@@ -80,7 +87,7 @@ class RunHandle:
                 last_event = events[-1].id if events else last_event
 
     def _follow(self, printer: OutputPrinter | None, on_event: EventCallback | None, offsets: dict[Path, int],
-                last_event: int, poll_s: float) -> RunResult:
+                last_event: int, poll_s: float, live_bytes: int) -> RunResult:
         while True:
             run = self.status()  # read before the output, so nothing written before the end is missed
             done = not run.active and run.result is not None
@@ -90,13 +97,22 @@ class RunHandle:
                 if on_event:
                     on_event(event)
             for path in sorted(self.folder.glob("slice-*-host-*.log")):
-                text, offsets[path] = _read_lines(path, offsets.get(path, 0), final=done)
+                new = logs.read_new_lines(path, offsets.get(path, 0), final=done, budget=live_bytes)
+                offsets[path] = new.offset
                 match = _HOST_FILE.search(path.name)
-                if text and printer and match:
-                    printer(HostRef(int(match.group(1)), int(match.group(2))), text)  # type: ignore[arg-type]
+                if printer and match:
+                    host = HostRef(int(match.group(1)), int(match.group(2)))
+                    if new.skipped:
+                        printer(host, self._skip_notice(host, new.skipped, path))  # type: ignore[arg-type]
+                    if new.text:
+                        printer(host, new.text)  # type: ignore[arg-type]
             if done:
                 return RunResult.from_dict(run.result)  # type: ignore[arg-type]
             time.sleep(poll_s)
+
+    def _skip_notice(self, host: HostRef, skipped: int, path: Path) -> str:
+        return (f"podmanager: {skipped} line(s) skipped here to keep up; every line is in "
+                f"'podmanager logs -c {self.cluster} --run {self.run_id} --host {host.label}' ({path})\n")
 
     def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
         """Ask the supervisor to stop every process of the run on every host, and (by default)
@@ -118,15 +134,6 @@ class RunHandle:
         id: the cluster's latest such event may already be another run's."""
         submitted = self.store.events(self.cluster, kind="run_submitted", run_id=self.run_id)
         return submitted[0].id if submitted else 0
-
-
-def _read_lines(path: Path, offset: int, *, final: bool) -> tuple[str, int]:
-    """Complete lines written since `offset` (all of it when `final`), and the new offset."""
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read()
-    end = len(data) if final else data.rfind(b"\n") + 1
-    return data[:end].decode("utf-8", "replace"), offset + end
 
 
 def run_summary(run: RunRecord) -> dict[str, Any]:
@@ -168,5 +175,5 @@ def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = No
         return
     for path in logs.host_files(folder, only):
         where = logs.label(path)
-        for line in path.read_text(errors="replace").splitlines():
+        for line in logs.lines(path):
             yield where, line

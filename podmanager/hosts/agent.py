@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from podmanager.hosts.environments import HostSetup
 from podmanager.hosts.head import free_port
 from podmanager.hosts.probe import probe_host
-from podmanager.hosts.runs import HostRuns
+from podmanager.hosts.runs import HostRuns, PollReply
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class HostAgent:
     def start_workload(self, run_id: str, workload_json: str, env: dict) -> int:
         return self._runs().start(run_id, workload_json, env)
 
-    def poll_workload(self, run_id: str, offset: int, hold_s: float = 0.0) -> dict:
+    def poll_workload(self, run_id: str, offset: int, hold_s: float = 0.0) -> PollReply:
         return self._runs().poll(run_id, offset, hold_s)
 
     def workload_status(self, run_id: str) -> dict | None:

@@ -77,14 +77,55 @@ class WorkloadProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def read_output(self, offset: int, max_bytes: int = 1 << 20, *, final: bool = False) -> tuple[str, int]:
-        """Complete lines written since `offset` (with `final`, also a last unterminated
-        one), and the offset after them."""
-        with open(self.log_path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(max_bytes)
-        end = len(data) if final else data.rfind(b"\n") + 1
-        return data[:end].decode("utf-8", "replace"), offset + end
+    def read_output(self, offset: int, max_bytes: int, *, final: bool = False) -> OutputChunk:
+        return read_chunk(self.log_path, offset, max_bytes, final=final)
+
+    def tail(self) -> list[str]:
+        return read_tail(self.log_path)
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    data: bytes  # whole lines (a line longer than a chunk comes in pieces)
+    offset: int  # where the next read starts
+    left: int  # bytes already written after `offset`
+
+
+def read_chunk(path: Path, offset: int, max_bytes: int, *, final: bool = False) -> OutputChunk:
+    """At most `max_bytes` of output from `offset` on, cut after the last whole line; with
+    `final` (the writer has exited) also an unterminated last line, once it is the end."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(offset)
+        data = handle.read(max(0, min(max_bytes, size - offset)))
+    if final and offset + len(data) >= size:
+        end = len(data)
+    else:
+        end = data.rfind(b"\n") + 1
+        if end == 0 and len(data) >= max_bytes:  # one line longer than a chunk: send it in pieces
+            end = len(data)
+    return OutputChunk(data[:end], offset + end, max(0, size - offset - end))
+
+
+TAIL_LINES = 30
+TAIL_BYTES = 32 << 10
+
+
+def read_tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES) -> list[str]:
+    """The last `lines` lines of a log, from at most its last `max_bytes` (a cost that does not
+    grow with the log)."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            start = max(0, size - max_bytes)
+            handle.seek(start)
+            data = handle.read(size - start)
+    except FileNotFoundError:
+        return []
+    if start > 0:  # the first line read is probably a piece of a longer one
+        data = data[data.find(b"\n") + 1:] or data
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
 
 def read_progress(path: Path) -> dict[str, float] | None:
     """The last complete progress record the program wrote with `runtime.report_progress`."""

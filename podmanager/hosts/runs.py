@@ -35,6 +35,26 @@ _PRIVATE_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV"})
 MEGASCALE_FILE_ENV = "PODMANAGER_SIM_MEGASCALE_FILE"
 
 
+# Output sent per poll: a program that writes faster than this per `hold_s` is caught up
+# by polls that do not hold (see `Gang.poll`).
+OUTPUT_CHUNK = 4 << 20
+
+
+@dataclass(frozen=True)
+class PollReply:
+    """One poll of a run's process on a host (`HostRuns.poll`)."""
+
+    running: bool
+    exit_code: int | None
+    pid: int
+    output: bytes  # as the program wrote it, from the asked offset, in whole lines
+    offset: int  # where the next poll reads from
+    left: int  # bytes written after `offset`, not in this reply: ask again without holding
+    progress: dict[str, float] | None
+    first_progress: dict[str, float] | None
+    tail: tuple[str, ...] = ()  # once the process has exited: the last lines of all its output
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """A run set up on this host: where its processes run and with which interpreter."""
@@ -134,29 +154,24 @@ class HostRuns:
         self.progress_files[run_id] = Path(process_env[contract.ENV_PROGRESS_FILE])
         return process.pid
 
-    def poll(self, run_id: str, offset: int, hold_s: float = 0.0) -> dict[str, Any]:
-        """Output since `offset`, exit status and progress. With `hold_s`, answer when the
-        process exits or `hold_s` has passed, whichever is first (a long poll: exits are
-        reported at once, with one call per `hold_s` instead of a stream of short ones)."""
+    def poll(self, run_id: str, offset: int, hold_s: float = 0.0, max_bytes: int = OUTPUT_CHUNK) -> PollReply:
+        """Output since `offset` (at most `max_bytes`), exit status and progress. With
+        `hold_s`, answer when the process exits or `hold_s` has passed, whichever is first (a
+        long poll: exits are reported at once, with one call per `hold_s` instead of a stream
+        of short ones)."""
         process = self.processes[run_id]
         if hold_s > 0:
             process.wait(hold_s)
-        status = process.status()
-        output, new_offset = process.read_output(offset)
-        if not status.running:
-            # Everything the process wrote, including an unterminated last line.
-            rest, new_offset = process.read_output(new_offset, final=True)
-            output += rest
+        status = process.status()  # before the read, so output written up to an exit is in it
+        chunk = process.read_output(offset, max_bytes, final=not status.running)
         progress_file = self.progress_files[run_id]
-        return {
-            "running": status.running,
-            "exit_code": status.exit_code,
-            "pid": status.pid,
-            "output": output,
-            "offset": new_offset,
-            "progress": read_progress(progress_file),
-            "first_progress": first_progress(progress_file),
-        }
+        return PollReply(
+            running=status.running, exit_code=status.exit_code, pid=status.pid, output=chunk.data,
+            offset=chunk.offset, left=chunk.left, progress=read_progress(progress_file),
+            first_progress=first_progress(progress_file),
+            # The file lives on this host: its end travels with the exit, for the failure summary.
+            tail=() if status.running else tuple(process.tail()),
+        )
 
     def describe(self, run_id: str) -> dict[str, Any] | None:
         """Which attempt of the run this host holds and whether its process still runs; None

@@ -116,6 +116,8 @@ class AttemptRunner:
             # A cancel stops healthy programs: like a notice, they may checkpoint on SIGTERM.
             gentle = noticed or reason == CANCELLED
             gang.stop(grace_s=self.stop_grace_s if gentle else self.failure_grace_s)
+        # Every host's output to its end, what the stopped ones printed while stopping included.
+        gang.collect(self._output)
         result = self._result(gang.hosts, attempt, started, failed, reason)
         result.detected_at = detected_at
         result.setup_s, result.setup_installed = setup_s, installed
@@ -145,10 +147,10 @@ class AttemptRunner:
                 return None, reason
             time.sleep(max(0.0, self.poll_interval_s - (time.monotonic() - started)))
 
-    def _output(self, slot: HostSlot, text: str) -> None:
-        self.logs.append(slot, text)
+    def _output(self, slot: HostSlot, data: bytes) -> None:
+        self.logs.append(slot, data)
         if self.printer:
-            self.printer(slot, text)
+            self.printer(slot, data.decode("utf-8", "replace"))
 
     def _result(self, hosts: list[HostState], attempt: int, started: float, failed: HostState | None,
                 reason: str | None) -> AttemptResult:

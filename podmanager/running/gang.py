@@ -13,6 +13,8 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.core.records import HostSlot
 from podmanager.hosts.environments import HostSetup
+from podmanager.hosts.process import TAIL_BYTES, TAIL_LINES
+from podmanager.hosts.runs import PollReply
 from podmanager.running.remote import RAY, Remote
 
 SETUP_TIMEOUT_S = 1800.0  # installing a run's requirements on a host may take minutes
@@ -27,6 +29,8 @@ class HostState:
     exit_code: int | None = None
     lost: str | None = None  # the host (agent) is unreachable or dead: why
     output_offset: int = 0
+    behind: bool = False  # the last reply left output on the host: the next poll does not hold
+    collected: bool = False  # the process has exited and all its output is here
     progress: dict[str, Any] | None = None
     first_progress: dict[str, Any] | None = None
     last_lines: list[str] = field(default_factory=list)
@@ -35,11 +39,13 @@ class HostState:
     def key(self) -> tuple[int, int]:
         return (self.slot.slice_index, self.slot.worker_id)
 
-    def remember(self, text: str) -> None:
-        self.last_lines = (self.last_lines + text.splitlines())[-20:]
+    def remember(self, data: bytes) -> None:
+        # Only the end of a chunk can hold its last lines: no work that grows with the output.
+        lines = data[-TAIL_BYTES:].decode("utf-8", "replace").splitlines()
+        self.last_lines = (self.last_lines + lines)[-TAIL_LINES:]
 
 
-OutputCallback = Callable[[HostSlot, str], None]
+OutputCallback = Callable[[HostSlot, bytes], None]
 
 
 class Gang:
@@ -95,12 +101,14 @@ class Gang:
         """Refresh every host's state, waiting at most `wait_s`: a host that has not answered
         keeps its request in flight for the next poll, so one dead (or simply holding) host
         never stalls the others or the health checks between polls. An agent that raises,
-        or has not answered for `poll_timeout_s`, is recorded as lost."""
+        or has not answered for `poll_timeout_s`, is recorded as lost. A host is polled until
+        its process has exited and its output is all here; one that is behind, or has exited,
+        is polled without a hold."""
         now = time.monotonic()
         for host, (_, agent) in zip(self.hosts, self.agents):
-            if host.running and not host.lost and host.key not in self._in_flight:
-                self._in_flight[host.key] = (agent.poll_workload.remote(self.run_id, host.output_offset, self.hold_s),
-                                          now)
+            if not host.collected and not host.lost and host.key not in self._in_flight:
+                hold = 0.0 if host.behind or not host.running else self.hold_s
+                self._in_flight[host.key] = (agent.poll_workload.remote(self.run_id, host.output_offset, hold), now)
         refs = [ref for ref, _ in self._in_flight.values()]
         ready, _ = self.remote.wait(refs, len(refs), wait_s) if refs else ([], [])
         ready_set = set(ready)
@@ -120,16 +128,39 @@ class Gang:
                 host.lost = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
                 host.running = False
                 continue
-            if report["output"]:
-                host.remember(report["output"])
-                if on_output:
-                    on_output(host.slot, report["output"])
-            host.output_offset = report["offset"]
-            host.progress = report["progress"] or host.progress
-            host.first_progress = report["first_progress"] or host.first_progress
-            host.running = report["running"]
-            host.exit_code = report["exit_code"]
+            self._heard(host, report, on_output)
         return self.hosts
+
+    def _heard(self, host: HostState, report: PollReply, on_output: OutputCallback | None) -> None:
+        if report.output:
+            host.remember(report.output)
+            if on_output:
+                on_output(host.slot, report.output)
+        host.output_offset = report.offset
+        host.behind = report.left > 0
+        host.progress = report.progress or host.progress
+        host.first_progress = report.first_progress or host.first_progress
+        # A reply sent before `stop` may arrive after it: it does not bring the process back.
+        host.running = report.running and host.running
+        host.exit_code = report.exit_code if report.exit_code is not None else host.exit_code
+        if not report.running:
+            host.collected = report.left == 0
+            if report.tail:
+                host.last_lines = list(report.tail)
+
+    def collect(self, on_output: OutputCallback | None = None, *, timeout_s: float = 300.0,
+                wait_s: float = 0.5) -> None:
+        """Once every process has exited (or was stopped): poll until all their output is
+        here, what they printed while stopping included. A host lost meanwhile, or output
+        still coming after `timeout_s`, is noted at the end of that host's output."""
+        deadline = time.monotonic() + timeout_s
+        while any(not h.collected and not h.lost for h in self.hosts) and time.monotonic() < deadline:
+            self.poll(on_output, wait_s=wait_s)
+        for host in self.hosts:
+            if not host.collected and on_output:
+                why = host.lost or f"still coming after {timeout_s:.0f}s"
+                on_output(host.slot, f"\n[podmanager] output of {host.slot.label} after byte {host.output_offset} "
+                                     f"was not collected ({why})\n".encode())
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM every process, SIGKILL after the grace period; lost hosts are skipped.

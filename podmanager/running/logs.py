@@ -4,10 +4,12 @@ and the result, read back by `podmanager logs` while the run goes or after it en
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
@@ -36,9 +38,9 @@ class RunLogs:
         except FileNotFoundError:
             return 0
 
-    def append(self, slot: HostSlot, text: str) -> None:
-        with open(self.path(slot), "a") as handle:
-            handle.write(text)
+    def append(self, slot: HostSlot, data: bytes) -> None:
+        with open(self.path(slot), "ab") as handle:
+            handle.write(data)
 
     def save_result(self, result: dict[str, Any]) -> None:
         (self.folder / "result.json").write_text(json.dumps(result, indent=2))
@@ -95,18 +97,61 @@ def finished(run: Path) -> bool:
     return (run / "result.json").exists()
 
 
+def lines(path: Path) -> Iterator[str]:
+    """Every line of a host's output, read as it goes (a log may be larger than memory)."""
+    with open(path, "rb") as handle:
+        for line in handle:
+            yield from line.decode("utf-8", "replace").splitlines()  # as splitting the whole text would
+
+
+@dataclass(frozen=True)
+class NewLines:
+    text: str
+    offset: int  # where the next read starts
+    skipped: int  # whole lines left out to stay within the budget
+
+
+def read_new_lines(path: Path, offset: int, *, final: bool, budget: int | None = None) -> NewLines:
+    """The lines written since `offset` (with `final`, an unterminated last one too). With
+    `budget` (bytes), more than that is cut to the lines that end within its last `budget`
+    bytes, and the lines left out are counted."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        start, skipped = offset, 0
+        if budget is not None and size - offset > budget:
+            cut = size - budget
+            handle.seek(cut - 1)
+            window = handle.read(size - cut + 1)
+            newline = window.find(b"\n")
+            start = cut + newline if newline >= 0 else cut  # the first line start at or after `cut`
+            skipped = _count_lines(handle, offset, start)
+        handle.seek(start)
+        data = handle.read(size - start)
+    end = len(data) if final else data.rfind(b"\n") + 1
+    return NewLines(data[:end].decode("utf-8", "replace"), start + end, skipped)
+
+
+def _count_lines(handle: BinaryIO, start: int, end: int, chunk: int = 1 << 20) -> int:
+    handle.seek(start)
+    count = 0
+    while start < end:
+        data = handle.read(min(chunk, end - start))
+        if not data:
+            break
+        count += data.count(b"\n")
+        start += len(data)
+    return count
+
+
 def follow(run: Path, host: tuple[int, int] | None, *, poll_s: float = 0.5) -> Iterator[tuple[str, str]]:
     """(host label, line) as lines are written, until the run has finished."""
     offsets: dict[Path, int] = {}
     while True:
         done = finished(run)  # read before the files, so nothing written before the end is missed
         for path in host_files(run, host, waiting=not done):
-            with open(path, "rb") as handle:
-                handle.seek(offsets.get(path, 0))
-                data = handle.read()
-            end = len(data) if done else data.rfind(b"\n") + 1
-            offsets[path] = offsets.get(path, 0) + end
-            for line in data[:end].decode("utf-8", "replace").splitlines():
+            new = read_new_lines(path, offsets.get(path, 0), final=done)
+            offsets[path] = new.offset
+            for line in new.text.splitlines():
                 yield label(path), line
         if done:
             return
