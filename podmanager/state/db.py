@@ -31,6 +31,7 @@ _DAMAGE_CODES = {
     14: "cannot open",  # SQLITE_CANTOPEN
     26: "not a database",  # SQLITE_NOTADB
 }
+_MAGIC = b"SQLite format 3\x00"
 _READONLY_DBMOVED = 1032  # the file was moved or replaced under an open connection
 REBUILD_HINT = ("Run 'podmanager rebuild-state': it moves the damaged file aside and rebuilds the store from the "
                 "cloud and the cluster folders (the run history and the event log are lost). "
@@ -79,10 +80,11 @@ class Database:
         memory = path == MEMORY
         if not memory and not rebuild and not path.exists():
             self._refuse_if_lost("missing")
+        if not memory and path.exists() and path.stat().st_size:
+            self._check_header()
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
         try:
-            fresh = not memory and not rebuild and not self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if fresh:
+            if not memory and not rebuild and not self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                 self._refuse_if_lost("empty")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(schema)
@@ -136,8 +138,9 @@ class Database:
                 raise self._error(error) from None
 
     def _check(self) -> None:
-        """The file this connection opened is still the store's: SQLite goes on reading and
-        writing a deleted or replaced file without a word, and what it writes there is lost."""
+        """The file this connection opened is still the store's, and still a database: SQLite
+        goes on using a deleted or replaced file without a word (what it writes there is lost),
+        and reads the pages its WAL holds without noticing the file under them was overwritten."""
         if self._identity is None:
             return
         try:
@@ -148,6 +151,21 @@ class Database:
             raise StateStoreError(
                 f"the state store {self.path} was {'deleted' if now is None else 'replaced'} while this process "
                 "used it; what it recorded since is lost", hint=REBUILD_HINT)
+        self._check_header()
+
+    def _check_header(self) -> None:
+        """The file starts like an SQLite database and holds at least its first page."""
+        try:
+            with open(self.path, "rb") as handle:
+                header = handle.read(100)
+                size = os.fstat(handle.fileno()).st_size
+        except OSError as error:
+            raise damaged(self.path, str(error)) from None
+        if not header.startswith(_MAGIC):
+            raise damaged(self.path, "emptied" if not header else "file is not a database")
+        page_size = int.from_bytes(header[16:18], "big") if len(header) >= 18 else 0
+        if size < (65536 if page_size == 1 else page_size or 512):
+            raise damaged(self.path, f"truncated to {size} bytes")
 
     def _error(self, error: sqlite3.DatabaseError) -> Exception:
         code = getattr(error, "sqlite_errorcode", None)
