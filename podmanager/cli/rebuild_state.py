@@ -18,7 +18,7 @@ def rebuild_state(
         console.print(f"the state store {report.path} is fine: nothing to rebuild "
                       "(--force rebuilds it anyway, losing its runs and events)")
         return
-    console.print(f"the state store {report.path}: {report.problem or 'rebuilt on request (--force)'}")
+    console.print(report.problem or f"the state store {report.path} is rebuilt on request (--force)")
     for moved in report.moved_aside:
         console.print(f"  moved aside to {moved}")
     restored = ", ".join(report.restored) or "none"
