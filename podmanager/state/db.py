@@ -78,10 +78,15 @@ class Database:
         self._lock = threading.Lock()
         self._identity: tuple[int, int] | None = None
         memory = path == MEMORY
-        if not memory and not rebuild and not path.exists():
-            self._refuse_if_lost("missing")
-        if not memory and path.exists() and path.stat().st_size:
-            self._check_header()
+        if not memory:
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = None
+            if size is None and not rebuild:
+                self._refuse_if_lost("missing")
+            if size:
+                self._check_header()
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
         try:
             if not memory and not rebuild and not self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
