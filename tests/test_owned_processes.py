@@ -73,16 +73,18 @@ def test_stop_cluster_kills_its_owners_processes_with_no_record_and_spares_a_nam
     monkeypatch.setenv("PODMANAGER_HOME", str(podmanager_home))
     temp_dir = Path(procs.owner_temp_dir("demo"))
     (temp_dir / "head").mkdir(parents=True)
+    try:
+        found = {p.pid for p in procs.owned(procs.owner("demo"))}
+        assert {ours[0], ours[1]} <= found  # the child is found through its parent: its environment is empty
+        assert not {theirs[0], theirs[1]} & found
 
-    found = {p.pid for p in procs.owned(procs.owner("demo"))}
-    assert {ours[0], ours[1]} <= found  # the child is found through its parent: its environment is empty
-    assert not {theirs[0], theirs[1]} & found
-
-    assert procs.stop_cluster("demo") == len(found)
-    assert not live(ours[0]) and not live(ours[1])
-    assert live(theirs[0]) and live(theirs[1])
-    assert not temp_dir.exists()
-    assert procs.stop_cluster("demo") == 0
+        assert procs.stop_cluster("demo") == len(found)
+        assert not live(ours[0]) and not live(ours[1])
+        assert live(theirs[0]) and live(theirs[1])
+        assert not temp_dir.exists()
+        assert procs.stop_cluster("demo") == 0
+    finally:
+        procs.remove_temp_dir(str(temp_dir))
 
 
 def test_a_machine_never_inherits_the_owner_of_the_process_that_starts_it(monkeypatch, tmp_path):
