@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import subprocess
@@ -52,16 +51,16 @@ def record_path(cluster: str, node_name: str, worker_id: int) -> Path:
     return hosts_dir(cluster) / f"{node_name}-w{worker_id}.json"
 
 
-def temp_dir(cluster: str, node_name: str, worker_id: int) -> str:
+def temp_dir(cluster: str, machine_id: str) -> str:
     """Ray's temp dir for one simulated host.
 
     Hosts on one machine in one session dir race for the same socket names
     (raylet.1, plasma_store.1) and crash with "Address already in use"; a dir per host
-    avoids that. Inside the cluster's (`procs.owner_temp_dir`), and short: Unix socket paths
-    inside it are limited to 107 bytes.
+    avoids that. One per machine, not per slot: a VM that stops (and removes its dir) never
+    takes the dir of a new VM in its place. Inside the cluster's (`procs.owner_temp_dir`),
+    and short: Unix socket paths inside it are limited to 107 bytes.
     """
-    digest = hashlib.sha1(f"{node_name}/{worker_id}".encode()).hexdigest()[:8]
-    return f"{procs.owner_temp_dir(cluster)}/{digest}"
+    return f"{procs.owner_temp_dir(cluster)}/{machine_id[:8]}"
 
 
 def host_env(node: Node, worker_id: int) -> dict[str, str]:
@@ -155,6 +154,8 @@ class SimHostBooter:
         return started
 
     def _spawn(self, node: Node, worker_id: int, head: str, token: Path, chips: int, path: Path) -> str:
+        machine_id = procs.new_machine_id()
+        vm_temp_dir = temp_dir(node.cluster, machine_id)
         command = [
             sys.executable, "-m", "podmanager.hosts.join",
             "--address", head,
@@ -163,7 +164,7 @@ class SimHostBooter:
             "--resources", f'{{"TPU": {chips}}}',
             "--num-cpus", str(self.num_cpus),
             "--object-store-memory", str(self.object_store_memory),
-            "--temp-dir", temp_dir(node.cluster, node.name, worker_id),
+            "--temp-dir", vm_temp_dir,
             "--agent-port", str(free_port(LOOPBACK_IP)),
             "--light",
         ]
@@ -174,11 +175,9 @@ class SimHostBooter:
         env.update(host_env(node, worker_id))
         # The VM's own disk for what it installs (a run's requirements): gone with the VM, so a
         # replaced slice installs afresh, as a new TPU VM does.
-        env[CACHE_ENV] = str(Path(temp_dir(node.cluster, node.name, worker_id)) / "podmanager-cache")
+        env[CACHE_ENV] = str(Path(vm_temp_dir) / "podmanager-cache")
         log_path = path.with_suffix(".log")
-        vm_temp_dir = temp_dir(node.cluster, node.name, worker_id)
         # The record first: it is the VM's lease, which the VM checks from its first second.
-        machine_id = procs.new_machine_id()
         procs.write_record(
             path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id,
             started_at=time.time(), log=str(log_path), temp_dir=vm_temp_dir,
