@@ -2,6 +2,8 @@
 project, never says "down" while something labelled with it exists, and a repeat says
 there is nothing to delete and succeeds."""
 
+import shutil
+
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster, StateStore, down_by_label
@@ -18,6 +20,7 @@ def _up_and_forget(name: str, project: str, podmanager_home) -> None:
     Cluster.from_dict({"name": name, "project": project, "slices": [{"accelerator": "v4-8", "count": 2}],
                        "simulation": FAST}, dry_run=True).up()
     (podmanager_home / "state.db").unlink()
+    shutil.rmtree(podmanager_home / "clusters")  # with it the spec copies, which would mark the store as damaged
     assert len(simulated_cloud(project).all_nodes()) == 2
 
 

@@ -135,7 +135,7 @@ def test_down_finds_the_cluster_by_label_when_local_state_is_gone(podmanager_hom
     Cluster.from_dict(data).up()
     (podmanager_home / "state.db").unlink()
     assert len(simulated_cloud("podmanager-sim").all_nodes()) == 2
-    down_by_label("c", dry_run=True, store=StateStore())
+    down_by_label("c", dry_run=True, store=StateStore.in_memory())  # the real one is lost
     assert simulated_cloud("podmanager-sim").all_nodes() == []
 
 

@@ -42,11 +42,13 @@ class SupervisorActor:
         return os.getpid()
 
     def _supervise(self) -> None:
+        from podmanager.core.errors import StateStoreError
         from podmanager.state.runs import RunStore
         from podmanager.supervision.supervisor import RunSupervisor
 
-        runs = RunStore()
+        runs = None
         try:
+            runs = RunStore()
             # Every event recorded through this cluster (a replaced slice, a retry) is the run's.
             cluster = self.cluster_class.from_name(self.cluster, run_id=self.run_id)
             run = runs.get(self.run_id)
@@ -56,8 +58,16 @@ class SupervisorActor:
             finally:
                 for timer in timers:
                     timer.cancel()
+        except StateStoreError as lost:
+            # The run's record is gone or unusable: no one could follow, cancel or resume the run,
+            # so it stops (the attempt's processes were stopped as the error passed through it).
+            log.error("run %s stops: %s", self.run_id, lost)
         except Exception:  # noqa: BLE001 - the run must end with the reason, not hang unsupervised
-            _record_crash(runs, self.run_id, traceback.format_exc())
+            try:
+                if runs is not None:
+                    _record_crash(runs, self.run_id, traceback.format_exc())
+            except StateStoreError as lost:
+                log.error("run %s stops: %s", self.run_id, lost)
         self._leave()
 
     def _leave(self) -> None:

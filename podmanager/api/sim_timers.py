@@ -36,12 +36,15 @@ def timers_dir(cluster: str | None) -> Path:
 
 def schedule(project: str, when: float, cluster: str | None) -> None:
     """Start a timer that wakes the simulated cloud of `project` at `when` (epoch seconds)."""
+    env = os.environ.copy()
+    if cluster:  # `down` finds it by its owner even when this folder's records of it are lost
+        env[procs.OWNER_ENV] = procs.owner(cluster)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", WAKE_MODULE, project, repr(when), cluster or ""],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the terminal that scheduled it does not cancel the fault
-            env=os.environ.copy(),
+            env=env,
         )
     except OSError as error:  # a fault that fires late is better than a failed cloud call
         log.warning("could not start a simulator timer: %s", error)

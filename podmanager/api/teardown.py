@@ -13,6 +13,7 @@ from podmanager.core import paths
 from podmanager.core.clock import Clock
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import SIMULATED_PROJECT, SIMULATED_ZONES, parse_spec
+from podmanager.hosts import procs
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.provisioning.loop import Provisioner
 from podmanager.state import StateStore
@@ -20,9 +21,10 @@ from podmanager.state import StateStore
 
 def teardown(name: str, cloud: TpuCloud, zones: list[str], store: StateStore, *,
              record: Callable[..., Any] | None = None, clock: Clock | None = None, timeout_s: float = 600.0,
-             hosts: ClusterHosts | None = None) -> None:
+             hosts: ClusterHosts | None = None) -> int:
     """Delete every node and queued resource labelled with cluster `name`, stop its Ray side
-    (simulated hosts, agents, the head podmanager started), then forget it."""
+    (simulated hosts, agents, the head podmanager started) and any other local process of
+    it, then forget it. Returns how many local processes no record named were stopped."""
     record = record or (lambda kind, message, slice_index=None, **data: store.add_event(
         name, kind, message, slice_index=slice_index, **data))
     record("down", f"deleting everything labelled podmanager-cluster={name} in {', '.join(zones)}")
@@ -35,8 +37,12 @@ def teardown(name: str, cloud: TpuCloud, zones: list[str], store: StateStore, *,
         [], timeout_s, unwanted_reason="the cluster is being torn down")
     if hosts is not None:
         hosts.stop()
+    strays = procs.stop_cluster(name)
+    if strays:
+        record("strays_stopped", f"stopped {strays} local process(es) of {name} that no record named")
     store.delete_cluster(name)
     record("cluster_deleted", f"cluster {name} is down; nothing of it is left in the cloud")
+    return strays
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class LabelDownReport:
     name: str
     searched: list[str]
     deleted_in: list[str]
+    local_processes: int = 0  # processes of the cluster on this machine, found by their owner tag and stopped
 
 
 def simulated_projects() -> list[str]:
@@ -55,7 +62,8 @@ def simulated_projects() -> list[str]:
 
 def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones: list[str] | None = None,
                   store: StateStore | None = None, timeout_s: float = 600.0) -> LabelDownReport:
-    """`down` for a cluster whose local state is gone: find its resources by label and delete them.
+    """`down` for a cluster whose local state is gone: find its resources by label and delete them,
+    and its processes on this machine by their owner tag (`procs.owner`) and stop them.
 
     On the simulated cloud without a project, every simulated project is searched; on
     Google Cloud the project is required and only the given zones are searched."""
@@ -65,6 +73,7 @@ def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones
                         "its project; pass --project PROJECT --zone ZONE (or --dry-run for the simulated cloud)")
     projects = ([project] if project else simulated_projects()) if dry_run else [project]
     deleted_in = []
+    local = 0
     for where in projects:
         search_zones = zones
         if dry_run:
@@ -75,7 +84,10 @@ def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones
         cloud = make_cloud(spec)[0]
         found = Provisioner(cloud, name, spec.zones).observe()
         if found.nodes or found.queued:
-            teardown(name, cloud, spec.zones, store, timeout_s=timeout_s,
-                     hosts=ClusterHosts(spec, local_machines(spec)))
+            local += teardown(name, cloud, spec.zones, store, timeout_s=timeout_s,
+                              hosts=ClusterHosts(spec, local_machines(spec)))
             deleted_in.append(where)
-    return LabelDownReport(name, [p for p in projects if p], deleted_in)
+    # Its head, hosts and timers may run with no cloud left to find them by (the state folder
+    # and the simulated cloud in it deleted): the process table still knows them.
+    local += procs.stop_cluster(name)
+    return LabelDownReport(name, [p for p in projects if p], deleted_in, local)

@@ -142,6 +142,7 @@ from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     events,
     logs,
     ray_env,
+    rebuild_state,
     run,
     runs,
     sim,
@@ -157,6 +158,7 @@ sim.register(app, group=PodmanagerGroup, command=PodmanagerCommand)
 app.command(cls=PodmanagerCommand,
             help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)
 app.command(cls=PodmanagerCommand, help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)
+app.command("rebuild-state", cls=PodmanagerCommand)(rebuild_state.rebuild_state)
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -33,3 +33,8 @@ class ClusterNotFoundError(PodmanagerError):
 
 class TimeoutExceededError(PodmanagerError):
     exit_code = 3
+
+
+class StateStoreError(PodmanagerError):
+    """The state store ($PODMANAGER_HOME/state.db) is missing, damaged, or was deleted or
+    replaced while in use. `down` works without it; `podmanager rebuild-state` repairs it."""

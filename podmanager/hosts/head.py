@@ -4,10 +4,8 @@ use the one the spec names; remember it in `cluster_dir/head.json`; stop only ou
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import shutil
 import socket
 import subprocess
 import sys
@@ -59,10 +57,9 @@ def load_state(cluster: str) -> HeadState | None:
 
 
 def head_temp_dir(cluster: str) -> str:
-    """Ray's temp dir for this cluster's head: its own, so `stop` can remove it, and short
-    (Unix socket paths inside it are limited to 107 bytes)."""
-    digest = hashlib.sha1(f"{paths.home()}/{cluster}/head".encode()).hexdigest()[:12]
-    return f"/tmp/pm-{digest}"
+    """Ray's temp dir for this cluster's head: its own, so `stop` can remove it, inside the
+    cluster's (see `procs.owner_temp_dir`)."""
+    return f"{procs.owner_temp_dir(cluster)}/head"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -139,7 +136,7 @@ def _launch(spec: ClusterSpec) -> HeadState:
         env.update(loopback.HEAD_ENV)
     address = f"{ip}:{port}"
     log_path = paths.cluster_dir(spec.name) / HEAD_LOG
-    proc, machine_id = procs.launch(command, env, log_path)
+    proc, machine_id = procs.launch(command, env, log_path, owner=procs.owner(spec.name))
     # Recorded before waiting, so that `stop` after a crash right here still finds it.
     state = HeadState(
         address=address,
@@ -171,8 +168,8 @@ def stop_head(cluster: str) -> bool:
     stopped = False
     if state.started:
         stopped = procs.kill(state.machine_id, grace_s=2.0)
-    if state.started and state.temp_dir and state.temp_dir.startswith("/tmp/pm-"):
-        shutil.rmtree(state.temp_dir, ignore_errors=True)
+    if state.started:
+        procs.remove_temp_dir(state.temp_dir)
     state_path(cluster).unlink(missing_ok=True)
     return stopped
 

@@ -13,11 +13,12 @@ import logging
 import os
 import threading
 import time
+from pathlib import Path
 
 import ray
 
 from podmanager.core import paths
-from podmanager.hosts import fleet, snapshot
+from podmanager.hosts import fleet, head, procs, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +36,20 @@ class HostMonitor:
     def __init__(self, home: str, cluster: str) -> None:
         os.environ["PODMANAGER_HOME"] = home  # the snapshot goes to the client's state folder
         self.cluster = cluster
+        self._head_record = Path(home) / "clusters" / cluster / head.HEAD_FILE
         self._thread = threading.Thread(target=self._watch, name=f"monitor-{cluster}", daemon=True)
         self._thread.start()
 
+    def _folder_is_ours(self) -> bool:
+        """The state folder still records this monitor's head. Once it is deleted, or records
+        another head (a new `up` after the folder was lost), writing there would re-create a
+        deleted folder or mix another cluster's hosts into its snapshot."""
+        record = procs.read_record(self._head_record)
+        ours = os.environ.get(procs.MACHINE_ENV)  # the head's, inherited from its raylet
+        return record is not None and (ours is None or record.get("machine_id") == ours)
+
     def _watch(self) -> None:
-        while True:  # until the actor is killed (down) or its node stops
+        while self._folder_is_ours():  # until the actor is killed (down), its node stops or its folder goes
             started = time.time()
             try:
                 snapshot.write(self.cluster, fleet.probe_hosts(self.cluster, timeout_s=PROBE_TIMEOUT_S), started)

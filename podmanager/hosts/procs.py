@@ -11,6 +11,12 @@ file, lets any later process (`down`, a test teardown, a new CLI after a crash) 
 kill the whole machine, without a broad `ray stop` that would also hit clusters
 podmanager does not own.
 
+Every machine of a cluster also carries its owner, `PODMANAGER_OWNER=<cluster>@<state
+folder>`: the two things a user still names after the folder is lost (`-c NAME`, and
+`$PODMANAGER_HOME`, or its default). So `down` finds a cluster's processes by scanning the
+process table (`owned`) even when no record of them is left, and never those of a cluster of
+the same name that belongs to another state folder (another user's, another test's).
+
 Why not a session per machine: Linux puts every session in its own CPU-scheduler
 autogroup, and a multi-host JAX program whose processes sit in different autogroups steps
 about 16% slower on a shared CPU (measured; see benchmarks/RESULTS.md). Machines therefore
@@ -20,18 +26,36 @@ at a terminal does not reach them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
+from podmanager.core import paths
+
 MACHINE_ENV = "PODMANAGER_MACHINE_ID"
+OWNER_ENV = "PODMANAGER_OWNER"
+TEMP_PREFIX = "/tmp/pm-"
+
+
+def owner(cluster: str) -> str:
+    """The identity of `cluster`'s local processes in this state folder."""
+    return f"{cluster}@{paths.home().resolve()}"
+
+
+def owner_temp_dir(cluster: str) -> str:
+    """The folder under which every local machine of `cluster` keeps Ray's temp dir, so that
+    `down` removes them all without a record of each. Short: Unix socket paths inside a Ray
+    temp dir are limited to 107 bytes."""
+    return TEMP_PREFIX + hashlib.sha1(owner(cluster).encode()).hexdigest()[:12]
 
 
 def write_record(path: Path, **fields: Any) -> None:
@@ -48,52 +72,73 @@ def read_record(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def new_machine_id() -> str:
+    return uuid.uuid4().hex
+
+
 def launch(command: list[str], env: dict[str, str], log_path: Path,
-           machine_id: str | None = None) -> tuple[subprocess.Popen, str]:
-    """Start `command` as a new machine (or on the machine `machine_id`); returns the process
-    and the machine id."""
-    machine_id = machine_id or uuid.uuid4().hex
+           machine_id: str | None = None, *, owner: str | None = None) -> tuple[subprocess.Popen, str]:
+    """Start `command` as a new machine (or on the machine `machine_id`) belonging to `owner`
+    (see `owner()`); returns the process and the machine id."""
+    machine_id = machine_id or new_machine_id()
+    env = {**env, MACHINE_ENV: machine_id}
+    env.pop(OWNER_ENV, None)  # never the owner of whoever starts it (a supervisor booting a VM)
+    if owner:
+        env[OWNER_ENV] = owner
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
-            command, env={**env, MACHINE_ENV: machine_id}, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, process_group=0,
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0,
         )
     return proc, machine_id
 
 
-def machines() -> dict[str, list[psutil.Process]]:
-    """Every live machine on this computer, with its processes (one scan)."""
+# What a process carries, or inherits from its nearest tagged ancestor: (machine id, owner).
+_Tag = tuple[str | None, str | None]
+
+
+def _scan() -> list[tuple[psutil.Process, _Tag]]:
+    """Every live process that is tagged or descends from a tagged one, with its tag (one scan)."""
     parents: dict[int, int] = {}
-    tagged: dict[int, str] = {}
+    tagged: dict[int, _Tag] = {}
     live: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["ppid", "status", "environ"]):
         if proc.info["status"] in (None, psutil.STATUS_ZOMBIE):
             continue
         live[proc.pid] = proc
         parents[proc.pid] = proc.info["ppid"]
-        machine_id = (proc.info["environ"] or {}).get(MACHINE_ENV)
-        if machine_id:
-            tagged[proc.pid] = machine_id
-    found: dict[int, str | None] = {}
+        environ = proc.info["environ"] or {}
+        tag = (environ.get(MACHINE_ENV) or None, environ.get(OWNER_ENV) or None)
+        if tag != (None, None):
+            tagged[proc.pid] = tag
+    found: dict[int, _Tag | None] = {}
 
-    def machine_of(pid: int) -> str | None:
+    def tag_of(pid: int) -> _Tag | None:
         chain: list[int] = []
         seen: set[int] = set()  # a pid reused during the scan could close a loop
         while pid not in found and pid not in tagged and pid in parents and pid not in seen:
             chain.append(pid)
             seen.add(pid)
             pid = parents[pid]
-        machine_id = found.get(pid, tagged.get(pid))
+        tag = found.get(pid, tagged.get(pid))
         for visited in chain:
-            found[visited] = machine_id
-        return machine_id
+            found[visited] = tag
+        return tag
 
+    return [(proc, tag) for pid, proc in live.items() if (tag := tag_of(pid)) is not None]
+
+
+def machines() -> dict[str, list[psutil.Process]]:
+    """Every live machine on this computer, with its processes (one scan)."""
     out: dict[str, list[psutil.Process]] = {}
-    for pid, proc in live.items():
-        machine_id = machine_of(pid)
+    for proc, (machine_id, _) in _scan():
         if machine_id:
             out.setdefault(machine_id, []).append(proc)
     return out
+
+
+def owned(owner: str) -> list[psutil.Process]:
+    """Every live process of `owner`'s machines, and any other process tagged with it (one scan)."""
+    return [proc for proc, (_, tagged_owner) in _scan() if tagged_owner == owner]
 
 
 def members(machine_id: str | None) -> list[psutil.Process]:
@@ -104,13 +149,41 @@ def alive(machine_id: str | None) -> bool:
     return bool(machine_id) and bool(members(machine_id))
 
 
-def kill(machine_id: str | None, *, grace_s: float = 0.0, wait_s: float = 5.0) -> bool:
+def kill(machine_id: str | None, *, grace_s: float = 0.0, wait_s: float = 5.0, spare_caller: bool = False) -> bool:
     """SIGTERM (if `grace_s`), then SIGKILL every process of the machine; True if any existed.
 
     A caller that is itself part of the machine (a program on a simulated host that
-    preempts its own slice) goes last, like everything else on a VM that vanishes.
+    preempts its own slice) goes last, like everything else on a VM that vanishes, unless
+    `spare_caller` (it has something left to do, and exits itself).
     """
-    found = members(machine_id)
+    return _kill_all(lambda: members(machine_id), grace_s=grace_s, wait_s=wait_s, spare_caller=spare_caller)
+
+
+def kill_owned(owner: str, *, grace_s: float = 0.0, wait_s: float = 10.0) -> int:
+    """SIGTERM (if `grace_s`), then SIGKILL every process of `owner`; how many there were."""
+    found = owned(owner)
+    if found:
+        _kill_all(lambda: owned(owner), grace_s=grace_s, wait_s=wait_s, first=found)
+    return len(found)
+
+
+def stop_cluster(cluster: str) -> int:
+    """Kill every local process of `cluster` in this state folder, whether or not any record
+    names it, and remove its Ray temp dirs; how many processes there were."""
+    killed = kill_owned(owner(cluster))
+    remove_temp_dir(owner_temp_dir(cluster))
+    return killed
+
+
+def remove_temp_dir(path: str | None) -> None:
+    """Remove one of podmanager's Ray temp dirs (never anything outside /tmp/pm-*)."""
+    if path and path.startswith(TEMP_PREFIX) and ".." not in path:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _kill_all(find: Callable[[], list[psutil.Process]], *, grace_s: float, wait_s: float,
+              spare_caller: bool = False, first: list[psutil.Process] | None = None) -> bool:
+    found = find() if first is None else first
     if not found:
         return False
     me = os.getpid()
@@ -127,8 +200,8 @@ def kill(machine_id: str | None, *, grace_s: float = 0.0, wait_s: float = 5.0) -
         _signal_all(found, signal.SIGSTOP)
         _signal_all(found, signal.SIGKILL)
         psutil.wait_procs(found, timeout=0.05)
-        found = [proc for proc in members(machine_id) if proc.pid != me]
-    if inside:
+        found = [proc for proc in find() if proc.pid != me]
+    if inside and not spare_caller:
         os.kill(me, signal.SIGKILL)
     return True
 

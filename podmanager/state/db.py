@@ -1,27 +1,114 @@
 """The one SQLite database under $PODMANAGER_HOME: WAL, so a run's supervisor writes while
-any client reads; one connection per store object, safe to share between threads."""
+any client reads; one connection per store object, safe to share between threads.
+
+It fails safe: a store that is damaged (not a database, malformed), lost (missing or empty
+while the folder still holds clusters) or deleted or replaced under a running process raises
+`StateStoreError`, which names the file and the fix, instead of a raw sqlite error or (worse)
+quietly writing to a file nobody will read again. What makes a lost store noticeable: each
+recorded cluster keeps a copy of its spec beside the store (`spec_copy_path`), which is also
+what `rebuild-state` rebuilds it from.
+"""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from podmanager.core import paths
+from podmanager.core.errors import StateStoreError
+
+MEMORY = Path(":memory:")  # a stand-in store that keeps nothing (`down` when the real one is damaged)
+SPEC_COPY = "spec.json"
+SUFFIXES = ("", "-wal", "-shm")  # the database and its WAL files: moved aside together
+# sqlite's primary result codes that mean the file, not the query, is wrong.
+_DAMAGE_CODES = {
+    10: "disk I/O error",  # SQLITE_IOERR: e.g. the file or its WAL deleted under an open connection
+    11: "malformed",  # SQLITE_CORRUPT
+    14: "cannot open",  # SQLITE_CANTOPEN
+    26: "not a database",  # SQLITE_NOTADB
+}
+_MAGIC = b"SQLite format 3\x00"
+_READONLY_DBMOVED = 1032  # the file was moved or replaced under an open connection
+REBUILD_HINT = ("Run 'podmanager rebuild-state': it moves the damaged file aside and rebuilds the store from the "
+                "cloud and the cluster folders (the run history and the event log are lost). "
+                "'podmanager down -c NAME' works without it.")
 
 
 def default_path() -> Path:
     return paths.home() / "state.db"
 
 
+def spec_copy_path(folder: Path, cluster: str) -> Path:
+    """Where the store keeps a copy of `cluster`'s spec: its folder under the store's folder."""
+    return folder / "clusters" / cluster / SPEC_COPY
+
+
+def recorded_clusters(folder: Path) -> list[str]:
+    """Clusters with a spec copy under `folder`: those the store holds, or held before it was lost."""
+    return sorted(p.parent.name for p in (folder / "clusters").glob(f"*/{SPEC_COPY}"))
+
+
+def move_aside(path: Path) -> list[Path]:
+    """Rename the database and its WAL files to `<name>.damaged-<time>*`; the new names."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = []
+    for suffix in SUFFIXES:
+        source = path.with_name(path.name + suffix)
+        if source.exists():
+            target = path.with_name(f"{path.name}.damaged-{stamp}{suffix}")
+            os.replace(source, target)
+            moved.append(target)
+    return moved
+
+
+def damaged(path: Path, detail: str) -> StateStoreError:
+    return StateStoreError(f"the state store {path} is damaged ({detail})", hint=REBUILD_HINT)
+
+
 class Database:
-    def __init__(self, path: Path, schema: str):
+    def __init__(self, path: Path, schema: str, *, folder: Path | None = None, rebuild: bool = False):
+        """`folder`: where the spec copies are (default: the database's folder); `rebuild`:
+        create the database even though the folder shows it held clusters."""
         self.path = path
+        self.folder = folder or path.parent
         self._lock = threading.Lock()
+        self._identity: tuple[int, int] | None = None
+        memory = path == MEMORY
+        if not memory:
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = None
+            if size is None and not rebuild:
+                self._refuse_if_lost("missing")
+            if size:
+                self._check_header()
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(schema)
+        try:
+            if not memory and not rebuild and not self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                self._refuse_if_lost("empty")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(schema)
+            if not memory:
+                self._identity = _identity(path)
+        except sqlite3.DatabaseError as error:
+            self._db.close()
+            raise self._error(error) from None
+        except StateStoreError:
+            self._db.close()
+            raise
+
+    def _refuse_if_lost(self, how: str) -> None:
+        """A new database is fine, unless the folder shows that one held clusters before."""
+        known = recorded_clusters(self.folder)
+        if known:
+            raise StateStoreError(
+                f"the state store {self.path} is {how}, but it recorded cluster(s) {', '.join(known)}: "
+                "it was deleted, truncated or lost", hint=REBUILD_HINT)
 
     def close(self) -> None:
         with self._lock:
@@ -29,16 +116,69 @@ class Database:
 
     def rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self._db.execute(sql, args).fetchall()
+            self._check()
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.DatabaseError as error:
+                raise self._error(error) from None
 
     def records(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         """Rows as {column: value}."""
         with self._lock:
-            cursor = self._db.execute(sql, args)
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row)) for row in cursor.fetchall()]
+            self._check()
+            try:
+                cursor = self._db.execute(sql, args)
+                names = [d[0] for d in cursor.description]
+                return [dict(zip(names, row)) for row in cursor.fetchall()]
+            except sqlite3.DatabaseError as error:
+                raise self._error(error) from None
 
     def insert(self, sql: str, args: tuple[Any, ...]) -> int:
         """Run an INSERT; the new row's id."""
         with self._lock:
-            return self._db.execute(sql, args).lastrowid or 0
+            self._check()
+            try:
+                return self._db.execute(sql, args).lastrowid or 0
+            except sqlite3.DatabaseError as error:
+                raise self._error(error) from None
+
+    def _check(self) -> None:
+        """The file this connection opened is still the store's, and still a database: SQLite
+        goes on using a deleted or replaced file without a word (what it writes there is lost),
+        and reads the pages its WAL holds without noticing the file under them was overwritten."""
+        if self._identity is None:
+            return
+        try:
+            now = _identity(self.path)
+        except FileNotFoundError:
+            now = None
+        if now != self._identity:
+            raise StateStoreError(
+                f"the state store {self.path} was {'deleted' if now is None else 'replaced'} while this process "
+                "used it; what it recorded since is lost", hint=REBUILD_HINT)
+        self._check_header()
+
+    def _check_header(self) -> None:
+        """The file starts like an SQLite database and holds at least its first page."""
+        try:
+            with open(self.path, "rb") as handle:
+                header = handle.read(100)
+                size = os.fstat(handle.fileno()).st_size
+        except OSError as error:
+            raise damaged(self.path, str(error)) from None
+        if not header.startswith(_MAGIC):
+            raise damaged(self.path, "emptied" if not header else "file is not a database")
+        page_size = int.from_bytes(header[16:18], "big") if len(header) >= 18 else 0
+        if size < (65536 if page_size == 1 else page_size or 512):
+            raise damaged(self.path, f"truncated to {size} bytes")
+
+    def _error(self, error: sqlite3.DatabaseError) -> Exception:
+        code = getattr(error, "sqlite_errorcode", None)
+        if code is not None and (code & 0xFF in _DAMAGE_CODES or code == _READONLY_DBMOVED):
+            return damaged(self.path, str(error))
+        return error
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino

@@ -7,12 +7,13 @@ spec, so `status` and `down` work from a new process) and what happened (events)
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podmanager.state.db import Database, default_path
+from podmanager.state.db import MEMORY, Database, default_path, spec_copy_path
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clusters (
@@ -73,11 +74,23 @@ class Event:
 
 
 class StateStore:
-    """One SQLite database; safe to share between threads and between processes."""
+    """One SQLite database; safe to share between threads and between processes.
 
-    def __init__(self, path: Path | None = None):
+    Each recorded cluster's spec is also copied to `clusters/<name>/spec.json` beside the
+    database: what tells a lost database from a new one, and what `rebuild-state` rebuilds from."""
+
+    def __init__(self, path: Path | None = None, *, folder: Path | None = None, rebuild: bool = False):
+        """`folder`: where the spec copies are (default: the database's folder); `rebuild`:
+        start a new database even though the folder shows an earlier one was lost."""
         self.path = path or default_path()
-        self._db = Database(self.path, _SCHEMA)
+        self.folder = folder or self.path.parent
+        self._db = Database(self.path, _SCHEMA, folder=self.folder, rebuild=rebuild)
+
+    @classmethod
+    def in_memory(cls, folder: Path | None = None) -> "StateStore":
+        """A stand-in for a damaged store: records nothing durably; deleting a cluster still
+        removes its spec copy from `folder` (default: $PODMANAGER_HOME)."""
+        return cls(MEMORY, folder=folder or default_path().parent)
 
     def close(self) -> None:
         self._db.close()
@@ -95,6 +108,12 @@ class StateStore:
             "status=excluded.status, updated_at=excluded.updated_at",
             (name, json.dumps(spec), backend, status, now, now),
         )
+        if self.path != MEMORY:
+            copy = spec_copy_path(self.folder, name)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            tmp = copy.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"name": name, "backend": backend, "spec": spec}))
+            os.replace(tmp, copy)
 
     def set_cluster_status(self, name: str, status: str) -> None:
         self._execute("UPDATE clusters SET status=?, updated_at=? WHERE name=?", (status, time.time(), name))
@@ -108,6 +127,7 @@ class StateStore:
 
     def delete_cluster(self, name: str) -> None:
         self._execute("DELETE FROM clusters WHERE name=?", (name,))
+        spec_copy_path(self.folder, name).unlink(missing_ok=True)
 
     # ------------------------------------------------------------- slices
 

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlparse
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.sim.records import NodeRecord, SimState
 from podmanager.hosts.runs import MEGASCALE_FILE_ENV
+from podmanager.hosts.sim import lease
 
 PREFIX = "/computeMetadata/v1/"
 LONG_POLL_S = 60.0
@@ -143,7 +144,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--accelerator", required=True)
     parser.add_argument("--endpoints", required=True, help="comma list: every worker's address, worker 0 first")
     parser.add_argument("--port", type=int, required=True)
+    lease.add_arguments(parser)
     opts = parser.parse_args(argv)
+    if opts.lease is not None:  # the VM's own long-lived process: it holds the VM's lease too
+        lease.hold_in_background(opts.lease, opts.temp_dir)
     megascale = os.environ.get(MEGASCALE_FILE_ENV)
     vm = SimulatedVm(state_file=Path(opts.state), zone=opts.zone, node=opts.node, worker=opts.worker,
                      accelerator=opts.accelerator, endpoints=opts.endpoints.split(","),

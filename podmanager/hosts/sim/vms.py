@@ -4,21 +4,20 @@
 head address in its metadata ("podmanager-head"), it launches one
 `python -m podmanager.hosts.join` per host, with the environment a TPU VM gives
 (TPU_NAME, TPU_WORKER_ID, ...) so Ray labels the node exactly like a real host.
-It returns at once: the hosts boot in parallel, each as a `procs` machine, and outlive
-the process that started them. Each host's machine id is recorded in
-`cluster_dir/<cluster>/hosts/<node>-w<i>.json`; when the node is preempted,
+It returns at once: the hosts boot in parallel, each as a `procs` machine of the cluster's
+owner, and outlive the process that started them. Each host's machine id is recorded in
+`cluster_dir/<cluster>/hosts/<node>-w<i>.json` before it boots; when the node is preempted,
 terminated, deleted or gone, its machines are SIGKILLed like a vanished VM — from
-whichever process saw the change. `kill_cluster_hosts` is what `stop` uses.
+whichever process saw the change. `kill_cluster_hosts` is what `stop` uses. A host whose
+record is gone stops itself (`lease.py`): a lost state folder leaves no VM running.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -52,15 +51,16 @@ def record_path(cluster: str, node_name: str, worker_id: int) -> Path:
     return hosts_dir(cluster) / f"{node_name}-w{worker_id}.json"
 
 
-def temp_dir(cluster: str, node_name: str, worker_id: int) -> str:
+def temp_dir(cluster: str, machine_id: str) -> str:
     """Ray's temp dir for one simulated host.
 
     Hosts on one machine in one session dir race for the same socket names
     (raylet.1, plasma_store.1) and crash with "Address already in use"; a dir per host
-    avoids that. Short, because Unix socket paths inside it are limited to 107 bytes.
+    avoids that. One per machine, not per slot: a VM that stops (and removes its dir) never
+    takes the dir of a new VM in its place. Inside the cluster's (`procs.owner_temp_dir`),
+    and short: Unix socket paths inside it are limited to 107 bytes.
     """
-    digest = hashlib.sha1(f"{paths.home()}/{cluster}/{node_name}/{worker_id}".encode()).hexdigest()[:12]
-    return f"/tmp/pm-{digest}"
+    return f"{procs.owner_temp_dir(cluster)}/{machine_id[:8]}"
 
 
 def host_env(node: Node, worker_id: int) -> dict[str, str]:
@@ -154,6 +154,8 @@ class SimHostBooter:
         return started
 
     def _spawn(self, node: Node, worker_id: int, head: str, token: Path, chips: int, path: Path) -> str:
+        machine_id = procs.new_machine_id()
+        vm_temp_dir = temp_dir(node.cluster, machine_id)
         command = [
             sys.executable, "-m", "podmanager.hosts.join",
             "--address", head,
@@ -162,7 +164,7 @@ class SimHostBooter:
             "--resources", f'{{"TPU": {chips}}}',
             "--num-cpus", str(self.num_cpus),
             "--object-store-memory", str(self.object_store_memory),
-            "--temp-dir", temp_dir(node.cluster, node.name, worker_id),
+            "--temp-dir", vm_temp_dir,
             "--agent-port", str(free_port(LOOPBACK_IP)),
             "--light",
         ]
@@ -173,22 +175,27 @@ class SimHostBooter:
         env.update(host_env(node, worker_id))
         # The VM's own disk for what it installs (a run's requirements): gone with the VM, so a
         # replaced slice installs afresh, as a new TPU VM does.
-        env[CACHE_ENV] = str(Path(temp_dir(node.cluster, node.name, worker_id)) / "podmanager-cache")
+        env[CACHE_ENV] = str(Path(vm_temp_dir) / "podmanager-cache")
         log_path = path.with_suffix(".log")
-        metadata = self._metadata_command(node, worker_id)
-        if metadata is not None:
-            command_line, port = metadata
-            env.update(metadata_env(port, path))
-        proc, machine_id = procs.launch(command, env, log_path)
-        children = [proc]
-        if metadata is not None:  # the same machine: it dies with the host
-            children.append(procs.launch(command_line, env, log_path, machine_id=machine_id)[0])
-        with self._mutex:
-            self._children.extend(children)
+        # The record first: it is the VM's lease, which the VM checks from its first second.
         procs.write_record(
             path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id,
-            started_at=time.time(), log=str(log_path), temp_dir=temp_dir(node.cluster, node.name, worker_id),
+            started_at=time.time(), log=str(log_path), temp_dir=vm_temp_dir,
         )
+        lease_args = ["--lease", str(path), "--temp-dir", vm_temp_dir]
+        metadata = self._metadata_command(node, worker_id)
+        if metadata is not None:  # the VM's metadata server holds its lease
+            command_line, port = metadata
+            env.update(metadata_env(port, path))
+            holder = command_line + lease_args
+        else:
+            holder = [sys.executable, "-m", "podmanager.hosts.sim.lease", *lease_args]
+        owner = procs.owner(node.cluster)
+        children = [procs.launch(command, env, log_path, machine_id, owner=owner)[0]]
+        # The same machine: it dies with the host, and the host with it.
+        children.append(procs.launch(holder, env, log_path, machine_id, owner=owner)[0])
+        with self._mutex:
+            self._children.extend(children)
         return machine_id
 
     def _metadata_command(self, node: Node, worker_id: int) -> tuple[list[str], int] | None:
@@ -247,8 +254,8 @@ def kill_cluster_hosts(cluster: str) -> int:
 def _forget(path: Path, record: dict | None) -> None:
     path.unlink(missing_ok=True)
     path.with_suffix(".megascale").unlink(missing_ok=True)
-    if record and record.get("temp_dir", "").startswith("/tmp/pm-"):
-        shutil.rmtree(record["temp_dir"], ignore_errors=True)
+    if record:
+        procs.remove_temp_dir(record.get("temp_dir"))
 
 
 def vanished_hosts(cluster: str) -> set[tuple[str, int]]:

@@ -1,0 +1,31 @@
+"""`podmanager rebuild-state`: move a lost or damaged state store aside and rebuild it."""
+
+from __future__ import annotations
+
+import typer
+
+from podmanager.cli.render import console
+
+
+def rebuild_state(
+    force: bool = typer.Option(False, "--force", help="Rebuild even a healthy store (its runs and events are lost)."),
+) -> None:
+    """Rebuild a missing or damaged state store from the cluster folders and the cloud."""
+    from podmanager.api.rebuild import LOST, rebuild_state as rebuild  # loads the spec, the cloud: not for --help
+
+    report = rebuild(force=force)
+    if not report.rebuilt:
+        console.print(f"the state store {report.path} is fine: nothing to rebuild "
+                      "(--force rebuilds it anyway, losing its runs and events)")
+        return
+    console.print(report.problem or f"the state store {report.path} is rebuilt on request (--force)")
+    for moved in report.moved_aside:
+        console.print(f"  moved aside to {moved}")
+    restored = ", ".join(report.restored) or "none"
+    console.print(f"rebuilt: cluster(s) {restored}, from the spec copies in their folders")
+    for name, why in report.skipped:
+        console.print(f"  not restored: {name}: {why}")
+    for name, project in report.unknown_in_cloud:
+        console.print(f"  in simulated project {project} without a spec copy: {name}; 'podmanager up -f SPEC' "
+                      f"takes it back, 'podmanager down -c {name} --dry-run' deletes it")
+    console.print(f"lost: {LOST}")
