@@ -16,6 +16,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from podmanager.core.records import HostSlot
 from podmanager.hosts.environments import HostSetup
 from podmanager.hosts.runs import PollReply
+from podmanager.runtime.contract import ProgressRecord
 
 
 @dataclass
@@ -118,8 +119,8 @@ class FakeAgent:
             if run["polls"] >= behaviour.polls:
                 run["running"], run["exit_code"] = False, behaviour.exit_code
         step = behaviour.first_step + run["polls"] - 1
-        progress = {"step": step, "time": 1000.0 + step, "loss": 1.0 / step} if run["polls"] else None
-        first = {"step": behaviour.first_step, "time": 1000.0 + behaviour.first_step, "loss": 1.0} if progress else None
+        progress = ProgressRecord(step, 1000.0 + step, loss=1.0 / step) if run["polls"] else None
+        first = ProgressRecord(behaviour.first_step, 1000.0 + behaviour.first_step, loss=1.0) if progress else None
         output = run["output"].encode()
         end = len(output)
         if behaviour.reply_bytes is not None and end - offset > behaviour.reply_bytes:

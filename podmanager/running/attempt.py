@@ -164,8 +164,8 @@ class AttemptRunner:
             status, failure = "failed", reason
         else:
             status, failure = "succeeded", None
-        first_record = min(first, key=lambda p: p["step"]) if first else None
-        last_record = max(last, key=lambda p: p["step"]) if last else None
+        first_record = min(first, key=lambda p: p.step) if first else None
+        last_record = max(last, key=lambda p: p.step) if last else None
         return AttemptResult(
             attempt=attempt,
             status=status,
@@ -175,10 +175,10 @@ class AttemptRunner:
             failed_host=failed.slot.label if failed else None,
             failure=failure,
             last_lines=failed.last_lines if failed else [],
-            first_step=int(first_record["step"]) if first_record else None,
-            last_step=int(last_record["step"]) if last_record else None,
-            first_loss=first_record.get("loss") if first_record else None,
-            last_loss=last_record.get("loss") if last_record else None,
-            first_step_time=first_record.get("time") if first_record else None,
-            last_step_time=last_record.get("time") if last_record else None,
+            first_step=first_record.step if first_record else None,
+            last_step=last_record.step if last_record else None,
+            first_loss=first_record.loss if first_record else None,
+            last_loss=last_record.loss if last_record else None,
+            first_step_time=first_record.time if first_record else None,
+            last_step_time=last_record.time if last_record else None,
         )

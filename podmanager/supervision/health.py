@@ -98,7 +98,7 @@ class HealthMonitor:
         return self.gang.any_notice(ref.index) if notice is None else notice
 
     def _check_progress(self, now: float) -> str | None:
-        steps = [h.progress["step"] for h in self.gang.hosts if h.progress]
+        steps = [h.progress.step for h in self.gang.hosts if h.progress]
         if not steps:
             return None  # not started stepping yet: compiling or restoring, not hung
         step = min(steps)  # the slowest host decides: one stuck host stalls the collective

@@ -328,12 +328,12 @@ class RunSupervisor:
         firsts = [h.first_progress for h in gang.hosts if h.first_progress]
         if not records:
             return
-        latest = min(records, key=lambda p: p["step"])
-        first = min(firsts, key=lambda p: p["step"]) if firsts else None
+        latest = min(records, key=lambda p: p.step)
+        first = min(firsts, key=lambda p: p.step) if firsts else None
         rate = None
-        if first is not None and latest["step"] > first["step"] and latest["time"] > first["time"]:
-            rate = (latest["step"] - first["step"]) / (latest["time"] - first["time"])
-        self.run.progress = {"step": latest["step"], "time": latest["time"], "loss": latest.get("loss"),
+        if first is not None and latest.step > first.step and latest.time > first.time:
+            rate = (latest.step - first.step) / (latest.time - first.time)
+        self.run.progress = {"step": latest.step, "time": latest.time, "loss": latest.loss,
                              "steps_per_s": rate}
         self._save()
 
