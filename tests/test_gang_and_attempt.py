@@ -72,6 +72,13 @@ def test_an_attempt_where_every_host_exits_0_succeeds_with_its_steps(remote):
     assert [h.exit_code for h in result.hosts] == [0, 0]
 
 
+def test_an_attempt_whose_hosts_report_different_steps_is_at_the_step_all_have_reached(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=4, first_step=11 + s.slice_index))  # slice 1 is ahead
+    result = runner(remote).run_attempt(hosts, 0)
+    assert (result.first_step, result.last_step) == (11, 14)
+    assert (result.first_step_time, result.last_step_time, result.last_loss) == (1011.0, 1014.0, 1 / 14)
+
+
 def test_one_failing_host_stops_its_siblings_at_once_and_is_named(remote):
     hosts = agents(lambda s, attempt: Behaviour(polls=2 if s.slice_index == 1 else 100,
                                                 exit_code=1 if s.slice_index == 1 else 0,

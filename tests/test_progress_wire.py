@@ -1,15 +1,18 @@
 """The progress wire: the record a program writes (`runtime.contract.ProgressRecord`, one JSON
-line) and the host reading it back (`hosts.process`)."""
+line), the host reading it back (`hosts.process`), and the one rule that combines the hosts'
+records into the attempt's progress (`running.progress.combine`)."""
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import pytest
 
 from podmanager import runtime
 from podmanager.hosts.process import first_progress, read_progress
+from podmanager.running.progress import AttemptProgress, combine
 from podmanager.runtime.contract import ProgressRecord
 
 
@@ -84,3 +87,35 @@ def test_the_host_reads_the_last_whole_record_and_the_first(tmp_path):
     path.write_text("".join(lines) + '{"step": 400, "ti')
     assert read_progress(path) == ProgressRecord(399, 499.0, loss=1.0)
     assert first_progress(path) == ProgressRecord(1, 101.0, loss=1.0)
+
+
+# ------------------------------------------------------------ the hosts combined
+
+
+@dataclass
+class Heard:
+    """One host's last word on its progress, as a gang's HostState or a PollReply holds it."""
+
+    first_progress: ProgressRecord | None
+    progress: ProgressRecord | None
+
+
+def at(step: int, time: float | None = None) -> ProgressRecord:
+    return ProgressRecord(step, 1000.0 + step if time is None else time)
+
+
+def test_the_attempt_started_at_the_earliest_first_step_and_is_at_the_step_every_host_reached():
+    progress = combine([Heard(at(5), at(12)), Heard(at(3), at(9)), Heard(at(4), at(10))])
+    assert (progress.first, progress.latest) == (at(3), at(9))
+
+
+def test_hosts_that_reported_nothing_are_left_out():
+    progress = combine([Heard(None, None), Heard(at(2), at(6))])
+    assert (progress.first, progress.latest) == (at(2), at(6))
+    assert combine([Heard(None, None)]) == combine([]) == AttemptProgress(None, None)
+
+
+def test_the_pace_is_from_the_first_step_to_the_latest():
+    assert combine([Heard(at(10, time=100.0), at(30, time=110.0))]).steps_per_s == 2.0
+    assert combine([Heard(at(10), at(10))]).steps_per_s is None  # one step: no pace yet
+    assert AttemptProgress(None, at(3)).steps_per_s is None
