@@ -22,8 +22,8 @@ ENV_PARALLELISM = "PODMANAGER_PARALLELISM"
 ENV_CHECKPOINT_DIR = "PODMANAGER_CHECKPOINT_DIR"
 ENV_PROGRESS_FILE = "PODMANAGER_PROGRESS_FILE"
 
-# A progress record is one JSON object per line of the progress file: these keys, plus the
-# program's metrics as floats (e.g. "loss").
+# A progress record (`ProgressRecord`) is one JSON object per line of the progress file: these
+# keys, plus the program's other metrics as floats (e.g. "accuracy").
 PROGRESS_STEP = "step"
 PROGRESS_TIME = "time"  # unix seconds when the step finished
 PROGRESS_PROCESS = "process_id"
