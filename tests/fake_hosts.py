@@ -16,6 +16,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from podmanager.core.records import HostSlot
 from podmanager.hosts.environments import HostSetup
 from podmanager.hosts.runs import PollReply
+from podmanager.runtime.contract import ProgressRecord
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Behaviour:
     polls: int = 3  # polls answered "running" before the process exits
     exit_code: int = 0
     first_step: int = 1  # the step it resumes at; one step per poll
+    last_step: int | None = None  # it reports no step after this one (a host behind its peers)
     lines: list[str] = field(default_factory=list)  # output, one line per poll
     lost_after: int | None = None  # from this poll on, the agent's node is dead (RayActorError)
     silent: bool = False  # the agent never answers a poll
@@ -118,8 +120,10 @@ class FakeAgent:
             if run["polls"] >= behaviour.polls:
                 run["running"], run["exit_code"] = False, behaviour.exit_code
         step = behaviour.first_step + run["polls"] - 1
-        progress = {"step": step, "time": 1000.0 + step, "loss": 1.0 / step} if run["polls"] else None
-        first = {"step": behaviour.first_step, "time": 1000.0 + behaviour.first_step, "loss": 1.0} if progress else None
+        if behaviour.last_step is not None:
+            step = min(step, behaviour.last_step)
+        progress = ProgressRecord(step, 1000.0 + step, loss=1.0 / step) if run["polls"] else None
+        first = ProgressRecord(behaviour.first_step, 1000.0 + behaviour.first_step, loss=1.0) if progress else None
         output = run["output"].encode()
         end = len(output)
         if behaviour.reply_bytes is not None and end - offset > behaviour.reply_bytes:

@@ -33,7 +33,7 @@ def test_the_gang_starts_every_host_with_its_own_env_and_polls_until_all_exit(re
     assert [a.started[0]["JAX_PROCESS_ID"] for _, a in hosts] == ["0", "1"]
     assert ("slice-1/host-0", b"hello from slice-1/host-0\n") in seen
     assert gang.hosts[0].last_lines == ["hello from slice-0/host-0", "bye"]
-    assert gang.hosts[0].progress["step"] == 2 and gang.hosts[0].first_progress["step"] == 1
+    assert gang.hosts[0].progress.step == 2 and gang.hosts[0].first_progress.step == 1
 
 
 def test_a_host_that_does_not_answer_is_lost_without_stalling_the_others(remote):
@@ -41,7 +41,7 @@ def test_a_host_that_does_not_answer_is_lost_without_stalling_the_others(remote)
     gang = Gang(hosts, "run-1", remote=remote, poll_timeout_s=0.0)
     gang.start("{}", [{"PODMANAGER_ATTEMPT": "0"}] * 2)
     gang.poll(wait_s=0)
-    assert gang.hosts[0].progress["step"] == 1  # the answering host was heard
+    assert gang.hosts[0].progress.step == 1  # the answering host was heard
     assert gang.hosts[1].lost == "no answer for 0s" and not gang.hosts[1].running
 
 
@@ -70,6 +70,13 @@ def test_an_attempt_where_every_host_exits_0_succeeds_with_its_steps(remote):
     assert result.status == "succeeded" and result.failure is None
     assert (result.first_step, result.last_step) == (11, 14)
     assert [h.exit_code for h in result.hosts] == [0, 0]
+
+
+def test_an_attempt_whose_hosts_report_different_steps_is_at_the_step_all_have_reached(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=4, first_step=11 + s.slice_index))  # slice 1 is ahead
+    result = runner(remote).run_attempt(hosts, 0)
+    assert (result.first_step, result.last_step) == (11, 14)
+    assert (result.first_step_time, result.last_step_time, result.last_loss) == (1011.0, 1014.0, 1 / 14)
 
 
 def test_one_failing_host_stops_its_siblings_at_once_and_is_named(remote):

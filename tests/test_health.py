@@ -9,6 +9,7 @@ from podmanager.core.clock import FakeClock
 from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import Capacity
 from podmanager.running.gang import HostState
+from podmanager.runtime.contract import ProgressRecord
 from podmanager.supervision.classify import classify
 from podmanager.supervision.health import HealthMonitor
 
@@ -74,12 +75,12 @@ def test_no_progress_counts_as_a_hang_only_after_the_first_step():
         clock.advance(1)
         assert monitor.check() is None
     for host in gang.hosts:
-        host.progress = {"step": 1}
+        host.progress = ProgressRecord(1, time=1.0)
     assert monitor.check() is None
-    gang.hosts[0].progress = {"step": 2}
+    gang.hosts[0].progress = ProgressRecord(2, time=2.0)
     clock.advance(1)
     assert monitor.check() is None
-    gang.hosts[1].progress = {"step": 2}  # the slowest host moved: progress
+    gang.hosts[1].progress = ProgressRecord(2, time=2.0)  # the slowest host moved: progress
     clock.advance(1)
     assert monitor.check() is None
     clock.advance(10.5)

@@ -15,6 +15,7 @@ import pytest
 from podmanager.core.workload import Workload
 from podmanager.hosts.procs import MACHINE_ENV
 from podmanager.hosts.runs import HostRuns
+from podmanager.runtime.contract import ProgressRecord
 
 
 def wait_exit(runs, run_id, timeout=30):
@@ -43,11 +44,12 @@ def test_output_exit_code_and_environment(tmp_path):
 def test_progress_is_reported(tmp_path):
     runs = HostRuns(tmp_path)
     code = ("import json,os\nwith open(os.environ['PODMANAGER_PROGRESS_FILE'],'a') as f:\n"
-            "  [f.write(json.dumps({'step': s, 'loss': 10 - s}) + '\\n') for s in range(4)]")
+            "  [f.write(json.dumps({'step': s, 'time': 100 + s, 'loss': 10 - s}) + '\\n') for s in range(4)]")
     runs.start("r", command(code), {})
     report = wait_exit(runs, "r")
     assert report.exit_code == 0
-    assert report.first_progress["step"] == 0 and report.progress == {"step": 3, "loss": 7}
+    assert report.first_progress == ProgressRecord(0, 100.0, loss=10.0)
+    assert report.progress == ProgressRecord(3, 103.0, loss=7.0)
 
 
 def test_working_dir_is_unpacked_and_importable(tmp_path):

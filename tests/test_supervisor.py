@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fake_hosts import Behaviour, FakeRemote, agents
 
+from podmanager.api.runs import run_summary
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import RealClock
@@ -208,3 +209,40 @@ def test_every_launch_is_preceded_by_a_setup_and_a_reattach_by_none(tmp_path, ru
     assert all(agent.setups == ["run-1", "run-1"] for _, agent in cluster.hosts)
     assert set(result.badput) == {"setup", "startup", "recovery"}
     assert [k for k in cluster.kinds() if k.startswith("setup")].count("setup_done") == 2
+
+
+def behind(s, attempt, **options) -> Behaviour:
+    """Slice 0's host reports step 11 and slice 1's step 9, from its first poll to its exit."""
+    step = 11 - 2 * s.slice_index
+    return Behaviour(first_step=step, last_step=step, **options)
+
+
+def test_runs_and_the_summary_count_the_step_every_host_has_reached(tmp_path, runs, monkeypatch):
+    shown: list[int | None] = []  # what `podmanager runs` shows after each write of the run's record
+    save = runs.save
+
+    def save_and_look(run) -> None:
+        save(run)
+        shown.append(run_summary(runs.get(run.run_id))["step"])
+
+    monkeypatch.setattr(runs, "save", save_and_look)
+    cluster = FakeCluster(tmp_path, lambda s, attempt: behind(s, attempt, polls=3))
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded"
+    # While the attempt ran (the supervisor's saved progress) and once it had finished alike.
+    assert {step for step in shown if step is not None} == {result.metrics["last_step"]}
+    assert result.metrics["last_step"] == result.attempt_log[0].last_step == 9
+    assert result.metrics["first_step"] == 9  # the earliest first step of any host
+
+
+def test_the_steps_lost_to_a_failure_count_from_the_step_every_host_had_reached(tmp_path, runs):
+    def script(s, attempt):  # slice 1's host fails at step 9; the relaunch resumes at step 10
+        if attempt == 0:
+            return behind(s, attempt, polls=2 if s.slice_index == 1 else 100, exit_code=s.slice_index)
+        return Behaviour(polls=2, first_step=10)
+
+    cluster = FakeCluster(tmp_path, script)
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded" and result.attempt_log[0].last_step == 9
+    [incident] = result.incidents
+    assert incident["cause"] == "program-failure" and incident["lost_steps"] == 0

@@ -6,12 +6,13 @@ The host agent owns one of these per run. It is plain Python so it is tested wit
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from podmanager.runtime.contract import ProgressRecord
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def read_tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES) 
     return data.decode("utf-8", "replace").splitlines()[-lines:]
 
 
-def read_progress(path: Path) -> dict[str, float] | None:
+def read_progress(path: Path) -> ProgressRecord | None:
     """The last complete progress record the program wrote with `runtime.report_progress`."""
     try:
         with open(path, "rb") as handle:
@@ -138,16 +139,17 @@ def read_progress(path: Path) -> dict[str, float] | None:
         return None
     for line in reversed(lines):
         try:
-            return json.loads(line)
+            return ProgressRecord.from_line(line)
         except ValueError:
-            continue
+            continue  # the empty piece after the last newline, or the first line, cut by the seek
     return None
 
 
-def first_progress(path: Path) -> dict[str, float] | None:
+def first_progress(path: Path) -> ProgressRecord | None:
+    """The program's first progress record: where this attempt started stepping."""
     try:
         with open(path, "rb") as handle:
-            return json.loads(handle.readline())
+            return ProgressRecord.from_line(handle.readline())
     except (FileNotFoundError, ValueError):
         return None
 

@@ -50,8 +50,8 @@ class PollReply:
     output: bytes  # as the program wrote it, from the asked offset, in whole lines
     offset: int  # where the next poll reads from
     left: int  # bytes written after `offset`, not in this reply: ask again without holding
-    progress: dict[str, float] | None
-    first_progress: dict[str, float] | None
+    progress: contract.ProgressRecord | None  # the last step the program reported
+    first_progress: contract.ProgressRecord | None  # the first step it reported in this attempt
     tail: tuple[str, ...] = ()  # once the process has exited: the last lines of all its output
 
 

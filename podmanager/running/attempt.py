@@ -22,6 +22,7 @@ from podmanager.hosts.environments import HostSetup
 from podmanager.running.gang import Gang, HostState
 from podmanager.running.launch import launch_envs, pack_working_dir
 from podmanager.running.logs import RunLogs
+from podmanager.running.progress import combine
 from podmanager.running.remote import RAY, Remote
 from podmanager.running.results import AttemptResult, HostResult, OutputPrinter, SetupError
 from podmanager.runtime.contract import EXIT_PREEMPTED
@@ -155,8 +156,6 @@ class AttemptRunner:
     def _result(self, hosts: list[HostState], attempt: int, started: float, failed: HostState | None,
                 reason: str | None) -> AttemptResult:
         results = [HostResult(h.slot.slice_index, h.slot.worker_id, h.exit_code, h.lost) for h in hosts]
-        first = [h.first_progress for h in hosts if h.first_progress]
-        last = [h.progress for h in hosts if h.progress]
         if failed is not None:
             status = "failed"
             failure = failed.lost or f"exited with code {failed.exit_code}"
@@ -164,8 +163,8 @@ class AttemptRunner:
             status, failure = "failed", reason
         else:
             status, failure = "succeeded", None
-        first_record = min(first, key=lambda p: p["step"]) if first else None
-        last_record = max(last, key=lambda p: p["step"]) if last else None
+        progress = combine(hosts)
+        first, last = progress.first, progress.latest
         return AttemptResult(
             attempt=attempt,
             status=status,
@@ -175,10 +174,10 @@ class AttemptRunner:
             failed_host=failed.slot.label if failed else None,
             failure=failure,
             last_lines=failed.last_lines if failed else [],
-            first_step=int(first_record["step"]) if first_record else None,
-            last_step=int(last_record["step"]) if last_record else None,
-            first_loss=first_record.get("loss") if first_record else None,
-            last_loss=last_record.get("loss") if last_record else None,
-            first_step_time=first_record.get("time") if first_record else None,
-            last_step_time=last_record.get("time") if last_record else None,
+            first_step=first.step if first else None,
+            last_step=last.step if last else None,
+            first_loss=first.loss if first else None,
+            last_loss=last.loss if last else None,
+            first_step_time=first.time if first else None,
+            last_step_time=last.time if last else None,
         )

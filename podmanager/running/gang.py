@@ -16,6 +16,7 @@ from podmanager.hosts.environments import HostSetup
 from podmanager.hosts.process import TAIL_BYTES, TAIL_LINES
 from podmanager.hosts.runs import PollReply
 from podmanager.running.remote import RAY, Remote
+from podmanager.runtime.contract import ProgressRecord
 
 SETUP_TIMEOUT_S = 1800.0  # installing a run's requirements on a host may take minutes
 
@@ -31,8 +32,8 @@ class HostState:
     output_offset: int = 0
     behind: bool = False  # the last reply left output on the host: the next poll does not hold
     collected: bool = False  # the process has exited and all its output is here
-    progress: dict[str, Any] | None = None
-    first_progress: dict[str, Any] | None = None
+    progress: ProgressRecord | None = None
+    first_progress: ProgressRecord | None = None
     last_lines: list[str] = field(default_factory=list)
 
     @property

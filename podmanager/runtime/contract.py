@@ -1,9 +1,13 @@
 """What a workload process and its supervisor agree on: exit codes, the environment podmanager
-sets for each process, and the progress records the program writes. Plain constants, so the
-supervisor side imports them without pulling in JAX.
+sets for each process, and the progress records the program writes. Plain constants and one
+record type, so the supervisor side imports them without pulling in JAX.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
 
 # Exit codes a workload process ends with.
 EXIT_OK = 0
@@ -18,8 +22,62 @@ ENV_PARALLELISM = "PODMANAGER_PARALLELISM"
 ENV_CHECKPOINT_DIR = "PODMANAGER_CHECKPOINT_DIR"
 ENV_PROGRESS_FILE = "PODMANAGER_PROGRESS_FILE"
 
-# A progress record is one JSON object per line of the progress file: these keys, plus the
-# program's metrics as floats (e.g. "loss").
+# A progress record (`ProgressRecord`) is one JSON object per line of the progress file: these
+# keys, plus the program's other metrics as floats (e.g. "accuracy").
 PROGRESS_STEP = "step"
 PROGRESS_TIME = "time"  # unix seconds when the step finished
 PROGRESS_PROCESS = "process_id"
+PROGRESS_LOSS = "loss"  # the one metric the supervisor reads (the run's summary shows it)
+_PROGRESS_KEYS = frozenset({PROGRESS_STEP, PROGRESS_TIME, PROGRESS_PROCESS, PROGRESS_LOSS})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON's true is no step
+
+
+def _is_number(value: Any) -> bool:
+    return _is_int(value) or isinstance(value, float)
+
+
+@dataclass(frozen=True)
+class ProgressRecord:
+    """One step a process reported: a line of the progress file (`report_progress` writes it,
+    the host reads it back and sends it to the supervisor in its poll reply)."""
+
+    step: int
+    time: float  # unix seconds when the step finished
+    process_id: int | None = None  # which process of the job wrote it (absent from a hand-written line)
+    loss: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # the program's other metrics
+
+    def __post_init__(self) -> None:
+        # The line is flat: a metric named like a key would overwrite that key.
+        clash = _PROGRESS_KEYS & set(self.metrics)
+        if clash:
+            raise ValueError(f"progress metric name(s) {sorted(clash)} are reserved; pick another name")
+
+    def to_line(self) -> str:
+        """One JSON object and a newline. Non-finite floats are written as NaN/Infinity, which
+        `from_line` (Python's json) reads back."""
+        fields: dict[str, Any] = {PROGRESS_STEP: self.step, PROGRESS_TIME: self.time}
+        if self.process_id is not None:
+            fields[PROGRESS_PROCESS] = self.process_id
+        if self.loss is not None:
+            fields[PROGRESS_LOSS] = self.loss
+        return json.dumps({**fields, **self.metrics}) + "\n"
+
+    @classmethod
+    def from_line(cls, line: str | bytes) -> ProgressRecord:
+        """The record a line holds; ValueError if it holds none (a partial line, or one without
+        an integer step and a numeric time). Extra values that are not numbers are left out."""
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ValueError("a progress line is a JSON object")
+        step, at, process = data.get(PROGRESS_STEP), data.get(PROGRESS_TIME), data.get(PROGRESS_PROCESS)
+        if not _is_int(step) or not _is_number(at):
+            raise ValueError(f"a progress line needs an integer {PROGRESS_STEP!r} and a numeric {PROGRESS_TIME!r}")
+        loss = data.get(PROGRESS_LOSS)
+        return cls(step=step, time=float(at),
+                   process_id=process if _is_int(process) else None,
+                   loss=float(loss) if _is_number(loss) else None,
+                   metrics={k: float(v) for k, v in data.items() if k not in _PROGRESS_KEYS and _is_number(v)})

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from typing import Any
 
+from podmanager.runtime.contract import ENV_PROGRESS_FILE, PROGRESS_LOSS, ProgressRecord
 from podmanager.runtime.launch import launch_env
 
 _progress_fds: dict[str, int] = {}
@@ -30,19 +30,16 @@ def report_progress(step: int, **metrics: Any) -> None:
     No-op when the variable is unset. Each line is written with one
     ``write(2)`` on an ``O_APPEND`` descriptor, so lines from several
     processes sharing the file do not interleave, and nothing is buffered.
-    Metric values are converted with ``float()`` (a JAX scalar is fetched).
+    Metric values are converted with ``float()`` (a JAX scalar is fetched); a metric may not
+    be called ``time`` or ``process_id`` (ValueError).
     """
-    path = os.environ.get("PODMANAGER_PROGRESS_FILE")
+    path = os.environ.get(ENV_PROGRESS_FILE)
     if not path:
         return
-    record: dict[str, Any] = {
-        "step": int(step),
-        "time": time.time(),
-        "process_id": _process_index(),
-    }
-    for k, v in metrics.items():
-        record[k] = float(v)
-    line = (json.dumps(record) + "\n").encode()
+    values = {k: float(v) for k, v in metrics.items()}
+    record = ProgressRecord(step=int(step), time=time.time(), process_id=_process_index(),
+                            loss=values.pop(PROGRESS_LOSS, None), metrics=values)
+    line = record.to_line().encode()
     with _progress_lock:
         fd = _progress_fds.get(path)
         if fd is None:

@@ -23,6 +23,7 @@ from podmanager.cloud.base import DEAD_STATES, NodeState, TpuCloud
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.records import SliceRef
 from podmanager.running.gang import Gang
+from podmanager.running.progress import combine
 from podmanager.supervision.classify import HostOutcome, Observation
 
 
@@ -98,10 +99,10 @@ class HealthMonitor:
         return self.gang.any_notice(ref.index) if notice is None else notice
 
     def _check_progress(self, now: float) -> str | None:
-        steps = [h.progress["step"] for h in self.gang.hosts if h.progress]
-        if not steps:
+        latest = combine(self.gang.hosts).latest
+        if latest is None:
             return None  # not started stepping yet: compiling or restoring, not hung
-        step = min(steps)  # the slowest host decides: one stuck host stalls the collective
+        step = latest.step  # the slowest host's: one stuck host stalls the collective
         if self._best_step is None or step > self._best_step:
             self._best_step, self._step_time = step, now
             return None

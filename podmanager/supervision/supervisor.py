@@ -31,6 +31,7 @@ from podmanager.core.workload import Workload
 from podmanager.running.attempt import CANCELLED, AttemptRunner
 from podmanager.running.results import AttemptResult, OutputPrinter
 from podmanager.running.gang import Gang
+from podmanager.running.progress import combine
 from podmanager.running.remote import RAY, Remote
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.supervision.classify import Cause, Incident, classify
@@ -319,22 +320,18 @@ class RunSupervisor:
         self.cluster.record(kind, message, run_id=self.run_id, **data)
 
     def save_progress(self, gang: Gang) -> None:
-        """The slowest host's latest step, at most once per PROGRESS_EVERY_S."""
+        """The attempt's latest step (as its result will count it), at most once per
+        PROGRESS_EVERY_S."""
         now = self.clock.now()
         if now - self._progress_saved < PROGRESS_EVERY_S:
             return
         self._progress_saved = now
-        records = [h.progress for h in gang.hosts if h.progress]
-        firsts = [h.first_progress for h in gang.hosts if h.first_progress]
-        if not records:
+        progress = combine(gang.hosts)
+        latest = progress.latest
+        if latest is None:
             return
-        latest = min(records, key=lambda p: p["step"])
-        first = min(firsts, key=lambda p: p["step"]) if firsts else None
-        rate = None
-        if first is not None and latest["step"] > first["step"] and latest["time"] > first["time"]:
-            rate = (latest["step"] - first["step"]) / (latest["time"] - first["time"])
-        self.run.progress = {"step": latest["step"], "time": latest["time"], "loss": latest.get("loss"),
-                             "steps_per_s": rate}
+        self.run.progress = {"step": latest.step, "time": latest.time, "loss": latest.loss,
+                             "steps_per_s": progress.steps_per_s}
         self._save()
 
 

@@ -1,0 +1,45 @@
+"""An attempt's progress from its hosts' progress records: the one rule that the attempt's
+result (the run's summary), the run's record (`runs`) and the hang check all read steps by."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from podmanager.runtime.contract import ProgressRecord
+
+
+class HostProgress(Protocol):
+    """What one host last said of its progress (a gang's `HostState`, an agent's `PollReply`)."""
+
+    @property
+    def first_progress(self) -> ProgressRecord | None: ...
+
+    @property
+    def progress(self) -> ProgressRecord | None: ...
+
+
+@dataclass(frozen=True)
+class AttemptProgress:
+    first: ProgressRecord | None  # where the attempt started stepping
+    latest: ProgressRecord | None  # the step every host has reached
+
+    @property
+    def steps_per_s(self) -> float | None:
+        first, latest = self.first, self.latest
+        if first is None or latest is None or latest.step <= first.step or latest.time <= first.time:
+            return None
+        return (latest.step - first.step) / (latest.time - first.time)
+
+
+def combine(hosts: Iterable[HostProgress]) -> AttemptProgress:
+    """The attempt's first step (the earliest any host reported) and latest step (the lowest of
+    the hosts' latest). A step counts when every host has made it: the hosts step together
+    through their collectives, so the job is where its slowest host is; one that is ahead has
+    not finished that step for the job. Hosts that reported nothing are left out (a program may
+    report from one process only)."""
+    heard = list(hosts)
+    firsts = [h.first_progress for h in heard if h.first_progress is not None]
+    latests = [h.progress for h in heard if h.progress is not None]
+    return AttemptProgress(first=min(firsts, key=lambda r: r.step, default=None),
+                           latest=min(latests, key=lambda r: r.step, default=None))
