@@ -61,9 +61,13 @@ def run_ids(cluster: str) -> list[str]:
 def resolve_run(cluster: str, run_id: str | None) -> Path:
     """The folder of a run (the latest when `run_id` is None). A run just submitted is known
     from its record before its supervisor has made its folder: it has no output yet."""
+    from podmanager.core.errors import StateStoreError
     from podmanager.state.runs import RunStore
 
-    recorded = [r.run_id for r in RunStore().list(cluster)]  # oldest first
+    try:
+        recorded = [r.run_id for r in RunStore().list(cluster)]  # oldest first
+    except StateStoreError:  # the output is in the run folders: readable without the store
+        recorded = []
     ids = [i for i in run_ids(cluster) if i not in recorded] + recorded
     if not ids:
         raise SpecError(f"--cluster: {cluster} has no runs yet", hint="Start one with 'podmanager run'.")
