@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from podmanager.core.workload import Workload
-from podmanager.hosts.procs import MACHINE_ENV
+from podmanager.hosts.procs import MACHINE_ENV, OWNER_ENV
 from podmanager.hosts.runs import HostRuns
 from podmanager.runtime.contract import ProgressRecord
 
@@ -139,13 +139,17 @@ def test_a_held_poll_of_a_running_process_answers_after_the_hold(tmp_path):
     assert runs.poll("r", 0).running is False
 
 
-def test_the_simulated_host_tag_is_inherited_but_not_other_podmanager_settings(tmp_path, monkeypatch):
+def test_the_simulated_host_tags_are_inherited_but_not_other_podmanager_settings(tmp_path, monkeypatch):
     monkeypatch.setenv(MACHINE_ENV, "host-tag")
+    monkeypatch.setenv(OWNER_ENV, "c@home")
     monkeypatch.setenv("PODMANAGER_RUN_ID", "an-earlier-run")
     runs = HostRuns(tmp_path)
-    code = f"import os; print(os.environ.get('{MACHINE_ENV}'), os.environ.get('PODMANAGER_RUN_ID'))"
+    code = (f"import os; print(os.environ.get('{MACHINE_ENV}'), os.environ.get('{OWNER_ENV}'), "
+            "os.environ.get('PODMANAGER_RUN_ID'))")
     runs.start("r", command(code), {})
-    assert wait_exit(runs, "r").output == b"host-tag None\n"  # the program dies with its simulated host
+    # The program dies with its simulated host, and `down` finds it by its owner even once its
+    # agent is gone (and it with no tagged parent left).
+    assert wait_exit(runs, "r").output == b"host-tag c@home None\n"
 
 
 def test_setup_finds_a_missing_module_or_command_on_the_host_before_anything_starts(tmp_path):

@@ -23,7 +23,7 @@ from podmanager.core.workload import Workload
 from podmanager.hosts import environments
 from podmanager.hosts.environments import Environment, HostSetup
 from podmanager.hosts.process import WorkloadProcess, first_progress, read_progress
-from podmanager.hosts.procs import MACHINE_ENV
+from podmanager.hosts.procs import MACHINE_ENV, OWNER_ENV
 from podmanager.runtime import contract
 
 # Variables of the agent's own process that a workload must not inherit: Ray's worker
@@ -118,8 +118,9 @@ class HostRuns:
     def _process_env(self, prepared: PreparedRun, env: dict[str, str], workload: Workload) -> dict[str, str]:
         process_env = {k: v for k, v in os.environ.items()
                        if not k.startswith(_PRIVATE_PREFIXES) and k not in _PRIVATE_NAMES}
-        if MACHINE_ENV in os.environ:  # a simulated host: its program dies with it
-            process_env[MACHINE_ENV] = os.environ[MACHINE_ENV]
+        for tag in (MACHINE_ENV, OWNER_ENV):  # a simulated host's: its program dies with it, found by `down`
+            if tag in os.environ:
+                process_env[tag] = os.environ[tag]
         process_env.update(env)
         process_env.update(workload.env)
         process_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(prepared.cwd), process_env.get("PYTHONPATH")]))
