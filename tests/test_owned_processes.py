@@ -5,6 +5,7 @@ left alone. A simulated VM holds a lease on its host record and stops itself wit
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -85,6 +86,22 @@ def test_stop_cluster_kills_its_owners_processes_with_no_record_and_spares_a_nam
         assert procs.stop_cluster("demo") == 0
     finally:
         procs.remove_temp_dir(str(temp_dir))
+
+
+def test_a_process_that_keeps_only_its_machine_id_belongs_to_the_machines_owner(started, podmanager_home, tmp_path):
+    """As a run's program does: its environment is filtered down to the machine id."""
+    root, _, machine_id = started(tmp_path, "host", procs.owner("demo"))
+    program = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                               env={procs.MACHINE_ENV: machine_id}, start_new_session=True)  # not the host's child
+    try:
+        assert program.pid in {p.pid for p in procs.owned(procs.owner("demo"))}
+        assert procs.stop_cluster("demo") >= 2
+        program.wait(10)  # (the kill reaped it: its exit status is gone)
+        assert not live(program.pid) and not live(root)
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait(10)
 
 
 def test_a_machine_never_inherits_the_owner_of_the_process_that_starts_it(monkeypatch, tmp_path):

@@ -124,7 +124,15 @@ def _scan() -> list[tuple[psutil.Process, _Tag]]:
             found[visited] = tag
         return tag
 
-    return [(proc, tag) for pid, proc in live.items() if (tag := tag_of(pid)) is not None]
+    # A process may carry its machine without the owner (a program's environment is filtered
+    # down to the machine id): the owner is its machine's.
+    owners = {machine_id: owner for machine_id, owner in tagged.values() if machine_id and owner}
+    out = []
+    for pid, proc in live.items():
+        tag = tag_of(pid)
+        if tag is not None:
+            out.append((proc, (tag[0], tag[1] or owners.get(tag[0] or ""))))
+    return out
 
 
 def machines() -> dict[str, list[psutil.Process]]:

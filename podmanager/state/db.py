@@ -15,6 +15,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,23 @@ def damaged(path: Path, detail: str) -> StateStoreError:
     return StateStoreError(f"the state store {path} is damaged ({detail})", hint=REBUILD_HINT)
 
 
+# POSIX advisory locks belong to the process, and closing *any* descriptor of a file drops all
+# of them, SQLite's included: another process then takes the database for unused, checkpoints
+# and deletes the WAL, and what this process writes next is lost
+# (https://www.sqlite.org/howtocorrupt.html, "POSIX advisory locks canceled"). So podmanager
+# reads the file itself (its header) only while this process has no connection to it.
+_connections: dict[str, int] = {}
+_connections_lock = threading.Lock()
+
+
+def _release(key: str, connection: sqlite3.Connection) -> None:
+    connection.close()
+    with _connections_lock:
+        _connections[key] -= 1
+        if not _connections[key]:
+            del _connections[key]
+
+
 class Database:
     def __init__(self, path: Path, schema: str, *, folder: Path | None = None, rebuild: bool = False):
         """`folder`: where the spec copies are (default: the database's folder); `rebuild`:
@@ -77,17 +95,24 @@ class Database:
         self.folder = folder or path.parent
         self._lock = threading.Lock()
         self._identity: tuple[int, int] | None = None
+        self._min_size = 0
         memory = path == MEMORY
+        size = None
         if not memory:
             try:
                 size = path.stat().st_size
             except FileNotFoundError:
-                size = None
+                pass
             if size is None and not rebuild:
                 self._refuse_if_lost("missing")
-            if size:
+        key = str(path) if memory else os.path.realpath(path)
+        with _connections_lock:
+            if size and not _connections.get(key):
                 self._check_header()
-        self._db = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
+            self._db = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
+            _connections[key] = _connections.get(key, 0) + 1
+        # Closes the connection when this object goes, unless `close` did.
+        self._finalizer = weakref.finalize(self, _release, key, self._db)
         try:
             if not memory and not rebuild and not self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                 self._refuse_if_lost("empty")
@@ -95,11 +120,12 @@ class Database:
             self._db.executescript(schema)
             if not memory:
                 self._identity = _identity(path)
+                self._min_size = self._db.execute("PRAGMA page_size").fetchone()[0]
         except sqlite3.DatabaseError as error:
-            self._db.close()
+            self._finalizer()
             raise self._error(error) from None
         except StateStoreError:
-            self._db.close()
+            self._finalizer()
             raise
 
     def _refuse_if_lost(self, how: str) -> None:
@@ -112,7 +138,7 @@ class Database:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._finalizer()
 
     def rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -143,23 +169,27 @@ class Database:
                 raise self._error(error) from None
 
     def _check(self) -> None:
-        """The file this connection opened is still the store's, and still a database: SQLite
-        goes on using a deleted or replaced file without a word (what it writes there is lost),
-        and reads the pages its WAL holds without noticing the file under them was overwritten."""
+        """The file this connection opened is still the store's and holds at least a page:
+        SQLite goes on using a deleted, replaced or truncated file without a word (what it
+        writes is lost), reading what its WAL holds. (A file overwritten in place is only seen
+        when SQLite reads it: `_check_header` may not run here, see `_connections`.)"""
         if self._identity is None:
             return
         try:
-            now = _identity(self.path)
+            stat = os.stat(self.path)
+            now: tuple[int, int] | None = (stat.st_dev, stat.st_ino)
         except FileNotFoundError:
-            now = None
+            now, stat = None, None
         if now != self._identity:
             raise StateStoreError(
                 f"the state store {self.path} was {'deleted' if now is None else 'replaced'} while this process "
                 "used it; what it recorded since is lost", hint=REBUILD_HINT)
-        self._check_header()
+        if stat is not None and stat.st_size < self._min_size:
+            raise damaged(self.path, "emptied" if not stat.st_size else f"truncated to {stat.st_size} bytes")
 
     def _check_header(self) -> None:
-        """The file starts like an SQLite database and holds at least its first page."""
+        """The file starts like an SQLite database and holds at least its first page. Only
+        while this process has no connection to it (see `_connections`)."""
         try:
             with open(self.path, "rb") as handle:
                 header = handle.read(100)
