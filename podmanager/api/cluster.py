@@ -279,28 +279,39 @@ class Cluster:
         workload = workload.submitted(Path.cwd())
         slices = run_slices(self.spec, workload)
         checkpoints = run_checkpoints(self.spec, workload, slices)
-        busy = [r for r in self.runs_store.active(self.name) if set(r.slices) & set(slices)]
-        if busy:
-            raise SpecError(
-                f"run: slice(s) {sorted(set(busy[0].slices) & set(slices))} are busy with run {busy[0].run_id} "
-                f"({busy[0].status})",
-                hint=f"Wait for it ('podmanager attach {busy[0].run_id}'), cancel it ('podmanager cancel "
-                     f"{busy[0].run_id}'), or run on other slices with --slices.")
         unknown = set(budgets or {}) - {"max_preemptions", "max_failures", "max_hangs"}
         if unknown:
             raise SpecError(f"budgets: unknown {sorted(unknown)}; use max_preemptions, max_failures, max_hangs")
         if not self.hosts_layer.controller.connect():
             raise PodmanagerError(f"cluster {self.name} has no Ray head", hint="Run 'podmanager up' first.")
-        code = package.upload(workload.working_dir) if workload.working_dir is not None else None
-        workload.check_program(code.files if code else None)
         run_id = new_run_id(workload)
-        self.runs_store.create(new_run(self, workload, run_id, slices, checkpoints.directory, budgets or {},
-                                       warnings=[checkpoints.warning] if checkpoints.warning else []))
-        self.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
-                    run_id=run_id)
-        if checkpoints.warning:
-            self.record("warning", f"run {run_id}: {checkpoints.warning}", run_id=run_id)
-        service.start_supervisor(type(self), self.name, run_id, code.uri if code else None)
+        # "Slices free? Then they are this run's" is one transaction: of runs submitted at
+        # the same moment on a slice, exactly one gets it.
+        holder = self.runs_store.claim(new_run(self, workload, run_id, slices, checkpoints.directory, budgets or {},
+                                               warnings=[checkpoints.warning] if checkpoints.warning else []))
+        if holder is not None:
+            raise SpecError(
+                f"run: slice(s) {sorted(set(holder.slices) & set(slices))} are busy with run {holder.run_id} "
+                f"({holder.status})",
+                hint=f"Wait for it ('podmanager attach {holder.run_id}'), cancel it ('podmanager cancel "
+                     f"{holder.run_id}'), or run on other slices with --slices.")
+        submitted = False
+        try:
+            code = package.upload(workload.working_dir) if workload.working_dir is not None else None
+            workload.check_program(code.files if code else None)
+            self.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
+                        run_id=run_id)
+            submitted = True
+            if checkpoints.warning:
+                self.record("warning", f"run {run_id}: {checkpoints.warning}", run_id=run_id)
+            service.start_supervisor(type(self), self.name, run_id, code.uri if code else None)
+        except BaseException as error:
+            # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
+            self.runs_store.release(run_id)
+            if submitted:
+                self.record("run_not_started", f"run {run_id} did not start ({type(error).__name__}: {error}); "
+                            f"slice(s) {slices} are free again", run_id=run_id)
+            raise
         return self.run_handle(run_id)
 
     def run(self, workload: Workload, *, printer: OutputPrinter | None = None,

@@ -3,10 +3,11 @@ any client reads; one connection per store object, safe to share between threads
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from podmanager.core import paths
 
@@ -42,3 +43,17 @@ class Database:
         """Run an INSERT; the new row's id."""
         with self._lock:
             return self._db.execute(sql, args).lastrowid or 0
+
+    @contextlib.contextmanager
+    def immediate(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken before its first read (BEGIN IMMEDIATE): no other
+        connection writes between what the block reads and what it writes. Rolled back if
+        the block raises."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
