@@ -10,21 +10,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from podmanager.api.cluster import Cluster, ClusterStatus, DownReport, SliceStatus, down, resolve_cluster
+    from podmanager.api.cluster import Cluster, ClusterStatus, DownReport, SliceStatus, UpPlan, down, resolve_cluster
     from podmanager.api.runs import RunHandle, run_log_lines, run_summary
     from podmanager.api.teardown import LabelDownReport, down_by_label, teardown
     from podmanager.state import StateStore
 
 _WHERE = {
     "Cluster": "podmanager.api.cluster", "ClusterStatus": "podmanager.api.cluster",
-    "DownReport": "podmanager.api.cluster", "SliceStatus": "podmanager.api.cluster",
+    "DownReport": "podmanager.api.cluster", "SliceStatus": "podmanager.api.cluster", "UpPlan": "podmanager.api.cluster",
     "down": "podmanager.api.cluster", "resolve_cluster": "podmanager.api.cluster",
     "RunHandle": "podmanager.api.runs", "run_log_lines": "podmanager.api.runs", "run_summary": "podmanager.api.runs",
     "LabelDownReport": "podmanager.api.teardown", "down_by_label": "podmanager.api.teardown",
     "teardown": "podmanager.api.teardown", "StateStore": "podmanager.state",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "SliceStatus", "StateStore",
-           "down", "down_by_label", "resolve_cluster", "run_log_lines", "run_summary", "teardown"]
+           "UpPlan", "down", "down_by_label", "resolve_cluster", "run_log_lines", "run_summary", "teardown"]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from podmanager.api.backends import (
     local_machines,
@@ -33,8 +33,9 @@ from podmanager.core.spec import (
 from podmanager.core.workload import Workload
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.provisioning.loop import Provisioner
-from podmanager.provisioning.plan import desired_slices
+from podmanager.provisioning.plan import SliceChange, changes, describe_changes, desired_slices
 from podmanager.state import Event, StateStore
+from podmanager.state.lock import Holder, cluster_lock
 from podmanager.state.runs import RunRecord, RunStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.supervision.ledger import RunResult
 
 EventCallback = Callable[[Event], None]
+RECOVERY_LOCK_TIMEOUT_S = 1800.0  # a run's recovery waits this long for an `up` or `down` to finish
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,21 @@ class ClusterStatus:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class UpPlan:
+    """What `up` is about to do to the cloud, per slice (in slice order): create, delete,
+    replace (delete, then create) or keep."""
+
+    cluster: str
+    changes: list[SliceChange]
+
+    def describe(self) -> str:
+        return describe_changes(self.changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "summary": self.describe(), "changes": [c.as_dict() for c in self.changes]}
 
 
 class Cluster:
@@ -161,13 +178,42 @@ class Cluster:
 
     # ------------------------------------------------------------------ verbs
 
-    def up(self, *, timeout_s: float = 1800.0) -> ClusterStatus:
-        """Create every slice of the spec and wait until all are READY. Resumes a partial `up`."""
+    def up(self, *, timeout_s: float = 1800.0, force: bool = False,
+           on_plan: Callable[[UpPlan], None] | None = None) -> ClusterStatus:
+        """Make the cloud match the spec — create missing slices, delete those the spec no
+        longer has, replace changed or dead ones — and wait until every slice is READY and
+        every host has joined. Resumes a partial `up`.
+
+        One `up`, `down` or recovery of a cluster at a time: a second one waits for the first
+        (recording a `waiting` event that names it) and then finds its work done. Before
+        changing anything it records the plan (an `up_plan` event) and hands it to
+        `on_plan`. If the plan deletes or replaces, because of the spec, a slice that an
+        active run uses, it refuses (SpecError, nothing changed) unless `force`, which
+        cancels those runs first."""
         self.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
+        with self._lock("up", timeout_s):
+            return self._up(timeout_s, force=force, on_plan=on_plan)
+
+    def plan_up(self) -> UpPlan:
+        """What `up` of this spec would do to the cloud now (nothing is changed)."""
+        return UpPlan(self.name, changes(desired_slices(self.spec), self._provisioner().observe()))
+
+    def _up(self, timeout_s: float, *, force: bool, on_plan: Callable[[UpPlan], None] | None = None,
+            check_runs: bool = True) -> ClusterStatus:
+        plan = self.plan_up()
+        blocked = self._runs_in_the_way(plan) if check_runs else []
+        if blocked and not force:
+            raise _in_the_way(plan, blocked)
+        for run, hit in blocked:
+            self._cancel_run(run, f"cancelling run {run.run_id}: 'up --force' takes slice(s) {hit} it runs on")
         first_time = self.store.get_cluster(self.name) is None
         self.store.save_cluster(self.name, self.spec.model_dump(mode="json"), self.spec.backend.value, "provisioning")
         self.record("up", f"{len(self.spec.slice_list())} slice(s) on {self.spec.backend.value} "
                      f"in {', '.join(self.spec.zones)}")
+        self.record("up_plan", f"plan for {self.name}: {plan.describe()}",
+                    changes=[c.as_dict() for c in plan.changes])
+        if on_plan is not None:
+            on_plan(plan)
         if first_time and self.spec.simulated and self.spec.simulation.faults:
             self._arm_scripted_faults()
         metadata = self._start_head() if self.hosts_layer else {}
@@ -177,6 +223,47 @@ class Cluster:
             self._wait_for_hosts(nodes)
         self.store.set_cluster_status(self.name, "up")
         return self.status()
+
+    def _runs_in_the_way(self, plan: UpPlan) -> list[tuple[RunRecord, list[int]]]:
+        """Active runs on slices the plan deletes or replaces because the spec says so (a
+        dead slice a run's supervisor is replacing anyway is not in the way), with those slices."""
+        taken = {c.slice_index for c in plan.changes
+                 if c.edited and c.kind in ("delete", "replace") and c.slice_index is not None}
+        if not taken:
+            return []
+        return [(run, sorted(taken & set(run.slices))) for run in self.runs_store.active(self.name)
+                if taken & set(run.slices)]
+
+    def _lock(self, verb: str, timeout_s: float) -> ContextManager[None]:
+        """The cluster's lock (state/lock.py), saying whom it waits for when it must."""
+
+        def waiting(holder: Holder | None) -> None:
+            who = holder.describe(self.name) if holder else f"another podmanager process working on {self.name}"
+            self.record("waiting", f"waiting for {who}", holder_pid=holder.pid if holder else None,
+                        holder_verb=holder.verb if holder else None)
+
+        return cluster_lock(self.name, verb, timeout_s=timeout_s, on_wait=waiting)
+
+    def _recovery_lock(self) -> ContextManager[None]:
+        verb = f"recovery for run {self.run_id}" if self.run_id else "recovery"
+        return self._lock(verb, RECOVERY_LOCK_TIMEOUT_S)
+
+    def _refresh_spec(self) -> None:
+        """Take the spec the last `up` stored. A run's supervisor holds the spec of when it
+        started; its recovery must converge to the cluster as it is now, or it would
+        re-create a slice an edited spec dropped (or delete one it added)."""
+        record = self.store.get_cluster(self.name)
+        if record is None or record.spec == self.spec.model_dump(mode="json"):
+            return
+        self.spec = parse_spec(record.spec, source=f"stored spec of {self.name}")
+        self._hosts = None  # built from the old spec's slices
+
+    def dropped_slices(self, indexes: list[int]) -> list[int]:
+        """Those of these slices that the cluster's spec, as the last `up` stored it, no
+        longer has."""
+        self._refresh_spec()
+        known = {s.index for s in self.spec.slice_list()}
+        return sorted(i for i in indexes if i not in known)
 
     def _start_head(self) -> dict[str, str]:
         """Start (or reuse) the Ray head, saying so first: starting one takes seconds."""
@@ -204,6 +291,11 @@ class Cluster:
 
     def delete_dead_slices(self, timeout_s: float = 600.0) -> list[int]:
         """Delete preempted or terminated slices now (they hold quota) without replacing them."""
+        with self._recovery_lock():
+            self._refresh_spec()
+            return self._delete_dead_slices(timeout_s)
+
+    def _delete_dead_slices(self, timeout_s: float) -> list[int]:
         dead = sorted(n.slice_index for n in self._provisioner().observe().nodes
                       if n.state in DEAD_STATES and n.slice_index is not None)
         if dead:
@@ -213,21 +305,26 @@ class Cluster:
 
     def delete_slices(self, indexes: list[int], *, reason: str, timeout_s: float = 1800.0) -> None:
         """Delete these slices now; the first half of replacing them."""
-        desired = desired_slices(self.spec)
-        self._converge([d for d in desired if d.index not in indexes], timeout_s, reason=f"replacing it ({reason})")
+        with self._recovery_lock():
+            self._refresh_spec()
+            desired = desired_slices(self.spec)
+            self._converge([d for d in desired if d.index not in indexes], timeout_s,
+                           reason=f"replacing it ({reason})")
 
     def restore_slices(self, phases: dict[str, float] | None = None, *, timeout_s: float = 1800.0) -> list[Node]:
         """Create every missing slice (next zones on capacity errors) and wait for all hosts;
         the second half of replacing. `phases` receives the seconds of `create` and `join`."""
         phases = {} if phases is None else phases
-        metadata = self.hosts_layer.start() if self.hosts_layer else {}
-        started = self.clock.now()
-        nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
-        phases["create"] = self.clock.now() - started
-        if self.hosts_layer:
+        with self._recovery_lock():
+            self._refresh_spec()
+            metadata = self.hosts_layer.start() if self.hosts_layer else {}
             started = self.clock.now()
-            self._wait_for_hosts(nodes)
-            phases["join"] = self.clock.now() - started
+            nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
+            phases["create"] = self.clock.now() - started
+            if self.hosts_layer:
+                started = self.clock.now()
+                self._wait_for_hosts(nodes)
+                phases["join"] = self.clock.now() - started
         return nodes
 
     def status(self) -> ClusterStatus:
@@ -258,10 +355,11 @@ class Cluster:
 
     def down(self, *, timeout_s: float = 600.0) -> None:
         """Cancel the cluster's running runs, then delete everything labelled with it; safe to
-        run twice."""
-        self._cancel_runs()
-        teardown(self.name, self.cloud, self.spec.zones, self.store, record=self.record, clock=self.clock,
-                 timeout_s=timeout_s, hosts=self.hosts_layer)
+        run twice. Waits for an `up` or a recovery of the cluster in progress to finish first."""
+        self._cancel_runs()  # before the lock: a supervisor may need it to wind its run down
+        with self._lock("down", timeout_s):
+            teardown(self.name, self.cloud, self.spec.zones, self.store, record=self.record, clock=self.clock,
+                     timeout_s=timeout_s, hosts=self.hosts_layer)
 
     def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RunHandle:
         """Start a run and return at once: its supervisor runs on the cluster's side (a Ray
@@ -367,15 +465,18 @@ class Cluster:
 
     def _cancel_runs(self) -> None:
         for run in self.runs_store.active(self.name):
-            self.record("cancelling", f"cancelling run {run.run_id} before tearing down")
-            try:
-                self.run_handle(run.run_id).cancel(timeout_s=60)
-            except PodmanagerError as stuck:  # its supervisor is gone: the teardown stops the processes
-                self.record("cancel_timeout", stuck.message)
-                stuck_run = self.runs_store.get(run.run_id)
-                if stuck_run is not None:
-                    stuck_run.status = "cancelled"
-                    self.runs_store.save(stuck_run)
+            self._cancel_run(run, f"cancelling run {run.run_id} before tearing down")
+
+    def _cancel_run(self, run: RunRecord, message: str) -> None:
+        self.record("cancelling", message, run_id=run.run_id)
+        try:
+            self.run_handle(run.run_id).cancel(timeout_s=60)
+        except PodmanagerError as stuck:  # its supervisor is gone: the teardown stops the processes
+            self.record("cancel_timeout", stuck.message)
+            stuck_run = self.runs_store.get(run.run_id)
+            if stuck_run is not None:
+                stuck_run.status = "cancelled"
+                self.runs_store.save(stuck_run)
 
     def hosts(self) -> list[Any]:
         return self.hosts_layer.hosts() if self.hosts_layer else []
@@ -391,9 +492,13 @@ class Cluster:
         return {(h.slice_index, h.worker_id) for h in dead}
 
     def heal(self) -> None:
-        """Delete dead slices, create what is missing and wait for every host's agent."""
-        self.delete_dead_slices()
-        self.up()
+        """Delete dead slices, create what is missing and wait for every host's agent (a
+        run's recovery: the spec is the one the last `up` stored)."""
+        with self._recovery_lock():
+            self._refresh_spec()
+            self._delete_dead_slices(600.0)
+            # The stored spec was accepted by the `up` that stored it: nothing to ask again.
+            self._up(1800.0, force=False, check_runs=False)
 
     def slice_locations(self, slice_indexes: list[int]) -> list[SliceRef]:
         """Where each of these slices is as the cloud has it now."""
@@ -429,6 +534,18 @@ class Cluster:
             elif fault.kind in ("capacity", "reservation", "preempt-while-creating"):
                 sim.inject_create_fault(fault.zone, fault.kind, fault.times)
             self.record("fault_armed", f"simulated fault armed: {fault.model_dump(exclude_defaults=True)}")
+
+
+def _in_the_way(plan: UpPlan, blocked: list[tuple[RunRecord, list[int]]]) -> SpecError:
+    """The refusal of an `up` that would take slices from active runs."""
+    lines = [f"run {run.run_id} ({run.status}) runs on slice {c.slice_index} ({c.node}), which the spec "
+             f"{'deletes' if c.kind == 'delete' else 'replaces'}: {c.reason}"
+             for run, hit in blocked for c in plan.changes if c.slice_index in hit and c.kind in ("delete", "replace")]
+    first = blocked[0][0].run_id
+    return SpecError(
+        "up: the spec takes slices from active runs; nothing was changed:\n  " + "\n  ".join(lines),
+        hint=f"Wait for the run to end ('podmanager attach {first}') or cancel it ('podmanager cancel {first}'), "
+             "keep its slices in the spec, or pass --force to cancel the run(s) and go ahead.")
 
 
 def resolve_cluster(name: str | None, *, store: StateStore | None = None) -> Cluster:
