@@ -4,6 +4,12 @@
     cluster.up()
     print(cluster.status())
     cluster.down()
+
+or, to have the cluster deleted however the block ends:
+
+    with Cluster.from_yaml("infra/examples/v4-16.yaml", dry_run=True, down_on_exit=True) as cluster:
+        cluster.up()
+        cluster.run(workload)
 """
 
 from __future__ import annotations
@@ -88,17 +94,25 @@ class UpPlan:
 
 
 class Cluster:
-    """One cluster's lifecycle. Every verb is safe to repeat and to resume after a crash."""
+    """One cluster's lifecycle. Every verb is safe to repeat and to resume after a crash.
+
+    As a context manager (`with Cluster(...) as cluster:`), leaving the block closes this
+    object's Ray connection (the cluster, its head and its runs stay up), and with
+    `down_on_exit=True` given to the constructor first runs `down()`: every run of the
+    cluster cancelled, every slice deleted, its Ray head and hosts stopped — also when the
+    block raised. Nothing else: runs it submitted go on unless the cluster is downed."""
 
     def __init__(self, spec: ClusterSpec, *, cloud: TpuCloud | None = None, simulator: SimCloud | None = None,
                  store: StateStore | None = None, clock: Clock | None = None,
-                 on_event: EventCallback | None = None, run_id: str | None = None):
+                 on_event: EventCallback | None = None, run_id: str | None = None, down_on_exit: bool = False):
         """`cloud`: talk to this backend as it is; `simulator`: this simulated cloud, through
         the client-side retries a dry run uses (its faults stay reachable through
         `simulator`); neither: the backend the spec asks for. `run_id`: the run this object
-        acts for (its supervisor's), stamped on every event it records."""
+        acts for (its supervisor's), stamped on every event it records. `down_on_exit`:
+        leaving a `with` block of this object downs the cluster."""
         self.spec = spec
         self.run_id = run_id
+        self.down_on_exit = down_on_exit
         self.clock = clock or RealClock()
         self.store = store or StateStore()
         self._cloud = cloud
@@ -108,6 +122,16 @@ class Cluster:
         self._runs: RunStore | None = None
 
     # ------------------------------------------------------------------ construction
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self.down_on_exit:
+                self.down()
+        finally:
+            self.close()
 
     @classmethod
     def from_yaml(cls, path: str | Path, *, dry_run: bool = False, **kwargs: Any) -> "Cluster":
@@ -419,10 +443,14 @@ class Cluster:
         events to `on_event`: the run recovers from preemptions, failures and hangs within the
         spec's budgets (`budgets` overrides them).
 
-        An interrupt (Ctrl-C) cancels the run, unless `on_interrupt` decides otherwise (see
-        `RunHandle.follow`; the CLI detaches). With `down_on_exit` the cluster is deleted once
-        the run has ended, however it ended; a run still going (detached) keeps it."""
+        A blocking call that ends takes its run with it: any exception while following (an
+        interrupt, an error in `printer` or `on_event`, a lost connection) cancels the run
+        before it goes on up — unless, for an interrupt, `on_interrupt` decides otherwise
+        (see `RunHandle.follow`; the CLI detaches). With `down_on_exit` the cluster is deleted
+        once the run has ended, however it ended; only a run left going on purpose (detached)
+        keeps it."""
         handle = None
+        detached = False
         try:
             handle = self.submit(workload, budgets=budgets)
             try:
@@ -430,11 +458,16 @@ class Cluster:
                 return handle.follow(printer, self.on_event, after_event=handle.submit_event_id(),
                                      on_interrupt=on_interrupt)
             except KeyboardInterrupt:
-                if on_interrupt is None:
+                if on_interrupt is not None:
+                    detached = handle.status().active  # `on_interrupt` chose to leave it going
+                else:
                     handle.cancel()
                 raise
+            except BaseException:
+                handle.cancel()
+                raise
         finally:
-            if down_on_exit and (handle is None or not handle.status().active):
+            if down_on_exit and not detached:
                 self.down()
 
     def run_handle(self, run_id: str) -> RunHandle:
