@@ -1,10 +1,29 @@
-"""What the processes of the race tests run: a module of its own, so that a spawned process
-imports only what its work needs (not the test module and everything it imports)."""
+"""What the processes of the race tests run, and how they are started and stopped: a module
+of its own, so that a spawned process imports only what its work needs (not the test module
+and everything it imports)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from typing import Any
+
+SPAWN = multiprocessing.get_context("spawn")  # fresh interpreters: no threads or locks inherited
+
+
+def start(target, *args) -> multiprocessing.Process:  # type: ignore[no-untyped-def]
+    proc = SPAWN.Process(target=target, args=args)
+    proc.start()
+    return proc
+
+
+def stop_all(procs: list[multiprocessing.Process]) -> None:
+    """Wait for each process to end (30 s), killing one that does not."""
+    for proc in procs:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def claim_rounds(home: str, worker: int, rounds: int, barrier: Any, results: Any) -> None:

@@ -4,33 +4,17 @@ holder dies, and it names its holder to whoever waits."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
 
 import pytest
-from race_workers import append, hold_in_turns, hold_until_told
+from race_workers import SPAWN, append, hold_in_turns, hold_until_told, start, stop_all
 
 from podmanager.core.errors import TimeoutExceededError
 from podmanager.state.lock import cluster_lock, holder_of
 
 ROUNDS = 20
-SPAWN = multiprocessing.get_context("spawn")  # fresh interpreters: no threads or locks inherited
-
-
-def start(target, *args) -> multiprocessing.Process:  # type: ignore[no-untyped-def]
-    proc = SPAWN.Process(target=target, args=args)
-    proc.start()
-    return proc
-
-
-def stop_all(procs: list[multiprocessing.Process]) -> None:
-    for proc in procs:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
 
 
 def test_processes_hold_the_lock_one_at_a_time(podmanager_home, tmp_path):

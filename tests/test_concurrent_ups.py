@@ -4,10 +4,10 @@ control plane only (no Ray): `up` in several processes at once, 20 rounds, and t
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 
-from race_workers import up_rounds, up_while_holding
+import yaml
+from race_workers import SPAWN, start, stop_all, up_rounds, up_while_holding
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster
@@ -17,23 +17,8 @@ from podmanager.core.clock import poll_until
 from podmanager.state import StateStore
 
 ROUNDS = 20
-SPAWN = multiprocessing.get_context("spawn")  # fresh interpreters: no threads or locks inherited
 SPEC = {"name": "locked", "zones": ["zone-a"], "slices": [{"accelerator": "v4-8", "count": 2}],
         "simulation": {"boot_hosts": False, "create_latency_s": 0.1, "delete_latency_s": 0.01}}
-
-
-def start(target, *args) -> multiprocessing.Process:  # type: ignore[no-untyped-def]
-    proc = SPAWN.Process(target=target, args=args)
-    proc.start()
-    return proc
-
-
-def stop_all(procs: list[multiprocessing.Process]) -> None:
-    for proc in procs:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
 
 
 def test_two_ups_at_once_create_each_slice_once_and_the_second_finds_the_work_done(podmanager_home):
@@ -64,8 +49,7 @@ def test_two_ups_at_once_create_each_slice_once_and_the_second_finds_the_work_do
 
 def test_up_says_whom_it_waits_for_and_then_finds_the_work_done(podmanager_home, tmp_path):
     spec = tmp_path / "spec.yaml"
-    spec.write_text(f"name: locked\nzones: [zone-a]\nslices: [{{accelerator: v4-8, count: 2}}]\n"
-                    f"simulation: {SPEC['simulation']}\n")
+    spec.write_text(yaml.safe_dump(SPEC))
     held, release = SPAWN.Event(), SPAWN.Event()
     other = start(up_while_holding, str(podmanager_home), SPEC, held, release)
     outcome: list = []

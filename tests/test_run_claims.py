@@ -6,12 +6,11 @@ after its claim frees the slices. No Ray: the run store from several processes, 
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import threading
 from pathlib import Path
 
 import pytest
-from race_workers import claim_rounds
+from race_workers import SPAWN, claim_rounds, start, stop_all
 
 from podmanager.api import Cluster
 from podmanager.core.errors import SpecError
@@ -24,20 +23,13 @@ ROUNDS = 25
 
 def test_concurrent_claims_from_several_processes_give_a_slice_to_exactly_one_run(podmanager_home):
     workers = 4
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
-    barrier, results = context.Barrier(workers), context.Queue()
-    procs = [context.Process(target=claim_rounds, args=(str(podmanager_home), w, ROUNDS, barrier, results))
-             for w in range(workers)]
-    for proc in procs:
-        proc.start()
+    barrier, results = SPAWN.Barrier(workers), SPAWN.Queue()
+    procs = [start(claim_rounds, str(podmanager_home), w, ROUNDS, barrier, results) for w in range(workers)]
     try:
         outcomes = [results.get(timeout=120) for _ in range(workers * ROUNDS)]
     finally:
-        for proc in procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-    assert all(proc.exitcode == 0 for proc in procs)
+        stop_all(procs)
+    assert [proc.exitcode for proc in procs] == [0] * workers
     store = RunStore()
     for round_ in range(ROUNDS):
         these = [o for o in outcomes if o[0] == round_]

@@ -160,7 +160,5 @@ def _read_holder(path: Path) -> Holder | None:
 
 def _timed_out(cluster: str, verb: str, holder: Holder | None, timeout_s: float) -> TimeoutExceededError:
     who = holder.describe(cluster) if holder else f"another podmanager process working on {cluster}"
-    return TimeoutExceededError(
-        f"{verb}: {who} still holds the cluster's lock after {timeout_s:.0f}s",
-        hint="Wait for it to finish and run the command again"
-             + (f" (or stop it: kill {holder.pid})." if holder else "."))
+    return TimeoutExceededError(f"{verb}: {who} still holds the cluster's lock after {timeout_s:.0f}s",
+                                hint="Wait for it to finish, then run the command again.")
