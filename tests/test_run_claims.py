@@ -155,3 +155,13 @@ def test_a_program_left_out_of_the_package_is_refused_after_the_claim_and_frees_
     with pytest.raises(SpecError, match="secret.py is left out of what is shipped"):
         target.submit(Workload(entrypoint="secret.py", working_dir=str(tmp_path), slices=[0]))
     assert RunStore().list("claims") == [] and faked_ray["started"] == []
+
+
+def test_runs_submitted_in_the_same_millisecond_on_other_slices_get_ids_of_their_own(faked_ray, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.setattr("podmanager.running.attempt.new_run_id", lambda workload: "train-20250101-120000-123")
+    first = cluster().submit(Workload(command=["train"], working_dir=str(tmp_path), slices=[0]))
+    second = cluster().submit(Workload(command=["train"], working_dir=str(tmp_path), slices=[1]))
+    assert (first.run_id, second.run_id) == ("train-20250101-120000-123", "train-20250101-120000-123-2")
+    assert sorted(r.run_id for r in RunStore().active("claims")) == [first.run_id, second.run_id]
+    assert faked_ray["started"] == [first.run_id, second.run_id]

@@ -406,11 +406,12 @@ class Cluster:
             raise SpecError(f"budgets: unknown {sorted(unknown)}; use max_preemptions, max_failures, max_hangs")
         if not self.hosts_layer.controller.connect():
             raise PodmanagerError(f"cluster {self.name} has no Ray head", hint="Run 'podmanager up' first.")
-        run_id = new_run_id(workload)
         # "Slices free? Then they are this run's" is one transaction: of runs submitted at
         # the same moment on a slice, exactly one gets it.
-        holder = self.runs_store.claim(new_run(self, workload, run_id, slices, checkpoints.directory, budgets or {},
-                                               warnings=[checkpoints.warning] if checkpoints.warning else []))
+        record = new_run(self, workload, new_run_id(workload), slices, checkpoints.directory, budgets or {},
+                         warnings=[checkpoints.warning] if checkpoints.warning else [])
+        holder = self.runs_store.claim(record)
+        run_id = record.run_id
         if holder is not None:
             raise SpecError(
                 f"run: slice(s) {sorted(set(holder.slices) & set(slices))} are busy with run {holder.run_id} "

@@ -97,9 +97,10 @@ class RunStore:
     def claim(self, run: RunRecord) -> RunRecord | None:
         """Write `run` unless an active run of its cluster holds one of its slices, checking
         and writing in one transaction: of several runs claiming a slice at once, exactly
-        one gets it. None when `run` is written; else the run in the way (nothing written)."""
+        one gets it. None when `run` is written; else the run in the way (nothing written).
+        A run id already taken (the same program submitted twice in one millisecond) gets a
+        suffix: `run.run_id` is the id written."""
         wanted = set(run.slices)
-        values = _values(run)
         with self._db.immediate() as db:
             cursor = db.execute(f"SELECT * FROM runs WHERE cluster=? AND status IN ({', '.join('?' * len(ACTIVE))}) "
                                 "ORDER BY created_at", (run.cluster, *ACTIVE))
@@ -108,6 +109,11 @@ class RunStore:
                 holder = _record(dict(zip(names, row)))
                 if wanted & set(holder.slices):
                     return holder
+            base, suffix = run.run_id, 1
+            while db.execute("SELECT 1 FROM runs WHERE run_id=?", (run.run_id,)).fetchone():
+                suffix += 1
+                run.run_id = f"{base}-{suffix}"
+            values = _values(run)
             db.execute(f"INSERT INTO runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
                        tuple(values.values()))
         return None
