@@ -38,6 +38,7 @@ class FakeCluster:
         self.events: list[tuple[str, dict]] = []
         self.deleted: list[list[int]] = []
         self.restored = 0
+        self.dropped: set[int] = set()  # slices an `up` of an edited spec removed
         self.folder = tmp_path
         for i in range(2):
             self._create(i)
@@ -77,6 +78,9 @@ class FakeCluster:
             if f"c-s{i}" not in present:
                 self._create(i)
         phases["create"] = phases["join"] = 0.0
+
+    def dropped_slices(self, indexes):
+        return sorted(set(indexes) & self.dropped)
 
     def run_dir(self, run_id):
         return self.folder / run_id
@@ -246,3 +250,18 @@ def test_the_steps_lost_to_a_failure_count_from_the_step_every_host_had_reached(
     assert result.status == "succeeded" and result.attempt_log[0].last_step == 9
     [incident] = result.incidents
     assert incident["cause"] == "program-failure" and incident["lost_steps"] == 0
+
+
+def test_a_slice_an_edited_spec_took_is_never_created_again_and_the_run_stops_saying_why(tmp_path, runs):
+    def spec_edited_while_running(s, attempt):  # `up --force` of a spec without slice 1, while attempt 0 runs
+        if s.slice_index == 1:
+            cluster.dropped = {1}
+            cluster.cloud.delete_node(ZONE, "c-s1")
+        return Behaviour(polls=10_000)
+
+    cluster = FakeCluster(tmp_path, spec_edited_while_running)
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "failed" and "slice(s) [1] of the run are no longer in the cluster's spec" in result.message
+    assert cluster.deleted == [] and cluster.restored == 0  # not taken for a preemption: nothing replaced
+    assert (result.preemptions, result.failures) == (0, 0)  # and no budget paid
+    assert all(agent.stops for _, agent in cluster.hosts)

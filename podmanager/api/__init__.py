@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from podmanager.api.cluster import Cluster, ClusterStatus, DownReport, SliceStatus, down, resolve_cluster
+    from podmanager.api.cluster import Cluster, ClusterStatus, DownReport, SliceStatus, UpPlan, down, resolve_cluster
     from podmanager.api.history import cluster_events, run_history
     from podmanager.api.runs import RunHandle, latest_run_id, run_log_lines, run_summary
     from podmanager.api.teardown import LabelDownReport, down_by_label, teardown
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "Cluster": "podmanager.api.cluster", "ClusterStatus": "podmanager.api.cluster",
-    "DownReport": "podmanager.api.cluster", "SliceStatus": "podmanager.api.cluster",
+    "DownReport": "podmanager.api.cluster", "SliceStatus": "podmanager.api.cluster", "UpPlan": "podmanager.api.cluster",
     "down": "podmanager.api.cluster", "resolve_cluster": "podmanager.api.cluster",
     "RunHandle": "podmanager.api.runs", "run_log_lines": "podmanager.api.runs", "run_summary": "podmanager.api.runs",
     "latest_run_id": "podmanager.api.runs", "cluster_events": "podmanager.api.history",
@@ -27,8 +27,8 @@ _WHERE = {
     "teardown": "podmanager.api.teardown", "StateStore": "podmanager.state",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "SliceStatus", "StateStore",
-           "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster", "run_history", "run_log_lines", "run_summary",
-           "teardown"]
+           "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster", "run_history",
+           "run_log_lines", "run_summary", "teardown"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,13 +4,19 @@
     cluster.up()
     print(cluster.status())
     cluster.down()
+
+or, to have the cluster deleted however the block ends:
+
+    with Cluster.from_yaml("infra/examples/v4-16.yaml", dry_run=True, down_on_exit=True) as cluster:
+        cluster.up()
+        cluster.run(workload)
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from podmanager.api.backends import (
     local_machines,
@@ -33,8 +39,9 @@ from podmanager.core.spec import (
 from podmanager.core.workload import Workload
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.provisioning.loop import Provisioner
-from podmanager.provisioning.plan import desired_slices
+from podmanager.provisioning.plan import SliceChange, changes, describe_changes, desired_slices
 from podmanager.state import Event, StateStore
+from podmanager.state.lock import Holder, cluster_lock
 from podmanager.state.runs import RunRecord, RunStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
@@ -43,6 +50,7 @@ if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.supervision.ledger import RunResult
 
 EventCallback = Callable[[Event], None]
+RECOVERY_LOCK_TIMEOUT_S = 1800.0  # a run's recovery waits this long for an `up` or `down` to finish
 
 
 @dataclass(frozen=True)
@@ -70,18 +78,41 @@ class ClusterStatus:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class UpPlan:
+    """What `up` is about to do to the cloud, per slice (in slice order): create, delete,
+    replace (delete, then create) or keep."""
+
+    cluster: str
+    changes: list[SliceChange]
+
+    def describe(self) -> str:
+        return describe_changes(self.changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "summary": self.describe(), "changes": [c.as_dict() for c in self.changes]}
+
+
 class Cluster:
-    """One cluster's lifecycle. Every verb is safe to repeat and to resume after a crash."""
+    """One cluster's lifecycle. Every verb is safe to repeat and to resume after a crash.
+
+    As a context manager (`with Cluster(...) as cluster:`), leaving the block closes this
+    object's Ray connection (the cluster, its head and its runs stay up), and with
+    `down_on_exit=True` given to the constructor first runs `down()`: every run of the
+    cluster cancelled, every slice deleted, its Ray head and hosts stopped — also when the
+    block raised. Nothing else: runs it submitted go on unless the cluster is downed."""
 
     def __init__(self, spec: ClusterSpec, *, cloud: TpuCloud | None = None, simulator: SimCloud | None = None,
                  store: StateStore | None = None, clock: Clock | None = None,
-                 on_event: EventCallback | None = None, run_id: str | None = None):
+                 on_event: EventCallback | None = None, run_id: str | None = None, down_on_exit: bool = False):
         """`cloud`: talk to this backend as it is; `simulator`: this simulated cloud, through
         the client-side retries a dry run uses (its faults stay reachable through
         `simulator`); neither: the backend the spec asks for. `run_id`: the run this object
-        acts for (its supervisor's), stamped on every event it records."""
+        acts for (its supervisor's), stamped on every event it records. `down_on_exit`:
+        leaving a `with` block of this object downs the cluster."""
         self.spec = spec
         self.run_id = run_id
+        self.down_on_exit = down_on_exit
         self.clock = clock or RealClock()
         self.store = store or StateStore()
         self._cloud = cloud
@@ -91,6 +122,16 @@ class Cluster:
         self._runs: RunStore | None = None
 
     # ------------------------------------------------------------------ construction
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self.down_on_exit:
+                self.down()
+        finally:
+            self.close()
 
     @classmethod
     def from_yaml(cls, path: str | Path, *, dry_run: bool = False, **kwargs: Any) -> "Cluster":
@@ -164,13 +205,42 @@ class Cluster:
 
     # ------------------------------------------------------------------ verbs
 
-    def up(self, *, timeout_s: float = 1800.0) -> ClusterStatus:
-        """Create every slice of the spec and wait until all are READY. Resumes a partial `up`."""
+    def up(self, *, timeout_s: float = 1800.0, force: bool = False,
+           on_plan: Callable[[UpPlan], None] | None = None) -> ClusterStatus:
+        """Make the cloud match the spec — create missing slices, delete those the spec no
+        longer has, replace changed or dead ones — and wait until every slice is READY and
+        every host has joined. Resumes a partial `up`.
+
+        One `up`, `down` or recovery of a cluster at a time: a second one waits for the first
+        (recording a `waiting` event that names it) and then finds its work done. Before
+        changing anything it records the plan (an `up_plan` event) and hands it to
+        `on_plan`. If the plan deletes or replaces, because of the spec, a slice that an
+        active run uses, it refuses (SpecError, nothing changed) unless `force`, which
+        cancels those runs first."""
         self.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
+        with self._lock("up", timeout_s):
+            return self._up(timeout_s, force=force, on_plan=on_plan)
+
+    def plan_up(self) -> UpPlan:
+        """What `up` of this spec would do to the cloud now (nothing is changed)."""
+        return UpPlan(self.name, changes(desired_slices(self.spec), self._provisioner().observe()))
+
+    def _up(self, timeout_s: float, *, force: bool, on_plan: Callable[[UpPlan], None] | None = None,
+            check_runs: bool = True) -> ClusterStatus:
+        plan = self.plan_up()
+        blocked = self._runs_in_the_way(plan) if check_runs else []
+        if blocked and not force:
+            raise _in_the_way(plan, blocked)
+        for run, hit in blocked:
+            self._cancel_run(run, f"cancelling run {run.run_id}: 'up --force' takes slice(s) {hit} it runs on")
         first_time = self.store.get_cluster(self.name) is None
         self.store.save_cluster(self.name, self.spec.model_dump(mode="json"), self.spec.backend.value, "provisioning")
         self.record("up", f"{len(self.spec.slice_list())} slice(s) on {self.spec.backend.value} "
                      f"in {', '.join(self.spec.zones)}")
+        self.record("up_plan", f"plan for {self.name}: {plan.describe()}",
+                    changes=[c.as_dict() for c in plan.changes])
+        if on_plan is not None:
+            on_plan(plan)
         if first_time and self.spec.simulated and self.spec.simulation.faults:
             self._arm_scripted_faults()
         metadata = self._start_head() if self.hosts_layer else {}
@@ -180,6 +250,47 @@ class Cluster:
             self._wait_for_hosts(nodes)
         self.store.set_cluster_status(self.name, "up")
         return self.status()
+
+    def _runs_in_the_way(self, plan: UpPlan) -> list[tuple[RunRecord, list[int]]]:
+        """Active runs on slices the plan deletes or replaces because the spec says so (a
+        dead slice a run's supervisor is replacing anyway is not in the way), with those slices."""
+        taken = {c.slice_index for c in plan.changes
+                 if c.edited and c.kind in ("delete", "replace") and c.slice_index is not None}
+        if not taken:
+            return []
+        return [(run, sorted(taken & set(run.slices))) for run in self.runs_store.active(self.name)
+                if taken & set(run.slices)]
+
+    def _lock(self, verb: str, timeout_s: float) -> ContextManager[None]:
+        """The cluster's lock (state/lock.py), saying whom it waits for when it must."""
+
+        def waiting(holder: Holder | None) -> None:
+            who = holder.describe(self.name) if holder else f"another podmanager process working on {self.name}"
+            self.record("waiting", f"waiting for {who}", holder_pid=holder.pid if holder else None,
+                        holder_verb=holder.verb if holder else None)
+
+        return cluster_lock(self.name, verb, timeout_s=timeout_s, on_wait=waiting)
+
+    def _recovery_lock(self) -> ContextManager[None]:
+        verb = f"recovery for run {self.run_id}" if self.run_id else "recovery"
+        return self._lock(verb, RECOVERY_LOCK_TIMEOUT_S)
+
+    def _refresh_spec(self) -> None:
+        """Take the spec the last `up` stored. A run's supervisor holds the spec of when it
+        started; its recovery must converge to the cluster as it is now, or it would
+        re-create a slice an edited spec dropped (or delete one it added)."""
+        record = self.store.get_cluster(self.name)
+        if record is None or record.spec == self.spec.model_dump(mode="json"):
+            return
+        self.spec = parse_spec(record.spec, source=f"stored spec of {self.name}")
+        self._hosts = None  # built from the old spec's slices
+
+    def dropped_slices(self, indexes: list[int]) -> list[int]:
+        """Those of these slices that the cluster's spec, as the last `up` stored it, no
+        longer has."""
+        self._refresh_spec()
+        known = {s.index for s in self.spec.slice_list()}
+        return sorted(i for i in indexes if i not in known)
 
     def _start_head(self) -> dict[str, str]:
         """Start (or reuse) the Ray head, saying so first: starting one takes seconds."""
@@ -207,6 +318,11 @@ class Cluster:
 
     def delete_dead_slices(self, timeout_s: float = 600.0) -> list[int]:
         """Delete preempted or terminated slices now (they hold quota) without replacing them."""
+        with self._recovery_lock():
+            self._refresh_spec()
+            return self._delete_dead_slices(timeout_s)
+
+    def _delete_dead_slices(self, timeout_s: float) -> list[int]:
         dead = sorted(n.slice_index for n in self._provisioner().observe().nodes
                       if n.state in DEAD_STATES and n.slice_index is not None)
         if dead:
@@ -216,21 +332,26 @@ class Cluster:
 
     def delete_slices(self, indexes: list[int], *, reason: str, timeout_s: float = 1800.0) -> None:
         """Delete these slices now; the first half of replacing them."""
-        desired = desired_slices(self.spec)
-        self._converge([d for d in desired if d.index not in indexes], timeout_s, reason=f"replacing it ({reason})")
+        with self._recovery_lock():
+            self._refresh_spec()
+            desired = desired_slices(self.spec)
+            self._converge([d for d in desired if d.index not in indexes], timeout_s,
+                           reason=f"replacing it ({reason})")
 
     def restore_slices(self, phases: dict[str, float] | None = None, *, timeout_s: float = 1800.0) -> list[Node]:
         """Create every missing slice (next zones on capacity errors) and wait for all hosts;
         the second half of replacing. `phases` receives the seconds of `create` and `join`."""
         phases = {} if phases is None else phases
-        metadata = self.hosts_layer.start() if self.hosts_layer else {}
-        started = self.clock.now()
-        nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
-        phases["create"] = self.clock.now() - started
-        if self.hosts_layer:
+        with self._recovery_lock():
+            self._refresh_spec()
+            metadata = self.hosts_layer.start() if self.hosts_layer else {}
             started = self.clock.now()
-            self._wait_for_hosts(nodes)
-            phases["join"] = self.clock.now() - started
+            nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
+            phases["create"] = self.clock.now() - started
+            if self.hosts_layer:
+                started = self.clock.now()
+                self._wait_for_hosts(nodes)
+                phases["join"] = self.clock.now() - started
         return nodes
 
     def status(self) -> ClusterStatus:
@@ -261,10 +382,11 @@ class Cluster:
 
     def down(self, *, timeout_s: float = 600.0) -> None:
         """Cancel the cluster's running runs, then delete everything labelled with it; safe to
-        run twice."""
-        self._cancel_runs()
-        teardown(self.name, self.cloud, self.spec.zones, self.store, record=self.record, clock=self.clock,
-                 timeout_s=timeout_s, hosts=self.hosts_layer)
+        run twice. Waits for an `up` or a recovery of the cluster in progress to finish first."""
+        self._cancel_runs()  # before the lock: a supervisor may need it to wind its run down
+        with self._lock("down", timeout_s):
+            teardown(self.name, self.cloud, self.spec.zones, self.store, record=self.record, clock=self.clock,
+                     timeout_s=timeout_s, hosts=self.hosts_layer)
 
     def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RunHandle:
         """Start a run and return at once: its supervisor runs on the cluster's side (a Ray
@@ -282,28 +404,40 @@ class Cluster:
         workload = workload.submitted(Path.cwd())
         slices = run_slices(self.spec, workload)
         checkpoints = run_checkpoints(self.spec, workload, slices)
-        busy = [r for r in self.runs_store.active(self.name) if set(r.slices) & set(slices)]
-        if busy:
-            raise SpecError(
-                f"run: slice(s) {sorted(set(busy[0].slices) & set(slices))} are busy with run {busy[0].run_id} "
-                f"({busy[0].status})",
-                hint=f"Wait for it ('podmanager attach {busy[0].run_id}'), cancel it ('podmanager cancel "
-                     f"{busy[0].run_id}'), or run on other slices with --slices.")
         unknown = set(budgets or {}) - {"max_preemptions", "max_failures", "max_hangs"}
         if unknown:
             raise SpecError(f"budgets: unknown {sorted(unknown)}; use max_preemptions, max_failures, max_hangs")
         if not self.hosts_layer.controller.connect():
             raise PodmanagerError(f"cluster {self.name} has no Ray head", hint="Run 'podmanager up' first.")
-        code = package.upload(workload.working_dir) if workload.working_dir is not None else None
-        workload.check_program(code.files if code else None)
-        run_id = new_run_id(workload)
-        self.runs_store.create(new_run(self, workload, run_id, slices, checkpoints.directory, budgets or {},
-                                       warnings=[checkpoints.warning] if checkpoints.warning else []))
-        self.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
-                    run_id=run_id)
-        if checkpoints.warning:
-            self.record("warning", f"run {run_id}: {checkpoints.warning}", run_id=run_id)
-        service.start_supervisor(type(self), self.name, run_id, code.uri if code else None)
+        # "Slices free? Then they are this run's" is one transaction: of runs submitted at
+        # the same moment on a slice, exactly one gets it.
+        record = new_run(self, workload, new_run_id(workload), slices, checkpoints.directory, budgets or {},
+                         warnings=[checkpoints.warning] if checkpoints.warning else [])
+        holder = self.runs_store.claim(record)
+        run_id = record.run_id
+        if holder is not None:
+            raise SpecError(
+                f"run: slice(s) {sorted(set(holder.slices) & set(slices))} are busy with run {holder.run_id} "
+                f"({holder.status})",
+                hint=f"Wait for it ('podmanager attach {holder.run_id}'), cancel it ('podmanager cancel "
+                     f"{holder.run_id}'), or run on other slices with --slices.")
+        submitted = False
+        try:
+            code = package.upload(workload.working_dir) if workload.working_dir is not None else None
+            workload.check_program(code.files if code else None)
+            self.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
+                        run_id=run_id)
+            submitted = True
+            if checkpoints.warning:
+                self.record("warning", f"run {run_id}: {checkpoints.warning}", run_id=run_id)
+            service.start_supervisor(type(self), self.name, run_id, code.uri if code else None)
+        except BaseException as error:
+            # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
+            self.runs_store.release(run_id)
+            if submitted:
+                self.record("run_not_started", f"run {run_id} did not start ({type(error).__name__}: {error}); "
+                            f"slice(s) {slices} are free again", run_id=run_id)
+            raise
         return self.run_handle(run_id)
 
     def run(self, workload: Workload, *, printer: OutputPrinter | None = None,
@@ -313,10 +447,14 @@ class Cluster:
         events to `on_event`: the run recovers from preemptions, failures and hangs within the
         spec's budgets (`budgets` overrides them).
 
-        An interrupt (Ctrl-C) cancels the run, unless `on_interrupt` decides otherwise (see
-        `RunHandle.follow`; the CLI detaches). With `down_on_exit` the cluster is deleted once
-        the run has ended, however it ended; a run still going (detached) keeps it."""
+        A blocking call that ends takes its run with it: any exception while following (an
+        interrupt, an error in `printer` or `on_event`, a lost connection) cancels the run
+        before it goes on up — unless, for an interrupt, `on_interrupt` decides otherwise
+        (see `RunHandle.follow`; the CLI detaches). With `down_on_exit` the cluster is deleted
+        once the run has ended, however it ended; only a run left going on purpose (detached)
+        keeps it."""
         handle = None
+        detached = False
         try:
             handle = self.submit(workload, budgets=budgets)
             try:
@@ -324,11 +462,16 @@ class Cluster:
                 return handle.follow(printer, self.on_event, after_event=handle.submit_event_id(),
                                      on_interrupt=on_interrupt)
             except KeyboardInterrupt:
-                if on_interrupt is None:
+                if on_interrupt is not None:
+                    detached = handle.status().active  # `on_interrupt` chose to leave it going
+                else:
                     handle.cancel()
                 raise
+            except BaseException:
+                handle.cancel()
+                raise
         finally:
-            if down_on_exit and (handle is None or not handle.status().active):
+            if down_on_exit and not detached:
                 self.down()
 
     def run_handle(self, run_id: str) -> RunHandle:
@@ -359,15 +502,18 @@ class Cluster:
 
     def _cancel_runs(self) -> None:
         for run in self.runs_store.active(self.name):
-            self.record("cancelling", f"cancelling run {run.run_id} before tearing down")
-            try:
-                self.run_handle(run.run_id).cancel(timeout_s=60)
-            except PodmanagerError as stuck:  # its supervisor is gone: the teardown stops the processes
-                self.record("cancel_timeout", stuck.message)
-                stuck_run = self.runs_store.get(run.run_id)
-                if stuck_run is not None:
-                    stuck_run.status = "cancelled"
-                    self.runs_store.save(stuck_run)
+            self._cancel_run(run, f"cancelling run {run.run_id} before tearing down")
+
+    def _cancel_run(self, run: RunRecord, message: str) -> None:
+        self.record("cancelling", message, run_id=run.run_id)
+        try:
+            self.run_handle(run.run_id).cancel(timeout_s=60)
+        except PodmanagerError as stuck:  # its supervisor is gone: the teardown stops the processes
+            self.record("cancel_timeout", stuck.message)
+            stuck_run = self.runs_store.get(run.run_id)
+            if stuck_run is not None:
+                stuck_run.status = "cancelled"
+                self.runs_store.save(stuck_run)
 
     def hosts(self) -> list[Any]:
         return self.hosts_layer.hosts() if self.hosts_layer else []
@@ -383,9 +529,13 @@ class Cluster:
         return {(h.slice_index, h.worker_id) for h in dead}
 
     def heal(self) -> None:
-        """Delete dead slices, create what is missing and wait for every host's agent."""
-        self.delete_dead_slices()
-        self.up()
+        """Delete dead slices, create what is missing and wait for every host's agent (a
+        run's recovery: the spec is the one the last `up` stored)."""
+        with self._recovery_lock():
+            self._refresh_spec()
+            self._delete_dead_slices(600.0)
+            # The stored spec was accepted by the `up` that stored it: nothing to ask again.
+            self._up(1800.0, force=False, check_runs=False)
 
     def slice_locations(self, slice_indexes: list[int]) -> list[SliceRef]:
         """Where each of these slices is as the cloud has it now."""
@@ -421,6 +571,18 @@ class Cluster:
             elif fault.kind in ("capacity", "reservation", "preempt-while-creating"):
                 sim.inject_create_fault(fault.zone, fault.kind, fault.times)
             self.record("fault_armed", f"simulated fault armed: {fault.model_dump(exclude_defaults=True)}")
+
+
+def _in_the_way(plan: UpPlan, blocked: list[tuple[RunRecord, list[int]]]) -> SpecError:
+    """The refusal of an `up` that would take slices from active runs."""
+    lines = [f"run {run.run_id} ({run.status}) runs on slice {c.slice_index} ({c.node}), which the spec "
+             f"{'deletes' if c.kind == 'delete' else 'replaces'}: {c.reason}"
+             for run, hit in blocked for c in plan.changes if c.slice_index in hit and c.kind in ("delete", "replace")]
+    first = blocked[0][0].run_id
+    return SpecError(
+        "up: the spec takes slices from active runs; nothing was changed:\n  " + "\n  ".join(lines),
+        hint=f"Wait for the run to end ('podmanager attach {first}') or cancel it ('podmanager cancel {first}'), "
+             "keep its slices in the spec, or pass --force to cancel the run(s) and go ahead.")
 
 
 def resolve_cluster(name: str | None, *, store: StateStore | None = None) -> Cluster:

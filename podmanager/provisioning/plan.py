@@ -168,5 +168,91 @@ def converged(desired: list[DesiredSlice], observed: Observed) -> bool:
     return all(by_name[name].state is NodeState.READY for name in wanted)
 
 
+@dataclass(frozen=True)
+class SliceChange:
+    """What `up` will do to one slice, told before it does it (one per node or desired slice)."""
+
+    kind: str  # "create", "delete", "replace" (delete, then create) or "keep"
+    node: str
+    slice_index: int | None
+    accelerator: str  # what the slice will be (create, replace, keep) or is (delete)
+    zone: str | None  # where it is, or (create) the first zone tried
+    reason: str  # why, or (keep) the node's state
+    # The spec asks for it (a slice dropped or changed), not the cloud (a dead node): a
+    # run on this slice would lose it to the edit, not to a preemption.
+    edited: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "slice": self.slice_index, "node": self.node, "accelerator": self.accelerator,
+                "zone": self.zone, "reason": self.reason, "edited": self.edited}
+
+
+def changes(desired: list[DesiredSlice], observed: Observed) -> list[SliceChange]:
+    """The whole of what reconciling `observed` to `desired` will do, per slice (where
+    `plan` gives only the next pass's actions). Ordered by slice."""
+    nodes = {n.name: n for n in observed.nodes}
+    queued = {qr.node_name: qr for qr in observed.queued if qr.state not in _QR_GONE}
+    wanted = {d.node_name for d in desired}
+    out: list[SliceChange] = []
+    for want in desired:
+        node, qr = nodes.get(want.node_name), queued.get(want.node_name)
+        accelerator = want.request.accelerator_type
+
+        def change(kind: str, zone: str | None, reason: str, edited: bool = False) -> SliceChange:
+            return SliceChange(kind, want.node_name, want.index, accelerator, zone, reason, edited)  # noqa: B023
+
+        if qr is not None and not want.queued:
+            out.append(change("replace", qr.zone, "queued: false in the spec", edited=True))
+        elif node is None or node.state is NodeState.DELETING:
+            if qr is not None:
+                out.append(change("keep", qr.zone, f"queued resource {qr.state.value}"))
+            else:
+                out.append(change("create", want.zones[0] if want.zones else None,
+                                  "being deleted" if node is not None else "missing"))
+        elif node.accelerator_type != accelerator:
+            out.append(change("replace", node.zone, f"accelerator changed from {node.accelerator_type} to "
+                              f"{accelerator}", edited=True))
+        elif node.state in DEAD_STATES:
+            out.append(change("replace", node.zone, f"node is {node.state.value}"))
+        else:
+            out.append(change("keep", node.zone, node.state.value))
+    for node in observed.nodes:
+        if node.name not in wanted:
+            out.append(SliceChange("delete", node.name, node.slice_index, node.accelerator_type, node.zone,
+                                   "not in the spec", edited=True))
+    for qr in queued.values():
+        if qr.node_name not in wanted and qr.node_name not in nodes:
+            index = qr.labels.get(SLICE_LABEL)
+            out.append(SliceChange("delete", qr.node_name, int(index) if index and index.isdigit() else None, "",
+                                   qr.zone, "not in the spec (a queued resource)", edited=True))
+    return sorted(out, key=lambda c: (c.slice_index is None, c.slice_index or 0, c.node))
+
+
+def describe_changes(found: list[SliceChange]) -> str:
+    """One line for people: 'create slices 2-3 (v4-8, missing); keep slices 0-1 (v4-8, READY)'."""
+    groups: dict[tuple[str, str, str], list[SliceChange]] = {}
+    for change in found:
+        groups.setdefault((change.kind, change.accelerator, change.reason), []).append(change)
+    order = {"delete": 0, "replace": 1, "create": 2, "keep": 3}
+    parts = []
+    for (kind, accelerator, reason), group in sorted(groups.items(), key=lambda g: (order.get(g[0][0], 9), g[0])):
+        what = ", ".join(x for x in (accelerator, reason) if x)
+        parts.append(f"{kind} {_slices(group)} ({what})")
+    return "; ".join(parts) or "nothing"
+
+
+def _slices(group: list[SliceChange]) -> str:
+    indexes = sorted(c.slice_index for c in group if c.slice_index is not None)
+    names = sorted(c.node for c in group if c.slice_index is None)
+    runs: list[str] = []
+    for index in indexes:  # 0,1,2,5 -> 0-2, 5
+        if runs and runs[-1].rsplit("-", 1)[-1] == str(index - 1):
+            runs[-1] = f"{runs[-1].split('-')[0]}-{index}"
+        else:
+            runs.append(str(index))
+    noun = "slice" if len(indexes) == 1 and not names else "slices"
+    return " ".join(x for x in (f"{noun} {', '.join(runs)}" if indexes else "", ", ".join(names)) if x)
+
+
 def _index(want: DesiredSlice | None) -> int | None:
     return want.index if want is not None else None

@@ -11,13 +11,14 @@ what `rebuild-state` rebuilds it from.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from podmanager.core import paths
 from podmanager.core.errors import StateStoreError
@@ -167,6 +168,21 @@ class Database:
                 return self._db.execute(sql, args).lastrowid or 0
             except sqlite3.DatabaseError as error:
                 raise self._error(error) from None
+
+    @contextlib.contextmanager
+    def immediate(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken before its first read (BEGIN IMMEDIATE): no other
+        connection writes between what the block reads and what it writes. Rolled back if
+        the block raises."""
+        with self._lock:
+            self._check()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def _check(self) -> None:
         """The file this connection opened is still the store's and holds at least a page:

@@ -94,6 +94,38 @@ class RunStore:
         self._db.insert(f"INSERT INTO runs ({columns}) VALUES ({', '.join('?' * len(values))})", tuple(values.values()))
         return run
 
+    def claim(self, run: RunRecord) -> RunRecord | None:
+        """Write `run` unless an active run of its cluster holds one of its slices, checking
+        and writing in one transaction: of several runs claiming a slice at once, exactly
+        one gets it. None when `run` is written; else the run in the way (nothing written).
+        A run id already taken (the same program submitted twice in one millisecond) gets a
+        suffix: `run.run_id` is the id written."""
+        wanted = set(run.slices)
+        with self._db.immediate() as db:
+            cursor = db.execute(f"SELECT * FROM runs WHERE cluster=? AND status IN ({', '.join('?' * len(ACTIVE))}) "
+                                "ORDER BY created_at", (run.cluster, *ACTIVE))
+            names = [d[0] for d in cursor.description]
+            for row in cursor.fetchall():
+                holder = _record(dict(zip(names, row)))
+                if wanted & set(holder.slices):
+                    return holder
+            base, suffix = run.run_id, 1
+            while db.execute("SELECT 1 FROM runs WHERE run_id=?", (run.run_id,)).fetchone():
+                suffix += 1
+                run.run_id = f"{base}-{suffix}"
+            values = _values(run)
+            db.execute(f"INSERT INTO runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                       tuple(values.values()))
+        return None
+
+    def release(self, run_id: str) -> bool:
+        """Forget a claimed run that never started (its submit failed before its supervisor
+        took it on), so its slices are free again; True if there was one."""
+        with self._db.immediate() as db:
+            # A supervisor writes its pid into `supervisor` first thing: then the run is its.
+            return db.execute("DELETE FROM runs WHERE run_id=? AND status='starting' AND supervisor='{}'",
+                              (run_id,)).rowcount > 0
+
     def save(self, run: RunRecord) -> None:
         """Write the whole record (the supervisor's checkpoint of itself). A cancel asked for
         meanwhile is never overwritten."""

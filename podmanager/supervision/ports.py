@@ -55,6 +55,11 @@ class SupervisedCluster(Protocol):
         second half of replacing); `phases` gets the seconds of `create` and `join`."""
         ...
 
+    def dropped_slices(self, indexes: list[int]) -> list[int]:
+        """Those of these slices that the cluster's spec, as the last `up` stored it, no longer
+        has: an edited spec took them, and no recovery may create them again."""
+        ...
+
     def run_dir(self, run_id: str) -> Path:
         """The folder on this machine that holds a run's logs (and, in dry runs, checkpoints)."""
         ...

@@ -87,6 +87,9 @@ class RunSupervisor:
         while True:
             if self.run.cancel_requested:
                 return self._finish("cancelled", CANCELLED)
+            dropped = self._dropped()
+            if dropped is not None:
+                return self._finish("failed", dropped)
             if self.run.phase["name"] == "replacing":
                 self._replace(self.run.phase)
                 continue
@@ -155,6 +158,9 @@ class RunSupervisor:
 
     def _after_failure(self, result: AttemptResult, monitor: HealthMonitor | None) -> str | None:
         """Classify, pay from the budget, and either stop (the reason) or plan the recovery."""
+        dropped = self._dropped()
+        if dropped is not None:  # not a preemption: nothing to pay, nothing to replace
+            return dropped
         incident = classify(monitor.observation(self.cluster.lost_hosts())) if monitor else \
             Incident(Cause.INFRASTRUCTURE, frozenset(), result.failure or "the attempt ended without a clear cause")
         self.state.incidents.append(incident)
@@ -203,6 +209,17 @@ class RunSupervisor:
         self.run.attempt = phase["attempt"]
         self.run.phase = {"name": "launching", "attempt": phase["attempt"]}
         self._save()
+
+    def _dropped(self) -> str | None:
+        """Why the run cannot go on, when an `up` of an edited spec took some of its slices:
+        they are not the run's to create again."""
+        dropped = self.cluster.dropped_slices(self.run.slices)
+        if not dropped:
+            return None
+        reason = (f"slice(s) {dropped} of the run are no longer in the cluster's spec (an 'up' of an edited "
+                  "spec removed them); they are not created again")
+        self.record("run_failed", f"run {self.run_id} stopped: {reason}")
+        return reason
 
     # ------------------------------------------------------------------ hosts
 

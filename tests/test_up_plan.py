@@ -1,0 +1,152 @@
+"""`up` of an edited spec: the plan it shows before changing anything (and gives as JSON),
+its refusal to take a slice from an active run, and recovery that converges to the stored
+spec, never re-creating a slice the spec dropped. The simulated control plane only: no Ray."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from podmanager.api import Cluster
+from podmanager.api.backends import simulated_cloud
+from podmanager.cli import app
+from podmanager.core.errors import SpecError
+from podmanager.core.spec import parse_spec
+from podmanager.provisioning.plan import Observed, changes, describe_changes, desired_slices
+from podmanager.state.runs import RunRecord, RunStore
+
+runner = CliRunner()
+
+
+def spec_text(count: int = 2, accelerator: str = "v4-8") -> str:
+    return f"""
+name: edits
+zones: [zone-a]
+slices:
+  - accelerator: {accelerator}
+    count: {count}
+simulation:
+  create_latency_s: 0.01
+  delete_latency_s: 0.01
+  boot_hosts: false
+"""
+
+
+def up(tmp_path, *extra, count: int = 2, accelerator: str = "v4-8"):
+    path = tmp_path / f"spec-{count}-{accelerator}.yaml"
+    path.write_text(spec_text(count, accelerator))
+    return runner.invoke(app, ["up", "-f", str(path), "--dry-run", *extra], prog_name="podmanager")
+
+
+def nodes() -> list[str]:
+    return sorted(n.name for n in simulated_cloud("podmanager-sim").all_nodes())
+
+
+def active_run(run_id: str, slices: list[int]) -> RunRecord:
+    """A run going on these slices, as its record says (its supervisor is not needed here)."""
+    return RunStore().create(RunRecord(run_id, "edits", {}, slices, {}, None, status="running"))
+
+
+def lines(output: str, *words: str) -> list[int]:
+    """Numbers of the output lines that hold each word, in order of the words."""
+    text = output.splitlines()
+    return [next(i for i, line in enumerate(text) if word in line) for word in words]
+
+
+def test_up_prints_its_plan_before_it_changes_anything(tmp_path):
+    first = up(tmp_path, count=2)
+    assert first.exit_code == 0, first.output
+    assert "plan for edits: create slices 0-1 (v4-8, missing)" in first.output
+    plan_line, create_line = lines(first.output, "up_plan", "slice_creating")
+    assert plan_line < create_line
+
+    again = up(tmp_path, count=2)  # nothing to do, and it says so
+    assert "plan for edits: keep slices 0-1 (v4-8, READY)" in again.output
+    assert "slice_creating" not in again.output and "slice_deleting" not in again.output
+
+    smaller = up(tmp_path, count=1)
+    assert smaller.exit_code == 0, smaller.output
+    assert "plan for edits: delete slice 1 (v4-8, not in the spec); keep slice 0 (v4-8, READY)" in smaller.output
+    plan_line, delete_line = lines(smaller.output, "up_plan", "slice_deleting")
+    assert plan_line < delete_line
+    assert nodes() == ["edits-s0"]
+
+
+def test_up_json_gives_the_plan_and_the_final_status(tmp_path):
+    assert up(tmp_path, count=1).exit_code == 0
+    result = up(tmp_path, "--json", count=2)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # progress went to stderr: stdout is one JSON object
+    assert [(c["kind"], c["slice"], c["node"], c["reason"]) for c in report["plan"]["changes"]] == [
+        ("keep", 0, "edits-s0", "READY"), ("create", 1, "edits-s1", "missing")]
+    assert report["plan"]["summary"] == "create slice 1 (v4-8, missing); keep slice 0 (v4-8, READY)"
+    assert [(s["name"], s["state"]) for s in report["status"]["slices"]] == [
+        ("edits-s0", "READY"), ("edits-s1", "READY")]
+    assert "slice_creating" in result.stderr
+
+
+def test_up_refuses_to_delete_a_slice_an_active_run_uses_and_names_the_run(tmp_path):
+    assert up(tmp_path, count=2).exit_code == 0
+    active_run("train-1", [0, 1])
+    stored = Cluster.from_name("edits").spec
+
+    result = up(tmp_path, count=1)
+    assert result.exit_code == 2, result.output
+    assert "run train-1 (running) runs on slice 1 (edits-s1), which the spec deletes: not in the spec" in result.stderr
+    assert "--force" in result.stderr and "nothing was changed" in result.stderr
+    assert nodes() == ["edits-s0", "edits-s1"]
+    assert Cluster.from_name("edits").spec == stored  # the edited spec is not stored either
+
+    changed = up(tmp_path, count=2, accelerator="v4-16")  # a replaced slice is taken as well
+    assert changed.exit_code == 2
+    assert "slice 0 (edits-s0), which the spec replaces: accelerator changed from v4-8 to v4-16" in changed.stderr
+
+
+def test_up_takes_slices_no_run_uses_and_replaces_dead_ones_under_a_run(tmp_path):
+    assert up(tmp_path, count=2).exit_code == 0
+    active_run("train-0", [0])
+    simulated_cloud("podmanager-sim").preempt("zone-a", "edits-s0")  # on-demand: TERMINATED
+
+    result = up(tmp_path, count=1)  # slice 1 is free; slice 0 is dead (its run's supervisor would replace it)
+    assert result.exit_code == 0, result.output
+    assert "delete slice 1 (v4-8, not in the spec); replace slice 0 (v4-8, node is TERMINATED)" in result.output
+    assert nodes() == ["edits-s0"]
+    assert RunStore().get("train-0").status == "running"
+
+
+def test_a_runs_recovery_converges_to_the_stored_spec_and_never_recreates_a_dropped_slice(tmp_path):
+    assert up(tmp_path, count=2).exit_code == 0
+    supervised = Cluster.from_name("edits", run_id="train-1")  # a run's supervisor holds the spec of its start
+    assert up(tmp_path, count=1).exit_code == 0  # no run in the way: the edit goes through
+
+    assert supervised.dropped_slices([0, 1]) == [1]
+    supervised.delete_slices([0], reason="preemption")
+    supervised.restore_slices()
+    assert nodes() == ["edits-s0"]  # slice 0 replaced, slice 1 not created again
+    supervised.heal()
+    assert nodes() == ["edits-s0"]
+
+    assert up(tmp_path, count=3).exit_code == 0  # and a slice the spec added is not deleted by a recovery
+    supervised.delete_slices([0], reason="preemption")
+    supervised.restore_slices()
+    assert nodes() == ["edits-s0", "edits-s1", "edits-s2"]
+
+
+def test_the_plan_of_an_empty_cloud_creates_every_slice_in_the_first_zone():
+    spec = parse_spec({"name": "p", "backend": "simulated", "zones": ["z"], "slices": [{"accelerator": "v4-8"}]})
+    planned = changes(desired_slices(spec), Observed())
+    assert [(c.kind, c.node, c.zone) for c in planned] == [("create", "p-s0", "z")]
+    assert describe_changes(planned) == "create slice 0 (v4-8, missing)"
+    assert describe_changes([]) == "nothing"
+
+
+def test_the_api_refuses_with_a_spec_error(tmp_path):
+    assert up(tmp_path, count=2).exit_code == 0
+    active_run("train-1", [1])
+    smaller = Cluster.from_dict({"name": "edits", "zones": ["zone-a"], "slices": [{"accelerator": "v4-8"}],
+                                 "simulation": {"boot_hosts": False}}, dry_run=True)
+    with pytest.raises(SpecError, match="run train-1 \\(running\\) runs on slice 1 \\(edits-s1\\)"):
+        smaller.up()
+    assert nodes() == ["edits-s0", "edits-s1"]
