@@ -137,9 +137,9 @@ class RunSupervisor:
             self.record("setup_progress", f"setup: {done}/{of} host(s) ready", ready=done, hosts=of)
 
         if reattach is None:
+            wanted = [r for r in self.workload.requirements or [] if not r.startswith("-")]  # not index options
             self.record("setup_started", f"setting up {len(agents)} host(s): the working dir"
-                        + (f", {len(self.workload.requirements)} requirement(s)" if self.workload.requirements else ""),
-                        attempt=attempt)
+                        + (f", {len(wanted)} requirement(s)" if wanted else ""), attempt=attempt)
         monitor_box: list[HealthMonitor] = []
         result = self.runner.run_attempt(agents, attempt, lambda gang: self._monitor(gang, monitor_box),
                                          on_launched=launched, on_setup=set_up, reattach=reattach,
