@@ -174,13 +174,17 @@ def garbage(path: Path) -> None:
 
 @pytest.mark.parametrize("damage", [delete, truncate, garbage])
 def test_a_store_damaged_during_a_run_stops_the_run_and_down_still_works(folder, tmp_path, damage):
-    folder.up_and_run(tmp_path)
+    run_id = folder.up_and_run(tmp_path)
     damage(folder.home / "state.db")
 
-    for verb in (["status", "-c", NAME], ["runs", "-c", NAME]):
+    for verb in (["status", "-c", NAME], ["runs", "-c", NAME], ["events", "-c", NAME], ["attach", run_id],
+                 ["cancel", run_id], ["up", "-f", str(tmp_path / "spec.yaml"), "--dry-run"],
+                 ["run", "-c", NAME, "--detach", "workloads/train_mlp.py"]):
         said = cli(folder.home, *verb)
-        assert said.returncode == 1, said.stdout + said.stderr
+        assert said.returncode == 1, verb + [said.stdout + said.stderr]
         assert "state store" in said.stderr and "rebuild-state" in said.stderr and "Traceback" not in said.stderr
+    logs = cli(folder.home, "logs", "-c", NAME)  # the run's output is in files: it needs no store
+    assert logs.returncode == 0 and "step" in logs.stdout, logs.stderr
     if damage is not garbage:  # (a file overwritten in place goes unseen while SQLite reads its WAL)
         # Its supervisor can no longer record the run: it stops the program rather than run it unseen.
         poll_until(lambda: folder.programs() == [], timeout_s=60, interval_s=0.2, what="the run's program to stop")
