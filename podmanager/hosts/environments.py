@@ -94,7 +94,6 @@ def prepare(requirements: list[str], root: Path | None = None) -> Environment:
     with _locked(layer.with_suffix(".lock")):
         reused = (layer / READY_MARK).exists()
         if not reused:
-            shutil.rmtree(layer, ignore_errors=True)  # a build cut short
             try:
                 for attempt in Retrying(stop=stop_after_attempt(INSTALL_TRIES), reraise=True,
                                         wait=wait_exponential(multiplier=1, max=8),
@@ -109,7 +108,7 @@ def prepare(requirements: list[str], root: Path | None = None) -> Environment:
 
 
 def _build(layer: Path, requirements: list[str], host: dict[str, str], root: Path) -> None:
-    shutil.rmtree(layer, ignore_errors=True)
+    shutil.rmtree(layer, ignore_errors=True)  # a build cut short, or the try before this one
     _uv(["venv", "--quiet", "--python", sys.executable, str(layer)], root)
     python = layer / "bin" / "python"
     site_packages = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])

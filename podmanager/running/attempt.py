@@ -87,7 +87,8 @@ class AttemptRunner:
             failed = next(((slot, r) for slot, r in reports if not r.ok), None)
             if failed is not None:
                 return self._setup_failed(gang, attempt, setup_started, setup_s, *failed)
-            installed = [slot.label for slot in slots if any(s == slot and not r.reused for s, r in reports)]
+            built = {slot for slot, report in reports if not report.reused}
+            installed = [slot.label for slot in slots if slot in built]  # in host order, not finishing order
         monitor = make_monitor(gang) if make_monitor else None
         started = started or time.time()
         try:
