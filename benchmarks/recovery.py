@@ -53,7 +53,7 @@ class Preempter:
         from podmanager.api import simulation
 
         self.times.append(time.time())
-        simulation.preempt(self.cluster, slice_index)
+        simulation.preempt(self.cluster.runtime, slice_index)
 
 
 def main() -> None:

@@ -65,13 +65,13 @@ def main() -> None:
             return found[0].time if found else None
 
         started = wait_for(lambda: event_time("run_started"), 60, "the supervisor to start") - submitted
-        first_step = wait_for(lambda: (runs.get(run_id).progress or {}).get("step"), 120, "the first step")
+        first_step = wait_for(lambda: runs.get(run_id).progress.step, 120, "the first step")
         first_step_s = time.time() - submitted
-        agents = cluster.agents([0, 1])
+        agents = cluster.runtime.agents([0, 1])
         pids = [ray.get(a.workload_status.remote(run_id))["pid"] for _, a in agents]
         for _ in range(args.kills):
             last_event = cluster.events()[-1].id
-            pid = runs.get(run_id).supervisor["pid"]
+            pid = runs.get(run_id).supervisor.pid
             killed_at = time.time()
             os.kill(pid, signal.SIGKILL)
             restarted.append(wait_for(lambda: event_time("supervisor_restarted", last_event), 60, "a restart")

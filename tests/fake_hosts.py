@@ -15,7 +15,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.core.records import HostSlot
 from podmanager.hosts.environments import HostSetup
-from podmanager.hosts.runs import PollReply
+from podmanager.hosts.runs import HeldRun, PollReply
 from podmanager.runtime.contract import ProgressRecord
 
 
@@ -147,8 +147,7 @@ class FakeAgent:
         run = self.runs.get(run_id)
         if run is None:
             return FakeRef(None)
-        return FakeRef({"attempt": run["attempt"], "running": run["running"], "exit_code": run["exit_code"],
-                        "pid": run["pid"]})
+        return FakeRef(HeldRun(run["attempt"], run["running"], run["exit_code"], run["pid"]))
 
 
 def slot(slice_index: int, worker_id: int = 0) -> HostSlot:

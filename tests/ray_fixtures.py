@@ -98,7 +98,7 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
     """A dry-run cluster brought up in `home` for a whole test module, and torn down after it;
     asserts that `down` leaves no process of the cluster and no node in the simulator."""
     from podmanager.api import Cluster
-    from podmanager.api.backends import simulated_cloud
+    from podmanager.operations.backends import simulated_cloud
 
     saved = os.environ.get("PODMANAGER_HOME")
     os.environ["PODMANAGER_HOME"] = str(home)

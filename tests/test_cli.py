@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import podmanager
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.backends import simulated_cloud
 from podmanager.cli import app
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from podmanager.api import Cluster
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.backends import simulated_cloud
 from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore

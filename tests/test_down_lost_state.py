@@ -2,13 +2,17 @@
 project, never says "down" while something labelled with it exists, and a repeat says
 there is nothing to delete and succeeds."""
 
+import os
 import shutil
+import threading
 
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster, StateStore, down_by_label
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.backends import simulated_cloud
 from podmanager.cli import app
+from podmanager.core.clock import poll_until
+from podmanager.state.lock import cluster_lock
 
 runner = CliRunner()
 
@@ -78,3 +82,19 @@ def test_api_down_by_label_in_a_named_project_only(podmanager_home):
     report = down_by_label("lost", dry_run=True, project="podmanager-sim", store=StateStore())
     assert report.deleted_in == [] and report.searched == ["podmanager-sim"]
     assert len(simulated_cloud("elsewhere").all_nodes()) == 2  # not searched, not touched
+
+
+def test_down_by_label_waits_for_an_up_of_the_name_under_way(podmanager_home):
+    _up_and_forget("lost", "elsewhere", podmanager_home)
+    store = StateStore()
+    reports = []
+    with cluster_lock("lost", "up", timeout_s=10):  # an `up` of the same name is working
+        downing = threading.Thread(target=lambda: reports.append(down_by_label("lost", dry_run=True, store=store)))
+        downing.start()
+        poll_until(lambda: store.events("lost", kind="waiting"), timeout_s=30, interval_s=0.02,
+                   what="down to wait for the lock")
+        assert len(simulated_cloud("elsewhere").all_nodes()) == 2  # nothing taken while `up` holds it
+        assert f"another podmanager up of lost (pid {os.getpid()})" in store.events("lost", kind="waiting")[0].message
+    downing.join(timeout=60)
+    assert reports and reports[0].deleted_in == ["elsewhere"]
+    assert simulated_cloud("elsewhere").all_nodes() == []

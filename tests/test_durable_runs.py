@@ -20,7 +20,7 @@ import ray
 from ray_fixtures import module_cluster
 
 from podmanager.api import Cluster, simulation
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.backends import simulated_cloud
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
@@ -60,11 +60,11 @@ def latest_run(cluster: Cluster):
 
 def step_of(run_id: str) -> int:
     run = RunStore().get(run_id)
-    return (run.progress.get("step") or 0) if run else 0
+    return (run.progress.step or 0) if run else 0
 
 
 def supervisor_pid(run_id: str) -> int:
-    return RunStore().get(run_id).supervisor["pid"]
+    return RunStore().get(run_id).supervisor.pid
 
 
 def kill_supervisor(run_id: str) -> int:
@@ -74,12 +74,12 @@ def kill_supervisor(run_id: str) -> int:
 
 
 def program_pids(cluster: Cluster, run_id: str) -> list[int]:
-    agents = cluster.agents([0, 1])
-    return [ray.get(agent.workload_status.remote(run_id), timeout=10)["pid"] for _, agent in agents]
+    agents = cluster.runtime.agents([0, 1])
+    return [ray.get(agent.workload_status.remote(run_id), timeout=10).pid for _, agent in agents]
 
 
 def logged_steps(cluster: Cluster, run_id: str) -> list[int]:
-    text = (cluster.run_dir(run_id) / "slice-0-host-0.log").read_text()
+    text = (cluster.runtime.run_dir(run_id) / "slice-0-host-0.log").read_text()
     return [int(m.group(1)) for m in re.finditer(r"^step (\d+) ", text, re.M)]
 
 
@@ -113,7 +113,7 @@ def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster
     listed = json.loads(cli("runs", "-c", NAME, "--json", home=home).stdout)
     assert [r["status"] for r in listed if r["run_id"] == run_id] == ["running"]
 
-    simulation.preempt(cluster, 1)  # nobody is watching from a terminal: the supervisor recovers it
+    simulation.preempt(cluster.runtime, 1)  # nobody is watching from a terminal: the supervisor recovers it
     attached = cli("attach", run_id, "-c", NAME, home=home)
     assert attached.returncode == 0, attached.stdout + attached.stderr
     assert f"run {run_id} succeeded" in attached.stdout
@@ -139,7 +139,7 @@ def test_a_killed_supervisor_is_restarted_and_reattaches_without_restarting_the_
     # Still supervised: a preemption after the restart is recovered.
     stepping_at = step_of(handle.run_id)
     wait_for(lambda: step_of(handle.run_id) > stepping_at, 30, "progress seen by the restarted supervisor")
-    simulation.preempt(cluster, 1)  # slice 0 keeps the whole output of attempt 0
+    simulation.preempt(cluster.runtime, 1)  # slice 0 keeps the whole output of attempt 0
     result = handle.wait(timeout_s=200)
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions) == (2, 1)
@@ -154,7 +154,7 @@ def test_a_killed_supervisor_is_restarted_and_reattaches_without_restarting_the_
 def test_a_supervisor_killed_during_a_recovery_finishes_it_exactly_once(cluster, tmp_path):
     handle = cluster.submit(train(tmp_path / "ck"))
     wait_for(lambda: step_of(handle.run_id) >= 30, 120, "training to start")
-    simulation.preempt(cluster, 1)
+    simulation.preempt(cluster.runtime, 1)
     wait_for(lambda: run_events(cluster, handle.run_id, "slices_deleted"), 60, "the lost slice to be deleted")
     kill_supervisor(handle.run_id)  # between the delete and the relaunch
 
@@ -179,9 +179,9 @@ def test_a_busy_slice_refuses_a_second_run_and_cancel_stops_every_process(cluste
 
     record = first.cancel(timeout_s=60)
     assert record.status == "cancelled"
-    statuses = [ray.get(agent.workload_status.remote(first.run_id), timeout=10) for _, agent in cluster.agents([0, 1])]
-    assert [s["running"] for s in statuses] == [False, False]
-    assert not any(psutil.pid_exists(s["pid"]) and psutil.Process(s["pid"]).status() != psutil.STATUS_ZOMBIE
+    statuses = [ray.get(agent.workload_status.remote(first.run_id), timeout=10) for _, agent in cluster.runtime.agents([0, 1])]
+    assert [s.running for s in statuses] == [False, False]
+    assert not any(psutil.pid_exists(s.pid) and psutil.Process(s.pid).status() != psutil.STATUS_ZOMBIE
                    for s in statuses)
     assert first.result().status == "cancelled"
     assert run_events(cluster, first.run_id, "run_cancelled")

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from podmanager.api import runs as runs_api
 from podmanager.api.cluster import Cluster
+from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.api.runs import RunHandle
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore
@@ -30,21 +31,21 @@ def finish(runs: RunStore, run_id: str) -> None:
     runs.save(run)
 
 
-def supervisor_cluster(store: StateStore, run_id: str) -> Cluster:
-    """The cluster object a run's supervisor records through (as api/service.py builds it)."""
-    return Cluster.from_name("c", store=store, run_id=run_id)
+def supervisor_cluster(store: StateStore, run_id: str) -> ClusterRuntime:
+    """The cluster runtime a run's supervisor records through (as api/service.py builds it)."""
+    return ClusterRuntime.from_name("c", store=store, run_id=run_id)
 
 
 def test_following_a_run_shows_all_of_its_events_and_none_of_another_runs(monkeypatch):
     store, runs = StateStore(), RunStore()
     store.save_cluster("c", SPEC, "simulated", "ready")
     client = Cluster.from_name("c", store=store)  # a client's: no run of its own
-    client.record("up", "cluster-wide, before any run")
+    client.runtime.record("up", "cluster-wide, before any run")
     start(runs, "run-a", 0)
     start(runs, "run-b", 1)
     a, b = supervisor_cluster(store, "run-a"), supervisor_cluster(store, "run-b")
-    client.record("run_submitted", "A submitted", run_id="run-a")
-    client.record("run_submitted", "B submitted", run_id="run-b")
+    client.runtime.record("run_submitted", "A submitted", run_id="run-a")
+    client.runtime.record("run_submitted", "B submitted", run_id="run-b")
     b.record("attempt_started", "B attempt 1")
     a.record("attempt_started", "A attempt 1")
 
@@ -54,7 +55,7 @@ def test_following_a_run_shows_all_of_its_events_and_none_of_another_runs(monkey
         assert len(polls) == 1, "still following run-a after it ended"
         b.record("slice_deleting", "B's slice replaced", 1)  # provisioning, through B's cluster object
         a.record("retry", "A's create retried", call="create_node")  # its caller gives no run id
-        client.record("fault_injected", "cluster-wide, during the runs")
+        client.runtime.record("fault_injected", "cluster-wide, during the runs")
         a.record("slice_ready", "A's slice back", 0)
         finish(runs, "run-a")
 
@@ -93,10 +94,10 @@ def test_run_follows_from_its_own_submit_event_not_the_clusters_latest(monkeypat
 
     def submit(workload, *, budgets=None):  # type: ignore[no-untyped-def]
         start(runs, "run-a", 0)
-        cluster.record("run_submitted", "A submitted", run_id="run-a")
+        cluster.runtime.record("run_submitted", "A submitted", run_id="run-a")
         supervisor_cluster(store, "run-a").record("run_started", "A started")  # its supervisor is quick
         start(runs, "run-b", 1)
-        other_client.record("run_submitted", "B submitted", run_id="run-b")
+        other_client.runtime.record("run_submitted", "B submitted", run_id="run-b")
         supervisor_cluster(store, "run-a").record("run_succeeded", "A done")
         finish(runs, "run-a")
         return cluster.run_handle("run-a")

@@ -99,25 +99,13 @@ def test_two_slices_preempted_together_are_one_incident_naming_both():
     assert classify(monitor.observation()).slices == {0, 1}  # both replaced in one reconcile pass
 
 
-def test_the_hosts_are_asked_for_notices_only_when_the_cloud_cannot_tell():
+def test_a_notice_seen_by_a_slices_hosts_asks_the_program_to_checkpoint_once():
     clock = FakeClock()
     sim, gang, monitor, _ = setup(clock)
     asked = []
-    gang.any_notice = lambda index: asked.append(index) or index == 1
-
-    class Knows:  # a cloud whose API says whether a notice is out
-        def __init__(self, inner):
-            self.inner = inner
-
-        def list_nodes(self, zone):
-            return self.inner.list_nodes(zone)
-
-        def preemption_notice(self, zone, node_id):
-            return False
-
-    monitor.cloud = Knows(sim)
-    assert monitor.check() is None and asked == []
-    monitor.cloud = sim  # like Google's API, the simulator leaves notices to the VMs' metadata
-    clock.advance(1)
+    gang.any_notice = lambda index: asked.append(index) or index == 1  # slice 1's metadata announces it
     assert monitor.check() is None
     assert asked == [0, 1] and monitor.notices == {1} and gang.signals == [signal.SIGTERM]
+    clock.advance(1)
+    assert monitor.check() is None
+    assert asked == [0, 1, 0] and gang.signals == [signal.SIGTERM]  # slice 1 is not asked again, nor signalled

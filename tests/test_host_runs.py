@@ -64,6 +64,7 @@ def test_working_dir_is_unpacked_and_importable(tmp_path):
     assert wait_exit(runs, "r").output == b"42\n"
 
 
+@pytest.mark.ray  # starts processes: seconds, not milliseconds
 def test_stop_terminates_the_whole_process_group(tmp_path):
     runs = HostRuns(tmp_path)
     code = ("import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']); "

@@ -80,7 +80,7 @@ class Folder:
         runs = RunStore(self.home / "state.db")
         try:
             run = runs.get(run_id)
-            return (run.progress.get("step") or 0) if run else 0
+            return (run.progress.step or 0) if run else 0
         finally:
             runs.close()
 

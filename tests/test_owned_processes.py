@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from podmanager.api import sim_timers
+from podmanager.operations import sim_timers
 from podmanager.core.clock import poll_until
 from podmanager.hosts import procs
 from podmanager.hosts.sim import lease
@@ -158,6 +158,7 @@ def test_keep_returns_only_after_the_record_is_gone_twice_in_a_row(tmp_path, mon
     assert len(checks) == 6 and killed == ["m1"]
 
 
+@pytest.mark.ray  # starts processes: seconds, not milliseconds
 def test_a_simulated_vm_stops_itself_when_its_record_is_gone(tmp_path):
     """A machine with a lease holder, as `SimHostBooter` starts one: deleting the record (as
     `rm -rf $PODMANAGER_HOME` does) stops every process of it and removes its temp dir."""

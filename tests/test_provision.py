@@ -3,7 +3,7 @@
 import pytest
 
 from podmanager.api import Cluster, down_by_label
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.backends import simulated_cloud
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.retry import RetryingCloud

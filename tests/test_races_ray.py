@@ -14,7 +14,7 @@ import yaml
 from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.backends import simulated_cloud
 from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
@@ -104,7 +104,7 @@ def test_a_program_refused_after_the_claim_spends_nothing_and_the_slice_stays_fr
 
 def test_up_that_drops_a_slice_of_a_run_refuses_and_with_force_cancels_the_run_first(cluster, project, tmp_path):
     handle = cluster.submit(Workload(entrypoint="loop.py", working_dir=str(project)))  # on slices 0 and 1
-    poll_until(lambda: RunStore().get(handle.run_id).phase["name"] == "running", timeout_s=120, interval_s=0.2,
+    poll_until(lambda: RunStore().get(handle.run_id).phase.name == "running", timeout_s=120, interval_s=0.2,
                what="the run to start")
     try:
         refused = invoke("up", "-f", str(spec_file(tmp_path, 1)), "--dry-run")

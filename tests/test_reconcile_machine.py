@@ -67,8 +67,8 @@ class ProvisioningMachine(RuleBasedStateMachine):
     def replace_a_slice(self, index):
         """What the supervisor does after a preemption: delete the slice, create what is missing."""
         try:
-            self.cluster.delete_slices([index], reason="test")
-            self.cluster.restore_slices(timeout_s=60)
+            self.cluster.runtime.delete_slices([index], reason="test")
+            self.cluster.runtime.restore_slices(timeout_s=60)
             self.settled, self.torn_down = True, False
         except CLEAR_STOPS:
             self.settled, self.torn_down = False, False

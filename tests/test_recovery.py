@@ -12,7 +12,7 @@ import pytest
 from ray_fixtures import module_cluster
 
 from podmanager.api import Cluster, simulation
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.backends import simulated_cloud
 from podmanager.core.workload import Workload
 
 REPO = Path(__file__).resolve().parent.parent

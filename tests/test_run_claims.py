@@ -21,6 +21,7 @@ from podmanager.state.runs import RunStore
 ROUNDS = 25
 
 
+@pytest.mark.ray  # starts processes: seconds, not milliseconds
 def test_concurrent_claims_from_several_processes_give_a_slice_to_exactly_one_run(podmanager_home):
     workers = 4
     barrier, results = SPAWN.Barrier(workers), SPAWN.Queue()
@@ -87,20 +88,20 @@ def faked_ray(monkeypatch, tmp_path):
             state["gate"].wait_for_all()
         return CodePackage("gcs://_ray_pkg_test.zip", frozenset({"train.py"}), 1)
 
-    def start_supervisor(cluster_class, cluster, run_id, code_uri):  # type: ignore[no-untyped-def]
+    def start_supervisor(cluster, run_id, code_uri):  # type: ignore[no-untyped-def]
         if state["fail_start"] is not None:
             raise state["fail_start"]
         state["started"].append(run_id)
 
     monkeypatch.setattr("podmanager.running.package.upload", upload)
     monkeypatch.setattr("podmanager.api.service.start_supervisor", start_supervisor)
-    monkeypatch.setattr("podmanager.running.attempt.new_run_id", lambda workload: f"run-{next(ids)}")
+    monkeypatch.setattr("podmanager.api.submit.new_run_id", lambda workload: f"run-{next(ids)}")
     return state
 
 
 def cluster(name: str = "claims") -> Cluster:
     target = Cluster.from_dict({**SPEC, "name": name}, dry_run=True)
-    target._hosts = _Hosts()  # type: ignore[assignment] - connect() says the head is there
+    target.runtime._hosts, target.runtime._hosts_built = _Hosts(), True  # type: ignore[assignment] - connect() says the head is there
     return target
 
 
@@ -159,7 +160,7 @@ def test_a_program_left_out_of_the_package_is_refused_after_the_claim_and_frees_
 
 def test_runs_submitted_in_the_same_millisecond_on_other_slices_get_ids_of_their_own(faked_ray, tmp_path,
                                                                                    monkeypatch):
-    monkeypatch.setattr("podmanager.running.attempt.new_run_id", lambda workload: "train-20250101-120000-123")
+    monkeypatch.setattr("podmanager.api.submit.new_run_id", lambda workload: "train-20250101-120000-123")
     first = cluster().submit(Workload(command=["train"], working_dir=str(tmp_path), slices=[0]))
     second = cluster().submit(Workload(command=["train"], working_dir=str(tmp_path), slices=[1]))
     assert (first.run_id, second.run_id) == ("train-20250101-120000-123", "train-20250101-120000-123-2")

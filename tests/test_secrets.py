@@ -1,7 +1,7 @@
 """TokenSecrets — the real google-cloud-secret-manager client — against a fake Secret Manager.
 
 The fake serves `google.cloud.secretmanager.v1.SecretManagerService` over real gRPC on
-127.0.0.1 (the same technique as `sim_server.TpuEmulator`), keeps secrets and versions in
+127.0.0.1 (the same technique as `cloud/sim/server.py::TpuEmulator`), keeps secrets and versions in
 memory as the service does, and fails chosen calls with chosen status codes. A FakeClock
 takes the retry backoff, so nothing waits.
 """

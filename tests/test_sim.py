@@ -112,7 +112,7 @@ def test_preempt_now_and_with_notice(sim, clock):
     sim.preempt("z", "spot")
     assert sim.get_node("z", "spot").state is NodeState.PREEMPTED
     sim.preempt("z", "ondemand", notice_s=5)
-    assert sim.notice_announced("z", "ondemand") and sim.preemption_notice("z", "ondemand") is None
+    assert sim.notice_announced("z", "ondemand")
     assert sim.get_node("z", "ondemand").state is NodeState.READY
     clock.advance(5)
     assert sim.get_node("z", "ondemand").state is NodeState.TERMINATED  # on-demand VMs are terminated, not preempted

@@ -11,8 +11,9 @@ import psutil
 import pytest
 from ray_fixtures import cluster_machines, wait_no_leftovers
 
-from podmanager.api import Cluster, sim_timers, simulation
-from podmanager.api.backends import simulated_cloud
+from podmanager.api import Cluster, simulation
+from podmanager.operations import sim_timers
+from podmanager.operations.backends import simulated_cloud
 from podmanager.core import paths
 from podmanager.core.clock import FakeClock
 from podmanager.hosts import procs
@@ -46,7 +47,7 @@ def test_preemption_after_notice_happens_with_nobody_reading_the_cloud():
     cluster = spot_cluster("timed")
     cluster.up()
     announced = time.time() + 1.0
-    simulation.preempt(cluster, 1, notice_s=1.0)
+    simulation.preempt(cluster.runtime, 1, notice_s=1.0)
     [timer] = sim_timers.pending("timed")
     assert raw_states() == {"timed-s0": "READY", "timed-s1": "READY"}  # notice given, not yet preempted
 
@@ -69,7 +70,7 @@ def test_scripted_fault_with_notice_fires_on_time_and_chains_its_timer():
 def test_down_stops_pending_timers():
     cluster = spot_cluster("stopped")
     cluster.up()
-    simulation.preempt(cluster, 0, notice_s=120.0)
+    simulation.preempt(cluster.runtime, 0, notice_s=120.0)
     [timer] = sim_timers.pending("stopped")
     cluster.down()
     assert sim_timers.pending("stopped") == []
@@ -95,7 +96,7 @@ def test_preempted_hosts_vanish_at_the_announced_time_on_their_own():
         assert hosts and all(procs.alive(m) for m in hosts)
 
         announced = time.time() + 2.0
-        simulation.preempt(cluster, 0, notice_s=2.0)
+        simulation.preempt(cluster.runtime, 0, notice_s=2.0)
         assert all(procs.alive(m) for m in hosts)  # the notice is not the preemption
         assert poll(lambda: not any(procs.alive(m) for m in hosts), timeout_s=2.0 + 8.0)
         assert time.time() >= announced

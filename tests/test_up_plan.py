@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations.cluster_runtime import ClusterRuntime
+from podmanager.operations.backends import simulated_cloud
 from podmanager.cli import app
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
@@ -118,7 +119,7 @@ def test_up_takes_slices_no_run_uses_and_replaces_dead_ones_under_a_run(tmp_path
 
 def test_a_runs_recovery_converges_to_the_stored_spec_and_never_recreates_a_dropped_slice(tmp_path):
     assert up(tmp_path, count=2).exit_code == 0
-    supervised = Cluster.from_name("edits", run_id="train-1")  # a run's supervisor holds the spec of its start
+    supervised = ClusterRuntime.from_name("edits", run_id="train-1")  # a run's supervisor holds the spec of its start
     assert up(tmp_path, count=1).exit_code == 0  # no run in the way: the edit goes through
 
     assert supervised.dropped_slices([0, 1]) == [1]

@@ -94,7 +94,7 @@ def podmanager(folder: Path, *args: str, timeout: float = 240) -> subprocess.Com
 
 def results(cluster, run_id: str) -> list[dict]:
     found = []
-    for log in sorted(Path(cluster.run_dir(run_id)).glob("slice-*-host-*.log")):
+    for log in sorted(Path(cluster.runtime.run_dir(run_id)).glob("slice-*-host-*.log")):
         found += [json.loads(line[len("RESULT "):]) for line in log.read_text().splitlines()
                   if line.startswith("RESULT ")]
     return found
@@ -130,7 +130,7 @@ def test_a_requirement_that_cannot_be_installed_is_bad_input(cluster, project):
     assert run.status == "failed" and (run.result["failures"], run.result["incidents"]) == (0, [])
     kinds = [e.kind for e in cluster.store.events(NAME, after_id=events_before)]
     assert "slices_deleted" not in kinds and "incident" not in kinds
-    assert not list(Path(cluster.run_dir(run.run_id)).glob("slice-*-host-*.log"))  # no program started
+    assert not list(Path(cluster.runtime.run_dir(run.run_id)).glob("slice-*-host-*.log"))  # no program started
 
 
 def test_a_command_that_is_not_on_the_hosts_is_refused_before_it_starts(cluster, project):
@@ -152,9 +152,9 @@ def test_after_a_preemption_only_the_replacement_host_sets_up_again(cluster, pro
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     run_id = json.loads(submitted.stdout)["run_id"]
     runs = RunStore()
-    poll_until(lambda: (runs.get(run_id).progress.get("step") or 0) >= 3, timeout_s=120, interval_s=0.2,
+    poll_until(lambda: (runs.get(run_id).progress.step or 0) >= 3, timeout_s=120, interval_s=0.2,
                what="the run's third step")
-    simulation.preempt(cluster, 2)
+    simulation.preempt(cluster.runtime, 2)
     result = cluster.run_handle(run_id).wait(timeout_s=240)
     assert result.status == "succeeded" and result.preemptions == 1, result.message
     setups = [e.data for e in cluster.store.events(NAME, kind="setup_done") if e.data.get("run_id") == run_id]

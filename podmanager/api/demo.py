@@ -56,7 +56,7 @@ class _PreemptHalfway:
             if len(parts) >= 2 and parts[0] == "step" and parts[1].isdigit() and int(parts[1]) >= PREEMPT_AT_STEP:
                 self.done = True
                 # From another thread, as the cloud would: the run notices on its own.
-                threading.Thread(target=simulation.preempt, args=(self.cluster, 1), daemon=True).start()
+                threading.Thread(target=simulation.preempt, args=(self.cluster.runtime, 1), daemon=True).start()
                 return
 
 

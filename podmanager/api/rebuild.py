@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podmanager.api.backends import simulated_cloud
-from podmanager.api.teardown import simulated_projects
+from podmanager.operations.backends import simulated_cloud
+from podmanager.operations.teardown import simulated_projects
 from podmanager.core.errors import PodmanagerError, StateStoreError
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore

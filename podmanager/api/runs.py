@@ -140,7 +140,7 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
     """One line of `podmanager runs`: where the run is and how it went so far."""
     result = run.result or {}
     incidents = run.ledger.get("incidents", [])
-    step = run.progress.get("step")
+    step = run.progress.step
     if step is None:
         step = (result.get("metrics") or {}).get("last_step")
     return {
@@ -149,7 +149,7 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
         "status": run.status,
         "attempt": run.attempt,
         "step": step,
-        "steps_per_s": run.progress.get("steps_per_s"),
+        "steps_per_s": run.progress.steps_per_s,
         "goodput": result.get("goodput"),
         "started": run.created_at,
         "last_incident": incidents[-1]["cause"] if incidents else None,

@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
+from podmanager.state.runs import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +28,11 @@ def actor_name(run_id: str) -> str:
 class SupervisorActor:
     """Plain class; `start_supervisor` wraps it with `ray.remote` and its options."""
 
-    def __init__(self, home: str, cluster: str, run_id: str, cluster_class: type, code_uri: str | None) -> None:
+    def __init__(self, home: str, cluster: str, run_id: str, code_uri: str | None) -> None:
         # The submitting client's state folder: paths, the store and the simulated cloud live there.
         os.environ["PODMANAGER_HOME"] = home
         self.cluster = cluster
         self.run_id = run_id
-        self.cluster_class = cluster_class  # the API's Cluster, handed in: this module sits below it
         # Ray unpacked the run's code package here, as this actor's working dir (see start_supervisor).
         self.code_dir = Path.cwd() if code_uri else None
         self._thread = threading.Thread(target=self._supervise, name=f"supervise-{run_id}", daemon=True)
@@ -42,17 +42,19 @@ class SupervisorActor:
         return os.getpid()
 
     def _supervise(self) -> None:
+        from podmanager.api import simulation
         from podmanager.core.errors import StateStoreError
-        from podmanager.state.runs import RunStore
+        from podmanager.operations.cluster_runtime import ClusterRuntime
         from podmanager.supervision.supervisor import RunSupervisor
 
         runs = None
         try:
             runs = RunStore()
             # Every event recorded through this cluster (a replaced slice, a retry) is the run's.
-            cluster = self.cluster_class.from_name(self.cluster, run_id=self.run_id)
+            cluster = ClusterRuntime.from_name(self.cluster, run_id=self.run_id)
             run = runs.get(self.run_id)
-            timers = cluster.arm_scripted_hangs() if run is not None and not run.supervisor else []
+            first_start = run is not None and run.supervisor.starts == 0
+            timers = simulation.arm_hangs(cluster) if first_start and cluster.spec.simulated else []
             try:
                 RunSupervisor(cluster, runs, self.run_id, code_dir=self.code_dir).supervise()
             finally:
@@ -77,23 +79,25 @@ class SupervisorActor:
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
 
-def _record_crash(runs, run_id: str, trace: str) -> None:  # type: ignore[no-untyped-def]
+def _record_crash(runs: RunStore, run_id: str, trace: str) -> None:
+    from podmanager.state.run_state import Finished
+    from podmanager.supervision.ledger import RunResult
+
     run = runs.get(run_id)
     if run is None or not run.active:
         return
-    run.status = "failed"
     last = trace.strip().splitlines()[-1]
-    run.result = {"run_id": run_id, "cluster": run.cluster, "status": "failed",
-                  "message": f"run {run_id} failed: its supervisor stopped with {last}", "hosts": [],
-                  "metrics": {"first_step": None, "last_step": None, "first_loss": None, "last_loss": None},
-                  "attempts": run.attempt, "attempt_log": [], "incidents": [], "log_dir": ""}
+    result = RunResult.without_attempts(run_id, run.cluster, "failed",
+                                        f"run {run_id} failed: its supervisor stopped with {last}")
+    result.attempts = run.attempt
+    run.status, run.phase, run.result = "failed", Finished(), result.as_dict()
     runs.save(run)
     log.error("supervisor of %s failed:\n%s", run_id, trace)
 
 
-def start_supervisor(cluster_class: type, cluster: str, run_id: str, code_uri: str | None) -> None:
+def start_supervisor(cluster: str, run_id: str, code_uri: str | None) -> None:
     """Create the run's supervisor actor (the caller is connected to the cluster's Ray);
-    it rebuilds the cluster with `cluster_class.from_name`.
+    it builds its own `ClusterRuntime` from the cluster's stored spec.
 
     `code_uri` (the run's working dir, uploaded by `running.package.upload`) becomes the
     actor's runtime-environment working dir: a detached actor that names a package keeps it
@@ -118,5 +122,5 @@ def start_supervisor(cluster_class: type, cluster: str, run_id: str, code_uri: s
             "RAY_worker_niceness": "0",
         }},
     )
-    remote.remote(str(paths.home().resolve()), cluster, run_id, cluster_class, code_uri)
+    remote.remote(str(paths.home().resolve()), cluster, run_id, code_uri)
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from podmanager.core.errors import SpecError
 from podmanager.core.records import host_label
 
-if TYPE_CHECKING:
-    from podmanager.api.cluster import Cluster
+if TYPE_CHECKING:  # kept light: the CLI imports this module on every start
+    from podmanager.operations.cluster_runtime import ClusterRuntime
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -21,10 +21,10 @@ def parse_duration(text: str, flag: str) -> float:
     return float(match.group(1)) * (60 if match.group(2) == "m" else 1)
 
 
-def preempt(cluster: "Cluster", slice_index: int, notice_s: float = 0.0) -> str:
+def preempt(cluster: "ClusterRuntime", slice_index: int, notice_s: float = 0.0) -> str:
     """Preempt the node that holds `slice_index` now, or after a notice; returns its name."""
     sim = cluster.simulator
-    for node in cluster._provisioner().observe().nodes:
+    for node in cluster.observe().nodes:
         if node.slice_index == slice_index:
             sim.preempt(node.zone, node.name, notice_s=notice_s)
             cluster.record("fault_injected", f"simulated preemption of {node.name}"
@@ -33,7 +33,7 @@ def preempt(cluster: "Cluster", slice_index: int, notice_s: float = 0.0) -> str:
     raise SpecError(f"--slice: cluster {cluster.name} has no node for slice {slice_index}")
 
 
-def fail_create(cluster: "Cluster", kind: str, zone: str | None, times: int) -> str:
+def fail_create(cluster: "ClusterRuntime", kind: str, zone: str | None, times: int) -> str:
     """Make the next `times` creates fail: capacity, reservation, preempt-while-creating or quota."""
     sim = cluster.simulator
     zone = zone or cluster.spec.zones[0]
@@ -47,7 +47,7 @@ def fail_create(cluster: "Cluster", kind: str, zone: str | None, times: int) -> 
     return zone
 
 
-def hang(cluster: "Cluster", slice_index: int, worker_id: int) -> None:
+def hang(cluster: "ClusterRuntime", slice_index: int, worker_id: int) -> None:
     """Freeze (SIGSTOP) the workload processes on one host: they stop making steps, and
     their peers block in the next collective, exactly like a hung program."""
     import signal
@@ -55,7 +55,7 @@ def hang(cluster: "Cluster", slice_index: int, worker_id: int) -> None:
     import ray
 
     cluster.simulator  # dry-run clusters only
-    agent = cluster.hosts_layer.controller.agent(slice_index, worker_id) if cluster.hosts_layer else None
+    agent = cluster.hosts.controller.agent(slice_index, worker_id) if cluster.hosts else None
     if agent is None:
         raise SpecError(f"--host: {host_label(slice_index, worker_id)} of {cluster.name} has no live agent")
     ray.get(agent.signal_workload.remote(None, signal.SIGSTOP), timeout=30)
@@ -63,7 +63,7 @@ def hang(cluster: "Cluster", slice_index: int, worker_id: int) -> None:
                     slice_index)
 
 
-def arm_hangs(cluster: "Cluster") -> list[threading.Timer]:
+def arm_hangs(cluster: "ClusterRuntime") -> list[threading.Timer]:
     """Timers for the spec's scripted `hang` faults (worker 0 of the slice, `after_s` into
     the run); the caller cancels them when the run ends."""
     timers = []

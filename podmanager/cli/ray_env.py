@@ -21,7 +21,7 @@ def ray_env(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION
     target = api.resolve_cluster(cluster)
     access = target.ray_access()
     if access is None:
-        if target.hosts_layer is None:
+        if target.runtime.hosts is None:
             raise PodmanagerError(f"--cluster: {target.name} has no Ray side (its spec sets simulation.boot_hosts: false)")
         raise PodmanagerError(f"--cluster: {target.name} has no Ray head yet",
                               hint=f"Start it with 'podmanager up -f SPEC' for {target.name}.")

@@ -75,9 +75,8 @@ def run(
         return
 
     def run_and_follow(printer, on_event, on_interrupt):  # type: ignore[no-untyped-def]
-        target.on_event = on_event
         return target.run(workload, printer=printer, budgets=budgets, down_on_exit=down_on_exit,
-                          on_interrupt=on_interrupt)
+                          on_interrupt=on_interrupt, on_event=on_event)
 
     follow_run(run_and_follow, all_hosts=all_hosts, as_json=as_json, interrupt=detach_or_cancel(cancel_on_interrupt))
 

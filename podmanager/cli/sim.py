@@ -22,7 +22,7 @@ def preempt(
     """Preempt a slice now, or after a notice period (as the metadata server announces it)."""
     target = api.resolve_cluster(cluster)
     slice_index = selectors.parse_slice(slice_name, target.name, flag="--slice")
-    name = simulation.preempt(target, slice_index, simulation.parse_duration(notice, "--notice"))
+    name = simulation.preempt(target.runtime, slice_index, simulation.parse_duration(notice, "--notice"))
     console.print(f"preempting {name}")
 
 
@@ -34,7 +34,7 @@ def fail_create(
 ) -> None:
     """Make the next slice creations fail."""
     target = api.resolve_cluster(cluster)
-    where = simulation.fail_create(target, kind, zone, times)
+    where = simulation.fail_create(target.runtime, kind, zone, times)
     console.print(f"the next {times} create(s) in {where} will fail with {kind}")
 
 
@@ -47,7 +47,7 @@ def hang(
     target = api.resolve_cluster(cluster)
     slice_index, worker_id = selectors.parse_host(host, target.name, flag="--host")
     try:
-        simulation.hang(target, slice_index, worker_id)
+        simulation.hang(target.runtime, slice_index, worker_id)
     finally:
         target.close()
     console.print(f"froze the workload on {host_label(slice_index, worker_id)}")

@@ -69,14 +69,13 @@ def up(
     cluster = api.Cluster.from_yaml(file, dry_run=dry_run)
     if as_json:
         plans: list[api.UpPlan] = []
-        cluster.on_event = _to_stderr
-        status = cluster.up(timeout_s=timeout, force=force, on_plan=plans.append)
+        status = cluster.up(timeout_s=timeout, force=force, on_plan=plans.append, on_event=_to_stderr)
         print_json({"plan": plans[-1].as_dict(), "status": status.as_dict()})
         return
     with console.status(f"bringing up {cluster.name} ...") as spinner:
-        cluster.on_event = feed = EventFeed(spinner)
+        feed = EventFeed(spinner)
         try:
-            status = cluster.up(timeout_s=timeout, force=force)
+            status = cluster.up(timeout_s=timeout, force=force, on_event=feed)
         finally:
             feed.flush()
     print_status(status)

@@ -143,8 +143,3 @@ class TpuCloud(Protocol):
 
     def get_operation(self, name: str) -> Operation:
         ...
-
-    def preemption_notice(self, zone: str, node_id: str) -> bool | None:
-        """Whether a preemption or maintenance is announced for this node: True or False when
-        the API knows, None when only the node's hosts can tell (their metadata server)."""
-        ...

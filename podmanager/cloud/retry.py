@@ -1,6 +1,6 @@
 """Client-side retries of transient API errors, for backends that do not retry themselves.
 
-The real client (`gcp.py`) retries inside each call; the simulator is a server and raises
+The real client (`gcp/client.py`) retries inside each call; the simulator is a server and raises
 transient faults as a server would, so the provisioner talks to it through this wrapper.
 """
 
@@ -61,9 +61,6 @@ class RetryingCloud:
 
     def get_operation(self, name: str) -> Operation:
         return self._call("get_operation", self.inner.get_operation, name)
-
-    def preemption_notice(self, zone: str, node_id: str) -> bool | None:
-        return self._call("preemption_notice", self.inner.preemption_notice, zone, node_id)
 
     def _call(self, name: str, call: Callable[..., T], *args: Any) -> T:
         retrying = transient_retries(name, clock=self.clock, deadline_s=self.deadline_s, initial_s=0.05, max_s=5.0,

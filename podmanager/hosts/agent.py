@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from podmanager.hosts.environments import HostSetup
 from podmanager.hosts.head import free_port
 from podmanager.hosts.probe import probe_host
-from podmanager.hosts.runs import HostRuns, PollReply
+from podmanager.hosts.runs import HeldRun, HostRuns, PollReply
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class HostAgent:
     def poll_workload(self, run_id: str, offset: int, hold_s: float = 0.0) -> PollReply:
         return self._runs().poll(run_id, offset, hold_s)
 
-    def workload_status(self, run_id: str) -> dict | None:
+    def workload_status(self, run_id: str) -> HeldRun | None:
         return self._runs().describe(run_id)
 
     def stop_workload(self, run_id: str, grace_s: float) -> int | None:

@@ -56,6 +56,17 @@ class PollReply:
 
 
 @dataclass(frozen=True)
+class HeldRun:
+    """Which attempt of a run a host holds and how its process is (`HostRuns.describe`):
+    what a restarted supervisor re-attaches by."""
+
+    attempt: int
+    running: bool
+    exit_code: int | None
+    pid: int
+
+
+@dataclass(frozen=True)
 class PreparedRun:
     """A run set up on this host: where its processes run and with which interpreter."""
 
@@ -174,15 +185,14 @@ class HostRuns:
             tail=() if status.running else tuple(process.tail()),
         )
 
-    def describe(self, run_id: str) -> dict[str, Any] | None:
+    def describe(self, run_id: str) -> HeldRun | None:
         """Which attempt of the run this host holds and whether its process still runs; None
-        when this host never started the run. What a restarted supervisor re-attaches by."""
+        when this host never started the run."""
         process = self.processes.get(run_id)
         if process is None:
             return None
         status = process.status()
-        return {"attempt": self.attempts[run_id], "running": status.running, "exit_code": status.exit_code,
-                "pid": status.pid}
+        return HeldRun(self.attempts[run_id], status.running, status.exit_code, status.pid)
 
     def stop(self, run_id: str, grace_s: float) -> int | None:
         process = self.processes.get(run_id)

@@ -16,11 +16,13 @@ from typing import Any, Callable
 
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from podmanager.core.clock import Clock, RealClock
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism
 from podmanager.hosts.environments import HostSetup
 from podmanager.running.gang import Gang, HostState
-from podmanager.running.launch import launch_envs, pack_working_dir
+from podmanager.running.launch import launch_envs
+from podmanager.running.package import zip_folder
 from podmanager.running.logs import RunLogs
 from podmanager.running.progress import combine
 from podmanager.running.remote import RAY, Remote
@@ -40,8 +42,10 @@ class AttemptRunner:
     def __init__(self, cluster: str, workload: Workload, run_id: str, *, simulated: bool,
                  checkpoint_dir: str | None, code_dir: Path | None = None, printer: OutputPrinter | None = None,
                  poll_interval_s: float = 0.25, stop_grace_s: float = 10.0, failure_grace_s: float = 2.0,
-                 remote: Remote = RAY):
+                 remote: Remote = RAY, clock: Clock | None = None):
+        """`clock`: what attempts are timed and paced by (tests pass a fake one)."""
         self.cluster = cluster
+        self.clock = clock or RealClock()
         self.workload = workload
         self.run_id = run_id
         self.simulated = simulated
@@ -62,7 +66,7 @@ class AttemptRunner:
 
     def code(self) -> Any:
         if self._code_ref is None and self.code_dir is not None:
-            self._code_ref = self.remote.put(pack_working_dir(self.code_dir))
+            self._code_ref = self.remote.put(zip_folder(self.code_dir))
         return self._code_ref
 
     def run_attempt(self, agents: list[tuple[HostSlot, Any]], attempt: int,
@@ -81,16 +85,16 @@ class AttemptRunner:
         gang = Gang(agents, self.run_id, remote=self.remote)
         setup_s, installed = 0.0, []
         if reattach is None:
-            setup_started = time.time()
+            setup_started = self.clock.now()
             reports = gang.setup(self.workload_json, self.code(), on_ready=on_setup)
-            setup_s = time.time() - setup_started
+            setup_s = self.clock.now() - setup_started
             failed = next(((slot, r) for slot, r in reports if not r.ok), None)
             if failed is not None:
                 return self._setup_failed(gang, attempt, setup_started, setup_s, *failed)
             built = {slot for slot, report in reports if not report.reused}
             installed = [slot.label for slot in slots if slot in built]  # in host order, not finishing order
         monitor = make_monitor(gang) if make_monitor else None
-        started = started or time.time()
+        started = started or self.clock.now()
         try:
             if reattach is not None:
                 for host in gang.hosts:
@@ -111,7 +115,7 @@ class AttemptRunner:
             raise
         detected_at = None
         if failed is not None or reason is not None:
-            detected_at = time.time()
+            detected_at = self.clock.now()
             # A program that stopped for a preemption notice (exit 75): its peers are finishing
             # the same checkpoint and get the full grace period.
             noticed = failed is not None and failed.exit_code == EXIT_PREEMPTED
@@ -129,7 +133,7 @@ class AttemptRunner:
                       report: HostSetup) -> AttemptResult:
         """The run cannot start: nothing was launched, no host is to blame for a failure."""
         error = SetupError(slot.label, report.error or "setup failed", list(report.lines))
-        return AttemptResult(attempt=attempt, status="failed", started=started + setup_s, ended=time.time(),
+        return AttemptResult(attempt=attempt, status="failed", started=started + setup_s, ended=self.clock.now(),
                              hosts=[HostResult(h.slot.slice_index, h.slot.worker_id, None, h.lost) for h in gang.hosts],
                              failed_host=slot.label, failure=f"setup failed: {error.error}", last_lines=error.lines,
                              setup_s=setup_s, setup_error=error)
@@ -137,7 +141,7 @@ class AttemptRunner:
     def _watch(self, gang: Gang, should_abort: Callable[[], str | None] | None) -> tuple[HostState | None, str | None]:
         """Poll until every process has exited 0, one failed (returned), or abort is asked."""
         while True:
-            started = time.monotonic()
+            started = self.clock.now()
             hosts = gang.poll(self._output, wait_s=self.poll_interval_s)
             failed = next((h for h in hosts if h.lost or (not h.running and h.exit_code != 0)), None)
             if failed is not None:
@@ -147,7 +151,7 @@ class AttemptRunner:
             reason = should_abort() if should_abort else None
             if reason is not None:
                 return None, reason
-            time.sleep(max(0.0, self.poll_interval_s - (time.monotonic() - started)))
+            self.clock.sleep(max(0.0, self.poll_interval_s - (self.clock.now() - started)))
 
     def _output(self, slot: HostSlot, data: bytes) -> None:
         self.logs.append(slot, data)
@@ -170,7 +174,7 @@ class AttemptRunner:
             attempt=attempt,
             status=status,
             started=started,
-            ended=time.time(),
+            ended=self.clock.now(),
             hosts=results,
             failed_host=failed.slot.label if failed else None,
             failure=failure,

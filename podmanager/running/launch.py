@@ -7,18 +7,10 @@ initialization hang. `gang.Gang` launches the processes with it.
 
 from __future__ import annotations
 
-import io
-import os
-import zipfile
-from pathlib import Path
-
-from podmanager.core.errors import SpecError
 from podmanager.core.records import HostSlot
 from podmanager.runtime import contract
 
 MEGASCALE_PORT = 8081
-_SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", "build", "dist"}
-MAX_WORKING_DIR_BYTES = 64 << 20
 
 
 def launch_envs(slots: list[HostSlot], *, coordinator_port: int, cluster: str, run_id: str, attempt: int,
@@ -64,25 +56,3 @@ def launch_envs(slots: list[HostSlot], *, coordinator_port: int, cluster: str, r
             env["JAX_FORCE_TPU_INIT"] = "1"
         envs.append(env)
     return envs
-
-
-def pack_working_dir(path: str | Path) -> bytes:
-    """The directory as a zip, without VCS, virtualenv and cache folders."""
-    root = Path(path).resolve()
-    if not root.is_dir():
-        raise SpecError(f"--working-dir: {root} is not a directory")
-    buffer = io.BytesIO()
-    total = 0
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for folder, dirs, files in os.walk(root):
-            dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info")]
-            for name in files:
-                file = Path(folder) / name
-                total += file.stat().st_size
-                if total > MAX_WORKING_DIR_BYTES:
-                    raise SpecError(
-                        f"--working-dir: {root} holds more than {MAX_WORKING_DIR_BYTES >> 20} MiB to ship to the hosts",
-                        hint="Point --working-dir at the folder with your code only; keep data and checkpoints in a bucket.",
-                    )
-                archive.write(file, file.relative_to(root))
-    return buffer.getvalue()

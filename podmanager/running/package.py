@@ -14,6 +14,7 @@ the client and the head sharing a disk.
 
 from __future__ import annotations
 
+import io
 import logging
 import tempfile
 import zipfile
@@ -67,3 +68,13 @@ def upload(folder: str | Path) -> CodePackage:
             packaging.upload_package_to_gcs(uri, zipped.read_bytes())
     return CodePackage(uri, files, size)
 
+
+
+def zip_folder(folder: Path) -> bytes:
+    """Every file of `folder` as one zip: the run's code as Ray unpacked it for the
+    supervisor, already filtered and size-checked by `upload`, for the hosts."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+            archive.write(file, file.relative_to(folder))
+    return buffer.getvalue()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from podmanager.state.db import Database, default_path
+from podmanager.state.run_state import PHASE, Launching, RunPhase, RunProgress, SupervisorProcess
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -41,7 +42,7 @@ CREATE INDEX IF NOT EXISTS runs_by_cluster ON runs (cluster, created_at);
 
 ACTIVE = ("starting", "running", "recovering")  # a supervisor is (or will be) looking after it
 FINISHED = ("succeeded", "failed", "cancelled")
-_JSON_FIELDS = ("workload", "slices", "budgets", "phase", "ledger", "progress", "result", "supervisor", "warnings")
+_JSON_FIELDS = ("workload", "slices", "budgets", "ledger", "result", "warnings")
 # Columns added since the first release, with their definition: a database from before gets them.
 _ADDED_COLUMNS = {"warnings": "TEXT NOT NULL DEFAULT '[]'"}
 
@@ -56,14 +57,14 @@ class RunRecord:
     checkpoint_dir: str | None
     status: str = "starting"
     attempt: int = 0
-    # Where the supervisor is: {"name": "launching" | "running" | "replacing", ...}; see supervisor.py.
-    phase: dict[str, Any] = field(default_factory=lambda: {"name": "launching"})
-    # What happened so far: attempts, incidents (the ledger) and the causes the budgets count.
-    ledger: dict[str, Any] = field(default_factory=lambda: {"attempts": [], "incidents": [], "causes": []})
-    progress: dict[str, Any] = field(default_factory=dict)  # the latest step, steps/s, loss
-    result: dict[str, Any] | None = None
+    phase: RunPhase = field(default_factory=Launching)  # where the supervisor is (state/run_state.py)
+    # What happened so far, as the supervisor's ledger writes it (supervision/ledger.py::Ledger):
+    # every attempt's result and every incident; the budgets are counted from the incidents.
+    ledger: dict[str, Any] = field(default_factory=lambda: {"attempts": [], "incidents": []})
+    progress: RunProgress = field(default_factory=RunProgress)
+    result: dict[str, Any] | None = None  # supervision/ledger.py::RunResult, once finished
     cancel_requested: bool = False
-    supervisor: dict[str, Any] = field(default_factory=dict)  # pid, restarts, when it last started
+    supervisor: SupervisorProcess = field(default_factory=SupervisorProcess)
     warnings: list[str] = field(default_factory=list)  # what the user should know of it (shown by `runs`)
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
@@ -160,6 +161,10 @@ def _values(run: RunRecord) -> dict[str, Any]:
     values = dict(run.__dict__)
     for name in _JSON_FIELDS:
         values[name] = json.dumps(values[name], default=str) if values[name] is not None else None
+    values["phase"] = PHASE.dump_json(run.phase).decode()
+    values["progress"] = run.progress.model_dump_json(exclude_none=True)
+    # Its defaults left out: a run no supervisor took on yet is '{}' (see `release`).
+    values["supervisor"] = run.supervisor.model_dump_json(exclude_defaults=True)
     values["cancel_requested"] = int(run.cancel_requested)
     return values
 
@@ -168,5 +173,8 @@ def _record(row: dict[str, Any]) -> RunRecord:
     for name in _JSON_FIELDS:
         if row[name] is not None:
             row[name] = json.loads(row[name])
+    row["phase"] = PHASE.validate_json(row["phase"])
+    row["progress"] = RunProgress.model_validate_json(row["progress"])
+    row["supervisor"] = SupervisorProcess.model_validate_json(row["supervisor"])
     row["cancel_requested"] = bool(row["cancel_requested"])
     return RunRecord(**row)

@@ -84,7 +84,9 @@ class HealthMonitor:
         if lost:
             return "; ".join(lost)
         for ref in self.slices:
-            if ref.index not in self.notices and self._has_notice(ref):
+            # The Cloud TPU API announces nothing ahead: each VM's metadata server does, and
+            # the host agents watch it (hosts/notices.py).
+            if ref.index not in self.notices and self.gang.any_notice(ref.index):
                 self.notices.add(ref.index)
                 self._event("preemption_notice", f"preemption notice for slice {ref.index}; asking the program "
                             "to checkpoint (SIGTERM)", ref.index)
@@ -92,11 +94,6 @@ class HealthMonitor:
         self.last_healthy_check = self.clock.now()
         return None
 
-    def _has_notice(self, ref: SliceRef) -> bool:
-        """The cloud's word when it has one (the simulator announces notices itself); else the
-        slice's hosts ask their metadata server."""
-        notice = self.cloud.preemption_notice(ref.zone, ref.node_name)
-        return self.gang.any_notice(ref.index) if notice is None else notice
 
     def _check_progress(self, now: float) -> str | None:
         latest = combine(self.gang.hosts).latest

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from podmanager.running.results import AttemptResult, HostResult, SetupError
+from podmanager.supervision.classify import Cause, Incident
 
 
 @dataclass
@@ -25,6 +26,7 @@ class IncidentRecord:
     recover_s: float | None  # detection to the first step of the next attempt
     lost_steps: int | None
     phases: dict[str, float]  # seconds per phase: stop, delete, create, join, relaunch, first_step
+    host: list[int] | None = None  # [slice, worker] of the host that failed first (program and infra failures)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "slice": self.slices[0] if self.slices else None}
@@ -32,6 +34,29 @@ class IncidentRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "IncidentRecord":
         return cls(**{k: v for k, v in data.items() if k != "slice"})
+
+    def classified(self) -> Incident:
+        """The incident as the recovery budgets count it."""
+        return Incident(Cause(self.cause), frozenset(self.slices), self.detail,
+                        (self.host[0], self.host[1]) if self.host else None)
+
+
+@dataclass
+class Ledger:
+    """What happened to a run so far, each thing once: every attempt's result and every
+    incident. The budgets are counted from the incidents; the run's record keeps this."""
+
+    attempts: list[AttemptResult] = field(default_factory=list)
+    incidents: list[IncidentRecord] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"attempts": [asdict(a) for a in self.attempts], "incidents": [asdict(i) for i in self.incidents]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Ledger":
+        # A record from before kept the budgets' view twice, as "causes": the incidents say it all.
+        return cls([AttemptResult.from_dict(a) for a in data.get("attempts", [])],
+                   [IncidentRecord.from_dict(i) for i in data.get("incidents", [])])
 
 
 @dataclass
@@ -57,6 +82,13 @@ class RunResult:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def without_attempts(cls, run_id: str, cluster: str, status: str, message: str, log_dir: str = "") -> "RunResult":
+        """The result of a run that ended before any attempt of it ran."""
+        return cls(run_id, cluster, status, message, [],
+                   {"first_step": None, "last_step": None, "first_loss": None, "last_loss": None}, 0,
+                   log_dir=log_dir)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunResult":

@@ -1,5 +1,5 @@
-"""What the supervisor needs from a cluster, and nothing more: a small interface the API's
-`Cluster` implements and unit tests fake. The supervisor never sees the API itself.
+"""What the supervisor needs from a cluster, and nothing more: a small interface that
+`operations.cluster_runtime.ClusterRuntime` implements and unit tests fake.
 """
 
 from __future__ import annotations

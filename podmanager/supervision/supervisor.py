@@ -8,8 +8,9 @@ creates them again through the reconcile loop, waits for their hosts, and relaun
 the latest checkpoint.
 
 Level-triggered, like provisioning: the run's record (state/runs.py) says where the
-supervisor is — `launching` or `running` attempt N, or `replacing` slices before attempt
-N — and is written before each step. A supervisor started on a run that is already under
+supervisor is — its phase (state/run_state.py): `Launching` or `Running` attempt N,
+`Replacing` slices before attempt N, or `Finished` — and is written before each step; the
+loop in `supervise` matches on it in one place. A supervisor started on a run that is already under
 way (after its process was killed) re-reads it and looks at the hosts as they are now: if
 every host still holds attempt N it re-attaches without a restart; a replacement whose
 delete already happened only creates what is missing. So it never starts a second copy of
@@ -19,7 +20,6 @@ the program and never replaces a slice twice.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +28,17 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
+from podmanager.hosts.runs import HeldRun
 from podmanager.running.attempt import CANCELLED, AttemptRunner
 from podmanager.running.results import AttemptResult, OutputPrinter
 from podmanager.running.gang import Gang
 from podmanager.running.progress import combine
 from podmanager.running.remote import RAY, Remote
+from podmanager.state.run_state import Finished, Launching, Replacing, RunProgress, Running, SupervisorProcess
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.supervision.classify import Cause, Incident, classify
 from podmanager.supervision.health import HealthMonitor
-from podmanager.supervision.ledger import IncidentRecord, RunResult, badput, goodput, summarize
+from podmanager.supervision.ledger import IncidentRecord, Ledger, RunResult, badput, goodput, summarize
 from podmanager.supervision.policy import RecoveryPolicy, RecoveryState, quarantined
 from podmanager.supervision.ports import SupervisedCluster
 
@@ -60,29 +62,23 @@ class RunSupervisor:
         self.policy = RecoveryPolicy.from_spec(cluster.spec.recovery.model_copy(update=run.budgets))
         self.runner = AttemptRunner(cluster.name, self.workload, run_id, simulated=cluster.spec.simulated,
                                     checkpoint_dir=run.checkpoint_dir, code_dir=code_dir, printer=printer,
-                                    poll_interval_s=poll_interval_s, remote=remote)
-        ledger = run.ledger
-        self.attempts = [AttemptResult.from_dict(a) for a in ledger["attempts"]]
-        self.incidents = [IncidentRecord.from_dict(i) for i in ledger["incidents"]]
-        self.state = RecoveryState(started=run.created_at, incidents=[
-            Incident(Cause(c["cause"]), frozenset(c["slices"]), c["detail"], tuple(c["host"]) if c["host"] else None)
-            for c in ledger["causes"]])
+                                    poll_interval_s=poll_interval_s, remote=remote, clock=self.clock)
+        self.ledger = Ledger.from_dict(run.ledger)
         self._progress_saved = 0.0
 
     # ------------------------------------------------------------------ the loop
 
     def supervise(self) -> RunResult:
         if not self.run.active:
-            return RunResult.from_dict(self.run.result) if self.run.result else self._finish("failed", None)
-        resumed = self.run.supervisor.get("starts", 0) > 0
-        self.run.supervisor = {**self.run.supervisor, "pid": os.getpid(), "started_at": self.clock.now(),
-                               "starts": self.run.supervisor.get("starts", 0) + 1}
-        if not resumed:
+            return self._stored_result()
+        starts = self.run.supervisor.starts
+        self.run.supervisor = SupervisorProcess(pid=os.getpid(), started_at=self.clock.now(), starts=starts + 1)
+        if starts == 0:
             self.record("run_started", f"run {self.run_id}: {self.workload.display_name} on slice(s) "
                         f"{self.run.slices}")
         else:
             self.record("supervisor_restarted", f"run {self.run_id}: supervisor restarted; carrying on from "
-                        f"{self.run.phase['name']} attempt {self.run.attempt}")
+                        f"{self.run.phase.name} attempt {self.run.attempt}")
         self._save()
         while True:
             if self.run.cancel_requested:
@@ -90,47 +86,61 @@ class RunSupervisor:
             dropped = self._dropped()
             if dropped is not None:
                 return self._finish("failed", dropped)
-            if self.run.phase["name"] == "replacing":
-                self._replace(self.run.phase)
-                continue
-            result, monitor = self._attempt()
-            if self.run.cancel_requested:
-                return self._finish("cancelled", CANCELLED)
-            if result.setup_error is not None:  # bad input: no budget spent, no slice replaced
-                error = result.setup_error
-                self.record("setup_failed", f"run {self.run_id}: setting up {error.host} failed: {error.error}")
-                return self._finish("failed", None)
-            if result.status == "succeeded":
-                self.record("run_succeeded", f"run {self.run_id} finished at step {result.last_step}")
-                return self._finish("succeeded", None)
-            stop_reason = self._after_failure(result, monitor)
-            if stop_reason is not None:
-                return self._finish("failed", stop_reason)
+            match self.run.phase:
+                case Replacing() as replacing:
+                    self._replace(replacing)
+                case Launching() | Running() as current:
+                    ended = self._attempt_and_decide(current)
+                    if ended is not None:
+                        return ended
+                case Finished():
+                    return self._stored_result()
 
-    def _attempt(self) -> tuple[AttemptResult, HealthMonitor | None]:
+    def _attempt_and_decide(self, current: Launching | Running) -> RunResult | None:
+        """Run attempt N to its end; the run's result if that ends the run, else None (the
+        record's phase now says what comes next)."""
+        result, monitor = self._attempt(current)
+        if self.run.cancel_requested:
+            return self._finish("cancelled", CANCELLED)
+        if result.setup_error is not None:  # bad input: no budget spent, no slice replaced
+            error = result.setup_error
+            self.record("setup_failed", f"run {self.run_id}: setting up {error.host} failed: {error.error}")
+            return self._finish("failed", None)
+        if result.status == "succeeded":
+            self.record("run_succeeded", f"run {self.run_id} finished at step {result.last_step}")
+            return self._finish("succeeded", None)
+        stop_reason = self._after_failure(result, monitor)
+        return self._finish("failed", stop_reason) if stop_reason is not None else None
+
+    def _stored_result(self) -> RunResult:
+        return RunResult.from_dict(self.run.result) if self.run.result else self._finish("failed", None)
+
+    def _attempt(self, current: Launching | Running) -> tuple[AttemptResult, HealthMonitor | None]:
         """Launch attempt N, or re-attach to it if every host still holds it; its result and
         the health monitor that watched it."""
         attempt = self.run.attempt
         agents = self._agents()
         held = self._held(agents, attempt)
         reattach = None
-        if held is not None and self.run.phase.get("attempt") == attempt:
-            base = self.run.phase.get("log_base", {})
+        if held is not None and current.attempt == attempt:
+            base = current.log_base
             reattach = {slot.label: max(0, self.runner.logs.size(slot) - base.get(slot.label, 0)) for slot, _ in agents}
             self.record("reattached", f"attempt {attempt} still runs on all {len(agents)} host(s); re-attached "
                         "without restarting it", attempt=attempt)
-            started = self.run.phase.get("started", self.clock.now())
+            started = current.started if current.started is not None else self.clock.now()
         else:
             self._stop_strays(agents)
             started = self.clock.now()
-            self.run.phase = {"name": "launching", "attempt": attempt, "started": started,
-                              "log_base": {slot.label: self.runner.logs.size(slot) for slot, _ in agents}}
+            self.run.phase = Launching(attempt=attempt, started=started,
+                                       log_base={slot.label: self.runner.logs.size(slot) for slot, _ in agents})
             self.run.status = "running"
             self._save()
             self.record("attempt_started", f"attempt {attempt} on {len(agents)} host(s)", attempt=attempt)
 
-        def launched() -> None:
-            self.run.phase = {**self.run.phase, "name": "running"}
+        def launched() -> None:  # also after a re-attach, to an attempt that may be `Running` already
+            phase = self.run.phase
+            if isinstance(phase, Launching):
+                self.run.phase = Running(attempt=phase.attempt, started=phase.started, log_base=phase.log_base)
             self._save()
 
         def set_up(done: int, of: int) -> None:
@@ -149,7 +159,7 @@ class RunSupervisor:
             self.record("setup_done", f"{len(agents)} host(s) set up in {result.setup_s:.1f}s"
                         + (f" (installed on {', '.join(installed)})" if installed else " (nothing to install)"),
                         attempt=attempt, seconds=result.setup_s, installed=installed)
-        self.attempts.append(result)
+        self.ledger.attempts.append(result)
         pending = self._pending_incident()
         if pending is not None:
             self._close_incident(pending, result)
@@ -163,51 +173,49 @@ class RunSupervisor:
             return dropped
         incident = classify(monitor.observation(self.cluster.lost_hosts())) if monitor else \
             Incident(Cause.INFRASTRUCTURE, frozenset(), result.failure or "the attempt ended without a clear cause")
-        self.state.incidents.append(incident)
-        self.state.now = self.clock.now()
         detected_at = result.detected_at or result.ended
         self.record("incident", f"attempt {result.attempt}: {incident.cause.value}: {incident.detail}",
                     cause=incident.cause.value, slices=sorted(incident.slices))
-        decision = self.policy.decide(self.state)
-        record = self._incident(result.attempt, incident, detected_at, monitor, {"stop": result.ended - detected_at})
-        self.incidents.append(record)
+        self.ledger.incidents.append(
+            self._incident(result.attempt, incident, detected_at, monitor, {"stop": result.ended - detected_at}))
+        state = self._recovery_state()
+        decision = self.policy.decide(state)
         if not decision.retry:
             self.record("run_failed", f"run {self.run_id} stopped: {decision.reason}")
             self._save()
             self.cluster.delete_dead_slices()  # never leave a preempted slice holding quota
             return decision.reason
-        replace = sorted(set(incident.slices) | quarantined(self.state))
+        replace = sorted(set(incident.slices) | quarantined(state))
         self.run.status = "recovering"
-        self.run.phase = {"name": "replacing", "attempt": result.attempt + 1, "slices": replace,
-                          "reason": incident.cause.value, "deleted": False}
+        self.run.phase = Replacing(attempt=result.attempt + 1, slices=replace, reason=incident.cause.value)
         self._save()
         if decision.wait_s:
             self.record("backoff", f"waiting {decision.wait_s:.0f}s before the next attempt")
             self.clock.sleep(decision.wait_s)
         return None
 
-    def _replace(self, phase: dict[str, Any]) -> None:
+    def _replace(self, phase: Replacing) -> None:
         """Delete the lost slices (once), create what is missing, wait for the hosts, and move
         on to launching the next attempt. Safe to run again from any point."""
-        incident = self.incidents[-1] if self.incidents else None
+        incident = self.ledger.incidents[-1] if self.ledger.incidents else None
         timings = incident.phases if incident is not None else {}
-        if phase["slices"]:
+        if phase.slices:
             started = self.clock.now()
-            if not phase["deleted"]:
-                self.cluster.delete_slices(phase["slices"], reason=phase["reason"])
+            if not phase.deleted:
+                self.cluster.delete_slices(phase.slices, reason=phase.reason)
                 timings["delete"] = self.clock.now() - started
-                self.run.phase = phase = {**phase, "deleted": True}
+                self.run.phase = phase = phase.model_copy(update={"deleted": True})
                 self._save()
-                self.record("slices_deleted", f"slice(s) {phase['slices']} deleted; creating them again",
-                            slices=phase["slices"])
+                self.record("slices_deleted", f"slice(s) {phase.slices} deleted; creating them again",
+                            slices=phase.slices)
             created = self.clock.now()
             self.cluster.restore_slices(timings)
             timings["replace_total"] = self.clock.now() - started
-            self.record("slices_replaced", f"slice(s) {phase['slices']} replaced ({phase['reason']}) in "
+            self.record("slices_replaced", f"slice(s) {phase.slices} replaced ({phase.reason}) in "
                         + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items() if k != "stop"),
-                        slices=phase["slices"], phases=timings, since=created)
-        self.run.attempt = phase["attempt"]
-        self.run.phase = {"name": "launching", "attempt": phase["attempt"]}
+                        slices=phase.slices, phases=timings, since=created)
+        self.run.attempt = phase.attempt
+        self.run.phase = Launching(attempt=phase.attempt)
         self._save()
 
     def _dropped(self) -> str | None:
@@ -233,7 +241,7 @@ class RunSupervisor:
             self.cluster.heal()
             return self.cluster.agents(self.run.slices)
 
-    def _held(self, agents: list[tuple[HostSlot, Any]], attempt: int) -> dict[str, Any] | None:
+    def _held(self, agents: list[tuple[HostSlot, Any]], attempt: int) -> dict[str, HeldRun] | None:
         """What each host holds of this run, if every host holds `attempt` (running or
         exited); None otherwise."""
         try:
@@ -241,7 +249,7 @@ class RunSupervisor:
                                            timeout=10)
         except (RayActorError, GetTimeoutError):
             return None
-        if all(f is not None and f["attempt"] == attempt for f in found):
+        if all(f is not None and f.attempt == attempt for f in found):
             return {slot.label: f for (slot, _), f in zip(agents, found)}
         return None
 
@@ -255,14 +263,14 @@ class RunSupervisor:
         health = self.cluster.spec.health
         monitor = HealthMonitor(self.cluster.cloud, refs, gang, interval_s=health.interval_s,
                                 hang_timeout_s=self.workload.hang_timeout_s or health.hang_timeout_s,
-                                on_event=self.cluster.record)
+                                on_event=self.cluster.record, clock=self.clock)
         box.append(monitor)
         return _SupervisedMonitor(self, monitor, gang)
 
     # ------------------------------------------------------------------ ledger
 
     def _pending_incident(self) -> IncidentRecord | None:
-        last = self.incidents[-1] if self.incidents else None
+        last = self.ledger.incidents[-1] if self.ledger.incidents else None
         if last is not None and last.recover_s is None and last.attempt == self.run.attempt - 1:
             return last
         return None
@@ -274,12 +282,12 @@ class RunSupervisor:
             attempt=attempt, cause=incident.cause.value, slices=sorted(incident.slices), detail=incident.detail,
             # The last healthy look can come after the failure was seen (a check in the same beat): 0, not negative.
             detected_at=detected_at, detect_s=max(0.0, detected_at - healthy_until) if healthy_until else None,
-            recover_s=None, lost_steps=None, phases=phases,
+            recover_s=None, lost_steps=None, phases=phases, host=list(incident.host) if incident.host else None,
         )
 
     def _close_incident(self, record: IncidentRecord, result: AttemptResult) -> None:
         """Fill in what the next attempt tells: when it made its first step, from where."""
-        previous = next((a for a in reversed(self.attempts[:-1]) if a.attempt == record.attempt), None)
+        previous = next((a for a in reversed(self.ledger.attempts[:-1]) if a.attempt == record.attempt), None)
         if result.first_step_time is not None:
             record.recover_s = result.first_step_time - record.detected_at
             record.phases["first_step"] = result.first_step_time - result.started
@@ -294,29 +302,30 @@ class RunSupervisor:
     def _finish(self, status: str, reason: str | None) -> RunResult:
         if status == "cancelled":
             self.record("run_cancelled", f"run {self.run_id} cancelled; every process of it is stopped")
-        if self.attempts:
-            result = summarize(self.cluster.name, self.run_id, self.attempts, self.runner.logs.folder)
+        attempts = self.ledger.attempts
+        if attempts:
+            result = summarize(self.cluster.name, self.run_id, attempts, self.runner.logs.folder)
         else:
-            result = RunResult(self.run_id, self.cluster.name, status, f"run {self.run_id} never started", [],
-                               {"first_step": None, "last_step": None, "first_loss": None, "last_loss": None}, 0,
-                               log_dir=str(self.runner.logs.folder))
-        counts = self.state.counts
+            result = RunResult.without_attempts(self.run_id, self.cluster.name, status,
+                                                f"run {self.run_id} never started", str(self.runner.logs.folder))
+        counts = self._recovery_state().counts
         result.status = status
         result.preemptions = counts[Cause.PREEMPTION]
         result.failures = counts[Cause.PROGRAM] + counts[Cause.INFRASTRUCTURE]
         result.hangs = counts[Cause.HANG]
-        result.goodput = goodput(self.attempts, result.wall_s)
-        result.badput = badput(self.attempts)
-        result.setup_error = self.attempts[-1].setup_error if self.attempts else None
-        result.incidents = [i.as_dict() for i in self.incidents]
+        result.goodput = goodput(attempts, result.wall_s)
+        result.badput = badput(attempts)
+        result.setup_error = attempts[-1].setup_error if attempts else None
+        result.incidents = [i.as_dict() for i in self.ledger.incidents]
         if status == "cancelled":
             result.message = f"run {self.run_id} was cancelled"
         elif reason:
             result.message = f"{result.message}; {reason}"
-        final = self.attempts[-1] if self.attempts else None
+        final = attempts[-1] if attempts else None
         if final is not None and final.last_step is not None:
-            self.run.progress = {**self.run.progress, "step": final.last_step, "loss": final.last_loss}
+            self.run.progress = self.run.progress.model_copy(update={"step": final.last_step, "loss": final.last_loss})
         self.run.status = status
+        self.run.phase = Finished()
         self.run.result = result.as_dict()
         self.runner.logs.save_result(result.as_dict())
         self._save()
@@ -325,13 +334,13 @@ class RunSupervisor:
     # ------------------------------------------------------------------ state
 
     def _save(self) -> None:
-        self.run.ledger = {
-            "attempts": [asdict(a) for a in self.attempts],
-            "incidents": [asdict(i) for i in self.incidents],
-            "causes": [{"cause": i.cause.value, "slices": sorted(i.slices), "detail": i.detail,
-                        "host": list(i.host) if i.host else None} for i in self.state.incidents],
-        }
+        self.run.ledger = self.ledger.as_dict()
         self.runs.save(self.run)  # also reads back whether a cancel was asked for
+
+    def _recovery_state(self) -> RecoveryState:
+        """What the budgets decide on, counted from the ledger's incidents."""
+        return RecoveryState(started=self.run.created_at, now=self.clock.now(),
+                             incidents=[i.classified() for i in self.ledger.incidents])
 
     def record(self, kind: str, message: str, **data: Any) -> None:
         self.cluster.record(kind, message, run_id=self.run_id, **data)
@@ -347,8 +356,8 @@ class RunSupervisor:
         latest = progress.latest
         if latest is None:
             return
-        self.run.progress = {"step": latest.step, "time": latest.time, "loss": latest.loss,
-                             "steps_per_s": progress.steps_per_s}
+        self.run.progress = RunProgress(step=latest.step, time=latest.time, loss=latest.loss,
+                                        steps_per_s=progress.steps_per_s)
         self._save()
 
 

@@ -332,11 +332,6 @@ class GcpCloud:
 
     # ------------------------------------------------------------------ operations
 
-    def preemption_notice(self, zone: str, node_id: str) -> bool | None:
-        """The Cloud TPU API announces nothing ahead: each TPU VM's metadata server does, and
-        the host agents watch it (hosts/notices.py)."""
-        return None
-
     def get_operation(self, name: str) -> Operation:
         message = self._call(f"get operation {name}", self._get_operation, name=name)
         return operation_record(message)

@@ -9,7 +9,7 @@ keeps its latest version equal to the head's token.
   disabled, destroyed or absent), so running `up` again adds nothing.
 - `delete` treats NOT_FOUND as success, so `down` is safe twice.
 - Every call has a timeout; UNAVAILABLE and DEADLINE_EXCEEDED are retried with jittered
-  exponential backoff until a deadline, as in `gcp.py`. Errors are mapped by
+  exponential backoff until a deadline, as in `gcp/client.py`. Errors are mapped by
   `gcp_errors.map_call_error`; PERMISSION_DENIED gets a message naming the roles needed.
 - The token is never logged, never kept on the object, and never in an exception's text:
   should a server echo it, the error is re-raised with it redacted and without its chain.

@@ -420,12 +420,6 @@ class SimCloud:
             state.faults.timed.append(TimedPreemption(at=at, cluster=cluster, slice=slice_index, notice_s=notice_s))
             self._pending_wakes.append((at, cluster))
 
-    def preemption_notice(self, zone: str, node_id: str) -> bool | None:
-        """None, as the real API: a notice reaches a simulated VM's metadata server (see
-        hosts/sim/metadata.py), and the hosts watch it. `notice_announced` is the simulator's
-        own view, for tests."""
-        return None
-
     def notice_announced(self, zone: str, node_id: str) -> bool:
         """True while a preemption is announced for this node (what its metadata serves)."""
         with self._transaction() as state:

@@ -3,7 +3,7 @@
 The simulated cloud advances lazily, on each call. A preemption announced with a notice
 (or a scripted fault, or the end of a repair) would otherwise wait for some podmanager
 process to read the cloud. `schedule` starts a small detached process
-(`python -m podmanager.api.sim_wake`) that sleeps until the moment, reads the cloud once
+(`python -m podmanager.operations.sim_wake`) that sleeps until the moment, reads the cloud once
 (which applies the transition and boots or kills the simulated VMs through the usual
 listeners), and exits. `stop` ends a cluster's pending timers; `down` calls it.
 """
@@ -24,7 +24,7 @@ from podmanager.hosts import procs
 
 log = logging.getLogger(__name__)
 
-WAKE_MODULE = "podmanager.api.sim_wake"
+WAKE_MODULE = "podmanager.operations.sim_wake"
 UNLABELLED = "_unlabelled"  # timers for nodes that carry no cluster label
 
 

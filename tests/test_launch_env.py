@@ -8,7 +8,8 @@ import pytest
 from podmanager.core.errors import SpecError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism, expand
-from podmanager.running.launch import launch_envs, pack_working_dir
+from podmanager.running.launch import launch_envs
+from podmanager.running.package import zip_folder
 
 
 def slots(*shape):
@@ -65,14 +66,11 @@ def test_workload_argv_and_expansion():
         Workload(entrypoint="a.py", command=["b"])
 
 
-def test_pack_working_dir_skips_caches(tmp_path):
+def test_the_code_the_supervisor_holds_reaches_the_hosts_whole(tmp_path):
+    """Filtered once, at submit (running/package.upload): the supervisor's copy is shipped as it is."""
     (tmp_path / "code.py").write_text("print(1)")
-    (tmp_path / ".git").mkdir()
-    (tmp_path / ".git" / "HEAD").write_text("x")
-    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
-    (tmp_path / "pkg" / "__pycache__" / "m.pyc").write_text("x")
-    (tmp_path / "pkg" / "m.py").write_text("x")
-    names = zipfile.ZipFile(io.BytesIO(pack_working_dir(tmp_path))).namelist()
-    assert sorted(names) == ["code.py", "pkg/m.py"]
-    with pytest.raises(SpecError, match="--working-dir"):
-        pack_working_dir(tmp_path / "missing")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("x = 1")
+    zipped = zipfile.ZipFile(io.BytesIO(zip_folder(tmp_path)))
+    assert sorted(zipped.namelist()) == ["code.py", "pkg/m.py"]
+    assert zipped.read("pkg/m.py") == b"x = 1"

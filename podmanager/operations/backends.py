@@ -33,7 +33,7 @@ def simulated_cloud(project: str, simulation: SimulationSpec | None = None, *, c
 
 def _timer(project: str):  # type: ignore[no-untyped-def]
     """A detached timer per scheduled fault, so it fires on time (not with a manual clock)."""
-    from podmanager.api import sim_timers
+    from podmanager.operations import sim_timers
 
     return lambda when, cluster: sim_timers.schedule(project, when, cluster)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from podmanager.api import sim_timers
-from podmanager.api.backends import local_machines, make_cloud, simulated_cloud
+from podmanager.operations import sim_timers
+from podmanager.operations.backends import local_machines, make_cloud, simulated_cloud
+from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.cloud.base import TpuCloud
 from podmanager.core import paths
 from podmanager.core.clock import Clock
@@ -82,11 +83,14 @@ def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones
         spec = parse_spec({"name": name, "project": where, "zones": search_zones or [],
                            "slices": [{"accelerator": "v4-8"}]}, source="--project/--zone", dry_run=dry_run)
         cloud = make_cloud(spec)[0]
-        found = Provisioner(cloud, name, spec.zones).observe()
-        if found.nodes or found.queued:
-            local += teardown(name, cloud, spec.zones, store, timeout_s=timeout_s,
-                              hosts=ClusterHosts(spec, local_machines(spec)))
-            deleted_in.append(where)
+        # One `up`, `down` or recovery of a name at a time, found by label or not: an `up`
+        # of this name under way finishes before its slices are taken.
+        with ClusterRuntime(spec, store=store, cloud=cloud).lock("down", timeout_s):
+            found = Provisioner(cloud, name, spec.zones).observe()
+            if found.nodes or found.queued:
+                local += teardown(name, cloud, spec.zones, store, timeout_s=timeout_s,
+                                  hosts=ClusterHosts(spec, local_machines(spec)))
+                deleted_in.append(where)
     # Its head, hosts and timers may run with no cloud left to find them by (the state folder
     # and the simulated cloud in it deleted): the process table still knows them.
     local += procs.stop_cluster(name)

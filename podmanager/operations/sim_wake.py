@@ -1,4 +1,4 @@
-"""`python -m podmanager.api.sim_wake PROJECT WHEN CLUSTER`: one simulator timer (see sim_timers).
+"""`python -m podmanager.operations.sim_wake PROJECT WHEN CLUSTER`: one simulator timer (see sim_timers).
 
 Sleeps until WHEN, then reads the simulated cloud of PROJECT once: that applies every
 transition whose time has come, and the listeners boot or kill the simulated VMs."""
@@ -9,8 +9,8 @@ import os
 import sys
 import time
 
-from podmanager.api import sim_timers
-from podmanager.api.backends import simulated_cloud
+from podmanager.operations import sim_timers
+from podmanager.operations.backends import simulated_cloud
 
 LATE_S = 0.05  # wake just after the moment, so the transition is due
 

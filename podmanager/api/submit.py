@@ -1,0 +1,63 @@
+"""Starting a run: check it, claim its slices, upload its code, start its supervisor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from podmanager.api import service
+from podmanager.api.submission import run_checkpoints, run_slices
+from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.core.workload import Workload
+from podmanager.operations.cluster_runtime import ClusterRuntime
+from podmanager.running import package
+from podmanager.running.attempt import new_run_id
+from podmanager.state.runs import RunStore
+from podmanager.supervision.supervisor import new_run
+
+BUDGETS = ("max_preemptions", "max_failures", "max_hangs")
+
+
+def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budgets: dict[str, int]) -> str:
+    """Start a run of `workload` on `runtime`'s cluster and return its id at once. Bad input
+    starts nothing and spends nothing: every check comes before the slices are claimed, and
+    a failure after the claim gives them back."""
+    if runtime.hosts is None:
+        raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to run on")
+    workload = workload.submitted(Path.cwd())
+    slices = run_slices(runtime.spec, workload)
+    checkpoints = run_checkpoints(runtime.spec, workload, slices)
+    unknown = set(budgets) - set(BUDGETS)
+    if unknown:
+        raise SpecError(f"budgets: unknown {sorted(unknown)}; use {', '.join(BUDGETS)}")
+    if not runtime.hosts.controller.connect():
+        raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
+    # "Slices free? Then they are this run's" is one transaction: of runs submitted at
+    # the same moment on a slice, exactly one gets it.
+    record = new_run(runtime, workload, new_run_id(workload), slices, checkpoints.directory, budgets,
+                     warnings=[checkpoints.warning] if checkpoints.warning else [])
+    holder = runs.claim(record)
+    run_id = record.run_id
+    if holder is not None:
+        raise SpecError(
+            f"run: slice(s) {sorted(set(holder.slices) & set(slices))} are busy with run {holder.run_id} "
+            f"({holder.status})",
+            hint=f"Wait for it ('podmanager attach {holder.run_id}'), cancel it ('podmanager cancel "
+                 f"{holder.run_id}'), or run on other slices with --slices.")
+    submitted = False
+    try:
+        code = package.upload(workload.working_dir) if workload.working_dir is not None else None
+        workload.check_program(code.files if code else None)
+        runtime.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
+                       run_id=run_id)
+        submitted = True
+        if checkpoints.warning:
+            runtime.record("warning", f"run {run_id}: {checkpoints.warning}", run_id=run_id)
+        service.start_supervisor(runtime.name, run_id, code.uri if code else None)
+    except BaseException as error:
+        # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
+        runs.release(run_id)
+        if submitted:
+            runtime.record("run_not_started", f"run {run_id} did not start ({type(error).__name__}: {error}); "
+                           f"slice(s) {slices} are free again", run_id=run_id)
+        raise
+    return run_id

@@ -1,0 +1,280 @@
+"""One cluster as `up`, `down` and a run's supervisor drive it: its cloud backend, its Ray
+side, its event log and lock, converging it to its spec, and replacing slices.
+
+This is the supervisor's port (`supervision/ports.py::SupervisedCluster`) and nothing
+more: the user's verbs are `api.Cluster`, which holds one of these. A run's supervisor
+builds its own with `ClusterRuntime.from_name`, so no class travels through Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, ContextManager
+
+from podmanager.cloud.base import DEAD_STATES, Node, TpuCloud
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core import catalog, paths
+from podmanager.core.clock import Clock, RealClock
+from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
+from podmanager.core.records import HostSlot, SliceRef
+from podmanager.core.spec import ClusterSpec, parse_spec
+from podmanager.hosts.cluster_hosts import ClusterHosts
+from podmanager.operations.backends import local_machines, make_cloud, simulator_client
+from podmanager.provisioning.loop import Provisioner
+from podmanager.provisioning.plan import Observed, SliceChange, changes, describe_changes, desired_slices
+from podmanager.state import Event, StateStore
+from podmanager.state.lock import Holder, cluster_lock
+
+EventCallback = Callable[[Event], None]
+RECOVERY_LOCK_TIMEOUT_S = 1800.0  # a run's recovery waits this long for an `up` or `down` to finish
+
+
+class ClusterRuntime:
+    def __init__(self, spec: ClusterSpec, *, store: StateStore, clock: Clock | None = None,
+                 cloud: TpuCloud | None = None, simulator: SimCloud | None = None, run_id: str | None = None,
+                 on_event: EventCallback | None = None):
+        """`cloud`: talk to this backend as it is; `simulator`: this simulated cloud, through
+        the client-side retries a dry run uses; neither: the backend the spec asks for.
+        `run_id`: the run this runtime acts for (its supervisor's), stamped on every event it
+        records. `on_event` sees every event recorded through it."""
+        self.spec = spec
+        self.store = store
+        self.clock = clock or RealClock()
+        self.run_id = run_id
+        self._cloud = cloud
+        self._simulator = simulator
+        self._listeners: list[EventCallback] = [on_event] if on_event else []
+        self._hosts: ClusterHosts | None = None
+        self._hosts_built = False
+
+    @classmethod
+    def from_name(cls, name: str, *, store: StateStore | None = None, run_id: str | None = None) -> ClusterRuntime:
+        """The cluster as the last `up` stored it."""
+        store = store or StateStore()
+        record = store.get_cluster(name)
+        if record is None:
+            raise ClusterNotFoundError(f"cluster {name!r} is not in the state store (it was torn down)")
+        return cls(parse_spec(record.spec, source=f"stored spec of {name}"), store=store, run_id=run_id)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def cloud(self) -> TpuCloud:
+        if self._cloud is None and self._simulator is not None:
+            self._cloud = simulator_client(self._simulator, clock=self.clock, on_retry=self._record_retry)
+        elif self._cloud is None:
+            self._cloud, self._simulator = make_cloud(self.spec, clock=self.clock, on_retry=self._record_retry)
+        return self._cloud
+
+    @property
+    def simulator(self) -> SimCloud:
+        """The simulated cloud behind a dry-run cluster, for injecting faults."""
+        self.cloud  # opens the backend (and the simulator with it)
+        if self._simulator is None:
+            raise SpecError(f"--cluster: {self.name} runs on {self.spec.backend.value}; "
+                            "'podmanager sim' only injects faults into dry-run clusters")
+        return self._simulator
+
+    @property
+    def hosts(self) -> ClusterHosts | None:
+        """The Ray side (head, host agents); None for a control-plane-only simulation."""
+        if not self._hosts_built:
+            self._hosts = ClusterHosts.for_spec(self.spec, local_machines(self.spec))
+            self._hosts_built = True
+        return self._hosts
+
+    # ------------------------------------------------------------------ events and the lock
+
+    def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> Event:
+        if self.run_id is not None:
+            # What a run's supervisor causes through us (a slice replaced, a retried call)
+            # belongs to that run: following it shows these, and no other run does.
+            data.setdefault("run_id", self.run_id)
+        event = self.store.add_event(self.name, kind, message, slice_index=slice_index, **data)
+        self.notify(event)
+        return event
+
+    def notify(self, event: Event) -> None:
+        """Hand an event (recorded here or read from the log) to everyone listening."""
+        for listener in list(self._listeners):
+            listener(event)
+
+    @contextmanager
+    def listening(self, on_event: EventCallback | None) -> Iterator[None]:
+        """`on_event` sees every event recorded while the block runs."""
+        if on_event is None:
+            yield
+            return
+        self._listeners.append(on_event)
+        try:
+            yield
+        finally:
+            self._listeners.remove(on_event)
+
+    def _record_retry(self, call: str, error: BaseException, attempt: int) -> None:
+        self.record("retry", f"{call} failed ({error}); retrying (attempt {attempt + 1})", call=call)
+
+    def lock(self, verb: str, timeout_s: float) -> ContextManager[None]:
+        """The cluster's lock (state/lock.py), saying whom it waits for when it must."""
+
+        def waiting(holder: Holder | None) -> None:
+            who = holder.describe(self.name) if holder else f"another podmanager process working on {self.name}"
+            self.record("waiting", f"waiting for {who}", holder_pid=holder.pid if holder else None,
+                        holder_verb=holder.verb if holder else None)
+
+        return cluster_lock(self.name, verb, timeout_s=timeout_s, on_wait=waiting)
+
+    def _recovery_lock(self) -> ContextManager[None]:
+        verb = f"recovery for run {self.run_id}" if self.run_id else "recovery"
+        return self.lock(verb, RECOVERY_LOCK_TIMEOUT_S)
+
+    # ------------------------------------------------------------------ converging
+
+    def provisioner(self) -> Provisioner:
+        poll = 0.05 if self.spec.simulated else 5.0
+        return Provisioner(self.cloud, self.name, self.spec.zones, record=self.record, clock=self.clock,
+                           poll_interval_s=poll)
+
+    def observe(self) -> Observed:
+        """The cluster's nodes and queued resources as the cloud has them now."""
+        return self.provisioner().observe()
+
+    def bring_up(self, changes: list[SliceChange], timeout_s: float, *,
+                 before_converge: Callable[[], None] | None = None) -> list[Node]:
+        """Store the spec, record the plan (`changes`), start the head, converge the cloud to
+        the spec and wait for every host's agent: `up`, and a recovery's heal. The caller
+        holds the cluster's lock. `before_converge` runs once the plan is recorded."""
+        self.store.save_cluster(self.name, self.spec.model_dump(mode="json"), self.spec.backend.value, "provisioning")
+        self.record("up", f"{len(self.spec.slice_list())} slice(s) on {self.spec.backend.value} "
+                    f"in {', '.join(self.spec.zones)}")
+        self.record("up_plan", f"plan for {self.name}: {describe_changes(changes)}",
+                    changes=[c.as_dict() for c in changes])
+        if before_converge is not None:
+            before_converge()
+        metadata = self._start_head() if self.hosts else {}
+        nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
+        self.record("slices_ready", f"all {len(nodes)} slice(s) READY")
+        if self.hosts:
+            self._wait_for_hosts(nodes)
+        self.store.set_cluster_status(self.name, "up")
+        return nodes
+
+    def refresh_spec(self) -> None:
+        """Take the spec the last `up` stored. A run's supervisor holds the spec of when it
+        started; its recovery must converge to the cluster as it is now, or it would
+        re-create a slice an edited spec dropped (or delete one it added)."""
+        record = self.store.get_cluster(self.name)
+        if record is None or record.spec == self.spec.model_dump(mode="json"):
+            return
+        self.spec = parse_spec(record.spec, source=f"stored spec of {self.name}")
+        self._hosts, self._hosts_built = None, False  # built from the old spec's slices
+
+    def _start_head(self) -> dict[str, str]:
+        """Start (or reuse) the Ray head, saying so first: starting one takes seconds."""
+        assert self.hosts is not None
+        running = self.spec.head.address or self.hosts.controller.head_address()
+        self.record("head_starting", f"using the Ray head at {running}" if running
+                    else "starting the Ray head (takes a few seconds)")
+        metadata = self.hosts.start()
+        if not running:
+            self.record("head_ready", f"Ray head is up at {self.hosts.controller.head_address()}")
+        return metadata
+
+    def _wait_for_hosts(self, nodes: list[Node]) -> None:
+        """Wait until every host of these slices has a healthy agent, saying how many have."""
+        assert self.hosts is not None
+        expected = sum(len(node.endpoints) or catalog.lookup(node.accelerator_type).hosts for node in nodes)
+        self.record("hosts_joining", f"waiting for {expected} host(s) to join Ray "
+                    f"(up to {self.spec.head.join_timeout_s:.0f}s)", expected=expected)
+        joined = self.hosts.wait(nodes, on_progress=lambda healthy, of: self.record(
+            "hosts_joining", f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of))
+        self.record("hosts_joined", f"{len(joined)} host(s) joined Ray, each with a healthy agent")
+
+    def _converge(self, desired: list[Any], timeout_s: float, reason: str = "not in the spec") -> list[Node]:
+        return self.provisioner().converge(desired, timeout_s, unwanted_reason=reason)
+
+    # ------------------------------------------------------------------ the supervisor's port
+
+    def agents(self, slice_indexes: list[int]) -> list[tuple[HostSlot, Any]]:
+        if self.hosts is None:
+            raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts")
+        return self.hosts.agents(slice_indexes)
+
+    def lost_hosts(self) -> set[tuple[int, int]]:
+        """(slice, worker) of hosts whose node is dead or unreachable right now."""
+        dead = self.hosts.dead_hosts() if self.hosts else []
+        return {(h.slice_index, h.worker_id) for h in dead}
+
+    def slice_locations(self, slice_indexes: list[int]) -> list[SliceRef]:
+        """Where each of these slices is as the cloud has it now."""
+        nodes = {n.slice_index: n for n in self.observe().nodes}
+        missing = [i for i in slice_indexes if i not in nodes]
+        if missing:
+            raise PodmanagerError(f"slice(s) {missing} of {self.name} do not exist",
+                                  hint="Run 'podmanager up' again to create them.")
+        return [SliceRef(i, nodes[i].zone, nodes[i].name) for i in slice_indexes]
+
+    def heal(self) -> None:
+        """Delete dead slices, create what is missing and wait for every host's agent (a
+        run's recovery: the spec is the one the last `up` stored, accepted by that `up`)."""
+        with self._recovery_lock():
+            self.refresh_spec()
+            self._delete_dead_slices(600.0)
+            self.bring_up(changes(desired_slices(self.spec), self.observe()), 1800.0)
+
+    def delete_dead_slices(self, timeout_s: float = 600.0) -> list[int]:
+        """Delete preempted or terminated slices now (they hold quota) without replacing them."""
+        with self._recovery_lock():
+            self.refresh_spec()
+            return self._delete_dead_slices(timeout_s)
+
+    def _delete_dead_slices(self, timeout_s: float) -> list[int]:
+        dead = sorted(n.slice_index for n in self.observe().nodes
+                      if n.state in DEAD_STATES and n.slice_index is not None)
+        if dead:
+            desired = [d for d in desired_slices(self.spec) if d.index not in dead]
+            self._converge(desired, timeout_s, reason="it is dead and holds quota; 'up' creates it again")
+        return dead
+
+    def delete_slices(self, indexes: list[int], *, reason: str, timeout_s: float = 1800.0) -> None:
+        """Delete these slices now; the first half of replacing them."""
+        with self._recovery_lock():
+            self.refresh_spec()
+            desired = desired_slices(self.spec)
+            self._converge([d for d in desired if d.index not in indexes], timeout_s,
+                           reason=f"replacing it ({reason})")
+
+    def restore_slices(self, phases: dict[str, float] | None = None, *, timeout_s: float = 1800.0) -> list[Node]:
+        """Create every missing slice (next zones on capacity errors) and wait for all hosts;
+        the second half of replacing. `phases` receives the seconds of `create` and `join`."""
+        phases = {} if phases is None else phases
+        with self._recovery_lock():
+            self.refresh_spec()
+            metadata = self.hosts.start() if self.hosts else {}
+            started = self.clock.now()
+            nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
+            phases["create"] = self.clock.now() - started
+            if self.hosts:
+                started = self.clock.now()
+                self._wait_for_hosts(nodes)
+                phases["join"] = self.clock.now() - started
+        return nodes
+
+    def dropped_slices(self, indexes: list[int]) -> list[int]:
+        """Those of these slices that the cluster's spec, as the last `up` stored it, no
+        longer has."""
+        self.refresh_spec()
+        known = {s.index for s in self.spec.slice_list()}
+        return sorted(i for i in indexes if i not in known)
+
+    def run_dir(self, run_id: str) -> Path:
+        return paths.cluster_dir(self.name) / "runs" / run_id
+
+    def close(self) -> None:
+        """Disconnect from Ray (the cluster stays up)."""
+        if self._hosts is not None:
+            self._hosts.close()

@@ -1,0 +1,78 @@
+"""The typed parts of a run's durable record: where its supervisor is (the phase), the
+run's latest progress, and the supervisor's own process.
+
+The phase is what a restarted supervisor carries on from (supervision/supervisor.py
+matches on it in one place):
+
+    Launching(attempt) -> Running(attempt) -> Replacing(next attempt, slices) -> Launching(...)
+                                           -> Finished
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")  # a field dropped since is no error
+
+
+class Launching(_Record):
+    """Attempt `attempt` is being set up and started on every host. `started` and
+    `log_base` (each host's log size before it) are set once the launch began, so a
+    restarted supervisor can tell a launch cut short from one not yet begun."""
+
+    name: Literal["launching"] = "launching"
+    attempt: int = 0
+    started: float | None = None
+    log_base: dict[str, int] = Field(default_factory=dict)
+
+
+class Running(_Record):
+    """Attempt `attempt` runs on every host (re-attachable after a supervisor restart)."""
+
+    name: Literal["running"] = "running"
+    attempt: int
+    started: float | None = None
+    log_base: dict[str, int] = Field(default_factory=dict)
+
+
+class Replacing(_Record):
+    """These slices are being replaced (`reason`) before attempt `attempt`; `deleted` once
+    their delete is done, so a restart only creates what is missing."""
+
+    name: Literal["replacing"] = "replacing"
+    attempt: int
+    slices: list[int]
+    reason: str
+    deleted: bool = False
+
+
+class Finished(_Record):
+    """The run is over; its status and result are in the record."""
+
+    name: Literal["finished"] = "finished"
+
+
+RunPhase = Annotated[Union[Launching, Running, Replacing, Finished], Field(discriminator="name")]
+PHASE = TypeAdapter(RunPhase)
+
+
+class RunProgress(_Record):
+    """The run's latest step as the supervisor last saved it (the step every host reached)."""
+
+    step: int | None = None
+    time: float | None = None
+    loss: float | None = None
+    steps_per_s: float | None = None
+
+
+class SupervisorProcess(_Record):
+    """The supervisor looking after the run: its process and how often it has started
+    (more than once: Ray restarted it and it carried on from the phase)."""
+
+    pid: int | None = None
+    started_at: float | None = None
+    starts: int = 0
