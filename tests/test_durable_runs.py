@@ -19,6 +19,7 @@ import pytest
 import ray
 from ray_fixtures import module_cluster
 
+from podmanager.running.logs import RunFolder
 from podmanager.api import Cluster, simulation
 from podmanager.operations.backends import simulated_cloud
 from podmanager.core.clock import poll_until
@@ -79,7 +80,7 @@ def program_pids(cluster: Cluster, run_id: str) -> list[int]:
 
 
 def logged_steps(cluster: Cluster, run_id: str) -> list[int]:
-    text = (cluster.runtime.run_dir(run_id) / "slice-0-host-0.log").read_text()
+    text = (RunFolder(cluster.name, run_id).folder / "slice-0-host-0.log").read_text()
     return [int(m.group(1)) for m in re.finditer(r"^step (\d+) ", text, re.M)]
 
 

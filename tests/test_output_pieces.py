@@ -12,6 +12,7 @@ from fake_hosts import Behaviour, FakeRemote, agents
 
 from podmanager.api.runs import RunHandle
 from podmanager.core.clock import poll_until
+from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
 from podmanager.hosts.process import read_chunk, read_tail
 from podmanager.hosts.runs import HostRuns, PollReply
@@ -196,8 +197,8 @@ def test_a_follower_skips_what_it_cannot_show_and_says_where_it_all_is(tmp_path)
     run = runs.create(RunRecord(run_id="r1", cluster="c", workload={}, slices=[0], budgets={}, checkpoint_dir=None,
                                 status="running"))
     handle = RunHandle("c", "r1", runs=runs)
-    handle.folder.mkdir(parents=True)
-    log = handle.folder / "slice-0-host-1.log"
+    handle.folder.append(HostRef(0, 1), b"")
+    log = handle.folder.path(HostRef(0, 1))
     log.write_bytes(b"".join(b"step %05d\n" % i for i in range(20_000)) + b"Traceback\nValueError: boom\n")
     run.status = "failed"
     run.result = RunResult(run_id="r1", cluster="c", status="failed", message="failed", hosts=[], metrics={},

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -22,6 +21,7 @@ from podmanager.cli import app
 from podmanager.cli.up import SAME_KIND_SHOWN, EventFeed
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
+from podmanager.core.records import HostRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.runtime import Checkpointer
@@ -98,8 +98,7 @@ def test_a_followed_run_shows_an_event_before_the_output_written_after_it(tmp_pa
     store.add_event("c", "run_submitted", "run r submitted", run_id="r")
     store.add_event("c", "attempt_started", "attempt 0 on 1 host(s)", run_id="r")
     handle = RunHandle("c", "r", runs=runs, store=store)
-    handle.folder.mkdir(parents=True)
-    (handle.folder / "slice-0-host-0.log").write_text("hello from the program\n")
+    handle.folder.append(HostRef(0, 0), b"hello from the program\n")
     record = runs.get("r")
     record.result = {"run_id": "r", "cluster": "c", "status": "succeeded", "message": "", "hosts": [],
                      "metrics": {}, "attempts": 1, "attempt_log": []}

@@ -83,9 +83,6 @@ class FakeCluster:
     def dropped_slices(self, indexes):
         return sorted(set(indexes) & self.dropped)
 
-    def run_dir(self, run_id):
-        return self.folder / run_id
-
     def kinds(self) -> list[str]:
         return [k for k, _ in self.events]
 

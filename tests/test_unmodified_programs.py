@@ -10,12 +10,12 @@ import os
 import textwrap
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 import ray
 from ray_fixtures import module_cluster
 
+from podmanager.running.logs import RunFolder
 from podmanager.api import simulation
 from podmanager.core.workload import Workload
 
@@ -47,7 +47,7 @@ home, cluster, _shared_home = module_cluster(SPEC)
 
 def results(cluster, run_id: str) -> list[dict]:
     found = []
-    for log in sorted(Path(cluster.runtime.run_dir(run_id)).glob("slice-*-host-*.log")):
+    for log in sorted(RunFolder(cluster.name, run_id).folder.glob("slice-*-host-*.log")):
         found += [json.loads(line[len("RESULT "):]) for line in log.read_text().splitlines()
                   if line.startswith("RESULT ")]
     return sorted(found, key=lambda r: r["process"])

@@ -21,6 +21,7 @@ import pytest
 from ray_fixtures import module_cluster
 from wheels import build_wheel
 
+from podmanager.running.logs import RunFolder
 from podmanager.api import simulation
 from podmanager.core.clock import poll_until
 from podmanager.state.runs import RunStore
@@ -94,7 +95,7 @@ def podmanager(folder: Path, *args: str, timeout: float = 240) -> subprocess.Com
 
 def results(cluster, run_id: str) -> list[dict]:
     found = []
-    for log in sorted(Path(cluster.runtime.run_dir(run_id)).glob("slice-*-host-*.log")):
+    for log in sorted(RunFolder(cluster.name, run_id).folder.glob("slice-*-host-*.log")):
         found += [json.loads(line[len("RESULT "):]) for line in log.read_text().splitlines()
                   if line.startswith("RESULT ")]
     return found
@@ -130,7 +131,7 @@ def test_a_requirement_that_cannot_be_installed_is_bad_input(cluster, project):
     assert run.status == "failed" and (run.result["failures"], run.result["incidents"]) == (0, [])
     kinds = [e.kind for e in cluster.store.events(NAME, after_id=events_before)]
     assert "slices_deleted" not in kinds and "incident" not in kinds
-    assert not list(Path(cluster.runtime.run_dir(run.run_id)).glob("slice-*-host-*.log"))  # no program started
+    assert not list(RunFolder(cluster.name, run.run_id).folder.glob("slice-*-host-*.log"))  # no program started
 
 
 def test_a_command_that_is_not_on_the_hosts_is_refused_before_it_starts(cluster, project):

@@ -7,7 +7,6 @@ every handle, and following a run again replays it from the start.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -17,15 +16,14 @@ from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.records import HostRef
 from podmanager.running import logs
+from podmanager.running.logs import RunFolder, Tail
 from podmanager.running.results import OutputPrinter
-from podmanager.running.logs import runs_dir
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.supervision.ledger import RunResult
 
 EventCallback = Callable[[Event], None]
 InterruptCallback = Callable[["RunHandle"], bool]
-_HOST_FILE = re.compile(r"slice-(\d+)-host-(\d+)\.log$")
 # Each host's output shown while following, per read (every 0.2 s): about 600 KB/s, what a
 # terminal shows without falling behind the run.
 LIVE_BYTES = 128 << 10
@@ -39,8 +37,9 @@ class RunHandle:
         self.store = store or StateStore()
 
     @property
-    def folder(self) -> Path:
-        return runs_dir(self.cluster) / self.run_id
+    def folder(self) -> RunFolder:
+        """Where the run's output is kept on this machine."""
+        return RunFolder(self.cluster, self.run_id)
 
     def status(self) -> RunRecord:
         run = self.runs.get(self.run_id)
@@ -51,7 +50,7 @@ class RunHandle:
 
     def result(self) -> RunResult | None:
         run = self.status()
-        return RunResult.from_dict(run.result) if run.result and not run.active else None
+        return final_result(run) if run.finished else None
 
     def wait(self, *, timeout_s: float | None = None, poll_s: float = 0.25) -> RunResult:
         """Block until the run has finished; its result."""
@@ -73,11 +72,11 @@ class RunHandle:
         At most `live_bytes` of each host's output are shown per `poll_s`: a program that writes
         more has its latest lines shown and a line saying how many were skipped and where
         they all are (the run's logs have every line)."""
-        offsets: dict[Path, int] = {}
+        tail = Tail(self.folder, budget=live_bytes)
         last_event = max(self.submit_event_id() - 1, 0) if after_event is None else after_event
         while True:
             try:
-                return self._follow(printer, on_event, offsets, last_event, poll_s, live_bytes)
+                return self._follow(printer, on_event, tail, last_event, poll_s)
             except KeyboardInterrupt:
                 if on_interrupt is None or not on_interrupt(self):
                     raise
@@ -86,28 +85,26 @@ class RunHandle:
                 events = self.store.events(self.cluster, after_id=last_event, run_id=self.run_id)
                 last_event = events[-1].id if events else last_event
 
-    def _follow(self, printer: OutputPrinter | None, on_event: EventCallback | None, offsets: dict[Path, int],
-                last_event: int, poll_s: float, live_bytes: int) -> RunResult:
+    def _follow(self, printer: OutputPrinter | None, on_event: EventCallback | None, tail: Tail,
+                last_event: int, poll_s: float) -> RunResult:
         while True:
             run = self.status()  # read before the output, so nothing written before the end is missed
-            done = not run.active and run.result is not None
+            done = run.finished
             # Events first: the attempt's start is recorded before its program writes a line.
             for event in self.store.events(self.cluster, after_id=last_event, run_id=self.run_id):
                 last_event = event.id
                 if on_event:
                     on_event(event)
-            for path in sorted(self.folder.glob("slice-*-host-*.log")):
-                new = logs.read_new_lines(path, offsets.get(path, 0), final=done, budget=live_bytes)
-                offsets[path] = new.offset
-                match = _HOST_FILE.search(path.name)
-                if printer and match:
-                    host = HostRef(int(match.group(1)), int(match.group(2)))
-                    if new.skipped:
-                        printer(host, self._skip_notice(host, new.skipped, path))  # type: ignore[arg-type]
-                    if new.text:
-                        printer(host, new.text)  # type: ignore[arg-type]
+            for read in tail.read(final=done):
+                if printer is None:
+                    continue
+                if read.new.skipped:
+                    notice = self._skip_notice(read.host, read.new.skipped, read.path)
+                    printer(read.host, notice)  # type: ignore[arg-type]
+                if read.new.text:
+                    printer(read.host, read.new.text)  # type: ignore[arg-type]
             if done:
-                return RunResult.from_dict(run.result)  # type: ignore[arg-type]
+                return final_result(run)
             time.sleep(poll_s)
 
     def _skip_notice(self, host: HostRef, skipped: int, path: Path) -> str:
@@ -136,6 +133,15 @@ class RunHandle:
         return submitted[0].id if submitted else 0
 
 
+def final_result(run: RunRecord) -> RunResult:
+    """A finished run's result. A run ended without one (marked cancelled by a teardown
+    whose supervisor was gone) gets one that says only how it ended."""
+    if run.result is not None:
+        return RunResult.from_dict(run.result)
+    return RunResult(run.run_id, run.cluster, run.status, f"run {run.run_id} {run.status}", [],
+                     {"first_step": None, "last_step": None, "first_loss": None, "last_loss": None}, run.attempt)
+
+
 def run_summary(run: RunRecord) -> dict[str, Any]:
     """One line of `podmanager runs`: where the run is and how it went so far."""
     result = run.result or {}
@@ -161,7 +167,7 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
 
 def latest_run_id(cluster: str) -> str:
     """The run `logs` shows when none is named: the newest one."""
-    return logs.resolve_run(cluster, None).name
+    return logs.resolve_run(cluster, None).run_id
 
 
 def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = None, *,
@@ -169,11 +175,28 @@ def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = No
     """(host label, line) of a run's output (default: the latest run), every host or one
     (e.g. 'slice-0/1', see `core.selectors`); with `follow`, as lines are written until the run ends."""
     folder = logs.resolve_run(cluster, run_id)
-    only = selectors.parse_host(host, cluster, flag="--host") if host else None
+    only = HostRef(*selectors.parse_host(host, cluster, flag="--host")) if host else None
     if follow:
-        yield from logs.follow(folder, only)
+        yield from follow_lines(folder, only)
         return
-    for path in logs.host_files(folder, only):
-        where = logs.label(path)
+    for ref, path in folder.logs(only):
         for line in logs.lines(path):
-            yield where, line
+            yield ref.label, line
+
+
+def follow_lines(folder: RunFolder, host: HostRef | None = None, *, runs: RunStore | None = None,
+                 poll_s: float = 0.5) -> Iterator[tuple[str, str]]:
+    """(host label, line) as lines are written, until the run's record says it has finished.
+    A run the store has no record of (a folder from before the store was lost) is over as
+    far as anyone can tell: its lines so far, then the end."""
+    runs = runs or RunStore()
+    tail = Tail(folder, host)
+    while True:
+        run = runs.get(folder.run_id)  # read before the output, so nothing written before the end is missed
+        done = run is None or run.finished
+        for read in tail.read(final=done):
+            for line in read.new.text.splitlines():
+                yield read.host.label, line
+        if done:
+            return
+        time.sleep(poll_s)

@@ -11,7 +11,6 @@ is gone is still reported (as dead) rather than silently missing.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import ray
@@ -31,6 +30,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from podmanager.cloud.base import Node
 from podmanager.core import paths
 from podmanager.core.catalog import lookup
+from podmanager.core.files import write_atomic
 from podmanager.hosts.agent import AgentIdentity, HostAgent
 from podmanager.hosts.host_info import (
     DEAD,
@@ -72,10 +72,7 @@ def registry(cluster: str) -> dict[str, dict]:
 
 
 def _save_registry(cluster: str, entries: dict[str, dict]) -> None:
-    path = _registry_path(cluster)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(_registry_path(cluster), json.dumps(entries, indent=1, sort_keys=True))
 
 
 # ---------------------------------------------------------------- placement

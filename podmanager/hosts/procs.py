@@ -40,6 +40,7 @@ from typing import Any, Callable
 import psutil
 
 from podmanager.core import paths
+from podmanager.core.files import write_atomic
 
 MACHINE_ENV = "PODMANAGER_MACHINE_ID"
 OWNER_ENV = "PODMANAGER_OWNER"
@@ -60,9 +61,7 @@ def owner_temp_dir(cluster: str) -> str:
 
 def write_record(path: Path, **fields: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(fields))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(fields))
 
 
 def read_record(path: Path) -> dict[str, Any] | None:

@@ -17,7 +17,6 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from podmanager.core.workload import Workload
 from podmanager.hosts import environments

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 from podmanager.cloud.base import DEAD_STATES, Node, TpuCloud
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.core import catalog, paths
+from podmanager.core import catalog
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.records import HostSlot, SliceRef
@@ -270,9 +269,6 @@ class ClusterRuntime:
         self.refresh_spec()
         known = {s.index for s in self.spec.slice_list()}
         return sorted(i for i in indexes if i not in known)
-
-    def run_dir(self, run_id: str) -> Path:
-        return paths.cluster_dir(self.name) / "runs" / run_id
 
     def close(self) -> None:
         """Disconnect from Ray (the cluster stays up)."""

@@ -22,8 +22,8 @@ from podmanager.core.workload import Workload, check_parallelism
 from podmanager.hosts.environments import HostSetup
 from podmanager.running.gang import Gang, HostState
 from podmanager.running.launch import launch_envs
+from podmanager.running.logs import RunFolder
 from podmanager.running.package import zip_folder
-from podmanager.running.logs import RunLogs
 from podmanager.running.progress import combine
 from podmanager.running.remote import RAY, Remote
 from podmanager.running.results import AttemptResult, HostResult, OutputPrinter, SetupError
@@ -57,7 +57,7 @@ class AttemptRunner:
         # After a failure the survivors cannot finish a collective checkpoint without their
         # lost or failed peer: they only need a moment to exit, not the user's grace period.
         self.failure_grace_s = failure_grace_s
-        self.logs = RunLogs(cluster, run_id)
+        self.logs = RunFolder(cluster, run_id)
         # The run's code as the supervisor holds it (its runtime environment's working dir, on
         # the head node): zipped once and handed to every host through Ray's object store.
         self.code_dir = code_dir

@@ -1,64 +1,116 @@
-"""A run's logs on the controller: each host's output (`RunLogs` writes it as the run goes)
-and the result, read back by `podmanager logs` while the run goes or after it ended."""
+"""A run's folder on the controller, `RunFolder`: `runs/<run_id>/` under the cluster's dir,
+with one log file per host (the supervisor appends each host's output as the run goes) and
+the run's `result.json`. `Tail` reads the logs as they grow, for `logs -F` and `attach`.
+
+The folder holds output, not state: whether a run has finished is its record's
+(`state.runs.RunRecord.finished`), never a file here. `result.json` is a copy of the
+result for a person looking in the folder; no code reads it.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
-from podmanager.core.records import HostSlot, host_label
+from podmanager.core.files import write_atomic
+from podmanager.core.records import HostRef, HostSlot
+
+RUNS = "runs"
+RESULT_FILE = "result.json"
+_LOG_NAME = re.compile(r"slice-(\d+)-host-(\d+)\.log")
 
 
-def host_file_name(slice_index: int, worker_id: int) -> str:
-    """One host's output file in a run's folder; `label` reads it back."""
-    return f"slice-{slice_index}-host-{worker_id}.log"
+def log_name(host: HostRef | HostSlot) -> str:
+    """The name of one host's log file in a run's folder; `parse_log_name` reads it back."""
+    return f"slice-{host.slice_index}-host-{host.worker_id}.log"
 
 
-class RunLogs:
-    """Each host's output on the controller: `runs/<run_id>/<slice-S-host-W>.log` under the cluster dir."""
+def parse_log_name(name: str) -> HostRef | None:
+    """The host whose log file `name` is; None for any other file."""
+    match = _LOG_NAME.fullmatch(name)
+    return HostRef(int(match.group(1)), int(match.group(2))) if match else None
+
+
+class RunFolder:
+    """The folder of one run on this machine. Made when output is first written: a run just
+    submitted has a record but no folder yet, and reads of it find no logs."""
 
     def __init__(self, cluster: str, run_id: str):
-        self.folder = paths.cluster_dir(cluster) / "runs" / run_id
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.cluster = cluster
+        self.run_id = run_id
+        self.folder = runs_root(cluster) / run_id
 
-    def path(self, slot: HostSlot) -> Path:
-        return self.folder / host_file_name(slot.slice_index, slot.worker_id)
+    def __repr__(self) -> str:
+        return f"RunFolder({self.cluster!r}, {self.run_id!r})"
 
-    def size(self, slot: HostSlot) -> int:
+    # -------------------------------------------------------------- writing (the supervisor)
+
+    def path(self, host: HostRef | HostSlot) -> Path:
+        """This host's log file."""
+        return self.folder / log_name(host)
+
+    def size(self, host: HostRef | HostSlot) -> int:
         """Bytes of this host's output kept so far."""
         try:
-            return self.path(slot).stat().st_size
+            return self.path(host).stat().st_size
         except FileNotFoundError:
             return 0
 
-    def append(self, slot: HostSlot, data: bytes) -> None:
-        with open(self.path(slot), "ab") as handle:
+    def append(self, host: HostRef | HostSlot, data: bytes) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.path(host), "ab") as handle:
             handle.write(data)
 
     def save_result(self, result: dict[str, Any]) -> None:
-        (self.folder / "result.json").write_text(json.dumps(result, indent=2))
+        """`result.json`, for a person reading the folder (the record has the result too)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.folder / RESULT_FILE, json.dumps(result, indent=2))
+
+    # -------------------------------------------------------------- reading
+
+    def logs(self, host: HostRef | None = None, *, waiting: bool = False) -> list[tuple[HostRef, Path]]:
+        """The host log files there are, in host order: all, or the one of `host`; with
+        `waiting`, a host with no output yet is no error (it may come)."""
+        found: list[tuple[HostRef, Path]] = []
+        for path in self._files():
+            ref = parse_log_name(path.name)
+            if ref is not None:
+                found.append((ref, path))
+        found.sort(key=lambda item: (item[0].slice_index, item[0].worker_id))
+        if host is None:
+            return found
+        mine = [(ref, path) for ref, path in found if ref == host]
+        if not mine and not waiting:
+            raise SpecError(f"--host: no output from {host.label} in run {self.run_id}")
+        return mine
+
+    def _files(self) -> list[Path]:
+        try:
+            return list(self.folder.iterdir())
+        except FileNotFoundError:
+            return []
 
 
-def runs_dir(cluster: str) -> Path:
-    return paths.cluster_dir(cluster) / "runs"
+def runs_root(cluster: str) -> Path:
+    """The folder holding every run folder of the cluster."""
+    return paths.cluster_dir(cluster) / RUNS
 
 
 def run_ids(cluster: str) -> list[str]:
-    """Runs of the cluster, oldest first."""
-    folder = runs_dir(cluster)
+    """Runs of the cluster with a folder, oldest first."""
+    folder = runs_root(cluster)
     if not folder.exists():
         return []
     return [p.name for p in sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime) if p.is_dir()]
 
 
-def resolve_run(cluster: str, run_id: str | None) -> Path:
+def resolve_run(cluster: str, run_id: str | None) -> RunFolder:
     """The folder of a run (the latest when `run_id` is None). A run just submitted is known
     from its record before its supervisor has made its folder: it has no output yet."""
     from podmanager.core.errors import StateStoreError
@@ -72,33 +124,10 @@ def resolve_run(cluster: str, run_id: str | None) -> Path:
     if not ids:
         raise SpecError(f"--cluster: {cluster} has no runs yet", hint="Start one with 'podmanager run'.")
     if run_id is None:
-        return runs_dir(cluster) / ids[-1]
+        return RunFolder(cluster, ids[-1])
     if run_id not in ids:
         raise SpecError(f"--run: no run {run_id!r} in {cluster} (runs: {', '.join(ids[-5:])})")
-    return runs_dir(cluster) / run_id
-
-
-def host_files(run: Path, host: tuple[int, int] | None, *, waiting: bool = False) -> list[Path]:
-    """The host log files of a run: all, or the one of `host` (slice index, worker id); with
-    `waiting`, a host with no output yet is no error (it may come)."""
-    files = sorted(run.glob("slice-*-host-*.log"))
-    if host is None:
-        return files
-    if waiting:
-        return [f for f in files if f.name == host_file_name(*host)]
-    wanted = run / host_file_name(*host)
-    if wanted not in files:
-        raise SpecError(f"--host: no output from {host_label(*host)} in run {run.name}")
-    return [wanted]
-
-
-def label(path: Path) -> str:
-    slice_index, worker = re.findall(r"\d+", path.stem)[:2]
-    return host_label(int(slice_index), int(worker))
-
-
-def finished(run: Path) -> bool:
-    return (run / "result.json").exists()
+    return RunFolder(cluster, run_id)
 
 
 def lines(path: Path) -> Iterator[str]:
@@ -106,6 +135,9 @@ def lines(path: Path) -> Iterator[str]:
     with open(path, "rb") as handle:
         for line in handle:
             yield from line.decode("utf-8", "replace").splitlines()  # as splitting the whole text would
+
+
+# ---------------------------------------------------------------- tailing
 
 
 @dataclass(frozen=True)
@@ -116,9 +148,10 @@ class NewLines:
 
 
 def read_new_lines(path: Path, offset: int, *, final: bool, budget: int | None = None) -> NewLines:
-    """The lines written since `offset` (with `final`, an unterminated last one too). With
-    `budget` (bytes), more than that is cut to the lines that end within its last `budget`
-    bytes, and the lines left out are counted."""
+    """The one offset rule of every reader of a run's logs: the whole lines written since
+    `offset` (with `final`, an unterminated last one too), the next read starting after the
+    last one given. With `budget` (bytes), more than that is cut to the lines that end
+    within its last `budget` bytes, and the lines left out are counted."""
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         start, skipped = offset, 0
@@ -147,16 +180,30 @@ def _count_lines(handle: BinaryIO, start: int, end: int, chunk: int = 1 << 20) -
     return count
 
 
-def follow(run: Path, host: tuple[int, int] | None, *, poll_s: float = 0.5) -> Iterator[tuple[str, str]]:
-    """(host label, line) as lines are written, until the run has finished."""
-    offsets: dict[Path, int] = {}
-    while True:
-        done = finished(run)  # read before the files, so nothing written before the end is missed
-        for path in host_files(run, host, waiting=not done):
-            new = read_new_lines(path, offsets.get(path, 0), final=done)
-            offsets[path] = new.offset
-            for line in new.text.splitlines():
-                yield label(path), line
-        if done:
-            return
-        time.sleep(poll_s)
+@dataclass(frozen=True)
+class HostLines:
+    host: HostRef
+    path: Path
+    new: NewLines
+
+
+class Tail:
+    """Where a reader is in each host's log of one run: each `read` gives every host's lines
+    written since the last (from the start at first), in host order. A reader that learns
+    the run has finished reads once more with `final`, which also gives unterminated last
+    lines: a reader must learn that before this read, so nothing written before the end is
+    missed."""
+
+    def __init__(self, run: RunFolder, host: HostRef | None = None, *, budget: int | None = None):
+        self.run = run
+        self.host = host
+        self.budget = budget
+        self.offsets: dict[Path, int] = {}
+
+    def read(self, *, final: bool) -> list[HostLines]:
+        found = []
+        for host, path in self.run.logs(self.host, waiting=not final):
+            new = read_new_lines(path, self.offsets.get(path, 0), final=final, budget=self.budget)
+            self.offsets[path] = new.offset
+            found.append(HostLines(host, path, new))
+        return found

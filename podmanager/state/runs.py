@@ -73,6 +73,12 @@ class RunRecord:
     def active(self) -> bool:
         return self.status in ACTIVE
 
+    @property
+    def finished(self) -> bool:
+        """The run has ended: what every reader (`wait`, `attach`, `logs -F`) goes by, and
+        nothing else (not the files in its folder)."""
+        return self.status in FINISHED
+
 
 class RunStore:
     def __init__(self, path: Path | None = None):

@@ -7,12 +7,12 @@ spec, so `status` and `down` work from a new process) and what happened (events)
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from podmanager.core.files import write_atomic
 from podmanager.state.db import MEMORY, Database, default_path, spec_copy_path
 
 _SCHEMA = """
@@ -111,9 +111,7 @@ class StateStore:
         if self.path != MEMORY:
             copy = spec_copy_path(self.folder, name)
             copy.parent.mkdir(parents=True, exist_ok=True)
-            tmp = copy.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"name": name, "backend": backend, "spec": spec}))
-            os.replace(tmp, copy)
+            write_atomic(copy, json.dumps({"name": name, "backend": backend, "spec": spec}))
 
     def set_cluster_status(self, name: str, status: str) -> None:
         self._execute("UPDATE clusters SET status=?, updated_at=? WHERE name=?", (status, time.time(), name))

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Protocol
 
 from podmanager.cloud.base import TpuCloud
@@ -58,8 +57,4 @@ class SupervisedCluster(Protocol):
     def dropped_slices(self, indexes: list[int]) -> list[int]:
         """Those of these slices that the cluster's spec, as the last `up` stored it, no longer
         has: an edited spec took them, and no recovery may create them again."""
-        ...
-
-    def run_dir(self, run_id: str) -> Path:
-        """The folder on this machine that holds a run's logs (and, in dry runs, checkpoints)."""
         ...

@@ -44,6 +44,7 @@ from podmanager.cloud.sim.records import (
 )
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
+from podmanager.core.files import write_atomic
 from podmanager.core.spec import Capacity
 
 NodeListener = Callable[[Node | None, Node | None], None]
@@ -162,9 +163,7 @@ class SimCloud:
     def _save(self) -> None:
         if self.path is None:
             return
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(self._state.model_dump_json())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, self._state.model_dump_json())
         self._loaded_stamp = self._stamp()
 
     # ---------------------------------------------------------------- state machine
