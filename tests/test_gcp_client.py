@@ -187,6 +187,7 @@ def test_repairing_node(rig: Rig) -> None:
         ("capacity", Capacity.ON_DEMAND, errors.CapacityError, 8),
         ("reservation", Capacity.RESERVED, errors.ReservationShortfallError, 9),
         ("preempt-while-creating", Capacity.SPOT, errors.PreemptedWhileCreatingError, 3),
+        ("invalid-request", Capacity.ON_DEMAND, errors.InvalidRequestError, 3),
     ],
 )
 def test_failed_creation_operations_map_to_their_error(

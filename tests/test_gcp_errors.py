@@ -21,7 +21,7 @@ def quota_failure(description: str, quota_id: str = "", subject: str = "") -> er
     [
         (code_pb2.RESOURCE_EXHAUSTED, True, errors.CapacityError),
         (code_pb2.FAILED_PRECONDITION, True, errors.ReservationShortfallError),
-        (code_pb2.INVALID_ARGUMENT, True, errors.PreemptedWhileCreatingError),
+        (code_pb2.INVALID_ARGUMENT, True, errors.InvalidRequestError),  # code 3 without the preemption's words
         (code_pb2.NOT_FOUND, True, errors.NotFoundError),
         (code_pb2.INTERNAL, True, errors.CloudError),
         (code_pb2.NOT_FOUND, False, errors.NotFoundError),
@@ -81,3 +81,14 @@ def test_credentials_that_cannot_refresh_are_not_retried_as_unavailable() -> Non
     message = "Getting metadata from plugin failed with error: ('invalid_grant: Bad Request')"
     error = map_google_error(code_pb2.UNAVAILABLE, message)
     assert type(error) is errors.AuthenticationError and "gcloud auth application-default login" in str(error)
+
+
+def test_operation_code_3_is_a_preemption_only_with_its_message() -> None:
+    preempted = "Cloud TPU received a bad request. update is not supported while in state PREEMPTED [EID: 0x73]"
+    assert type(map_google_error(code_pb2.INVALID_ARGUMENT, preempted, in_operation=True)) is errors.PreemptedWhileCreatingError
+    invalid = map_google_error(code_pb2.INVALID_ARGUMENT, "Cloud TPU received a bad request. runtime version "
+                               "'tpu-nope' is not supported", in_operation=True)
+    assert type(invalid) is errors.InvalidRequestError and invalid.exit_code == 2
+    assert "tpu-nope" in str(invalid) and "retrying will not help" in str(invalid)
+    # The same words in a call's status (not an operation) are still an invalid request.
+    assert type(map_google_error(code_pb2.INVALID_ARGUMENT, preempted)) is errors.InvalidRequestError

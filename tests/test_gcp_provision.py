@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from podmanager.cloud import errors
+
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cloud.sim.cloud import SimCloud
@@ -75,3 +77,30 @@ def test_queued_slices_through_the_real_client(setup) -> None:  # type: ignore[n
     clock.advance(5)
     assert sim.all_nodes() == [] and sim.all_queued_resources() == []
     assert all(r.force for r in emulator.requests_of("DeleteQueuedResource"))
+
+
+def test_an_invalid_request_fails_once_with_its_message(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    sim.inject_create_fault("zone-a", "invalid-request", times=-1)  # operation code 3, not a preemption
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0)
+
+    with pytest.raises(errors.InvalidRequestError) as refused:
+        provisioner.converge(desired_slices(spec(count=1, runtime_version="tpu-nope")), timeout_s=300)
+
+    assert len(emulator.requests_of("CreateNode")) == 1  # tried once: not re-created, not another zone
+    message = str(refused.value)
+    assert "slice 0 (c-s0)" in message and "zone-a" in message and "'tpu-nope' is not supported" in message
+    assert "runtime_version 'tpu-nope'" in message and refused.value.exit_code == 2
+
+
+def test_preempted_while_creating_is_still_created_again(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    sim.inject_create_fault("zone-a", "preempt-while-creating", times=1)
+    events: list[str] = []
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0,
+                              record=lambda kind, *args, **kw: events.append(kind))
+
+    nodes = provisioner.converge(desired_slices(spec(count=1, capacity="spot")), timeout_s=300)
+
+    assert [(n.name, n.state) for n in nodes] == [("c-s0", NodeState.READY)]
+    assert events.count("slice_preempted") == 1 and len(emulator.requests_of("CreateNode")) == 2

@@ -22,7 +22,8 @@ class ReservationShortfallError(CloudError):
 
 
 class PreemptedWhileCreatingError(CloudError):
-    """A spot/preemptible slice was preempted before it became READY (operation code 3)."""
+    """A spot/preemptible slice was preempted before it became READY (operation code 3 with the
+    message '... not supported while in state PREEMPTED'; see `gcp/errors.py`)."""
 
 
 class QuotaError(CloudError):
@@ -50,7 +51,11 @@ class PermissionDeniedError(CloudError):
 
 
 class InvalidRequestError(CloudError):
-    """The API rejected the request as malformed (wrong runtime version, zone, ...)."""
+    """The API rejected the request as malformed (wrong runtime version, zone, ...): bad input,
+    which no retry fixes (a call's INVALID_ARGUMENT, or an operation's code 3 that is not a
+    preemption)."""
+
+    exit_code = 2
 
 
 class AuthenticationError(CloudError):

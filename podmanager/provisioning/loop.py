@@ -177,6 +177,14 @@ class Provisioner:
                 self.record("slice_preempted", f"{want.node_name} was preempted while being created in "
                             f"{action.zone}; it will be deleted and created again", want.index,
                             node=want.node_name, zone=action.zone, while_creating=True)
+            elif isinstance(error, cloud_errors.InvalidRequestError):
+                # Refused as asked: no retry and no other zone changes the request.
+                raise cloud_errors.InvalidRequestError(
+                    f"slice {want.index} ({want.node_name}): the Cloud TPU API refused to create it in "
+                    f"{action.zone}: {error.message}. It asked for {_describe_request(want)}.",
+                    hint=f"Fix that in the spec's slices (the one with accelerator {want.request.accelerator_type}) "
+                         "and run 'up' again; it was tried once, not retried.",
+                ) from error
             else:
                 raise error
         elif error is not None and not isinstance(error, cloud_errors.NotFoundError):
@@ -185,6 +193,14 @@ class Provisioner:
             name = action.name  # type: ignore[union-attr]
             self.record("slice_deleted", f"{name} deleted", action.slice_index, node=name)  # type: ignore[union-attr]
 
+
+def _describe_request(want: DesiredSlice) -> str:
+    request = want.request
+    parts = [f"accelerator {request.accelerator_type}", f"runtime_version {request.runtime_version!r}",
+             f"capacity {request.capacity.value}"]
+    if request.reservation:
+        parts.append(f"reservation {request.reservation!r}")
+    return ", ".join(parts) + (" (as a queued resource)" if want.queued else "")
 
 
 class _WaitReporter:

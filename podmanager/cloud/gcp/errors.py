@@ -1,14 +1,16 @@
 """Google's errors -> podmanager's error taxonomy, in one table and one function.
 
 `map_google_error` serves both a failed call (a gRPC status with its details) and a failed
-long-running operation (the `google.rpc.Status` in `Operation.error`): operation codes 8, 9
-and 3 mean no capacity, reservation shortfall and preempted-while-creating; a
-RESOURCE_EXHAUSTED call with a QuotaFailure is a quota (not retried), without one it is a
-rate limit (retried).
+long-running operation (the `google.rpc.Status` in `Operation.error`): operation codes 8 and 9
+mean no capacity and reservation shortfall; operation code 3 is told apart by its message
+(`preempted_while_creating`): a spot slice preempted while it was created, or a truly invalid
+request (a bad runtime version, ...) that no retry fixes. A RESOURCE_EXHAUSTED call with a
+QuotaFailure is a quota (not retried), without one it is a rate limit (retried).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from google.api_core import exceptions as google_exceptions
@@ -26,8 +28,20 @@ AUTH_HINT = (
 _OPERATION_ERRORS: dict[int, type[cloud_errors.CloudError]] = {
     code_pb2.RESOURCE_EXHAUSTED: cloud_errors.CapacityError,  # 8: "There is no more capacity in the zone"
     code_pb2.FAILED_PRECONDITION: cloud_errors.ReservationShortfallError,  # 9
-    code_pb2.INVALID_ARGUMENT: cloud_errors.PreemptedWhileCreatingError,  # 3, as the TPU API reports it
 }
+
+# Operation code 3 (INVALID_ARGUMENT) is what Cloud TPU sends both for a spot slice preempted
+# while it was being created and for a request it refuses. The preemption has one known
+# wording, which this keys on (as SkyPilot observed it, sky/backends/cloud_vm_ray_backend.py):
+#   'Cloud TPU received a bad request. update is not supported while in state PREEMPTED [EID: 0x...]'
+# Only "... in state PREEMPTED" makes it a preemption; every other code-3 message is an invalid
+# request, reported after one try.
+_PREEMPTED_WHILE_CREATING = re.compile(r"\bin state PREEMPTED\b")
+
+
+def preempted_while_creating(message: str) -> bool:
+    """Whether an operation's code-3 message is the preemption of a slice being created."""
+    return bool(_PREEMPTED_WHILE_CREATING.search(message))
 
 # Codes of a failed call (and of any other failed operation).
 _CALL_ERRORS: dict[int, type[cloud_errors.CloudError]] = {
@@ -46,6 +60,8 @@ _HINTS: dict[type[cloud_errors.CloudError], str] = {
     cloud_errors.AuthenticationError: AUTH_HINT,
     cloud_errors.PermissionDeniedError: "The account needs roles/tpu.admin on the project (and the Cloud TPU API enabled).",
     cloud_errors.CapacityError: "Try another zone, spot capacity, or a queued resource.",
+    cloud_errors.InvalidRequestError: "The Cloud TPU API refused the request itself; retrying will not help. Check the "
+                                      "slice's accelerator, runtime_version, reservation and zone in the spec.",
 }
 
 _RATE_WORDS = ("per minute", "per second", "per 100 seconds", "rate limit", "requests per")
@@ -79,6 +95,8 @@ def map_google_error(code: int, message: str, details: Sequence[Any] = (), *, in
             return cloud_errors.CapacityError(message, hint=_HINTS[cloud_errors.CapacityError])
         return cloud_errors.TransientError(f"rate limited (RESOURCE_EXHAUSTED): {message}")
     kind = (_OPERATION_ERRORS.get(code) if in_operation else None) or _CALL_ERRORS.get(code, cloud_errors.CloudError)
+    if in_operation and code == code_pb2.INVALID_ARGUMENT and preempted_while_creating(message):
+        kind = cloud_errors.PreemptedWhileCreatingError
     name = code_pb2.Code.Name(code) if code in code_pb2.Code.values() else "UNKNOWN"
     label = f"operation error code {code}" if in_operation else name
     return kind(f"{message} ({label})" if message else label, hint=_HINTS.get(kind))

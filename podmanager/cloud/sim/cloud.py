@@ -65,11 +65,16 @@ _ERROR_TYPES: dict[str, type[cloud_errors.CloudError]] = {
     )
 }
 
-# Creation faults per zone, in the order they are checked: the error type and its message.
+# Creation faults per zone, in the order they are checked: the error type and its message
+# (Cloud TPU's own wording where it is known; both of the last two arrive as operation code 3,
+# told apart by the message: see `cloud/gcp/errors.py`).
 _CREATE_FAULTS = {
     "capacity": ("CapacityError", "There is no more capacity in the zone {zone}; you can try in another zone"),
     "reservation": ("ReservationShortfallError", "Insufficient reserved capacity in {zone}"),
-    "preempt-while-creating": ("PreemptedWhileCreatingError", "The TPU node was preempted while being created in {zone}"),
+    "preempt-while-creating": ("PreemptedWhileCreatingError",
+                               "Cloud TPU received a bad request. update is not supported while in state PREEMPTED"),
+    "invalid-request": ("InvalidRequestError",
+                        "Cloud TPU received a bad request. runtime version {runtime_version!r} is not supported in {zone}"),
 }
 
 
@@ -273,13 +278,13 @@ class SimCloud:
                 f"429 RESOURCE_EXHAUSTED: quota {quota.quota} exceeded in {zone}", quota=quota.quota
             )
 
-    def _take_create_fault(self, zone: str) -> tuple[str, str] | None:
+    def _take_create_fault(self, zone: str, request: NodeRequest) -> tuple[str, str] | None:
         per_zone = self._state.faults.create.get(zone, {})
         for kind, (error_type, message) in _CREATE_FAULTS.items():
             remaining = per_zone.get(kind, 0)
             if remaining != 0:
                 per_zone[kind] = remaining - 1 if remaining > 0 else remaining
-                return error_type, message.format(zone=zone)
+                return error_type, message.format(zone=zone, runtime_version=request.runtime_version)
         return None
 
     # ---------------------------------------------------------------- nodes
@@ -302,7 +307,7 @@ class SimCloud:
             ) from None
         self._check_quota(zone)
         now = self.clock.now()
-        fault = self._take_create_fault(zone)
+        fault = self._take_create_fault(zone, request)
         if fault and fault[0] != "PreemptedWhileCreatingError":
             # The API accepts the request and the operation fails; no node is left.
             return self._new_operation(zone, now + min(self.create_latency_s, 0.05), fault)

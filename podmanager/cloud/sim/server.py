@@ -10,7 +10,7 @@ How it maps the simulator onto the API:
 - long-running operations are `operations_pb2.Operation`s named as the simulator names
   them; when done they carry the resulting Node / QueuedResource / Empty in `response`,
   or a `google.rpc.Status` in `error` (8 no capacity, 9 reservation shortfall,
-  3 preempted while creating);
+  3 preempted while creating or an invalid request, told apart by the message);
 - synchronous errors are gRPC status codes; quota errors are RESOURCE_EXHAUSTED with a
   `google.rpc.QuotaFailure` in the status details, as Google sends them;
 - any project is accepted (resources are keyed by zone), so a spec written for a real
