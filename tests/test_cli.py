@@ -64,6 +64,15 @@ def test_bad_spec_is_refused_with_the_field_and_exit_code_2(tmp_path):
     assert simulated_cloud("podmanager-sim").all_nodes() == []
 
 
+def test_a_reservation_on_a_spot_slice_is_refused_with_the_field_and_exit_code_2(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(SPEC.replace("    count: 2", "    count: 2\n    queued: true\n    capacity: spot\n    reservation: mine"))
+    result = invoke("up", "-f", path, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert "slices[0].reservation: a reservation serves only capacity: reserved" in result.output
+    assert simulated_cloud("podmanager-sim").all_nodes() == []
+
+
 def test_missing_file_and_unknown_cluster(tmp_path):
     result = invoke("up", "-f", tmp_path / "nope.yaml", "--dry-run")
     assert result.exit_code == 2 and "--file: cannot read" in result.output

@@ -104,3 +104,16 @@ def test_preempted_while_creating_is_still_created_again(setup) -> None:  # type
 
     assert [(n.name, n.state) for n in nodes] == [("c-s0", NodeState.READY)]
     assert events.count("slice_preempted") == 1 and len(emulator.requests_of("CreateNode")) == 2
+
+
+def test_a_reservation_name_reaches_the_queued_resource_request(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0)
+
+    nodes = provisioner.converge(desired_slices(spec(count=1, queued=True, reservation="team-v4")), timeout_s=300)
+
+    assert [(n.name, n.capacity) for n in nodes] == [("c-s0", Capacity.RESERVED)]
+    [sent] = emulator.requests_of("CreateQueuedResource")
+    assert "guaranteed" in sent.queued_resource
+    assert sent.queued_resource.reservation_name == "projects/my-project/locations/zone-a/reservations/team-v4"
+    assert sent.queued_resource.tpu.node_spec[0].node.scheduling_config.reserved

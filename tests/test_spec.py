@@ -46,6 +46,13 @@ def test_dry_run_forces_simulated_backend():
         ({"simulation": {"faults": [{"kind": "capacity"}]}}, "needs 'zone'"),
         ({"simulation": {"faults": [{"kind": "meteor"}]}}, "simulation.faults[0].kind"),
         ({"health": {"hang_timeout_s": -1}}, "health.hang_timeout_s"),
+        ({"slices": [{"accelerator": "v4-8", "queued": True, "capacity": "spot", "reservation": "r"}]},
+         "slices[0].reservation: a reservation serves only capacity: reserved, and this slice asks for capacity: "
+         "spot; set capacity: reserved or remove reservation"),
+        ({"slices": [{"accelerator": "v4-8", "reservation": "r"}]},
+         "slices[0].reservation: the Cloud TPU API takes a reservation name only on a queued resource; add queued: true"),
+        ({"slices": [{"accelerator": "v4-8", "queued": True, "reservation": "Bad Name"}]},
+         "slices[0].reservation: 'Bad Name' is not a reservation name"),
     ],
 )
 def test_bad_specs_name_the_field(change, expected):
@@ -84,3 +91,14 @@ def test_example_specs_are_valid():
     assert examples
     for example in examples:
         assert load_spec(example, dry_run=True).slices
+
+
+def test_a_reservation_means_reserved_capacity_and_reaches_the_request():
+    from podmanager.provisioning.plan import desired_slices
+
+    spec = parse_spec({**GOOD, "slices": [{"accelerator": "v4-8", "queued": True, "reservation": "my-res"},
+                                         {"accelerator": "v4-8", "queued": True, "capacity": "reserved",
+                                          "reservation": "projects/p/locations/z/reservations/other"}]})
+    assert [s.capacity for s in spec.slices] == [Capacity.RESERVED, Capacity.RESERVED]
+    assert [(d.request.reservation, d.request.capacity) for d in desired_slices(spec)] == [
+        ("my-res", Capacity.RESERVED), ("projects/p/locations/z/reservations/other", Capacity.RESERVED)]

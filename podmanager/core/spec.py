@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,6 +32,7 @@ from podmanager.runtime.checkpoints import is_url
 NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 SIMULATED_PROJECT = "podmanager-sim"
 SIMULATED_ZONES = ["sim-zone-a", "sim-zone-b", "sim-zone-c"]
+_RESERVATION = re.compile(r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)|(projects/[^/]+/locations/[^/]+/reservations/[^/]+)")
 
 
 class _Model(BaseModel):
@@ -54,7 +56,36 @@ class SliceSpec(_Model):
     runtime_version: str = "tpu-ubuntu2204-base"
     capacity: Capacity = Capacity.ON_DEMAND
     queued: bool = False
+    # A reservation's name (or projects/P/locations/Z/reservations/R). The Cloud TPU API takes a
+    # name only on a queued resource (a node's scheduling_config has just `reserved`), so it needs
+    # `queued: true`; it implies `capacity: reserved`.
+    reservation: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reservation_means_reserved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("reservation") and "capacity" not in data:
+            return {**data, "capacity": Capacity.RESERVED.value}
+        return data
+
+    @field_validator("reservation")
+    @classmethod
+    def _valid_reservation(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if not _RESERVATION.fullmatch(value):
+            raise ValueError(f"{value!r} is not a reservation name; use its name (e.g. my-reservation) or "
+                             "projects/PROJECT/locations/ZONE/reservations/NAME")
+        capacity = info.data.get("capacity")
+        if capacity is not None and capacity is not Capacity.RESERVED:
+            raise ValueError(f"a reservation serves only capacity: reserved, and this slice asks for "
+                             f"capacity: {capacity.value}; set capacity: reserved or remove reservation")
+        if info.data.get("queued") is False:
+            raise ValueError("the Cloud TPU API takes a reservation name only on a queued resource; add "
+                             "queued: true to this slice (or remove reservation: capacity: reserved alone uses "
+                             "any reservation of the project)")
+        return value
 
     @field_validator("accelerator")
     @classmethod

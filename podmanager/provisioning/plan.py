@@ -89,6 +89,7 @@ def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None)
             capacity=instance.spec.capacity,
             labels=labels,
             metadata=dict(metadata or {}),
+            reservation=instance.spec.reservation,
         )
         out.append(DesiredSlice(instance.index, node_name(spec.name, instance.index), request,
                                 instance.spec.queued, tuple(spec.zones)))
