@@ -12,11 +12,12 @@ import pytest
 
 from podmanager.cloud import errors
 
-from podmanager.cloud.base import NodeState
+from podmanager.cloud.base import NodeState, QueuedResourceState
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.cloud.sim.server import TpuEmulator
 from podmanager.core.clock import FakeClock
+from podmanager.core.errors import TimeoutExceededError
 from podmanager.core.spec import Capacity, parse_spec
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import desired_slices
@@ -117,3 +118,118 @@ def test_a_reservation_name_reaches_the_queued_resource_request(setup) -> None: 
     assert "guaranteed" in sent.queued_resource
     assert sent.queued_resource.reservation_name == "projects/my-project/locations/zone-a/reservations/team-v4"
     assert sent.queued_resource.tpu.node_spec[0].node.scheduling_config.reserved
+
+
+def test_a_suspended_spot_queued_slice_is_deleted_with_force_and_created_again(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0)
+    desired = desired_slices(spec(count=1, queued=True, capacity="spot"))
+    provisioner.converge(desired, timeout_s=300)
+
+    sim.preempt("zone-a", "c-s0")  # the service takes the spot slice back
+    assert [q.state for q in cloud.list_queued_resources("zone-a")] == [QueuedResourceState.SUSPENDING]
+    clock.advance(1.0)
+    assert [q.state for q in cloud.list_queued_resources("zone-a")] == [QueuedResourceState.SUSPENDED]
+    assert cloud.list_nodes("zone-a") == []
+
+    nodes = provisioner.converge(desired, timeout_s=300)
+
+    assert [(n.name, n.state) for n in nodes] == [("c-s0", NodeState.READY)]
+    assert [q.state for q in cloud.list_queued_resources("zone-a")] == [QueuedResourceState.ACTIVE]
+    assert [r.force for r in emulator.requests_of("DeleteQueuedResource")] == [True]
+    assert len(emulator.requests_of("CreateQueuedResource")) == 2
+
+
+def test_every_queued_resource_is_valid_only_for_what_remains_of_the_timeout_and_a_minute(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0).converge(
+        desired_slices(spec(count=1, queued=True)), timeout_s=900)
+    [sent] = emulator.requests_of("CreateQueuedResource")
+    assert sent.queued_resource.queueing_policy.valid_until_duration.total_seconds() == 900 + 60  # and a margin
+
+
+def test_a_timed_out_up_leaves_no_queued_resource(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    sim.create_latency_s = 10_000.0  # granted long after `up` stops waiting
+    events: list[str] = []
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0,
+                              record=lambda kind, *args, **kw: events.append(kind))
+
+    with pytest.raises(TimeoutExceededError) as gave_up:
+        provisioner.converge(desired_slices(spec(queued=True, capacity="spot")), timeout_s=120)
+
+    message = str(gave_up.value)
+    assert "c-s0 (CREATING)" in message
+    assert "deleted the queued resource(s) it had created and not yet granted (c-s0, c-s1)" in message
+    assert sim.all_queued_resources() == [] and sim.all_nodes() == []
+    assert [r.force for r in emulator.requests_of("DeleteQueuedResource")] == [True, True]
+    assert events.count("queued_resource_deleting") == 2
+
+
+def test_a_queued_resource_past_its_valid_until_fails_and_is_created_again(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    from podmanager.cloud.base import NodeRequest
+
+    sim.create_latency_s = 500.0
+    request = NodeRequest("v4-16", "tpu-ubuntu2204-base", labels={"podmanager-cluster": "c", "podmanager-slice": "0"},
+                          valid_for_s=100.0)
+    cloud.create_queued_resource("zone-a", "c-s0", "c-s0", request)
+    clock.advance(99)
+    assert [q.state for q in cloud.list_queued_resources("zone-a")] == [QueuedResourceState.PROVISIONING]
+    clock.advance(2)
+    assert [q.state for q in cloud.list_queued_resources("zone-a")] == [QueuedResourceState.FAILED]
+    assert [n.state for n in cloud.list_nodes("zone-a")] == [NodeState.DELETING]  # what it began goes too
+
+    sim.create_latency_s = 4.0
+    nodes = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0).converge(
+        desired_slices(spec(count=1, queued=True)), timeout_s=300)
+    assert [(n.name, n.state) for n in nodes] == [("c-s0", NodeState.READY)]
+
+
+@pytest.mark.parametrize(("state", "health"), [(NodeState.HIDDEN, None), (NodeState.UNHIDING, None),
+                                               (None, "TIMEOUT"), (None, "UNHEALTHY_MAINTENANCE")])
+def test_a_hidden_or_unhealthy_slice_is_waited_for_then_replaced(setup, state, health) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    events: list[tuple[str, str]] = []
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0, bounded_wait_s=60.0,
+                              record=lambda kind, message, *args, **kw: events.append((kind, message)))
+    desired = desired_slices(spec(count=1))
+    provisioner.converge(desired, timeout_s=300)
+    sim.degrade("zone-a", "c-s0", state=state, health=health)
+    seen = cloud.get_node("zone-a", "c-s0")
+    assert (seen.state, seen.health) == (state or NodeState.READY, health or "HEALTHY")
+
+    started = clock.now()
+    nodes = provisioner.converge(desired, timeout_s=300)
+
+    assert [(n.name, n.state, n.health) for n in nodes] == [("c-s0", NodeState.READY, "HEALTHY")]
+    assert 60 <= clock.now() - started < 80  # the bounded wait, a delete and a create; not the whole timeout
+    assert any(kind == "slice_waiting" and "waiting up to 60s for it to come back, then replacing it" in message
+               for kind, message in events)
+    assert any(kind == "slice_deleting" and "for 60s" in message for kind, message in events)
+
+
+def test_a_hidden_slice_that_comes_back_in_time_is_kept(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0, bounded_wait_s=60.0)
+    desired = desired_slices(spec(count=1))
+    provisioner.converge(desired, timeout_s=300)
+    sim.degrade("zone-a", "c-s0", state=NodeState.HIDING, for_s=20.0)
+
+    provisioner.converge(desired, timeout_s=300)
+
+    assert emulator.requests_of("DeleteNode") == [] and len(emulator.requests_of("CreateNode")) == 1
+
+
+def test_unknown_after_a_failed_repair_is_replaced_at_once(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0)
+    desired = desired_slices(spec(count=1))
+    provisioner.converge(desired, timeout_s=300)
+    sim.degrade("zone-a", "c-s0", state=NodeState.UNKNOWN)
+    assert cloud.get_node("zone-a", "c-s0").state is NodeState.UNKNOWN
+
+    started = clock.now()
+    provisioner.converge(desired, timeout_s=300)
+
+    assert clock.now() - started < 10 and len(emulator.requests_of("DeleteNode")) == 1

@@ -18,9 +18,17 @@ SPEC = parse_spec({"name": "c", "backend": "simulated", "zones": ["a", "b"],
 DESIRED = desired_slices(SPEC)
 
 
-def node(name, state=NodeState.READY, accelerator="v4-16", zone="a"):
-    return Node(name=name, zone=zone, accelerator_type=accelerator, state=state,
+def node(name, state=NodeState.READY, accelerator="v4-16", zone="a", health=None):
+    return Node(name=name, zone=zone, accelerator_type=accelerator, state=state, health=health,
                 labels={"podmanager-cluster": "c", "podmanager-slice": name[-1]})
+
+
+def queued(state, name="c-s0"):
+    return QueuedResource(name, "a", name, state, {"podmanager-cluster": "c", "podmanager-slice": name[-1]})
+
+
+QUEUED = desired_slices(parse_spec({"name": "c", "backend": "simulated", "zones": ["a"],
+                                    "slices": [{"accelerator": "v4-16", "queued": True, "capacity": "spot"}]}))
 
 
 def test_desired_slices_have_stable_names_and_labels():
@@ -73,8 +81,65 @@ def test_queued_slices():
     waiting = QueuedResource("c-s0", "a", "c-s0", QueuedResourceState.WAITING_FOR_RESOURCES, {"podmanager-cluster": "c"})
     assert plan(desired, Observed((), (waiting,))) == []
     failed = QueuedResource("c-s0", "a", "c-s0", QueuedResourceState.FAILED, {"podmanager-cluster": "c"})
-    assert plan(desired, Observed((), (failed,))) == [DeleteQueuedResource("c-s0", "a", "queued resource failed", 0)]
+    assert plan(desired, Observed((), (failed,))) == [DeleteQueuedResource("c-s0", "a", "queued resource is FAILED", 0)]
     active = QueuedResource("c-s0", "a", "c-s0", QueuedResourceState.ACTIVE, {"podmanager-cluster": "c"})
     # A preempted node of a queued resource goes by deleting the queued resource.
     assert plan(desired, Observed((node("c-s0", NodeState.PREEMPTED),), (active,))) == [
         DeleteQueuedResource("c-s0", "a", "node is PREEMPTED", 0)]
+
+
+def test_failed_and_suspended_queued_resources_are_deleted_then_created_again():
+    for state in (QueuedResourceState.FAILED, QueuedResourceState.SUSPENDED):
+        assert plan(QUEUED, Observed((), (queued(state),))) == [
+            DeleteQueuedResource("c-s0", "a", f"queued resource is {state.value}", 0)]
+        assert not converged(QUEUED, Observed((node("c-s0"),), (queued(state),)))
+    # Once it is gone the slice is created again.
+    assert plan(QUEUED, Observed()) == [CreateSlice(QUEUED[0], "a")]
+
+
+def test_a_suspending_queued_resource_is_waited_out_not_deleted_twice():
+    suspending = queued(QueuedResourceState.SUSPENDING)
+    assert plan(QUEUED, Observed((), (suspending,))) == []
+    assert plan(QUEUED, Observed((node("c-s0", NodeState.PREEMPTED),), (suspending,))) == []
+    assert plan(QUEUED, Observed((), (queued(QueuedResourceState.DELETING),))) == []
+
+
+def test_queued_resources_on_their_way_hold_their_slice():
+    for state in (QueuedResourceState.WAITING_FOR_RESOURCES, QueuedResourceState.ACCEPTED,
+                  QueuedResourceState.PROVISIONING, QueuedResourceState.CREATING):
+        assert plan(QUEUED, Observed((), (queued(state),))) == []
+    assert converged(QUEUED, Observed((node("c-s0"),), (queued(QueuedResourceState.ACTIVE),)))
+
+
+def test_unknown_after_a_failed_repair_is_replaced_at_once():
+    assert plan(DESIRED, Observed((node("c-s0", NodeState.UNKNOWN), node("c-s1")))) == [
+        DeleteNode("c-s0", "a", "node is UNKNOWN", 0)]
+
+
+def test_hidden_and_unhealthy_nodes_are_waited_for_then_replaced_when_overdue():
+    waiting = [node("c-s0", state) for state in (NodeState.HIDING, NodeState.HIDDEN, NodeState.UNHIDING)]
+    waiting += [node("c-s0", health=health) for health in ("TIMEOUT", "UNHEALTHY_MAINTENANCE")]
+    for first in waiting:
+        observed = Observed((first, node("c-s1")))
+        assert plan(DESIRED, observed) == [] and not converged(DESIRED, observed)
+        [replace] = plan(DESIRED, observed, overdue={"c-s0": 601.0})
+        assert replace.name == "c-s0" and isinstance(replace, DeleteNode)
+        assert replace.reason.startswith("node is ") and replace.reason.endswith("for 601s")
+    assert plan(DESIRED, Observed((node("c-s0", health="TIMEOUT"), node("c-s1"))), overdue={"c-s0": 700})[0].reason \
+        == "node is READY (TIMEOUT) for 700s"
+    # A TensorFlow health report says nothing about a JAX slice.
+    assert converged(DESIRED, Observed((node("c-s0", health="UNHEALTHY_TENSORFLOW"), node("c-s1", health="HEALTHY"))))
+
+
+def test_an_overdue_hidden_queued_slice_goes_with_its_queued_resource():
+    observed = Observed((node("c-s0", NodeState.HIDDEN),), (queued(QueuedResourceState.ACTIVE),))
+    assert plan(QUEUED, observed) == []
+    assert plan(QUEUED, observed, overdue={"c-s0": 600.0}) == [
+        DeleteQueuedResource("c-s0", "a", "node is HIDDEN for 600s", 0)]
+
+
+def test_the_state_table_covers_every_state():
+    from podmanager.cloud.base import DEAD_STATES, NODE_DECISIONS, QUEUED_DECISIONS
+
+    assert set(NODE_DECISIONS) == set(NodeState) and set(QUEUED_DECISIONS) == set(QueuedResourceState)
+    assert DEAD_STATES == {NodeState.PREEMPTED, NodeState.TERMINATED, NodeState.STOPPED, NodeState.UNKNOWN}

@@ -3,6 +3,15 @@
 Calls map one to one onto the Cloud TPU v2 API. Mutations return an `Operation` (a
 long-running operation, as in the API); `get_operation` polls it. Errors are the
 types in `podmanager.cloud.errors`.
+
+`NODE_DECISIONS`, `HEALTH_DECISIONS` and `QUEUED_DECISIONS` are the one table of what each
+state the API reports means for provisioning (`decide`, `decide_queued`): use it, wait for
+it (within the caller's timeout), wait at most `BOUNDED_WAIT_S` and then replace it, replace
+it at once, or wait while it goes. Choices where the documentation leaves room: UNKNOWN (a
+failed repair) is replaced at once; HIDING/HIDDEN/UNHIDING and a READY node whose health is
+TIMEOUT or UNHEALTHY_MAINTENANCE get the bounded wait; UNHEALTHY_TENSORFLOW is ignored (no
+TensorFlow server runs); SUSPENDING is waited out and SUSPENDED, like FAILED, is deleted with
+force and created again.
 """
 
 from __future__ import annotations
@@ -27,11 +36,11 @@ class NodeState(str, Enum):
     PREEMPTED = "PREEMPTED"
     TERMINATED = "TERMINATED"
     STOPPED = "STOPPED"
-    UNKNOWN = "UNKNOWN"
-
-
-# States from which a node never comes back: the slice must be deleted and made anew.
-DEAD_STATES = frozenset({NodeState.PREEMPTED, NodeState.TERMINATED, NodeState.STOPPED})
+    HIDING = "HIDING"
+    HIDDEN = "HIDDEN"
+    UNHIDING = "UNHIDING"
+    UNKNOWN = "UNKNOWN"  # the API's UNKNOWN: what a node is after a failed repair
+    UNSPECIFIED = "STATE_UNSPECIFIED"  # no state, or one this client does not know
 
 
 class QueuedResourceState(str, Enum):
@@ -47,6 +56,92 @@ class QueuedResourceState(str, Enum):
     UNKNOWN = "UNKNOWN"
 
 
+class Decision(str, Enum):
+    """What provisioning does about a node or a queued resource in a given state."""
+
+    USE = "use"  # READY and healthy: a slice to run on
+    WAIT = "wait"  # on its way or healing by itself: waited for within the caller's timeout
+    WAIT_BOUNDED = "wait-bounded"  # may come back: waited for at most BOUNDED_WAIT_S, then replaced
+    REPLACE = "replace"  # never comes back: deleted (queued resources with force) and created anew
+    GOING = "going"  # being deleted (by us or by the service): waited for, nothing else
+
+
+# The one state table. Node states as the Cloud TPU API documents them:
+# - CREATING/RESTARTING (and REIMAGING/STARTING, read as RESTARTING)/REPAIRING end by themselves.
+# - PREEMPTED, TERMINATED and STOPPED never come back (a PREEMPTED node still holds quota), and
+#   UNKNOWN is what a failed repair leaves: all four are replaced at once.
+# - HIDING/HIDDEN/UNHIDING: the service is hiding the node (maintenance of the host, a capacity
+#   move) and normally unhides it; podmanager waits BOUNDED_WAIT_S for it, then replaces it.
+#   A state the client cannot read (UNSPECIFIED) gets the same bounded wait.
+NODE_DECISIONS: dict[NodeState, Decision] = {
+    NodeState.READY: Decision.USE,
+    NodeState.CREATING: Decision.WAIT,
+    NodeState.RESTARTING: Decision.WAIT,
+    NodeState.REPAIRING: Decision.WAIT,
+    NodeState.HIDING: Decision.WAIT_BOUNDED,
+    NodeState.HIDDEN: Decision.WAIT_BOUNDED,
+    NodeState.UNHIDING: Decision.WAIT_BOUNDED,
+    NodeState.UNSPECIFIED: Decision.WAIT_BOUNDED,
+    NodeState.PREEMPTED: Decision.REPLACE,
+    NodeState.TERMINATED: Decision.REPLACE,
+    NodeState.STOPPED: Decision.REPLACE,
+    NodeState.UNKNOWN: Decision.REPLACE,
+    NodeState.DELETING: Decision.GOING,
+}
+
+# `Node.health` of a READY node: HEALTHY (or none) is used; TIMEOUT (its health check timed out)
+# and UNHEALTHY_MAINTENANCE (under maintenance) get the bounded wait, then replacement;
+# UNHEALTHY_TENSORFLOW is about a TensorFlow server podmanager does not run, so it is ignored.
+HEALTH_DECISIONS: dict[str, Decision] = {
+    "HEALTHY": Decision.USE,
+    "UNHEALTHY_TENSORFLOW": Decision.USE,
+    "TIMEOUT": Decision.WAIT_BOUNDED,
+    "UNHEALTHY_MAINTENANCE": Decision.WAIT_BOUNDED,
+}
+
+# Queued resources: the ones on their way or granted hold their slice; SUSPENDING (the
+# service is taking a spot one back) and DELETING are waited out; FAILED (never granted, or
+# past its valid_until) and SUSPENDED (a spot one taken back) are deleted with force and
+# created again.
+QUEUED_DECISIONS: dict[QueuedResourceState, Decision] = {
+    QueuedResourceState.CREATING: Decision.WAIT,
+    QueuedResourceState.ACCEPTED: Decision.WAIT,
+    QueuedResourceState.WAITING_FOR_RESOURCES: Decision.WAIT,
+    QueuedResourceState.PROVISIONING: Decision.WAIT,
+    QueuedResourceState.UNKNOWN: Decision.WAIT,
+    QueuedResourceState.ACTIVE: Decision.USE,
+    QueuedResourceState.SUSPENDING: Decision.GOING,
+    QueuedResourceState.DELETING: Decision.GOING,
+    QueuedResourceState.FAILED: Decision.REPLACE,
+    QueuedResourceState.SUSPENDED: Decision.REPLACE,
+}
+
+# How long a node in a WAIT_BOUNDED condition is waited for before it is replaced.
+BOUNDED_WAIT_S = 600.0
+
+# States from which a node never comes back: the slice must be deleted and made anew.
+DEAD_STATES = frozenset(state for state, decision in NODE_DECISIONS.items() if decision is Decision.REPLACE)
+
+
+def decide(node: "Node") -> Decision:
+    """What to do about this node: its state's decision, and for a READY node its health's."""
+    decision = NODE_DECISIONS.get(node.state, Decision.WAIT_BOUNDED)
+    if decision is Decision.USE and node.health:
+        return HEALTH_DECISIONS.get(node.health, Decision.USE)
+    return decision
+
+
+def decide_queued(queued: "QueuedResource") -> Decision:
+    return QUEUED_DECISIONS.get(queued.state, Decision.WAIT)
+
+
+def condition(node: "Node") -> str:
+    """The node's state, with its health when that is what decides: 'READY (TIMEOUT)'."""
+    if node.state is NodeState.READY and node.health and HEALTH_DECISIONS.get(node.health) is not Decision.USE:
+        return f"{node.state.value} ({node.health})"
+    return node.state.value
+
+
 @dataclass(frozen=True)
 class NodeRequest:
     """What to create: one TPU VM slice."""
@@ -56,7 +151,10 @@ class NodeRequest:
     capacity: Capacity = Capacity.ON_DEMAND
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
-    reservation: str | None = None
+    reservation: str | None = None  # a reservation's name (queued resources only: the v2 API takes it nowhere else)
+    # Queued resources only: the API drops the request (FAILED) if it is not granted within this
+    # many seconds (queueing_policy.valid_until_duration); None: no limit.
+    valid_for_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,28 @@ together, so 64 slices take about one create latency, not 64.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.base import Node, NodeState, Operation, TpuCloud
+from podmanager.cloud.base import (
+    BOUNDED_WAIT_S,
+    SLICE_LABEL,
+    Decision,
+    Node,
+    NodeState,
+    Operation,
+    TpuCloud,
+    condition,
+    decide,
+    decide_queued,
+)
 from podmanager.core.clock import Clock, RealClock
-from podmanager.core.errors import TimeoutExceededError
+from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.provisioning.plan import (
     Action,
     CreateSlice,
@@ -27,6 +40,12 @@ from podmanager.provisioning.plan import (
     converged,
     plan,
 )
+
+# A queued resource is valid for the converge's remaining timeout plus this (see `_start`).
+VALID_UNTIL_MARGIN_S = 60
+
+# How long a converge that gives up waits for the deletes of the queued resources it created.
+WITHDRAW_GRACE_S = 120.0
 
 # Recorder(kind, message, slice_index, **data): where the loop reports what it did.
 Recorder = Callable[..., None]
@@ -43,7 +62,7 @@ class Provisioner:
 
     def __init__(self, cloud: TpuCloud, cluster: str, zones: list[str], *, record: Recorder | None = None,
                  clock: Clock | None = None, poll_interval_s: float = 0.05, max_parallel_calls: int = 32,
-                 max_creates_per_slice: int = 10):
+                 max_creates_per_slice: int = 10, bounded_wait_s: float = BOUNDED_WAIT_S):
         self.cloud = cloud
         self.cluster = cluster
         self.zones = zones
@@ -52,6 +71,9 @@ class Provisioner:
         self.poll_interval_s = poll_interval_s
         self.max_parallel_calls = max_parallel_calls
         self.max_creates_per_slice = max_creates_per_slice
+        self.bounded_wait_s = bounded_wait_s
+        self._deadline = float("inf")  # of the converge under way
+        self._queued_created: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ observe
 
@@ -69,17 +91,38 @@ class Provisioner:
     def converge(self, desired: list[DesiredSlice], timeout_s: float,
                  unwanted_reason: str = "not in the spec") -> list[Node]:
         """Run passes until every desired slice is READY and nothing else of the cluster exists.
-        A REPAIRING slice is waited for (it heals by itself), within the same timeout."""
+        A REPAIRING slice is waited for (it heals by itself), within the same timeout; a HIDDEN or
+        unhealthy one (`cloud.base.Decision.WAIT_BOUNDED`) for `bounded_wait_s`, then replaced.
+
+        Every queued resource it creates is valid only for what remains of `timeout_s` and a
+        minute (queueing_policy.valid_until_duration), and if it gives up (a timeout or any other error)
+        it deletes those it created that were not granted yet (force), and says so in the error:
+        nothing it queued can be filled after it has stopped waiting."""
         deadline = self.clock.now() + timeout_s
+        self._deadline = deadline
+        self._queued_created: set[tuple[str, str]] = set()  # (zone, name) of the queued resources it created
+        try:
+            return self._converge(desired, timeout_s, deadline, unwanted_reason)
+        except PodmanagerError as error:
+            self._withdraw_queued(error)
+            raise
+
+    def _converge(self, desired: list[DesiredSlice], timeout_s: float, deadline: float,
+                  unwanted_reason: str) -> list[Node]:
         exhausted: dict[int, set[str]] = defaultdict(set)
         creates: dict[int, int] = defaultdict(int)
-        waits = _WaitReporter(self.record, desired, lambda: deadline - self.clock.now())
+        bounded_since: dict[str, float] = {}  # node -> when it was first seen HIDDEN, unhealthy, ...
+        waits = _WaitReporter(self.record, desired, lambda: deadline - self.clock.now(), self.bounded_wait_s)
         while True:
             observed = self.observe()
             if converged(desired, observed):
                 waits.settled(observed)
                 return list(observed.nodes)
-            actions = plan(desired, observed, exhausted, unwanted_reason=unwanted_reason)
+            now = self.clock.now()
+            bounded = {n.name for n in observed.nodes if decide(n) is Decision.WAIT_BOUNDED}
+            bounded_since = {name: bounded_since.get(name, now) for name in bounded}
+            overdue = {name: now - since for name, since in bounded_since.items() if now - since >= self.bounded_wait_s}
+            actions = plan(desired, observed, exhausted, unwanted_reason=unwanted_reason, overdue=overdue)
             for action in actions:
                 if isinstance(action, NoZoneLeft):
                     raise cloud_errors.CapacityError(
@@ -101,10 +144,39 @@ class Provisioner:
                 waits.waiting(observed)
                 self.clock.sleep(self.poll_interval_s)
 
+    def _withdraw_queued(self, error: PodmanagerError) -> None:
+        """Giving up: delete (force) the queued resources this converge created and that were
+        not granted, wait a little for the deletes, and add what was done to `error`'s message."""
+        created = self._queued_created
+        if not created:
+            return
+        try:
+            observed = self.observe()
+            mine = [qr for qr in observed.queued if (qr.zone, qr.name) in created
+                    and decide_queued(qr) not in (Decision.USE, Decision.GOING)]
+            if not mine:
+                return
+            why = "'up' gave up waiting" if isinstance(error, TimeoutExceededError) else "'up' stopped on an error"
+            index = {qr.name: qr.labels.get(SLICE_LABEL) for qr in mine}
+            actions: list[Action] = [
+                DeleteQueuedResource(qr.name, qr.zone, f"{why}; nothing it queued may be granted later",
+                                     int(index[qr.name]) if (index[qr.name] or "").isdigit() else None)
+                for qr in mine]
+            self.apply(actions, defaultdict(set), self.clock.now() + WITHDRAW_GRACE_S)
+            note = (f"deleted the queued resource(s) it had created and not yet granted ("
+                    f"{', '.join(sorted(qr.name for qr in mine))}), so none is filled later")
+        except PodmanagerError as failed:
+            note = (f"could not delete the queued resource(s) it created ({failed.message}); each expires at "
+                    "its valid_until, or run 'podmanager down'")
+        error.message = f"{error.message}; {note}"
+        error.args = (error.message, *error.args[1:])
+
     def _timeout(self, desired: list[DesiredSlice], observed: Observed, timeout_s: float) -> None:
-        states = {n.name: n.state.value for n in observed.nodes}
-        pending = [f"{d.node_name} ({states.get(d.node_name, 'missing')})" for d in desired
-                   if states.get(d.node_name) != NodeState.READY.value]
+        states = {n.name: condition(n) for n in observed.nodes}
+        usable = {n.name for n in observed.nodes if decide(n) is Decision.USE}
+        queued = {qr.node_name: f"queued resource {qr.state.value}" for qr in observed.queued}
+        pending = [f"{d.node_name} ({states.get(d.node_name) or queued.get(d.node_name, 'missing')})"
+                   for d in desired if d.node_name not in usable]
         extra = sorted(set(states) - {d.node_name for d in desired})
         what = ", ".join(pending + [f"{name} (to delete)" for name in extra])
         raise TimeoutExceededError(
@@ -143,7 +215,12 @@ class Provisioner:
                             f"{want.request.capacity.value}) in {action.zone}", want.index,
                             node=want.node_name, zone=action.zone)
                 if want.queued:
-                    operation = self.cloud.create_queued_resource(action.zone, want.node_name, want.node_name, want.request)
+                    # Valid for what remains of the timeout and a margin: the converge gives up (and
+                    # deletes it) first; if this process dies instead, the API fails it soon after.
+                    left = max(0, math.ceil(self._deadline - self.clock.now())) + VALID_UNTIL_MARGIN_S
+                    request = dataclasses.replace(want.request, valid_for_s=float(left))
+                    operation = self.cloud.create_queued_resource(action.zone, want.node_name, want.node_name, request)
+                    self._queued_created.add((action.zone, want.node_name))
                 else:
                     operation = self.cloud.create_node(action.zone, want.node_name, want.request)
             elif isinstance(action, DeleteNode):
@@ -205,27 +282,34 @@ def _describe_request(want: DesiredSlice) -> str:
 
 class _WaitReporter:
     """Says once what a pass with nothing to do is waiting for (slices still CREATING,
-    REPAIRING or DELETING), and when a repaired slice is back."""
+    REPAIRING, HIDDEN or DELETING), and when a repaired slice is back."""
 
-    def __init__(self, record: Recorder, desired: list[DesiredSlice], time_left: Callable[[], float]):
+    def __init__(self, record: Recorder, desired: list[DesiredSlice], time_left: Callable[[], float],
+                 bounded_wait_s: float = BOUNDED_WAIT_S):
         self.record = record
         self.index = {d.node_name: d.index for d in desired}
         self.time_left = time_left
-        self.told: dict[str, str] = {}  # node -> the state last reported
+        self.bounded_wait_s = bounded_wait_s
+        self.told: dict[str, str] = {}  # node -> the condition last reported
 
     def waiting(self, observed: Observed) -> None:
         for node in observed.nodes:
-            if node.state is NodeState.READY or self.told.get(node.name) == node.state.value:
+            now = condition(node)
+            if decide(node) is Decision.USE or self.told.get(node.name) == now:
                 continue
-            self.told[node.name] = node.state.value
+            self.told[node.name] = now
             index = self.index.get(node.name)
             if node.state is NodeState.REPAIRING:
                 self.record("slice_repairing", f"{node.name} is REPAIRING (maintenance); waiting up to "
                             f"{max(0.0, self.time_left()):.0f}s for it to come back READY", index,
                             node=node.name, zone=node.zone)
+            elif decide(node) is Decision.WAIT_BOUNDED:
+                wait = min(self.bounded_wait_s, max(0.0, self.time_left()))
+                self.record("slice_waiting", f"{node.name} is {now}; waiting up to {wait:.0f}s for it to come "
+                            "back, then replacing it", index, node=node.name, zone=node.zone, state=now)
             else:
-                self.record("slice_waiting", f"waiting for {node.name} ({node.state.value})", index,
-                            node=node.name, zone=node.zone, state=node.state.value)
+                self.record("slice_waiting", f"waiting for {node.name} ({now})", index,
+                            node=node.name, zone=node.zone, state=now)
 
     def settled(self, observed: Observed) -> None:
         for node in observed.nodes:

@@ -12,14 +12,17 @@ from dataclasses import dataclass, field
 from typing import Mapping, Union
 
 from podmanager.cloud.base import (
+    BOUNDED_WAIT_S,
     CLUSTER_LABEL,
-    DEAD_STATES,
     SLICE_LABEL,
+    Decision,
     Node,
     NodeRequest,
     NodeState,
     QueuedResource,
-    QueuedResourceState,
+    condition,
+    decide,
+    decide_queued,
 )
 from podmanager.core.spec import ClusterSpec
 
@@ -71,9 +74,6 @@ class NoZoneLeft:
 
 Action = Union[CreateSlice, DeleteNode, DeleteQueuedResource, NoZoneLeft]
 
-_QR_GONE = frozenset({QueuedResourceState.FAILED, QueuedResourceState.DELETING})
-
-
 def node_name(cluster: str, index: int) -> str:
     """Deterministic, so a second `up` finds what the first one made."""
     return f"{cluster}-s{index}"
@@ -98,8 +98,12 @@ def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None)
 
 def plan(desired: list[DesiredSlice], observed: Observed,
          exhausted_zones: Mapping[int, set[str]] | None = None, *,
-         unwanted_reason: str = "not in the spec") -> list[Action]:
-    """The actions for one pass. `exhausted_zones[i]`: zones that had no capacity for slice i."""
+         unwanted_reason: str = "not in the spec", overdue: Mapping[str, float] | None = None) -> list[Action]:
+    """The actions for one pass. `exhausted_zones[i]`: zones that had no capacity for slice i.
+    `overdue`: nodes whose bounded wait (HIDDEN, TIMEOUT, ...: `cloud.base.BOUNDED_WAIT_S`) is
+    over, with the seconds they waited: they are replaced. What each state means is
+    `cloud.base`'s one table."""
+    overdue = overdue or {}
     exhausted_zones = exhausted_zones or {}
     wanted = {d.node_name: d for d in desired}
     actions: list[Action] = []
@@ -108,40 +112,42 @@ def plan(desired: list[DesiredSlice], observed: Observed,
     queued_by_node = {qr.node_name: qr for qr in observed.queued}
     for qr in observed.queued:
         want = wanted.get(qr.node_name)
-        if qr.state is QueuedResourceState.DELETING:
-            busy.add(qr.node_name)
-        elif want is None or not want.queued:
+        decision = decide_queued(qr)
+        busy.add(qr.node_name)  # a slice with a queued resource is created only once it is gone
+        if decision is Decision.GOING:
+            continue
+        if want is None or not want.queued:
             actions.append(DeleteQueuedResource(qr.name, qr.zone, unwanted_reason, _index(want)))
-            busy.add(qr.node_name)
-        elif qr.state is QueuedResourceState.FAILED:
-            actions.append(DeleteQueuedResource(qr.name, qr.zone, "queued resource failed", want.index))
-            busy.add(qr.node_name)
+        elif decision is Decision.REPLACE:
+            actions.append(DeleteQueuedResource(qr.name, qr.zone, f"queued resource is {qr.state.value}", want.index))
 
     for node in observed.nodes:
         want = wanted.get(node.name)
         qr = queued_by_node.get(node.name)
-        if node.state is NodeState.DELETING:
-            busy.add(node.name)
+        decision = decide(node)
+        if decision is Decision.GOING or (qr is not None and decide_queued(qr) is Decision.GOING):
+            busy.add(node.name)  # going already, with its queued resource (SUSPENDING) or alone
             continue
         if want is None:
             reason = unwanted_reason
         elif node.accelerator_type != want.request.accelerator_type:
             reason = f"accelerator changed from {node.accelerator_type} to {want.request.accelerator_type}"
-        elif node.state in DEAD_STATES:
+        elif decision is Decision.REPLACE:
             reason = f"node is {node.state.value}"
+        elif decision is Decision.WAIT_BOUNDED and node.name in overdue:
+            reason = f"node is {condition(node)} for {overdue[node.name]:.0f}s"
         else:
             continue
         busy.add(node.name)
-        if qr is not None and qr.state not in _QR_GONE:
+        if qr is not None and decide_queued(qr) is not Decision.REPLACE:
             # Deleting the queued resource (forced) takes its node with it.
             actions.append(DeleteQueuedResource(qr.name, qr.zone, reason, _index(want)))
-        elif qr is None or qr.state is not QueuedResourceState.DELETING:
+        else:
             actions.append(DeleteNode(node.name, node.zone, reason, _index(want)))
 
     present_nodes = {n.name for n in observed.nodes}
-    live_queued = {qr.node_name for qr in observed.queued if qr.state not in _QR_GONE}
     for want in desired:
-        if want.node_name in busy or want.node_name in present_nodes or want.node_name in live_queued:
+        if want.node_name in busy or want.node_name in present_nodes:
             continue
         tried = exhausted_zones.get(want.index, set())
         zone = next((z for z in want.zones if z not in tried), None)
@@ -158,15 +164,17 @@ def plan(desired: list[DesiredSlice], observed: Observed,
 
 
 def converged(desired: list[DesiredSlice], observed: Observed) -> bool:
-    """Every desired slice is READY and nothing else exists. (A REPAIRING slice heals by
-    itself: it is waited for, never deleted, but it is not ready to run on.)"""
+    """Every desired slice is READY and healthy, its queued resource (if any) granted, and
+    nothing else exists. (A REPAIRING slice heals by itself: it is waited for, never deleted,
+    but it is not ready to run on.)"""
     wanted = {d.node_name for d in desired}
     by_name = {n.name: n for n in observed.nodes}
     if set(by_name) != wanted:
         return False
-    if any(qr.node_name not in wanted for qr in observed.queued):
+    if any(qr.node_name not in wanted or decide_queued(qr) not in (Decision.USE, Decision.WAIT)
+           for qr in observed.queued):
         return False
-    return all(by_name[name].state is NodeState.READY for name in wanted)
+    return all(decide(by_name[name]) is Decision.USE for name in wanted)
 
 
 @dataclass(frozen=True)
@@ -192,7 +200,7 @@ def changes(desired: list[DesiredSlice], observed: Observed) -> list[SliceChange
     """The whole of what reconciling `observed` to `desired` will do, per slice (where
     `plan` gives only the next pass's actions). Ordered by slice."""
     nodes = {n.name: n for n in observed.nodes}
-    queued = {qr.node_name: qr for qr in observed.queued if qr.state not in _QR_GONE}
+    queued = {qr.node_name: qr for qr in observed.queued if decide_queued(qr) is not Decision.GOING}
     wanted = {d.node_name for d in desired}
     out: list[SliceChange] = []
     for want in desired:
@@ -204,6 +212,8 @@ def changes(desired: list[DesiredSlice], observed: Observed) -> list[SliceChange
 
         if qr is not None and not want.queued:
             out.append(change("replace", qr.zone, "queued: false in the spec", edited=True))
+        elif qr is not None and decide_queued(qr) is Decision.REPLACE:
+            out.append(change("replace", qr.zone, f"queued resource is {qr.state.value}"))
         elif node is None or node.state is NodeState.DELETING:
             if qr is not None:
                 out.append(change("keep", qr.zone, f"queued resource {qr.state.value}"))
@@ -213,8 +223,11 @@ def changes(desired: list[DesiredSlice], observed: Observed) -> list[SliceChange
         elif node.accelerator_type != accelerator:
             out.append(change("replace", node.zone, f"accelerator changed from {node.accelerator_type} to "
                               f"{accelerator}", edited=True))
-        elif node.state in DEAD_STATES:
+        elif decide(node) is Decision.REPLACE:
             out.append(change("replace", node.zone, f"node is {node.state.value}"))
+        elif decide(node) is Decision.WAIT_BOUNDED:
+            out.append(change("keep", node.zone, f"{condition(node)}; replaced if not back within "
+                              f"{BOUNDED_WAIT_S:.0f}s"))
         else:
             out.append(change("keep", node.zone, node.state.value))
     for node in observed.nodes:

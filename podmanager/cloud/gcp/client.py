@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -107,6 +109,10 @@ _NODE_STATES: dict[cloud_tpu.Node.State, NodeState] = {
     cloud_tpu.Node.State.STOPPING: NodeState.STOPPED,
     cloud_tpu.Node.State.PREEMPTED: NodeState.PREEMPTED,
     cloud_tpu.Node.State.TERMINATED: NodeState.TERMINATED,
+    cloud_tpu.Node.State.HIDING: NodeState.HIDING,
+    cloud_tpu.Node.State.HIDDEN: NodeState.HIDDEN,
+    cloud_tpu.Node.State.UNHIDING: NodeState.UNHIDING,
+    cloud_tpu.Node.State.UNKNOWN: NodeState.UNKNOWN,
 }
 
 
@@ -130,7 +136,7 @@ def node_record(message: cloud_tpu.Node) -> Node:
         name=node_id,
         zone=zone,
         accelerator_type=message.accelerator_type,
-        state=_NODE_STATES.get(message.state, NodeState.UNKNOWN),
+        state=_NODE_STATES.get(message.state, NodeState.UNSPECIFIED),
         labels=dict(message.labels),
         capacity=_capacity(message.scheduling_config),
         runtime_version=message.runtime_version,
@@ -286,6 +292,10 @@ class GcpCloud:
                 ]
             )
         )
+        if request.valid_for_s is not None:
+            # Not granted by then, the API fails it: a forgotten request is never filled hours later.
+            queued.queueing_policy = cloud_tpu.QueuedResource.QueueingPolicy(
+                valid_until_duration=timedelta(seconds=math.ceil(request.valid_for_s)))
         if request.capacity is Capacity.SPOT:
             queued.spot = cloud_tpu.QueuedResource.Spot()
         elif request.capacity is Capacity.RESERVED:

@@ -32,6 +32,7 @@ from podmanager.cloud.base import (
     QueuedResourceState,
 )
 from podmanager.cloud.sim.records import (
+    CLUSTER_LABEL,
     SLICE_LABEL,
     Faults,
     NodeRecord,
@@ -46,6 +47,10 @@ from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.files import write_atomic
 from podmanager.core.spec import Capacity
+
+# A queued resource not granted yet: what valid_until applies to.
+_QUEUED_WAITING = (QueuedResourceState.CREATING, QueuedResourceState.ACCEPTED,
+                   QueuedResourceState.WAITING_FOR_RESOURCES, QueuedResourceState.PROVISIONING)
 
 NodeListener = Callable[[Node | None, Node | None], None]
 # Told (when, cluster) each time a transition is scheduled for a future time, so that
@@ -186,7 +191,10 @@ class SimCloud:
                 else:
                     self._set_state(key, NodeState.READY)
                     record.health = "HEALTHY"
-            elif record.state == NodeState.REPAIRING and record.repaired_at is not None and record.repaired_at <= now:
+            elif (record.repaired_at is not None and record.repaired_at <= now
+                  and record.state not in DEAD_STATES and record.state != NodeState.DELETING):
+                record.repaired_at = None
+                record.health = "HEALTHY"
                 self._set_state(key, NodeState.READY)
             elif record.state == NodeState.DELETING and record.gone_at is not None and record.gone_at <= now:
                 self._remove_node(key)
@@ -196,11 +204,20 @@ class SimCloud:
             node = state.nodes.get(queued.node_key)
             if queued.state == QueuedResourceState.DELETING and queued.gone_at is not None and queued.gone_at <= now:
                 del state.queued[key]
-            elif queued.state in (QueuedResourceState.ACCEPTED, QueuedResourceState.PROVISIONING) and node is not None:
-                if node.state == NodeState.READY:
-                    queued.state = QueuedResourceState.ACTIVE
-                elif node.state in DEAD_STATES:
-                    queued.state = QueuedResourceState.FAILED
+            elif queued.state == QueuedResourceState.SUSPENDING and (queued.suspended_at or 0.0) <= now:
+                # The service takes a preempted spot queued resource back: its node goes, it stays SUSPENDED.
+                if node is not None and queued.node_key in state.nodes:
+                    self._remove_node(queued.node_key)
+                queued.state = QueuedResourceState.SUSPENDED
+            elif queued.state in _QUEUED_WAITING and node is not None and node.state == NodeState.READY:
+                queued.state = QueuedResourceState.ACTIVE
+            elif queued.state in _QUEUED_WAITING and node is not None and node.state in DEAD_STATES:
+                queued.state = QueuedResourceState.FAILED
+            elif queued.state in _QUEUED_WAITING and queued.valid_until is not None and queued.valid_until <= now:
+                # Not granted within queueing_policy.valid_until_*: FAILED, and what it began goes.
+                queued.state = QueuedResourceState.FAILED
+                if node is not None and node.state != NodeState.DELETING:
+                    self._start_delete(queued.node_key)
 
     def _fire_timed_fault(self, timed: TimedPreemption) -> None:
         for key, record in self._state.nodes.items():
@@ -226,6 +243,12 @@ class SimCloud:
             return
         spot = record.capacity == Capacity.SPOT
         self._set_state(key, NodeState.PREEMPTED if spot else NodeState.TERMINATED)
+        queued = self._state.queued.get(f"{record.zone}/{record.queued}") if record.queued else None
+        if spot and queued is not None and queued.state == QueuedResourceState.ACTIVE:
+            # A spot queued resource is SUSPENDING while the service deletes its node, then SUSPENDED.
+            queued.state = QueuedResourceState.SUSPENDING
+            queued.suspended_at = self.clock.now() + self.delete_latency_s
+            self._pending_wakes.append((queued.suspended_at, record.cluster))
 
     def _set_state(self, key: str, new: NodeState) -> None:
         record = self._state.nodes[key]
@@ -359,9 +382,13 @@ class SimCloud:
                 raise cloud_errors.AlreadyExistsError(f"queued resource {qr_id} already exists in {zone}")
             operation = self._create_node_locked(zone, node_id, request, queued=qr_id)
             node_created = f"{zone}/{node_id}" in state.nodes
+            valid_until = None if request.valid_for_s is None else self.clock.now() + request.valid_for_s
             state.queued[key] = QueuedRecord(
                 name=qr_id, zone=zone, node_key=f"{zone}/{node_id}", node_name=node_id, labels=dict(request.labels),
-                state=QueuedResourceState.PROVISIONING if node_created else QueuedResourceState.FAILED)
+                state=QueuedResourceState.PROVISIONING if node_created else QueuedResourceState.FAILED,
+                capacity=request.capacity, valid_until=valid_until)
+            if valid_until is not None:
+                self._pending_wakes.append((valid_until, request.labels.get(CLUSTER_LABEL)))
             return operation
 
     def list_queued_resources(self, zone: str) -> list[QueuedResource]:
@@ -438,6 +465,24 @@ class SimCloud:
             record.repaired_at = self.clock.now() + duration_s
             self._set_state(key, NodeState.REPAIRING)
             self._pending_wakes.append((record.repaired_at, record.cluster))
+
+    def degrade(self, zone: str, node_id: str, *, state: NodeState | None = None, health: str | None = None,
+                for_s: float | None = None) -> None:
+        """Put a node into one of the API's other conditions: `state` HIDING, HIDDEN, UNHIDING or
+        UNKNOWN (what a failed repair leaves), and/or `health` TIMEOUT, UNHEALTHY_MAINTENANCE or
+        UNHEALTHY_TENSORFLOW. With `for_s` the node is READY and HEALTHY again after that long."""
+        with self._transaction():
+            key = f"{zone}/{node_id}"
+            record = self._state.nodes[key]
+            if health is not None:
+                record.health = health
+            if for_s is not None:
+                record.repaired_at = self.clock.now() + for_s
+                self._pending_wakes.append((record.repaired_at, record.cluster))
+            if state is not None:
+                self._set_state(key, state)
+            elif health is not None:
+                self._pending_changes.append((record.to_node(), record.to_node()))
 
     def terminate(self, zone: str, node_id: str) -> None:
         """Maintenance that the slice does not survive."""

@@ -32,7 +32,7 @@ class NodeRecord(BaseModel):
     preempt_on_ready: bool = False  # a preempt-while-creating fault
     preempt_notice: bool = False  # announced: what the VM's metadata serves as `preempted`
     preempt_at: float | None = None  # the end of the notice period
-    repaired_at: float | None = None  # REPAIRING -> READY
+    repaired_at: float | None = None  # REPAIRING, HIDDEN, unhealthy, ... -> READY and HEALTHY
     gone_at: float | None = None  # DELETING -> gone
 
     @property
@@ -54,6 +54,9 @@ class QueuedRecord(BaseModel):
     labels: dict[str, str]
     state: QueuedResourceState
     gone_at: float | None = None
+    capacity: Capacity = Capacity.ON_DEMAND
+    valid_until: float | None = None  # not granted by then: FAILED (queueing_policy.valid_until_*)
+    suspended_at: float | None = None  # SUSPENDING -> SUSPENDED, its node deleted by the service
 
     def to_queued_resource(self) -> QueuedResource:
         return QueuedResource(name=self.name, zone=self.zone, node_name=self.node_name, state=self.state,

@@ -143,7 +143,8 @@ def node_message(project: str, node: Node) -> cloud_tpu.Node:
     )
 
 
-def node_request(node: cloud_tpu.Node, *, reservation: str = "", spot_tier: bool = False) -> NodeRequest:
+def node_request(node: cloud_tpu.Node, *, reservation: str = "", spot_tier: bool = False,
+                 valid_for_s: float | None = None) -> NodeRequest:
     """What the client asked for, as the simulator's request record."""
     if not node.runtime_version:
         raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "node.runtime_version is required")
@@ -161,7 +162,20 @@ def node_request(node: cloud_tpu.Node, *, reservation: str = "", spot_tier: bool
         labels=dict(node.labels),
         metadata=dict(node.metadata),
         reservation=reservation.rsplit("/", 1)[-1] or None,
+        valid_for_s=valid_for_s,
     )
+
+
+def _valid_for(asked: cloud_tpu.QueuedResource, now: float) -> float | None:
+    """Seconds until the queued resource's queueing_policy.valid_until_* runs out (None: never)."""
+    if "queueing_policy" not in asked:
+        return None
+    policy = asked.queueing_policy
+    if "valid_until_duration" in policy:
+        return policy.valid_until_duration.total_seconds()
+    if "valid_until_time" in policy:
+        return policy.valid_until_time.timestamp() - now
+    return None
 
 
 class TpuEmulator:
@@ -364,7 +378,8 @@ class TpuEmulator:
         node_where = _parse(spec.parent)
         if node_where.zone != where.zone:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "node_spec.parent must be in the queued resource's zone")
-        request_record = node_request(spec.node, reservation=asked.reservation_name, spot_tier="spot" in asked)
+        request_record = node_request(spec.node, reservation=asked.reservation_name, spot_tier="spot" in asked,
+                                      valid_for_s=_valid_for(asked, self.sim.clock.now()))
         operation = self.sim.create_queued_resource(where.zone, request.queued_resource_id, spec.node_id, request_record)
         path = f"{request.parent}/queuedResources/{request.queued_resource_id}"
         with self._lock:
