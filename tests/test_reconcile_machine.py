@@ -1,10 +1,13 @@
 """A Hypothesis state machine over the simulator and the reconcile loop.
 
-Whatever happens between passes — preemptions, terminations, repairs, every create fault
-(capacity, reservation, preemption while creating), quota, transient API errors, an
-interrupted `up`, the supervisor's replacement of a slice — a finished `up` leaves exactly
-the spec's slices READY (queued ones too), `down` leaves nothing of the cluster, and at no
-step does a slice have two nodes or two queued resources.
+Whatever happens between passes — preemptions (a spot queued slice's queued resource goes
+SUSPENDING, then SUSPENDED), terminations, repairs, a node HIDDEN or unhealthy for a while or
+UNKNOWN after a failed repair, every create fault (capacity, reservation, preemption while
+creating, an invalid request), quota, transient API errors, an interrupted `up`, the
+supervisor's replacement of a slice — a finished `up` leaves exactly the spec's slices READY
+(queued ones too), `down` leaves nothing of the cluster, an `up` that gave up (timed out or
+stopped on an error) leaves no queued resource that could still be granted, and at no step
+does a slice have two nodes or two queued resources.
 """
 
 import itertools
@@ -15,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from podmanager.api import Cluster
 from podmanager.cloud import errors
-from podmanager.cloud.base import NodeState
+from podmanager.cloud.base import Decision, NodeState, decide_queued
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core import paths
 from podmanager.core.clock import FakeClock
@@ -23,7 +26,7 @@ from podmanager.core.errors import TimeoutExceededError
 from podmanager.state import StateStore
 
 ZONES = ["zone-a", "zone-b"]
-CLEAR_STOPS = (errors.CapacityError, errors.ReservationShortfallError, errors.QuotaError)
+CLEAR_STOPS = (errors.CapacityError, errors.ReservationShortfallError, errors.QuotaError, errors.InvalidRequestError)
 _machines = itertools.count()
 SLICES = 3
 
@@ -36,10 +39,11 @@ class ProvisioningMachine(RuleBasedStateMachine):
         self.store = StateStore(paths.home() / f"machine-{next(_machines)}.db")
         spec = {"name": "m", "backend": "simulated", "zones": ZONES, "simulation": {"boot_hosts": False},
                 "slices": [{"accelerator": "v4-8", "count": SLICES - 1, "capacity": "spot"},
-                           {"accelerator": "v4-8", "queued": True}]}
+                           {"accelerator": "v4-8", "queued": True, "capacity": "spot"}]}
         self.cluster = Cluster.from_dict(spec, simulator=self.sim, clock=self.clock, store=self.store)
         self.settled = False  # the last action was a completed `up`
         self.torn_down = False
+        self.gave_up = False  # the last `up` (or replacement) timed out or stopped on an error
 
     def nodes(self):
         return [n for n in self.sim.all_nodes() if n.cluster == "m"]
@@ -49,19 +53,19 @@ class ProvisioningMachine(RuleBasedStateMachine):
         try:
             self.cluster.up(timeout_s=60)
         except CLEAR_STOPS:
-            # Every zone out of capacity, or no quota: a legitimate, clear stop, some slices up.
-            self.settled, self.torn_down = False, False
+            # Every zone out of capacity, no quota, a refused request: a legitimate, clear stop, some slices up.
+            self.settled, self.torn_down, self.gave_up = False, False, True
             self.sim.clear_faults()
             return
-        self.settled, self.torn_down = True, False
+        self.settled, self.torn_down, self.gave_up = True, False, False
 
     @rule(timeout=st.floats(0.1, 1.5))
     def interrupted_up(self, timeout):
         try:
             self.cluster.up(timeout_s=timeout)
-            self.settled, self.torn_down = True, False
+            self.settled, self.torn_down, self.gave_up = True, False, False
         except (TimeoutExceededError, *CLEAR_STOPS):
-            self.settled, self.torn_down = False, False
+            self.settled, self.torn_down, self.gave_up = False, False, True
 
     @rule(index=st.integers(0, SLICES - 1))
     def replace_a_slice(self, index):
@@ -69,15 +73,15 @@ class ProvisioningMachine(RuleBasedStateMachine):
         try:
             self.cluster.runtime.delete_slices([index], reason="test")
             self.cluster.runtime.restore_slices(timeout_s=60)
-            self.settled, self.torn_down = True, False
+            self.settled, self.torn_down, self.gave_up = True, False, False
         except CLEAR_STOPS:
-            self.settled, self.torn_down = False, False
+            self.settled, self.torn_down, self.gave_up = False, False, True
             self.sim.clear_faults()
 
     @rule()
     def down(self):
         self.cluster.down()
-        self.settled, self.torn_down = False, True
+        self.settled, self.torn_down, self.gave_up = False, True, False
 
     @rule(index=st.integers(0, SLICES - 1), terminate=st.booleans())
     def lose_a_slice(self, index, terminate):
@@ -96,7 +100,21 @@ class ProvisioningMachine(RuleBasedStateMachine):
                 self.sim.repair(node.zone, node.name, seconds)  # comes back READY on its own
                 self.settled = False
 
-    @rule(zone=st.sampled_from(ZONES), kind=st.sampled_from(["capacity", "reservation", "preempt-while-creating"]),
+    @rule(index=st.integers(0, SLICES - 1),
+          condition=st.sampled_from([(NodeState.HIDDEN, None), (NodeState.UNHIDING, None), (None, "TIMEOUT"),
+                                     (None, "UNHEALTHY_MAINTENANCE"), (NodeState.UNKNOWN, None)]),
+          seconds=st.floats(0.5, 5))
+    def degrade_a_slice(self, index, condition, seconds):
+        """HIDDEN or unhealthy for a while (then READY again), or UNKNOWN after a failed repair (for good)."""
+        state, health = condition
+        for node in self.nodes():
+            if node.slice_index == index and node.state is NodeState.READY:
+                self.sim.degrade(node.zone, node.name, state=state, health=health,
+                                 for_s=None if state is NodeState.UNKNOWN else seconds)
+                self.settled = False
+
+    @rule(zone=st.sampled_from(ZONES),
+          kind=st.sampled_from(["capacity", "reservation", "preempt-while-creating", "invalid-request"]),
           times=st.integers(1, 3))
     def create_fails(self, zone, kind, times):
         self.sim.inject_create_fault(zone, kind, times)
@@ -128,6 +146,13 @@ class ProvisioningMachine(RuleBasedStateMachine):
         nodes = self.nodes()
         assert sorted(n.name for n in nodes) == [f"m-s{i}" for i in range(SLICES)]
         assert all(n.state is NodeState.READY for n in nodes)
+
+    @invariant()
+    @precondition(lambda self: self.gave_up)
+    def an_up_that_gave_up_leaves_nothing_that_could_still_be_granted(self):
+        waiting = [(q.name, q.state.value) for q in self.sim.all_queued_resources()
+                   if q.cluster == "m" and decide_queued(q) is Decision.WAIT]
+        assert waiting == []
 
     @invariant()
     @precondition(lambda self: self.torn_down)
