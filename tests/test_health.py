@@ -109,3 +109,17 @@ def test_a_notice_seen_by_a_slices_hosts_asks_the_program_to_checkpoint_once():
     clock.advance(1)
     assert monitor.check() is None
     assert asked == [0, 1, 0] and gang.signals == [signal.SIGTERM]  # slice 1 is not asked again, nor signalled
+
+
+def test_a_suspended_spot_queued_slice_and_an_unknown_one_are_lost_at_the_next_cloud_check():
+    clock = FakeClock()
+    sim = SimCloud(clock=clock, create_latency_s=0.0, delete_latency_s=0.5)
+    sim.create_queued_resource("z", "c-s0", "c-s0", NodeRequest("v4-8", "rt", Capacity.SPOT))
+    sim.create_node("z", "c-s1", NodeRequest("v4-8", "rt", Capacity.SPOT))
+    monitor = HealthMonitor(sim, [SliceRef(0, "z", "c-s0"), SliceRef(1, "z", "c-s1")], FakeGang(sim=sim),
+                            interval_s=1.0, hang_timeout_s=10.0, clock=clock, on_event=lambda *args: None)
+    assert monitor.check() is None
+    sim.preempt("z", "c-s0")  # SUSPENDING, then SUSPENDED with its node gone
+    sim.degrade("z", "c-s1", state=NodeState.UNKNOWN)  # a failed repair
+    clock.advance(1.0)
+    assert monitor.check() == "slice 0 (c-s0) is gone; slice 1 (c-s1) is UNKNOWN"

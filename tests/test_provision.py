@@ -118,6 +118,39 @@ def test_queued_slices_get_a_queued_resource_that_down_removes(sim, clock):
     assert sim.all_nodes() == [] and sim.all_queued_resources() == []
 
 
+def test_a_timed_out_up_of_queued_slices_leaves_nothing_queued_and_says_so(sim, clock):
+    sim.create_latency_s = 10_000.0
+    cluster = cluster_on(sim, clock, spec(count=2, queued=True, capacity="spot"))
+    with pytest.raises(TimeoutExceededError) as gave_up:
+        cluster.up(timeout_s=300)
+    assert gave_up.value.exit_code == 3
+    assert "deleted the queued resource(s) it had created and not yet granted (c-s0, c-s1)" in str(gave_up.value)
+    assert sim.all_queued_resources() == [] and sim.all_nodes() == []
+
+
+def test_a_preempted_spot_queued_slice_is_replaced_by_the_next_up(sim, clock):
+    cluster = cluster_on(sim, clock, spec(count=1, queued=True, capacity="spot"))
+    cluster.up()
+    sim.preempt("zone-a", "c-s0")
+    clock.advance(1.0)
+    assert [q.state.value for q in sim.all_queued_resources()] == ["SUSPENDED"] and sim.all_nodes() == []
+    assert cluster.plan_up().changes[0].kind == "replace"
+
+    assert cluster.up(timeout_s=300).slices[0].state == "READY"
+    assert [q.state.value for q in sim.all_queued_resources()] == ["ACTIVE"]
+
+
+def test_the_supervisors_replacement_of_a_suspended_spot_queued_slice(sim, clock):
+    cluster = cluster_on(sim, clock, spec(count=1, queued=True, capacity="spot"))
+    cluster.up()
+    sim.preempt("zone-a", "c-s0")  # SUSPENDING: the service is taking it back
+
+    cluster.runtime.delete_slices([0], reason="preempted")
+    assert sim.all_queued_resources() == [] and sim.all_nodes() == []
+    [node] = cluster.runtime.restore_slices(timeout_s=300)
+    assert node.state is NodeState.READY and [q.state.value for q in sim.all_queued_resources()] == ["ACTIVE"]
+
+
 def test_down_removes_everything_and_is_safe_twice(sim, clock):
     cluster = cluster_on(sim, clock, spec(count=2))
     cluster.up()
