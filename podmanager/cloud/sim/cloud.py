@@ -206,7 +206,7 @@ class SimCloud:
                 del state.queued[key]
             elif queued.state == QueuedResourceState.SUSPENDING and (queued.suspended_at or 0.0) <= now:
                 # The service takes a preempted spot queued resource back: its node goes, it stays SUSPENDED.
-                if node is not None and queued.node_key in state.nodes:
+                if node is not None:
                     self._remove_node(queued.node_key)
                 queued.state = QueuedResourceState.SUSPENDED
             elif queued.state in _QUEUED_WAITING and node is not None and node.state == NodeState.READY:
@@ -474,6 +474,7 @@ class SimCloud:
         with self._transaction():
             key = f"{zone}/{node_id}"
             record = self._state.nodes[key]
+            before = record.to_node()
             if health is not None:
                 record.health = health
             if for_s is not None:
@@ -482,7 +483,7 @@ class SimCloud:
             if state is not None:
                 self._set_state(key, state)
             elif health is not None:
-                self._pending_changes.append((record.to_node(), record.to_node()))
+                self._pending_changes.append((before, record.to_node()))
 
     def terminate(self, zone: str, node_id: str) -> None:
         """Maintenance that the slice does not survive."""
