@@ -100,7 +100,7 @@ class Provisioner:
         nothing it queued can be filled after it has stopped waiting."""
         deadline = self.clock.now() + timeout_s
         self._deadline = deadline
-        self._queued_created: set[tuple[str, str]] = set()  # (zone, name) of the queued resources it created
+        self._queued_created = set()  # (zone, name) of the queued resources it creates
         try:
             return self._converge(desired, timeout_s, deadline, unwanted_reason)
         except PodmanagerError as error:
@@ -156,7 +156,7 @@ class Provisioner:
                     and decide_queued(qr) not in (Decision.USE, Decision.GOING)]
             if not mine:
                 return
-            why = "'up' gave up waiting" if isinstance(error, TimeoutExceededError) else "'up' stopped on an error"
+            why = "gave up waiting" if isinstance(error, TimeoutExceededError) else "stopped on an error"
             index = {qr.name: qr.labels.get(SLICE_LABEL) for qr in mine}
             actions: list[Action] = [
                 DeleteQueuedResource(qr.name, qr.zone, f"{why}; nothing it queued may be granted later",
