@@ -560,17 +560,9 @@ class Cluster:
     # ------------------------------------------------------------------ helpers
 
     def _arm_scripted_faults(self) -> None:
-        sim = self.simulator
-        for fault in self.spec.simulation.faults:
-            if fault.kind == "preempt":
-                sim.preempt_slice_later(self.name, fault.slice, fault.after_s, fault.notice_s)
-            elif fault.kind == "quota":
-                sim.inject_quota(times=fault.times)
-            elif fault.kind == "transient":
-                sim.inject_transient(fault.times)
-            elif fault.kind in ("capacity", "reservation", "preempt-while-creating"):
-                sim.inject_create_fault(fault.zone, fault.kind, fault.times)
-            self.record("fault_armed", f"simulated fault armed: {fault.model_dump(exclude_defaults=True)}")
+        from podmanager.api import simulation
+
+        simulation.arm_scripted_faults(self)
 
 
 def _in_the_way(plan: UpPlan, blocked: list[tuple[RunRecord, list[int]]]) -> SpecError:
