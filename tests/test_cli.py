@@ -124,7 +124,8 @@ def test_version_and_short_help():
 
 @pytest.mark.parametrize("verb", [["up"], ["status"], ["down"], ["run"], ["runs"], ["attach"], ["cancel"], ["logs"],
                                   ["events"], ["ray-env"], ["demo"], ["accelerators"], ["emulator"],
-                                  ["sim", "preempt"], ["sim", "hang"], ["sim", "fail-create"], []])
+                                  ["sim", "preempt"], ["sim", "hang"], ["sim", "fail-create"],
+                                  ["sim", "inject"], []])
 def test_flags_show_no_placeholder_in_help(verb):
     output = invoke(*verb, "--help").output
     assert "<bool>" not in output

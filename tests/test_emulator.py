@@ -17,6 +17,7 @@ from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.cloud.sim.control import EmulatorControl, apply_fault
 from podmanager.cloud.sim.server import TpuEmulator, serve
 from podmanager.core.clock import FakeClock
+from podmanager.core.errors import SpecError
 from podmanager.core.spec import Capacity
 
 REQUEST = NodeRequest("v4-8", "tpu-ubuntu2204-base", Capacity.SPOT, labels={"podmanager-cluster": "demo"})
@@ -33,14 +34,18 @@ def served() -> Iterator[tuple[SimCloud, TpuEmulator, str]]:
         server.stop(grace=None).wait()
 
 
-@pytest.mark.parametrize("spec", ["capacity", "capacity:", "capacity:z:x", "quota:a:b:c", "transient:many", "flood:z", "clear:z"])
+@pytest.mark.parametrize("spec", ["capacity", "capacity:", "capacity:z:x", "capacity:z:0", "quota:a:b:c", "quota::-1",
+                                  "transient:many", "flood:z", "clear:z"])
 def test_bad_fault_specs_are_refused(spec: str) -> None:
-    with pytest.raises(ValueError, match="expected"):
+    with pytest.raises(SpecError, match=f"^fault: {spec!r}: "):
         apply_fault(SimCloud(clock=FakeClock()), spec)
 
 
 def test_fault_specs_reach_the_simulator() -> None:
     sim = SimCloud(clock=FakeClock(), create_latency_s=0.0)
+    apply_fault(sim, "capacity:zone-b")  # once, as everywhere a fault is written
+    assert isinstance(sim.get_operation(sim.create_node("zone-b", "m", REQUEST).name).error, errors.CapacityError)
+    assert sim.get_operation(sim.create_node("zone-b", "m", REQUEST).name).error is None
     apply_fault(sim, "capacity:zone-a:2")
     apply_fault(sim, "quota:TPUV5sLitepodPerZone")
     with pytest.raises(errors.QuotaError) as raised:
@@ -95,6 +100,21 @@ def test_control_client_preempts_and_reads_the_request_log(served: tuple[SimClou
         assert cloud.get_node("zone-a", "demo-s0").state is NodeState.PREEMPTED  # retried through it
         with pytest.raises(Exception, match="unknown control method"):
             control.call("format_disk")
+
+
+def test_control_client_preempts_a_cluster_slice_later(served: tuple[SimCloud, TpuEmulator, str]) -> None:
+    sim, _, address = served
+    with GcpCloud("p", emulator_host=address, clock=sim.clock) as cloud, EmulatorControl(address) as control:
+        request = NodeRequest("v4-8", "tpu-ubuntu2204-base", Capacity.SPOT,
+                              labels={"podmanager-cluster": "demo", "podmanager-slice": "0"})
+        cloud.wait(cloud.create_node("zone-a", "demo-s0", request), timeout_s=60)
+        control.fault("preempt:0:30", cluster="demo")
+        with pytest.raises(Exception, match="names a slice of a cluster"):
+            control.fault("preempt:0")  # which cluster's slice 0?
+        sim.clock.advance(29)
+        assert cloud.get_node("zone-a", "demo-s0").state is NodeState.READY
+        sim.clock.advance(1)
+        assert cloud.get_node("zone-a", "demo-s0").state is NodeState.PREEMPTED
 
 
 def ignoring_sigint() -> None:

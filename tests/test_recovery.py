@@ -64,7 +64,7 @@ class PreemptAt:
             parts = line.split()
             if not self.fired and parts[:1] == ["step"] and int(parts[1]) >= self.step:
                 self.fired = True
-                threading.Thread(target=simulation.preempt, args=(self.cluster, self.slice_index)).start()
+                threading.Thread(target=simulation.preempt, args=(self.cluster.runtime, self.slice_index)).start()
 
 
 def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, tmp_path):
@@ -152,7 +152,7 @@ class NoticeAt(PreemptAt):
             parts = line.split()
             if not self.fired and parts[:1] == ["step"] and int(parts[1]) >= self.step:
                 self.fired = True
-                threading.Thread(target=simulation.preempt, args=(self.cluster, self.slice_index, 30.0)).start()
+                threading.Thread(target=simulation.preempt, args=(self.cluster.runtime, self.slice_index, 30.0)).start()
 
 
 def test_a_preemption_notice_gives_the_program_time_to_checkpoint(cluster, tmp_path):

@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 from podmanager.operations.backends import simulated_cloud
 from podmanager.cli import app
 from podmanager.core.errors import StateStoreError
-from podmanager.state import StateStore
+from podmanager.state import StateStore, db
 from podmanager.state.db import default_path
 from podmanager.state.runs import RunRecord, RunStore
 
@@ -211,3 +212,20 @@ def test_a_second_store_in_one_process_does_not_drop_the_first_ones_locks(podman
     seen = subprocess.run([sys.executable, "-c", query, str(default_path())], check=True, capture_output=True,
                           text=True).stdout
     assert "written after" in seen
+
+
+def test_a_store_collected_while_another_opens_does_not_deadlock(podmanager_home):
+    """The collector may finalize a dropped store while this thread opens another, inside the
+    lock that counts connections (seen as a hang of a test creating many clusters)."""
+    StateStore().save_cluster("c", {}, "simulated", "up")
+    dropped = StateStore()
+    done = threading.Event()
+
+    def open_while_collecting() -> None:
+        with db._connections_lock:  # as during sqlite3.connect when the collector runs
+            dropped._db._finalizer()
+        done.set()
+
+    threading.Thread(target=open_while_collecting, daemon=True).start()
+    assert done.wait(timeout=30), "the finalizer blocked on the lock its own thread holds"
+    assert [c.name for c in StateStore().list_clusters()] == ["c"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from podmanager.api import simulation
 from podmanager.api.status import ClusterStatus, cluster_status
 from podmanager.api.up_plan import UpPlan, in_the_way, runs_in_the_way
 from podmanager.cloud.base import TpuCloud
@@ -154,7 +155,7 @@ class Cluster:
                     if on_plan is not None:
                         on_plan(plan)
                     if first_time and self.spec.simulated and self.spec.simulation.faults:
-                        self._arm_scripted_faults()
+                        simulation.arm_scripted_faults(self.runtime)
 
                 self.runtime.bring_up(plan.changes, timeout_s, before_converge=before_converge)
             return self.status()
@@ -264,19 +265,6 @@ class Cluster:
             if stuck_run is not None:
                 stuck_run.status = "cancelled"
                 self.runs_store.save(stuck_run)
-
-    def _arm_scripted_faults(self) -> None:
-        sim = self.simulator
-        for fault in self.spec.simulation.faults:
-            if fault.kind == "preempt":
-                sim.preempt_slice_later(self.name, fault.slice, fault.after_s, fault.notice_s)
-            elif fault.kind == "quota":
-                sim.inject_quota(times=fault.times)
-            elif fault.kind == "transient":
-                sim.inject_transient(fault.times)
-            elif fault.kind in ("capacity", "reservation", "preempt-while-creating"):
-                sim.inject_create_fault(fault.zone, fault.kind, fault.times)
-            self.runtime.record("fault_armed", f"simulated fault armed: {fault.model_dump(exclude_defaults=True)}")
 
 
 def resolve_cluster(name: str | None, *, store: StateStore | None = None, **kwargs: Any) -> Cluster:

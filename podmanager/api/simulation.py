@@ -1,24 +1,42 @@
-"""Fault injection for dry-run clusters: what `podmanager sim ...` does, as functions."""
+"""Fault injection for dry-run clusters: what `podmanager sim ...` and the spec's scripted
+faults do, as functions. Every fault is one `core/faults.py` type; this module adds what
+takes a cluster: finding a slice's node now, and the host agents a hang freezes."""
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import TYPE_CHECKING
 
 from podmanager.core.errors import SpecError
+from podmanager.core.fault_text import parse_duration
 from podmanager.core.records import host_label
 
-if TYPE_CHECKING:  # kept light: the CLI imports this module on every start
+if TYPE_CHECKING:  # core.faults loads pydantic, which the CLI does not load on start
+    from podmanager.core.faults import FaultKind
     from podmanager.operations.cluster_runtime import ClusterRuntime
 
+__all__ = ["arm_hangs", "arm_scripted_faults", "hang", "inject", "parse_duration", "preempt"]
 
-def parse_duration(text: str, flag: str) -> float:
-    """'10', '10s', '1.5m' -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|)\s*", text)
-    if not match:
-        raise SpecError(f"{flag}: {text!r} is not a duration; use seconds like 10 or 10s, or minutes like 1m")
-    return float(match.group(1)) * (60 if match.group(2) == "m" else 1)
+
+def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
+    """Inject one fault into a dry-run cluster now; what happened, for the user.
+
+    A preemption without `after_s` takes the node that holds the slice now (the slice must
+    exist); a hang freezes the program on its host now. Everything else goes to the cloud."""
+    from podmanager.core.faults import HangFault, PreemptFault
+
+    if isinstance(fault, PreemptFault) and not fault.after_s:
+        return f"preempting {preempt(cluster, fault.slice, fault.notice_s)}"
+    if isinstance(fault, HangFault):
+        if fault.after_s:
+            raise SpecError(f"{fault.text()}: 'podmanager sim' freezes a program now; a hang after a delay "
+                            "is scripted in the spec's simulation.faults (counted from a run's start)")
+        hang(cluster, fault.slice, fault.worker)
+        return f"froze the workload on {host_label(fault.slice, fault.worker)}"
+    fault.apply(cluster.simulator, cluster=cluster.name)
+    cluster.record("fault_injected", f"simulated fault: {fault.describe()}",
+                   fault.slice if isinstance(fault, PreemptFault) else None)
+    return fault.describe()
 
 
 def preempt(cluster: "ClusterRuntime", slice_index: int, notice_s: float = 0.0) -> str:
@@ -31,20 +49,6 @@ def preempt(cluster: "ClusterRuntime", slice_index: int, notice_s: float = 0.0) 
                             + (f" with {notice_s:.0f}s notice" if notice_s else ""), slice_index)
             return node.name
     raise SpecError(f"--slice: cluster {cluster.name} has no node for slice {slice_index}")
-
-
-def fail_create(cluster: "ClusterRuntime", kind: str, zone: str | None, times: int) -> str:
-    """Make the next `times` creates fail: capacity, reservation, preempt-while-creating or quota."""
-    sim = cluster.simulator
-    zone = zone or cluster.spec.zones[0]
-    if kind == "quota":
-        sim.inject_quota(times=times)
-    elif kind in ("capacity", "reservation", "preempt-while-creating"):
-        sim.inject_create_fault(zone, kind, times)
-    else:
-        raise SpecError(f"--kind: {kind!r} is not one of capacity, reservation, preempt-while-creating, quota")
-    cluster.record("fault_injected", f"the next {times} create(s) in {zone} fail with {kind}")
-    return zone
 
 
 def hang(cluster: "ClusterRuntime", slice_index: int, worker_id: int) -> None:
@@ -63,13 +67,27 @@ def hang(cluster: "ClusterRuntime", slice_index: int, worker_id: int) -> None:
                     slice_index)
 
 
+def arm_scripted_faults(cluster: "ClusterRuntime") -> None:
+    """The spec's scripted faults, counted from now (the first `up` of the cluster): each
+    goes to the simulated cloud, except hangs, which `arm_hangs` times from a run's start."""
+    from podmanager.core.faults import HangFault
+
+    sim = cluster.simulator
+    for fault in cluster.spec.simulation.faults:
+        if not isinstance(fault, HangFault):
+            fault.apply(sim, cluster=cluster.name)
+        cluster.record("fault_armed", f"simulated fault armed: {fault.text()} ({fault.describe()})")
+
+
 def arm_hangs(cluster: "ClusterRuntime") -> list[threading.Timer]:
-    """Timers for the spec's scripted `hang` faults (worker 0 of the slice, `after_s` into
-    the run); the caller cancels them when the run ends."""
+    """Timers for the spec's scripted `hang` faults (`after_s` into the run); the caller
+    cancels them when the run ends."""
+    from podmanager.core.faults import HangFault
+
     timers = []
     for fault in cluster.spec.simulation.faults:
-        if fault.kind == "hang" and fault.slice is not None:
-            timer = threading.Timer(fault.after_s, hang, args=(cluster, fault.slice, 0))
+        if isinstance(fault, HangFault):
+            timer = threading.Timer(fault.after_s, hang, args=(cluster, fault.slice, fault.worker))
             timer.daemon = True
             timer.start()
             timers.append(timer)

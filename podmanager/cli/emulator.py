@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from podmanager.cloud.sim.control import FAULT_HELP
+from podmanager.core.fault_text import FAULT_HELP
 
 
 def emulator(
@@ -22,17 +22,15 @@ def emulator(
     from podmanager.cloud.sim.cloud import (
         SimCloud,  # imported here: gRPC and the client types load slowly
     )
-    from podmanager.cloud.sim.control import apply_fault
     from podmanager.cloud.sim.server import TpuEmulator
+    from podmanager.core.faults import parse
     from podmanager.hosts.sim.vms import SimHostBooter
 
+    faults = [parse(text, flag="--fault") for text in fault]  # a bad one: exit 2 before anything starts
     # Its READY nodes boot as simulated TPU VMs that join the head named in their metadata.
     sim = SimCloud(project, create_latency_s=create_latency_s, listeners=[SimHostBooter()])
-    for spec in fault:
-        try:
-            apply_fault(sim, spec)
-        except ValueError as bad:
-            raise typer.BadParameter(str(bad), param_hint="--fault") from None
+    for one in faults:
+        one.apply(sim)  # a preempt:SLICE names no cluster here: refused, exit 2
     try:
         server, bound = TpuEmulator(sim).serve(host, port)
     except OSError as busy:

@@ -11,7 +11,8 @@ from podmanager.api import simulation
 from podmanager.cli.options import CLUSTER_OPTION
 from podmanager.cli.render import console
 from podmanager.core import selectors
-from podmanager.core.records import host_label
+from podmanager.core.errors import SpecError
+from podmanager.core.fault_text import CREATE_KINDS, DEFAULT_TIMES, FAULT_HELP, UNTIL_CLEARED
 
 
 def preempt(
@@ -20,22 +21,33 @@ def preempt(
     notice: str = typer.Option("0", "--notice", metavar="DURATION", help="Announce it this long before, e.g. 10s."),
 ) -> None:
     """Preempt a slice now, or after a notice period (as the metadata server announces it)."""
+    from podmanager.core import faults  # loads pydantic: when a command runs, not for --help
+
     target = api.resolve_cluster(cluster)
     slice_index = selectors.parse_slice(slice_name, target.name, flag="--slice")
-    name = simulation.preempt(target.runtime, slice_index, simulation.parse_duration(notice, "--notice"))
-    console.print(f"preempting {name}")
+    fault = faults.from_flags({"kind": "preempt", "slice": slice_index, "notice_s": notice},
+                              {"slice": "--slice", "notice_s": "--notice"})
+    console.print(simulation.inject(target.runtime, fault))
 
 
 def fail_create(
     cluster: Optional[str] = CLUSTER_OPTION,
     kind: str = typer.Option("capacity", "--kind", metavar="KIND", help="capacity, reservation, preempt-while-creating or quota."),
     zone: Optional[str] = typer.Option(None, "--zone", metavar="ZONE", help="Zone (default: the spec's first)."),
-    times: int = typer.Option(1, "--times", min=1, metavar="N", help="How many creates fail."),
+    times: int = typer.Option(DEFAULT_TIMES, "--times", metavar="N",
+                              help=f"How many creates fail ({UNTIL_CLEARED}: every one until cleared)."),
 ) -> None:
     """Make the next slice creations fail."""
+    from podmanager.core import faults  # loads pydantic: when a command runs, not for --help
+
+    if kind not in (*CREATE_KINDS, "quota"):
+        raise SpecError(f"--kind: {kind!r} is not one of {', '.join(CREATE_KINDS)}, quota")
     target = api.resolve_cluster(cluster)
-    where = simulation.fail_create(target.runtime, kind, zone, times)
-    console.print(f"the next {times} create(s) in {where} will fail with {kind}")
+    values = {"kind": kind, "times": times}
+    if kind != "quota":  # a quota is the project's, in every zone
+        values["zone"] = zone or target.spec.zones[0]
+    fault = faults.from_flags(values, {"zone": "--zone", "times": "--times"})
+    console.print(simulation.inject(target.runtime, fault))
 
 
 def hang(
@@ -44,13 +56,31 @@ def hang(
                              help="The host whose program freezes: SLICE/WORKER, e.g. 0/1 or slice-0/1."),
 ) -> None:
     """Freeze the running program on one host (SIGSTOP), as a hang would."""
+    from podmanager.core import faults  # loads pydantic: when a command runs, not for --help
+
     target = api.resolve_cluster(cluster)
     slice_index, worker_id = selectors.parse_host(host, target.name, flag="--host")
+    fault = faults.from_flags({"kind": "hang", "slice": slice_index, "worker": worker_id}, {})
     try:
-        simulation.hang(target.runtime, slice_index, worker_id)
+        console.print(simulation.inject(target.runtime, fault))
     finally:
         target.close()
-    console.print(f"froze the workload on {host_label(slice_index, worker_id)}")
+
+
+def inject(
+    fault_texts: list[str] = typer.Argument(..., metavar="FAULT...", help=f"Faults: {FAULT_HELP}."),
+    cluster: Optional[str] = CLUSTER_OPTION,
+) -> None:
+    """Inject faults written as text, as the spec's and the emulator's (e.g. capacity:sim-zone-a:2 transient:3)."""
+    from podmanager.core import faults  # loads pydantic: when a command runs, not for --help
+
+    parsed = [faults.parse(text, flag="FAULT") for text in fault_texts]  # all checked before any is injected
+    target = api.resolve_cluster(cluster)
+    try:
+        for fault in parsed:
+            console.print(simulation.inject(target.runtime, fault))
+    finally:
+        target.close()
 
 
 def register(app: typer.Typer, *, group: type, command: type) -> None:
@@ -59,4 +89,5 @@ def register(app: typer.Typer, *, group: type, command: type) -> None:
     sim_app.command("preempt", cls=command)(preempt)
     sim_app.command("fail-create", cls=command)(fail_create)
     sim_app.command("hang", cls=command)(hang)
+    sim_app.command("inject", cls=command)(inject)
     app.add_typer(sim_app, name="sim")

@@ -12,7 +12,7 @@ import re
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import (
@@ -27,6 +27,7 @@ from pydantic import (
 
 from podmanager.core import catalog
 from podmanager.core.errors import SpecError
+from podmanager.core.faults import Fault, explain
 from podmanager.runtime.checkpoints import is_url
 
 NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
@@ -131,30 +132,11 @@ class RecoverySpec(_Model):
     deadline_s: float | None = Field(None, gt=0)
 
 
-class FaultSpec(_Model):
-    """A scripted fault for the simulated backend."""
-
-    kind: Literal["preempt", "capacity", "quota", "transient", "reservation", "preempt-while-creating", "hang"]
-    slice: int | None = Field(None, ge=0)
-    zone: str | None = None
-    after_s: float = Field(0.0, ge=0)
-    notice_s: float = Field(0.0, ge=0)
-    times: int = Field(1, ge=1)
-
-    @model_validator(mode="after")
-    def _needs_target(self) -> "FaultSpec":
-        if self.kind in ("preempt", "hang") and self.slice is None:
-            raise ValueError(f"a {self.kind!r} fault needs 'slice' (the slice index)")
-        if self.kind in ("capacity", "reservation", "preempt-while-creating") and self.zone is None:
-            raise ValueError(f"a {self.kind!r} fault needs 'zone'")
-        return self
-
-
 class SimulationSpec(_Model):
     create_latency_s: float = Field(0.5, ge=0)
     delete_latency_s: float = Field(0.1, ge=0)
     boot_hosts: bool = True
-    faults: list[FaultSpec] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list)  # one type for every form of a fault: core/faults.py
 
 
 class ClusterSpec(_Model):
@@ -279,6 +261,9 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _describe(error: dict[str, Any]) -> str:
+    if error["loc"][:2] == ("simulation", "faults") and len(error["loc"]) > 2:  # inside one fault
+        field, message = explain({**error, "loc": error["loc"][3:]})  # type: ignore[typeddict-item]
+        return f"{_field_path(error['loc'][:3])}{'.' + field if field else ''}: {message}"
     path = _field_path(error["loc"])
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":

@@ -77,7 +77,9 @@ def damaged(path: Path, detail: str) -> StateStoreError:
 # (https://www.sqlite.org/howtocorrupt.html, "POSIX advisory locks canceled"). So podmanager
 # reads the file itself (its header) only while this process has no connection to it.
 _connections: dict[str, int] = {}
-_connections_lock = threading.Lock()
+# Reentrant: the garbage collector may run a collected Database's finalizer (`_release`) in
+# the middle of a block that holds it (during `sqlite3.connect` in `Database.__init__`).
+_connections_lock = threading.RLock()
 
 
 def _release(key: str, connection: sqlite3.Connection) -> None:

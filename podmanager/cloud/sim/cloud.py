@@ -45,6 +45,7 @@ from podmanager.cloud.sim.records import (
 )
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
+from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES
 from podmanager.core.files import write_atomic
 from podmanager.core.spec import Capacity
 
@@ -416,14 +417,15 @@ class SimCloud:
 
     # ---------------------------------------------------------------- fault injection
 
-    def inject_create_fault(self, zone: str, kind: str, times: int = 1) -> None:
-        """Make the next `times` creates in `zone` fail with `kind` (-1: until cleared)."""
+    # The fault type every caller builds, with the defaults these share, is core/faults.py.
+    def inject_create_fault(self, zone: str, kind: str, times: int = DEFAULT_TIMES) -> None:
+        """Make the next `times` creates in `zone` fail with `kind` (UNTIL_CLEARED, -1: until cleared)."""
         if kind not in _CREATE_FAULTS:
             raise ValueError(f"kind must be one of {', '.join(_CREATE_FAULTS)}")
         with self._transaction() as state:
             state.faults.create.setdefault(zone, {})[kind] = times
 
-    def inject_quota(self, quota: str = "TPUV4PodPerProjectPerZoneForTPUAPI", times: int = 1) -> None:
+    def inject_quota(self, quota: str = DEFAULT_QUOTA, times: int = DEFAULT_TIMES) -> None:
         with self._transaction() as state:
             state.faults.quota = QuotaFault(quota=quota, times=times)
 
@@ -435,6 +437,11 @@ class SimCloud:
     def clear_faults(self) -> None:
         with self._transaction() as state:
             state.faults = Faults()
+
+    def pending_faults(self) -> Faults:
+        """The faults still waiting to happen, as the state records them (the simulator's own view, for tests)."""
+        with self._transaction() as state:
+            return state.faults.model_copy(deep=True)
 
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
         """Preempt a node now, or after a notice period (spot: PREEMPTED, else TERMINATED)."""

@@ -3,8 +3,11 @@
 The emulator (`sim_server.TpuEmulator`) answers a third gRPC service,
 `podmanager.emulator.Control/Call`, whose request and reply are JSON:
 `{"method": "fault", "args": {"spec": "capacity:us-central2-b"}}` -> `{"result": null}`.
+A fault's text is the one every form of a fault shares (`core/faults.py`, with its defaults:
+TIMES 1, -1 until cleared); a `preempt:SLICE` also names its cluster (`"cluster": "demo"`).
 
     python -m podmanager.cloud.sim.control inject 127.0.0.1:8470 capacity:us-central2-b quota
+    python -m podmanager.cloud.sim.control inject 127.0.0.1:8470 --cluster demo preempt:0:30s
     python -m podmanager.cloud.sim.control nodes 127.0.0.1:8470
 """
 
@@ -12,40 +15,21 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # kept light: the CLI imports FAULT_HELP from here on every start
-    from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.core.errors import SpecError
+from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES, FAULT_HELP
+from podmanager.core.faults import FaultKind, FaultTarget, parse
 
 CONTROL_SERVICE = "podmanager.emulator.Control"
 
-FAULT_HELP = (
-    "capacity:ZONE[:TIMES] | reservation:ZONE[:TIMES] | preempt-while-creating:ZONE[:TIMES] "
-    "(TIMES default -1 = until cleared) | quota[:QUOTA[:TIMES]] (TIMES default 1) | transient[:CALLS] (default 1) | clear"
-)
 
-
-def apply_fault(sim: SimCloud, spec: str) -> None:
-    """Apply one fault given as text, e.g. 'capacity:us-central2-b' or 'quota:TPUV4PodPerProjectPerZone:2'."""
-    kind, _, rest = spec.strip().partition(":")
-    parts = [p for p in rest.split(":")] if rest else []
-    try:
-        if kind in ("capacity", "reservation", "preempt-while-creating") and 1 <= len(parts) <= 2 and parts[0]:
-            sim.inject_create_fault(parts[0], kind, int(parts[1]) if len(parts) == 2 else -1)
-            return
-        if kind == "quota" and len(parts) <= 2:
-            quota = parts[0] if parts and parts[0] else "TPUV4PodPerProjectPerZoneForTPUAPI"
-            sim.inject_quota(quota, int(parts[1]) if len(parts) == 2 else 1)
-            return
-        if kind == "transient" and len(parts) <= 1:
-            sim.inject_transient(int(parts[0]) if parts else 1)
-            return
-        if kind == "clear" and not parts:
-            sim.clear_faults()
-            return
-    except ValueError:
-        pass
-    raise ValueError(f"bad fault {spec!r}; expected {FAULT_HELP}")
+def apply_fault(sim: FaultTarget, spec: str | FaultKind, *, cluster: str | None = None, flag: str = "fault") -> None:
+    """Apply one fault given as text ('capacity:us-central2-b', 'quota:TPUV4PodPerProjectPerZone:2';
+    see `core/faults.py`) or as a fault; `cluster` names the cluster a `preempt:SLICE` is of.
+    A SpecError names `flag`, the text and the form to write."""
+    fault = parse(spec, flag=flag) if isinstance(spec, str) else spec
+    fault.apply(sim, cluster=cluster)
 
 
 class EmulatorControl:
@@ -62,13 +46,16 @@ class EmulatorControl:
         reply = self._call(json.dumps({"method": method, "args": args}).encode(), timeout=self._timeout_s)
         return json.loads(reply)["result"]
 
-    def fault(self, spec: str) -> None:
-        self.call("fault", spec=spec)
+    def fault(self, spec: str | FaultKind, *, cluster: str | None = None) -> None:
+        """One fault, as text or a `core/faults.py` fault (sent as its text; the emulator parses it)."""
+        self.call("fault", spec=spec if isinstance(spec, str) else spec.text(),
+                  **({"cluster": cluster} if cluster is not None else {}))
 
-    def inject_create_fault(self, zone: str, kind: str, times: int = 1) -> None:
+    # The simulator's inject methods (`core.faults.FaultTarget`): `fault.apply(control)` works too.
+    def inject_create_fault(self, zone: str, kind: str, times: int = DEFAULT_TIMES) -> None:
         self.call("inject_create_fault", zone=zone, kind=kind, times=times)
 
-    def inject_quota(self, quota: str = "TPUV4PodPerProjectPerZoneForTPUAPI", times: int = 1) -> None:
+    def inject_quota(self, quota: str = DEFAULT_QUOTA, times: int = DEFAULT_TIMES) -> None:
         self.call("inject_quota", quota=quota, times=times)
 
     def inject_transient(self, calls: int) -> None:
@@ -76,6 +63,9 @@ class EmulatorControl:
 
     def clear_faults(self) -> None:
         self.call("clear_faults")
+
+    def preempt_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0) -> None:
+        self.call("preempt_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s, notice_s=notice_s)
 
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
         self.call("preempt", zone=zone, node_id=node_id, notice_s=notice_s)
@@ -103,13 +93,18 @@ def main(argv: list[str] | None = None) -> None:
     inject = sub.add_parser("inject", help="set faults on a running emulator")
     inject.add_argument("address")
     inject.add_argument("faults", nargs="+", help=FAULT_HELP)
+    inject.add_argument("--cluster", help="the cluster a preempt:SLICE fault is of")
     show = sub.add_parser("nodes", help="list the emulator's nodes as JSON")
     show.add_argument("address")
     args = parser.parse_args(argv)
+    try:  # every fault checked before any is set
+        faults = [parse(text, flag="FAULT") for text in args.faults] if args.command == "inject" else []
+    except SpecError as bad:
+        parser.error(str(bad))  # exit 2
     with EmulatorControl(args.address) as control:
         if args.command == "inject":
-            for spec in args.faults:
-                control.fault(spec)
+            for fault in faults:
+                control.fault(fault, cluster=args.cluster)
         else:
             print(json.dumps(control.nodes(), indent=2))
 

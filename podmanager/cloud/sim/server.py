@@ -47,6 +47,7 @@ from podmanager.cloud.sim.control import (
     EmulatorControl,
     apply_fault,
 )
+from podmanager.core.errors import SpecError
 from podmanager.core.spec import Capacity
 
 TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
@@ -417,14 +418,14 @@ class TpuEmulator:
         try:
             call = json.loads(payload)
             result = self.control(call["method"], **call.get("args", {}))
-        except (KeyError, TypeError, ValueError, cloud_errors.CloudError) as error:
+        except (KeyError, TypeError, ValueError, SpecError, cloud_errors.CloudError) as error:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{type(error).__name__}: {error}")
         return json.dumps({"result": result}).encode()
 
     def control(self, method: str, **args: Any) -> Any:
         """Run one control call: a fault injection on the simulator, or a read of its state."""
         if method == "fault":
-            apply_fault(self.sim, args["spec"])
+            apply_fault(self.sim, args["spec"], cluster=args.get("cluster"))
             return None
         if method in _SIM_CONTROLS:
             getattr(self.sim, method)(**args)
