@@ -29,6 +29,8 @@ FORMS = [
      CreateFault(kind="reservation", zone="zone-b", times=3)),
     ("preempt-while-creating:zone-a:-1", {"kind": "preempt-while-creating", "zone": "zone-a", "times": -1},
      CreateFault(kind="preempt-while-creating", zone="zone-a", times=-1)),
+    ("invalid-request:zone-a", {"kind": "invalid-request", "zone": "zone-a"},
+     CreateFault(kind="invalid-request", zone="zone-a", times=1)),
     ("quota", {"kind": "quota"}, QuotaFault(kind="quota", quota=DEFAULT_QUOTA, times=1)),
     ("quota:TPUV5sLitepodPerZone:2", {"kind": "quota", "quota": "TPUV5sLitepodPerZone", "times": 2},
      QuotaFault(kind="quota", quota="TPUV5sLitepodPerZone", times=2)),

@@ -32,7 +32,7 @@ def preempt(
 
 def fail_create(
     cluster: Optional[str] = CLUSTER_OPTION,
-    kind: str = typer.Option("capacity", "--kind", metavar="KIND", help="capacity, reservation, preempt-while-creating or quota."),
+    kind: str = typer.Option("capacity", "--kind", metavar="KIND", help="capacity, reservation, preempt-while-creating, invalid-request or quota."),
     zone: Optional[str] = typer.Option(None, "--zone", metavar="ZONE", help="Zone (default: the spec's first)."),
     times: int = typer.Option(DEFAULT_TIMES, "--times", metavar="N",
                               help=f"How many creates fail ({UNTIL_CLEARED}: every one until cleared)."),

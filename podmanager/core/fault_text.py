@@ -22,7 +22,7 @@ DEFAULT_TIMES = 1  # a fault hits once unless told otherwise
 UNTIL_CLEARED = -1  # `times: -1`: a create fault that hits every create until `clear`
 DEFAULT_QUOTA = "TPUV4PodPerProjectPerZoneForTPUAPI"
 DEFAULT_WORKER = 0
-CREATE_KINDS = ("capacity", "reservation", "preempt-while-creating")
+CREATE_KINDS = ("capacity", "reservation", "preempt-while-creating", "invalid-request")
 
 # Each kind's fields in the order its text gives them.
 TEXT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -46,6 +46,7 @@ TEXT_FORMS: dict[str, str] = {
 
 FAULT_HELP = (
     "capacity:ZONE[:TIMES] | reservation:ZONE[:TIMES] | preempt-while-creating:ZONE[:TIMES] | "
+    "invalid-request:ZONE[:TIMES] | "
     "quota[:QUOTA[:TIMES]] | transient[:TIMES] | preempt:SLICE[:AFTER_S[:NOTICE_S]] | "
     f"hang:SLICE[:WORKER[:AFTER_S]] | clear; TIMES defaults to {DEFAULT_TIMES} "
     f"({UNTIL_CLEARED}: a create fault until cleared)"

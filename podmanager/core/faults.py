@@ -100,7 +100,7 @@ class _Fault(BaseModel):
 class CreateFault(_Fault):
     """The next `times` creates in `zone` fail (the operation ends in this error)."""
 
-    kind: Literal["capacity", "reservation", "preempt-while-creating"]
+    kind: Literal["capacity", "reservation", "preempt-while-creating", "invalid-request"]
     zone: str = Field(min_length=1, description="the zone whose creates fail, e.g. us-central2-b")
     times: int = Field(DEFAULT_TIMES, description=f"how many creates fail ({UNTIL_CLEARED}: until cleared)")
 
