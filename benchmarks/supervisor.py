@@ -68,7 +68,7 @@ def main() -> None:
         first_step = wait_for(lambda: runs.get(run_id).progress.step, 120, "the first step")
         first_step_s = time.time() - submitted
         agents = cluster.runtime.agents([0, 1])
-        pids = [ray.get(a.workload_status.remote(run_id))["pid"] for _, a in agents]
+        pids = [ray.get(a.workload_status.remote(run_id)).pid for _, a in agents]
         for _ in range(args.kills):
             last_event = cluster.events()[-1].id
             pid = runs.get(run_id).supervisor.pid
@@ -77,7 +77,7 @@ def main() -> None:
             restarted.append(wait_for(lambda: event_time("supervisor_restarted", last_event), 60, "a restart")
                              - killed_at)
             resumed.append(wait_for(lambda: event_time("reattached", last_event), 60, "re-attaching") - killed_at)
-            now = [ray.get(a.workload_status.remote(run_id))["pid"] for _, a in agents]
+            now = [ray.get(a.workload_status.remote(run_id)).pid for _, a in agents]
             if now != pids:
                 raise SystemExit(f"the program was restarted: pids {pids} -> {now}")
             time.sleep(1.0)  # let the new supervisor settle into its watch loop before the next kill

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from podmanager.core import paths
@@ -11,6 +12,7 @@ from podmanager.core.spec import ClusterSpec
 from podmanager.core.workload import Workload, check_parallelism
 from podmanager.runtime.checkpoints import is_url
 
+BUCKET_CHECK_S = 10.0  # a submit waits this long for Cloud Storage to say whether a bucket exists
 NO_CHECKPOINTS_WARNING = ("no checkpoint dir: a preemption restarts this run from step 0; "
                           "pass --checkpoint-dir gs://... or set checkpoints: in the spec")
 
@@ -110,3 +112,37 @@ def default_checkpoint_dir(spec: ClusterSpec, workload: Workload) -> str | None:
 def _join(root: str, *parts: str) -> str:
     """`root/parts...` for a URL or a local path alike (a URL is never normalised)."""
     return "/".join([root.rstrip("/"), *parts]) if is_url(root) else os.path.join(root, *parts)
+
+
+def check_bucket(directory: str | None, *, timeout_s: float = BUCKET_CHECK_S) -> str | None:
+    """A `gs://` checkpoint dir's bucket exists, as Cloud Storage tells this machine's
+    credentials: SpecError when it says there is no such bucket (a typo costs no attempt).
+    When it cannot tell within `timeout_s` (no credentials or no network here; the hosts,
+    with their service account, may still reach it), the reason comes back as a warning."""
+    if directory is None or not directory.startswith("gs://"):
+        return None
+    bucket = directory[len("gs://"):].split("/", 1)[0]
+    answers: list[BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            import gcsfs  # loads aiohttp and google-auth: only when a run checkpoints to a bucket
+
+            gcsfs.GCSFileSystem(skip_instance_cache=True).info(bucket)
+            answers.append(None)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread below
+            answers.append(error)
+
+    # In a thread: gcsfs retries a silent network for longer than a submit should wait.
+    asking = threading.Thread(target=ask, name="bucket-check", daemon=True)
+    asking.start()
+    asking.join(timeout_s)
+    if not answers:
+        return f"could not check that bucket gs://{bucket} exists: Cloud Storage did not answer within {timeout_s:.0f}s"
+    if isinstance(answers[0], FileNotFoundError):
+        raise SpecError(f"checkpoint dir {directory}: bucket gs://{bucket} does not exist",
+                        hint=f"Create it ('gcloud storage buckets create gs://{bucket} --location REGION'), or pass "
+                             "--checkpoint-dir (or set checkpoints: in the spec) with a bucket that exists.")
+    if answers[0] is not None:
+        return f"could not check that bucket gs://{bucket} exists ({type(answers[0]).__name__}: {answers[0]})"
+    return None

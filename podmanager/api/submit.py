@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from podmanager.api import service
-from podmanager.api.submission import run_checkpoints, run_slices
+from podmanager.api.submission import check_bucket, run_checkpoints, run_slices
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.workload import Workload
 from podmanager.operations.cluster_runtime import ClusterRuntime
@@ -31,10 +31,11 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
         raise SpecError(f"budgets: unknown {sorted(unknown)}; use {', '.join(BUDGETS)}")
     if not runtime.hosts.controller.connect():
         raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
+    warnings = [w for w in (checkpoints.warning, check_bucket(checkpoints.directory)) if w]
     # "Slices free? Then they are this run's" is one transaction: of runs submitted at
     # the same moment on a slice, exactly one gets it.
     record = new_run(runtime, workload, new_run_id(workload), slices, checkpoints.directory, budgets,
-                     warnings=[checkpoints.warning] if checkpoints.warning else [])
+                     warnings=warnings)
     holder = runs.claim(record)
     run_id = record.run_id
     if holder is not None:
@@ -50,8 +51,8 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
         runtime.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
                        run_id=run_id)
         submitted = True
-        if checkpoints.warning:
-            runtime.record("warning", f"run {run_id}: {checkpoints.warning}", run_id=run_id)
+        for warning in warnings:
+            runtime.record("warning", f"run {run_id}: {warning}", run_id=run_id)
         service.start_supervisor(runtime.name, run_id, code.uri if code else None)
     except BaseException as error:
         # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
