@@ -3,6 +3,8 @@
 import signal
 from dataclasses import dataclass, field
 
+import pytest
+
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock
@@ -10,7 +12,7 @@ from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import Capacity
 from podmanager.running.gang import HostState
 from podmanager.runtime.contract import ProgressRecord
-from podmanager.supervision.classify import classify
+from podmanager.supervision.classify import Cause, classify
 from podmanager.supervision.health import HealthMonitor
 
 
@@ -123,3 +125,38 @@ def test_a_suspended_spot_queued_slice_and_an_unknown_one_are_lost_at_the_next_c
     sim.degrade("z", "c-s1", state=NodeState.UNKNOWN)  # a failed repair
     clock.advance(1.0)
     assert monitor.check() == "slice 0 (c-s0) is gone; slice 1 (c-s1) is UNKNOWN"
+
+
+@pytest.mark.parametrize("condition", [{"health": "TIMEOUT"}, {"health": "UNHEALTHY_MAINTENANCE"},
+                                       {"state": NodeState.HIDDEN}], ids=["timeout", "maintenance", "hidden"])
+def test_a_hidden_or_unhealthy_slice_is_waited_for_then_replaced_as_infrastructure(condition):
+    clock = FakeClock()
+    sim, gang, monitor, events = setup(clock)
+    monitor.bounded_wait_s = 30.0
+    sim.degrade("z", "c-s1", **condition)
+    assert monitor.check() is None and events == [("slice_unwell", 1)]  # said once, then waited for
+    clock.advance(29)
+    assert monitor.check() is None and events == [("slice_unwell", 1)]
+    clock.advance(1)
+    reason = monitor.check()
+    assert reason is not None and reason.startswith("slice 1 (c-s1) has been ") and reason.endswith("for 30s")
+    incident = classify(monitor.observation())
+    assert incident.cause is Cause.INFRASTRUCTURE and incident.slices == {1}  # replaced; no preemption budget paid
+
+
+def test_a_slice_that_recovers_within_the_wait_is_no_incident_and_a_later_spell_counts_afresh():
+    clock = FakeClock()
+    sim, gang, monitor, events = setup(clock)
+    monitor.bounded_wait_s = 30.0
+    sim.degrade("z", "c-s0", health="TIMEOUT", for_s=20)
+    assert monitor.check() is None
+    clock.advance(25)  # healthy again after 20 s
+    assert monitor.check() is None and monitor.unwell_since == {}
+    sim.degrade("z", "c-s0", health="TIMEOUT")
+    clock.advance(1)
+    assert monitor.check() is None  # 25 + 1 s since the first spell began, but a new spell began now
+    clock.advance(29)
+    assert monitor.check() is None
+    clock.advance(1)
+    assert monitor.check() is not None
+    assert [kind for kind, _ in events] == ["slice_unwell", "slice_unwell"]

@@ -44,6 +44,9 @@ class Observation:
     notices: frozenset[int] = frozenset()  # slices with a preemption or maintenance notice
     hung: bool = False
     host_problems: dict[tuple[int, int], str] = field(default_factory=dict)  # probe failures by (slice, worker)
+    # Slices hidden or unhealthy (cloud/base.py: Decision.WAIT_BOUNDED) for longer than the
+    # bounded wait, with how the cloud reports them, e.g. 'READY (TIMEOUT)'.
+    overdue: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,10 @@ def classify(seen: Observation) -> Incident:
         states = ", ".join(f"slice {i}: {seen.slice_states[i].value if seen.slice_states[i] else 'gone'}"
                            for i in sorted(lost_slices))
         return Incident(Cause.PREEMPTION, frozenset(lost_slices), f"cloud reports {states}")
+    if seen.overdue:
+        # Not a preemption (no budget of the spot kind pays), but the slice is not coming back soon.
+        described = ", ".join(f"slice {i}: {condition}" for i, condition in sorted(seen.overdue.items()))
+        return Incident(Cause.INFRASTRUCTURE, frozenset(seen.overdue), f"cloud reports {described} for too long")
     dead_nodes = {h.slice for h in seen.hosts if h.node_dead}
     if dead_nodes:
         return Incident(Cause.PREEMPTION, frozenset(dead_nodes),

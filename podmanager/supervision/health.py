@@ -1,7 +1,8 @@
 """The health monitor of a running attempt: each check on its own interval.
 
 - cloud: the state of every slice the run uses (PREEMPTED, TERMINATED, gone) and
-  preemption notices — seconds, not the 10-60 s polls of other tools;
+  preemption notices — seconds, not the 10-60 s polls of other tools; a slice hidden or
+  unhealthy (cloud/base.py's bounded wait) is waited for as `up` waits for it, then lost;
 - progress: the step the program last reported; no new step for `hang_timeout_s`
   (counted from the first step, so a long compile is not a hang) is a hang;
 - hosts: an exit, or an agent that cannot be reached, is found by the attempt's own
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.base import DEAD_STATES, NodeState, TpuCloud
+from podmanager.cloud.base import BOUNDED_WAIT_S, DEAD_STATES, Decision, Node, NodeState, TpuCloud, condition, decide
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.records import SliceRef
 from podmanager.running.gang import Gang
@@ -52,6 +53,9 @@ class HealthMonitor:
     notices: set[int] = field(default_factory=set)
     hung: bool = False
     last_healthy_check: float | None = None  # the last cloud check that found every slice fine
+    bounded_wait_s: float = BOUNDED_WAIT_S  # a hidden or unhealthy slice is waited for this long
+    unwell_since: dict[int, float] = field(default_factory=dict)  # slice -> first seen hidden or unhealthy
+    overdue: dict[int, str] = field(default_factory=dict)  # slice -> its condition, once past the wait
     _best_step: float | None = None
     _step_time: float | None = None
 
@@ -69,18 +73,22 @@ class HealthMonitor:
         return reason
 
     def _check_cloud(self) -> str | None:
-        by_zone: dict[str, dict[str, NodeState]] = {}
+        by_zone: dict[str, dict[str, Node]] = {}
         for zone in {s.zone for s in self.slices}:
             try:
-                by_zone[zone] = {n.name: n.state for n in self.cloud.list_nodes(zone)}
+                by_zone[zone] = {n.name: n for n in self.cloud.list_nodes(zone)}
             except cloud_errors.TransientError:
                 return None  # the API's trouble is not the run's: look again next interval
         lost = []
         for ref in self.slices:  # every slice, every pass: two slices lost together are one incident
-            state = by_zone[ref.zone].get(ref.node_name)
+            node = by_zone[ref.zone].get(ref.node_name)
+            state = node.state if node else None
             self.slice_states[ref.index] = state
             if state is None or state in DEAD_STATES:
                 lost.append(f"slice {ref.index} ({ref.node_name}) is {state.value if state else 'gone'}")
+            elif self._unwell_too_long(ref, node):
+                lost.append(f"slice {ref.index} ({ref.node_name}) has been {self.overdue[ref.index]} for "
+                            f"{self.bounded_wait_s:.0f}s")
         if lost:
             return "; ".join(lost)
         for ref in self.slices:
@@ -112,6 +120,22 @@ class HealthMonitor:
         if self.on_event:
             self.on_event(kind, message, slice_index)
 
+    def _unwell_too_long(self, ref: SliceRef, node: Node) -> bool:
+        """A hidden or unhealthy slice (HIDING/HIDDEN/UNHIDING, health TIMEOUT or
+        UNHEALTHY_MAINTENANCE): said once, waited for as `up` waits for it, then lost."""
+        if decide(node) is not Decision.WAIT_BOUNDED:
+            self.unwell_since.pop(ref.index, None)
+            return False
+        now = self.clock.now()
+        if ref.index not in self.unwell_since:
+            self.unwell_since[ref.index] = now
+            self._event("slice_unwell", f"slice {ref.index} ({ref.node_name}) is {condition(node)}; waiting up to "
+                        f"{self.bounded_wait_s:.0f}s for it", ref.index)
+        if now - self.unwell_since[ref.index] < self.bounded_wait_s:
+            return False
+        self.overdue[ref.index] = condition(node)
+        return True
+
     def observation(self, dead_nodes: set[tuple[int, int]] | None = None) -> Observation:
         """What was seen, for `classify`; looks at the cloud once more first."""
         self._check_cloud()
@@ -120,4 +144,5 @@ class HealthMonitor:
                         (h.slot.slice_index, h.slot.worker_id) in (dead_nodes or set()))
             for h in self.gang.hosts
         )
-        return Observation(hosts, dict(self.slice_states), frozenset(self.notices), self.hung)
+        return Observation(hosts, dict(self.slice_states), frozenset(self.notices), self.hung,
+                           overdue=dict(self.overdue))
