@@ -85,7 +85,9 @@ def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, t
     assert result.metrics["last_loss"] == pytest.approx(reference.metrics["last_loss"], rel=1e-5)
     [incident] = result.incidents
     assert incident["cause"] == "preemption" and incident["slices"] == [1]
-    assert incident["lost_steps"] == first.last_step - (second.first_step - 1)
+    # The attempt's last step is the one every host had reported; the checkpoint it resumed
+    # from may be newer than a slow host's last report, and then nothing was lost.
+    assert incident["lost_steps"] == max(0, first.last_step - (second.first_step - 1))
     assert incident["recover_s"] is not None and incident["recover_s"] > 0
     assert 0 < result.goodput <= 1
     kinds = [e.kind for e in cluster.events()]
