@@ -32,7 +32,16 @@ import difflib
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Protocol, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 from pydantic_core import ErrorDetails
 
 from podmanager.core.errors import SpecError
@@ -77,6 +86,9 @@ def _positive(times: int) -> int:
         raise ValueError(f"{times} is not a count; use 1 or more ({UNTIL_CLEARED}, until cleared, "
                          "is for capacity, reservation and preempt-while-creating faults)")
     return times
+
+
+Count = Annotated[int, AfterValidator(_positive)]  # how many times a fault hits; never "until cleared"
 
 
 class _Fault(BaseModel):
@@ -126,12 +138,7 @@ class QuotaFault(_Fault):
 
     kind: Literal["quota"]
     quota: str = Field(DEFAULT_QUOTA, min_length=1, description="the quota named in the error")
-    times: int = Field(DEFAULT_TIMES, description="how many creates fail")
-
-    @field_validator("times")
-    @classmethod
-    def _count(cls, times: int) -> int:
-        return _positive(times)
+    times: Count = Field(DEFAULT_TIMES, description="how many creates fail")
 
     def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
         sim.inject_quota(self.quota, self.times)
@@ -144,12 +151,7 @@ class TransientFault(_Fault):
     """The next `times` API calls fail with UNAVAILABLE (the client retries them)."""
 
     kind: Literal["transient"]
-    times: int = Field(DEFAULT_TIMES, description="how many API calls fail")
-
-    @field_validator("times")
-    @classmethod
-    def _count(cls, times: int) -> int:
-        return _positive(times)
+    times: Count = Field(DEFAULT_TIMES, description="how many API calls fail")
 
     def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
         sim.inject_transient(self.times)
