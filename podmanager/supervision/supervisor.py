@@ -120,9 +120,8 @@ class RunSupervisor:
         the health monitor that watched it."""
         attempt = self.run.attempt
         agents = self._agents()
-        held = self._held(agents, attempt)
         reattach = None
-        if held is not None and current.attempt == attempt:
+        if current.attempt == attempt and self._all_hold(agents, attempt):
             base = current.log_base
             reattach = {slot.label: max(0, self.runner.logs.size(slot) - base.get(slot.label, 0)) for slot, _ in agents}
             self.record("reattached", f"attempt {attempt} still runs on all {len(agents)} host(s); re-attached "
@@ -241,17 +240,14 @@ class RunSupervisor:
             self.cluster.heal()
             return self.cluster.agents(self.run.slices)
 
-    def _held(self, agents: list[tuple[HostSlot, Any]], attempt: int) -> dict[str, HeldRun] | None:
-        """What each host holds of this run, if every host holds `attempt` (running or
-        exited); None otherwise."""
+    def _all_hold(self, agents: list[tuple[HostSlot, Any]], attempt: int) -> bool:
+        """Every host holds `attempt` of this run (running or exited)."""
         try:
-            found = self.runner.remote.get([agent.workload_status.remote(self.run_id) for _, agent in agents],
-                                           timeout=10)
+            found: list[HeldRun | None] = self.runner.remote.get(
+                [agent.workload_status.remote(self.run_id) for _, agent in agents], timeout=10)
         except (RayActorError, GetTimeoutError):
-            return None
-        if all(f is not None and f.attempt == attempt for f in found):
-            return {slot.label: f for (slot, _), f in zip(agents, found)}
-        return None
+            return False
+        return all(f is not None and f.attempt == attempt for f in found)
 
     def _stop_strays(self, agents: list[tuple[HostSlot, Any]]) -> None:
         """Stop whatever is left of this run on the hosts (a launch cut short, survivors of a
