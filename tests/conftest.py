@@ -14,7 +14,12 @@ def podmanager_home(tmp_path, monkeypatch):
     home = tmp_path / "pmhome"
     monkeypatch.setenv("PODMANAGER_HOME", str(home))
     monkeypatch.delenv("TPU_EMULATOR_HOST", raising=False)
-    return home
+    yield home
+    # A dry run started this home's emulator; `down` stops it, a test that never downs does here.
+    from podmanager.operations import emulator_process
+
+    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+    emulator_process.stop_all()
 
 
 @pytest.fixture

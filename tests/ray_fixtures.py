@@ -98,7 +98,7 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
     """A dry-run cluster brought up in `home` for a whole test module, and torn down after it;
     asserts that `down` leaves no process of the cluster and no node in the simulator."""
     from podmanager.api import Cluster
-    from podmanager.operations.backends import simulated_cloud
+    from sim_view import sim_nodes
 
     saved = os.environ.get("PODMANAGER_HOME")
     os.environ["PODMANAGER_HOME"] = str(home)
@@ -115,7 +115,7 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
         finally:  # whatever went wrong above, nothing of the cluster may outlive the module
             cluster.down()
             left = wait_no_leftovers(machines, before)
-            nodes = simulated_cloud(cluster.spec.project).all_nodes()
+            nodes = sim_nodes(cluster.spec.project)
             if saved is None:
                 os.environ.pop("PODMANAGER_HOME", None)
             else:

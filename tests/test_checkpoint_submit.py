@@ -14,7 +14,7 @@ from podmanager.cli import app
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.server import TpuEmulator
+from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core.clock import FakeClock
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.provisioning.loop import Provisioner

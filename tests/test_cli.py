@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import podmanager
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.cli import app
 
 runner = CliRunner()
@@ -51,7 +51,7 @@ def test_up_status_events_down(spec_file):
 
     result = invoke("down", "-c", "clitest")
     assert result.exit_code == 0, result.output
-    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert sim_nodes("podmanager-sim") == []
     assert invoke("down", "-c", "clitest", "--dry-run").exit_code == 0  # a second down is fine
 
 
@@ -61,7 +61,7 @@ def test_bad_spec_is_refused_with_the_field_and_exit_code_2(tmp_path):
     result = invoke("up", "-f", path, "--dry-run")
     assert result.exit_code == 2
     assert "slices[0].accelerator: 'v4-12' is not a TPU type; did you mean v4-16?" in result.output
-    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert sim_nodes("podmanager-sim") == []
 
 
 def test_a_reservation_on_a_spot_slice_is_refused_with_the_field_and_exit_code_2(tmp_path):
@@ -70,7 +70,7 @@ def test_a_reservation_on_a_spot_slice_is_refused_with_the_field_and_exit_code_2
     result = invoke("up", "-f", path, "--dry-run")
     assert result.exit_code == 2, result.output
     assert "slices[0].reservation: a reservation serves only capacity: reserved" in result.output
-    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert sim_nodes("podmanager-sim") == []
 
 
 def test_missing_file_and_unknown_cluster(tmp_path):
@@ -151,14 +151,14 @@ def test_an_unknown_spec_field_suggests_the_close_one(tmp_path):
     result = invoke("up", "-f", path, "--dry-run")
     assert result.exit_code == 2
     assert "slices[0].cuont: unknown field; did you mean count?" in result.output
-    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert sim_nodes("podmanager-sim") == []
 
 
 def test_sim_preempt_takes_the_slice_as_the_user_sees_it(spec_file):
     assert invoke("up", "-f", spec_file, "--dry-run").exit_code == 0
     result = invoke("sim", "preempt", "-c", "clitest", "--slice", "clitest-s1")
     assert result.exit_code == 0, result.output
-    states = {n.name: n.state.value for n in simulated_cloud("podmanager-sim").all_nodes()}
+    states = {n.name: n.state.value for n in sim_nodes("podmanager-sim")}
     assert states == {"clitest-s0": "READY", "clitest-s1": "TERMINATED"}  # an on-demand slice's preemption
     wrong = invoke("sim", "preempt", "-c", "clitest", "--slice", "demo-s0")
     assert wrong.exit_code == 2 and "demo-s0 is not a node of cluster clitest" in wrong.output

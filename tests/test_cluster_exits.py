@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from podmanager.api import Cluster
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore
@@ -62,7 +62,7 @@ def cluster(monkeypatch) -> Cluster:
 
 
 def nodes() -> list[str]:
-    return sorted(n.name for n in simulated_cloud("podmanager-sim").all_nodes())
+    return sorted(n.name for n in sim_nodes("podmanager-sim"))
 
 
 def raising(error: BaseException):  # type: ignore[no-untyped-def]

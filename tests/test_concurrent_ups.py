@@ -12,7 +12,7 @@ from race_workers import SPAWN, start, stop_all, up_rounds, up_while_holding
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.state import StateStore
@@ -46,7 +46,7 @@ def test_two_ups_at_once_create_each_slice_once_and_the_second_finds_the_work_do
             assert waits in ([], [f"waiting for another podmanager up of {name} (pid {other})"])
             waited += len(waits)
     assert waited >= 1  # the race was run: in some rounds (most, as a rule) one up found the other at work
-    assert len(simulated_cloud("podmanager-sim").all_nodes()) == 2 * ROUNDS
+    assert len(sim_nodes("podmanager-sim")) == 2 * ROUNDS
 
 
 def test_up_says_whom_it_waits_for_and_then_finds_the_work_done(podmanager_home, tmp_path):
@@ -75,7 +75,7 @@ def test_up_says_whom_it_waits_for_and_then_finds_the_work_done(podmanager_home,
     assert "plan for locked: keep slices 0-1 (v4-8, READY)" in result.output
     assert "slice_creating" not in result.output  # the first up created them
     assert other.exitcode == 0
-    assert sorted(n.name for n in simulated_cloud("podmanager-sim").all_nodes()) == ["locked-s0", "locked-s1"]
+    assert sorted(n.name for n in sim_nodes("podmanager-sim")) == ["locked-s0", "locked-s1"]
 
 
 def test_down_waits_for_an_up_in_progress(podmanager_home):
@@ -95,5 +95,5 @@ def test_down_waits_for_an_up_in_progress(podmanager_home):
         release.set()
         stop_all([other])
     assert other.exitcode == 0
-    assert simulated_cloud("podmanager-sim").all_nodes() == []  # down came after the up, and removed its slices
+    assert sim_nodes("podmanager-sim") == []  # down came after the up, and removed its slices
     assert StateStore().get_cluster("locked") is None

@@ -9,7 +9,7 @@ import threading
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster, StateStore, down_by_label
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.state.lock import cluster_lock
@@ -25,16 +25,16 @@ def _up_and_forget(name: str, project: str, podmanager_home) -> None:
                        "simulation": FAST}, dry_run=True).up()
     (podmanager_home / "state.db").unlink()
     shutil.rmtree(podmanager_home / "clusters")  # with it the spec copies, which would mark the store as damaged
-    assert len(simulated_cloud(project).all_nodes()) == 2
+    assert len(sim_nodes(project)) == 2
 
 
 def test_cli_down_dry_run_searches_every_simulated_project(podmanager_home):
-    simulated_cloud("podmanager-sim").all_nodes()  # the default project exists too, empty
+    sim_nodes("podmanager-sim")  # the default project exists too, empty
     _up_and_forget("lost", "elsewhere", podmanager_home)
 
     result = runner.invoke(app, ["down", "-c", "lost", "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert simulated_cloud("elsewhere").all_nodes() == []
+    assert sim_nodes("elsewhere") == []
     assert "elsewhere" in result.output and "is down" in result.output
 
     again = runner.invoke(app, ["down", "-c", "lost", "--dry-run"])
@@ -60,7 +60,7 @@ def test_cli_down_without_flags_finds_a_lost_simulated_cluster(podmanager_home):
     _up_and_forget("lost", "elsewhere", podmanager_home)
     result = runner.invoke(app, ["down", "-c", "lost"])
     assert result.exit_code == 0, result.output
-    assert simulated_cloud("elsewhere").all_nodes() == []
+    assert sim_nodes("elsewhere") == []
     assert "is down" in result.output
 
 
@@ -70,8 +70,8 @@ def test_api_down_by_label_reports_where_it_deleted(podmanager_home):
 
     report = down_by_label("lost", dry_run=True, store=StateStore())
     assert report.deleted_in == ["elsewhere"]
-    assert simulated_cloud("elsewhere").all_nodes() == []
-    assert [n.name for n in simulated_cloud("podmanager-sim").all_nodes()] == ["other-s0", "other-s1"]
+    assert sim_nodes("elsewhere") == []
+    assert [n.name for n in sim_nodes("podmanager-sim")] == ["other-s0", "other-s1"]
 
     again = down_by_label("lost", dry_run=True, store=StateStore())
     assert again.deleted_in == [] and set(again.searched) == {"elsewhere", "podmanager-sim"}
@@ -81,7 +81,7 @@ def test_api_down_by_label_in_a_named_project_only(podmanager_home):
     _up_and_forget("lost", "elsewhere", podmanager_home)
     report = down_by_label("lost", dry_run=True, project="podmanager-sim", store=StateStore())
     assert report.deleted_in == [] and report.searched == ["podmanager-sim"]
-    assert len(simulated_cloud("elsewhere").all_nodes()) == 2  # not searched, not touched
+    assert len(sim_nodes("elsewhere")) == 2  # not searched, not touched
 
 
 def test_down_by_label_waits_for_an_up_of_the_name_under_way(podmanager_home):
@@ -93,8 +93,8 @@ def test_down_by_label_waits_for_an_up_of_the_name_under_way(podmanager_home):
         downing.start()
         poll_until(lambda: store.events("lost", kind="waiting"), timeout_s=30, interval_s=0.02,
                    what="down to wait for the lock")
-        assert len(simulated_cloud("elsewhere").all_nodes()) == 2  # nothing taken while `up` holds it
+        assert len(sim_nodes("elsewhere")) == 2  # nothing taken while `up` holds it
         assert f"another podmanager up of lost (pid {os.getpid()})" in store.events("lost", kind="waiting")[0].message
     downing.join(timeout=60)
     assert reports and reports[0].deleted_in == ["elsewhere"]
-    assert simulated_cloud("elsewhere").all_nodes() == []
+    assert sim_nodes("elsewhere") == []

@@ -21,7 +21,7 @@ from ray_fixtures import module_cluster
 
 from podmanager.running.logs import RunFolder
 from podmanager.api import Cluster, simulation
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
@@ -168,7 +168,7 @@ def test_a_supervisor_killed_during_a_recovery_finishes_it_exactly_once(cluster,
     deleted_at = run_events(cluster, handle.run_id, "slices_deleted")[0].id
     creates = [e for e in cluster.events(after_id=deleted_at) if e.kind == "slice_creating" and e.slice_index == 1]
     assert len(creates) == 1  # one replacement slice
-    nodes = simulated_cloud("podmanager-sim").all_nodes()
+    nodes = sim_nodes("podmanager-sim")
     assert sorted(n.name for n in nodes) == [f"{NAME}-s0", f"{NAME}-s1"]
 
 

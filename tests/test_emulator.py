@@ -14,8 +14,8 @@ from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.control import EmulatorControl, apply_fault
-from podmanager.cloud.sim.server import TpuEmulator, serve
+from podmanager.emulator.control import EmulatorControl, apply_fault
+from podmanager.emulator.tpu_api import TpuEmulator, serve
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import Capacity
@@ -71,7 +71,7 @@ def test_serve_returns_a_running_server_and_its_port() -> None:
 def test_faults_set_from_another_process(served: tuple[SimCloud, TpuEmulator, str]) -> None:
     sim, _, address = served
     subprocess.run(
-        [sys.executable, "-m", "podmanager.cloud.sim.control", "inject", address, "quota:TPUV4PodPerZone", "capacity:zone-a"],
+        [sys.executable, "-m", "podmanager.emulator.control", "inject", address, "quota:TPUV4PodPerZone", "capacity:zone-a"],
         check=True, timeout=60,
     )
     with GcpCloud("p", emulator_host=address, clock=sim.clock, poll_interval_s=1.0) as cloud:
@@ -81,7 +81,7 @@ def test_faults_set_from_another_process(served: tuple[SimCloud, TpuEmulator, st
         assert isinstance(failed.error, errors.CapacityError)
         assert cloud.wait(cloud.create_node("zone-b", "demo-s0", REQUEST), timeout_s=60).error is None
     listed = subprocess.run(
-        [sys.executable, "-m", "podmanager.cloud.sim.control", "nodes", address],
+        [sys.executable, "-m", "podmanager.emulator.control", "nodes", address],
         check=True, timeout=60, capture_output=True, text=True,
     )
     (node,) = json.loads(listed.stdout)

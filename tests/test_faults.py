@@ -7,11 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster, simulation
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_control
 from podmanager.cli import app
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.control import apply_fault
-from podmanager.cloud.sim.server import TpuEmulator
+from podmanager.emulator.control import apply_fault
+from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core import faults
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import SpecError
@@ -81,7 +81,7 @@ def test_the_sim_commands_take_the_same_defaults(tmp_path):
         return result.output
 
     def pending():
-        return simulated_cloud("podmanager-sim").pending_faults()
+        return sim_control().pending_faults()
 
     def controlled(*texts: str):
         sim = SimCloud(clock=FakeClock())

@@ -22,7 +22,7 @@ from podmanager.cloud.base import (
 )
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.server import TpuEmulator
+from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core.clock import FakeClock, RealClock
 from podmanager.core.errors import TimeoutExceededError
 from podmanager.core.spec import Capacity

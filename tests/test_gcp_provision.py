@@ -15,7 +15,7 @@ from podmanager.cloud import errors
 from podmanager.cloud.base import NodeState, QueuedResourceState
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.server import TpuEmulator
+from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import TimeoutExceededError
 from podmanager.core.spec import Capacity, parse_spec

@@ -16,7 +16,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "podmanager"
 
 # Lowest first. A module may import its own layer and the layers before it.
-LAYERS = ["runtime", "core", "state", "cloud", "provisioning", "hosts", "running", "operations", "supervision", "api", "cli"]
+LAYERS = ["runtime", "core", "state", "cloud", "provisioning", "hosts", "emulator", "running", "operations",
+          "supervision", "api", "cli"]
 # Folders inside a layer that the rest of that layer must not reach into: the cloud contract
 # knows no backend, and one backend knows no other; the real hosts know nothing of the simulated ones.
 PRIVATE = {"cloud.gcp": {"cloud.gcp"}, "cloud.sim": {"cloud.sim"}, "hosts.sim": {"hosts.sim"}}
@@ -86,6 +87,15 @@ def test_backends_and_simulated_hosts_stay_apart() -> None:
             if folder is not None and folder != own and layer_of(module) == layer_of(target):
                 leaks.append(f"{module} -> {target}")
     assert leaks == [], "a layer reaches into a backend or the simulation:\n" + "\n".join(sorted(leaks))
+
+
+def test_only_the_emulator_runs_the_simulator() -> None:
+    """A dry run goes through the real client to the emulator: no other layer may hold the
+    simulated cloud (tests may, where driving it in-process is the point)."""
+    reach = sorted(f"{module} -> {target}" for module, targets in graph().items() for target in targets
+                   if private_folder(target) == "cloud.sim" and private_folder(module) != "cloud.sim"
+                   and layer_of(module) != "emulator")
+    assert reach == [], "the simulator used outside the emulator:\n" + "\n".join(reach)
 
 
 def test_no_import_cycles() -> None:

@@ -16,24 +16,19 @@ from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
 from podmanager.hosts import notices
-from podmanager.hosts.head import free_port
-from podmanager.hosts.sim.metadata import SimulatedVm, serve
+from podmanager.emulator.metadata import MetadataServers
 
 
 @pytest.fixture
 def vm(tmp_path):
-    clock = FakeClock()
-    state = tmp_path / "sim.json"
-    sim = SimCloud(clock=clock, path=state, create_latency_s=0.0)
+    sim = SimCloud(clock=FakeClock(), create_latency_s=0.0)
     sim.create_node("z", "c-s0", NodeRequest("v4-16", "rt", Capacity.SPOT))
     megascale = tmp_path / "megascale.json"
-    port = free_port()
-    server = serve(SimulatedVm(state_file=state, zone="z", node="c-s0", worker=1, accelerator="v4-16",
-                               endpoints=["10.0.0.1", "10.0.0.2"], megascale_file=megascale), port)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    servers = MetadataServers(sim)
+    port = servers.start(zone="z", node="c-s0", worker=1, accelerator="v4-16", endpoints=["10.0.0.1", "10.0.0.2"],
+                         megascale_file=megascale)
     yield sim, f"http://127.0.0.1:{port}/computeMetadata/v1/", megascale
-    server.shutdown()
-    server.server_close()
+    servers.stop_all()
 
 
 def get(url: str, *, header: bool = True) -> tuple[int, str]:

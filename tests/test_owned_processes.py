@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from podmanager.operations import sim_timers
+from podmanager.operations import emulator_process
 from podmanager.core.clock import poll_until
 from podmanager.hosts import procs
 from podmanager.hosts.sim import lease
@@ -116,15 +115,18 @@ def test_a_machine_never_inherits_the_owner_of_the_process_that_starts_it(monkey
         proc.wait(10)
 
 
-def test_a_simulator_timer_carries_its_clusters_owner(podmanager_home):
-    sim_timers.schedule("podmanager-sim", time.time() + 600, "demo")
+def test_the_emulator_is_no_clusters_process(podmanager_home):
+    """Started by a cluster's command, the emulator serves the whole project: `down` of one
+    cluster (by its owner tag) must not stop it."""
+    os.environ[procs.OWNER_ENV] = procs.owner("demo")  # as if a process of cluster demo started it
     try:
-        [pid] = sim_timers.pending("demo")
-        assert pid in {p.pid for p in procs.owned(procs.owner("demo"))}
-        assert procs.stop_cluster("demo") == 1
-        poll_until(lambda: not live(pid), timeout_s=10, interval_s=0.05, what="the timer to be gone")
+        emulator_process.ensure("podmanager-sim")
     finally:
-        sim_timers.stop("demo")
+        del os.environ[procs.OWNER_ENV]
+    pid = emulator_process.running("podmanager-sim").pid
+    assert pid in {p.pid for p in procs.owned(emulator_process.owner("podmanager-sim"))}
+    assert procs.stop_cluster("demo") == 0 and live(pid)
+    assert emulator_process.stop("podmanager-sim") and not live(pid)
 
 
 def test_the_lease_is_held_while_the_record_names_the_machine(tmp_path):

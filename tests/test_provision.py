@@ -3,7 +3,7 @@
 import pytest
 
 from podmanager.api import Cluster, down_by_label
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.retry import RetryingCloud
@@ -167,9 +167,9 @@ def test_down_finds_the_cluster_by_label_when_local_state_is_gone(podmanager_hom
     data = {**spec(count=2), "simulation": {"boot_hosts": False, "create_latency_s": 0.01, "delete_latency_s": 0.01}}
     Cluster.from_dict(data).up()
     (podmanager_home / "state.db").unlink()
-    assert len(simulated_cloud("podmanager-sim").all_nodes()) == 2
+    assert len(sim_nodes("podmanager-sim")) == 2
     down_by_label("c", dry_run=True, store=StateStore.in_memory())  # the real one is lost
-    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert sim_nodes("podmanager-sim") == []
 
 
 def test_scripted_faults_are_armed_once(podmanager_home):

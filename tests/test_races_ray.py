@@ -14,7 +14,7 @@ import yaml
 from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
@@ -68,7 +68,7 @@ def active_runs() -> list[str]:
 
 
 def nodes() -> list[str]:
-    return sorted(n.name for n in simulated_cloud("podmanager-sim").all_nodes())
+    return sorted(n.name for n in sim_nodes("podmanager-sim"))
 
 
 def test_three_detached_runs_on_one_slice_at_once_start_exactly_one(cluster, project):

@@ -12,7 +12,7 @@ import pytest
 from ray_fixtures import module_cluster
 
 from podmanager.api import Cluster, simulation
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.core.workload import Workload
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def _each_test(cluster, home, _shared_home):
     runs = str(home / "clusters" / NAME / "hosts")
     left = [p.pid for p in psutil.process_iter(["cwd"]) if (p.info["cwd"] or "").startswith(runs)]
     assert left == [], f"workload processes left: {left}"
-    nodes = simulated_cloud("podmanager-sim").all_nodes()
+    nodes = sim_nodes("podmanager-sim")
     assert sorted(n.name for n in nodes) == [f"{NAME}-s0", f"{NAME}-s1"]
     assert all(n.cluster == NAME for n in nodes)
 
@@ -142,7 +142,7 @@ def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices
     assert "max_preemptions budget is spent: 1 preemption incident(s), 0 allowed" in result.message
     # The healthy slice stays up for inspection; the preempted one is deleted at once (it
     # holds quota), and the next `up` creates it again.
-    assert {n.name: n.state.value for n in simulated_cloud("podmanager-sim").all_nodes()} == {f"{NAME}-s1": "READY"}
+    assert {n.name: n.state.value for n in sim_nodes("podmanager-sim")} == {f"{NAME}-s1": "READY"}
     cluster.up(timeout_s=120)
 
 

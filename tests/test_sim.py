@@ -5,6 +5,7 @@ import pytest
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState, QueuedResourceState
 from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.records import SimState
 from podmanager.core.spec import Capacity
 
 REQUEST = NodeRequest("v4-16", "tpu-ubuntu2204-base", Capacity.SPOT, labels={"podmanager-cluster": "c", "podmanager-slice": "0"})
@@ -164,13 +165,29 @@ def test_listeners_hear_every_node_change(sim, clock):
                      ("PREEMPTED", "DELETING"), ("DELETING", None)]
 
 
-def test_state_is_shared_between_instances_through_the_file(tmp_path, clock):
-    path = tmp_path / "sim.json"
-    first = SimCloud(clock=clock, path=path, create_latency_s=1)
-    second = SimCloud(clock=clock, path=path, create_latency_s=1)
+def test_a_snapshot_carries_on_where_it_left_off(clock):
+    first = SimCloud(clock=clock, create_latency_s=1)
     first.create_node("z", "n", REQUEST)
+    version, saved = first.snapshot()
+    first.saved(version)
+    assert first.snapshot() is None  # nothing changed since: nothing to save
     clock.advance(1)
-    assert second.get_node("z", "n").state is NodeState.READY
+    second = SimCloud(clock=clock, state=SimState.model_validate_json(saved), create_latency_s=1)
+    assert second.get_node("z", "n").state is NodeState.READY  # what was due when it stopped happens
     second.preempt("z", "n")
-    assert first.get_node("z", "n").state is NodeState.PREEMPTED
-    assert SimCloud(clock=clock, path=path).known_zones() == ["z"]
+    assert second.get_node("z", "n").state is NodeState.PREEMPTED
+    assert second.known_zones() == ["z"]
+
+
+def test_tick_applies_what_is_due_without_any_call(clock):
+    heard = []
+    sim = SimCloud(clock=clock, create_latency_s=1,
+                   listeners=[lambda before, after: heard.append(after.state.value if after else None)])
+    sim.create_node("z", "n", REQUEST)
+    sim.preempt_slice_later("c", 0, after_s=5)
+    start = clock.now()
+    assert sim.tick() == start + 1  # the node's readiness is next
+    clock.advance(1)
+    assert sim.tick() == start + 5 and heard == ["CREATING", "READY"]
+    clock.advance(4)
+    assert sim.tick() is None  # the timed fault fired (on no node of cluster c): nothing pending

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.cli import app
 from podmanager.core.errors import StateStoreError
 from podmanager.state import StateStore, db
@@ -69,7 +69,7 @@ def up(spec_file, podmanager_home):
     result = invoke("up", "-f", spec_file, "--dry-run")
     assert result.exit_code == 0, result.output
     RunStore().create(RunRecord("r-1", NAME, {"entrypoint": "x.py"}, [0], {}, None, status="succeeded"))
-    assert len(simulated_cloud("podmanager-sim").all_nodes()) == 2
+    assert len(sim_nodes("podmanager-sim")) == 2
     # The commands ran in this process: close the connections they left, as their processes would
     # have on exit. (The last one to close writes the WAL back into the file, over any damage.)
     gc.collect()
@@ -94,7 +94,7 @@ def test_every_verb_names_the_damaged_store_and_the_fix(up, damage):
     # `logs -c NAME` reads the run folders only: it works without the store (this cluster has no run output).
     logs = invoke("logs", "-c", NAME)
     assert logs.exit_code == 2 and "has no runs yet" in logs.output, logs.output
-    assert len(simulated_cloud("podmanager-sim").all_nodes()) == 2  # nothing was changed meanwhile
+    assert len(sim_nodes("podmanager-sim")) == 2  # nothing was changed meanwhile
 
 
 @pytest.mark.parametrize("damage, how", [
@@ -107,7 +107,7 @@ def test_down_always_works_by_label_and_says_why(up, damage, how):
     damage(default_path())
     result = invoke("down", *[str(up) if arg == "SPEC" else arg for arg in how])
     assert result.exit_code == 0, result.output
-    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert sim_nodes("podmanager-sim") == []
     assert "warning: the state store" in result.output and "rebuild-state" in result.output
     assert f"{NAME} is down" in result.output
     # The cluster is gone for good: a rebuilt store (or, its spec copy gone, a new one) does not know it.
@@ -119,7 +119,7 @@ def test_down_without_a_name_asks_for_one_when_the_store_is_damaged(up):
     garbage(default_path())
     result = invoke("down")
     assert result.exit_code == 1 and "-c NAME" in result.output, result.output
-    assert len(simulated_cloud("podmanager-sim").all_nodes()) == 2
+    assert len(sim_nodes("podmanager-sim")) == 2
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
@@ -140,7 +140,7 @@ def test_rebuild_moves_the_store_aside_and_restores_clusters_from_their_spec_cop
     assert [e.kind for e in StateStore().events(NAME)] == ["state_rebuilt"]
     assert RunStore().list(NAME) == []  # the run history is what is lost
     assert invoke("down", "-c", NAME).exit_code == 0
-    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert sim_nodes("podmanager-sim") == []
 
 
 def test_rebuild_names_clusters_the_simulated_cloud_holds_without_a_spec_copy(up, podmanager_home):

@@ -15,7 +15,7 @@ import psutil
 from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
 
 from podmanager.api import Cluster
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_nodes
 from podmanager.core.workload import Workload
 from podmanager.state.runs import RunStore
 
@@ -92,7 +92,7 @@ def test_two_ups_at_once_take_turns_and_start_one_head(two_ups):
     assert "slice_creating" not in said and "starting the Ray head" not in said
     everything = "".join(out for _, _, out, _ in two_ups)
     assert everything.count("starting the Ray head") == 1 and everything.count("Ray head is up") == 1
-    assert sorted(n.name for n in simulated_cloud("podmanager-sim").all_nodes()) == ["twoups-s0", "twoups-s1"]
+    assert sorted(n.name for n in sim_nodes("podmanager-sim")) == ["twoups-s0", "twoups-s1"]
 
 
 def test_a_failing_script_in_a_down_on_exit_context_leaves_nothing(two_ups, home, tmp_path):
@@ -108,5 +108,5 @@ def test_a_failing_script_in_a_down_on_exit_context_leaves_nothing(two_ups, home
             cluster.run(Workload(entrypoint="loop.py", working_dir=str(tmp_path), slices=[0]), printer=printer)
     [run] = RunStore().list(NAME)
     assert run.status == "cancelled"
-    assert simulated_cloud("podmanager-sim").all_nodes() == []
+    assert sim_nodes("podmanager-sim") == []
     assert left_behind(machines, before, home) == []  # the head, both hosts and their workers are stopped

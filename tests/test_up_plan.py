@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from podmanager.api import Cluster
 from podmanager.operations.cluster_runtime import ClusterRuntime
-from podmanager.operations.backends import simulated_cloud
+from sim_view import sim_control, sim_nodes
 from podmanager.cli import app
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
@@ -42,7 +42,7 @@ def up(tmp_path, *extra, count: int = 2, accelerator: str = "v4-8"):
 
 
 def nodes() -> list[str]:
-    return sorted(n.name for n in simulated_cloud("podmanager-sim").all_nodes())
+    return sorted(n.name for n in sim_nodes("podmanager-sim"))
 
 
 def active_run(run_id: str, slices: list[int]) -> RunRecord:
@@ -108,7 +108,7 @@ def test_up_refuses_to_delete_a_slice_an_active_run_uses_and_names_the_run(tmp_p
 def test_up_takes_slices_no_run_uses_and_replaces_dead_ones_under_a_run(tmp_path):
     assert up(tmp_path, count=2).exit_code == 0
     active_run("train-0", [0])
-    simulated_cloud("podmanager-sim").preempt("zone-a", "edits-s0")  # on-demand: TERMINATED
+    sim_control().preempt("zone-a", "edits-s0")  # on-demand: TERMINATED
 
     result = up(tmp_path, count=1)  # slice 1 is free; slice 0 is dead (its run's supervisor would replace it)
     assert result.exit_code == 0, result.output

@@ -23,15 +23,14 @@ from typing import TYPE_CHECKING, Any, Callable
 from podmanager.api import simulation
 from podmanager.api.status import ClusterStatus, cluster_status
 from podmanager.api.up_plan import UpPlan, in_the_way, runs_in_the_way
-from podmanager.cloud.base import TpuCloud
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
 from podmanager.core.clock import Clock
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.records import RayAccess
 from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
 from podmanager.operations.cluster_runtime import ClusterRuntime, EventCallback
-from podmanager.operations.teardown import teardown
+from podmanager.operations.teardown import stop_idle_emulator, teardown
 from podmanager.provisioning.plan import changes, desired_slices
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore
@@ -51,12 +50,12 @@ class Cluster:
     cluster cancelled, every slice deleted, its Ray head and hosts stopped — also when the
     block raised. Nothing else: runs it submitted go on unless the cluster is downed."""
 
-    def __init__(self, spec: ClusterSpec, *, cloud: TpuCloud | None = None, simulator: SimCloud | None = None,
+    def __init__(self, spec: ClusterSpec, *, cloud: TpuCloud | None = None, simulator: InProcessSimulator | None = None,
                  store: StateStore | None = None, clock: Clock | None = None,
                  on_event: EventCallback | None = None, down_on_exit: bool = False):
-        """`cloud`: talk to this backend as it is; `simulator`: this simulated cloud, through
-        the client-side retries a dry run uses (its faults stay reachable through
-        `simulator`); neither: the backend the spec asks for. `on_event` sees every event
+        """`cloud`: talk to this backend as it is; `simulator`: a simulator a test drives
+        in-process (its faults stay reachable through `simulator`); neither: the backend the
+        spec asks for (a dry run: the real client on the project's local emulator). `on_event` sees every event
         any verb records (each verb also takes its own). `down_on_exit`: leaving a `with`
         block of this object downs the cluster."""
         self.runtime = ClusterRuntime(spec, store=store or StateStore(), clock=clock, cloud=cloud,
@@ -115,8 +114,8 @@ class Cluster:
         return self.runtime.cloud
 
     @property
-    def simulator(self) -> SimCloud:
-        """The simulated cloud behind a dry-run cluster, for injecting faults."""
+    def simulator(self) -> SimulatedCloud:
+        """The simulated cloud behind a dry-run cluster (its emulator's controls), for faults."""
         return self.runtime.simulator
 
     @property
@@ -181,8 +180,10 @@ class Cluster:
             for run in self.runs_store.active(self.name):  # before the lock: a supervisor may need it to wind down
                 self._cancel_run(run, f"cancelling run {run.run_id} before tearing down")
             with self.runtime.lock("down", timeout_s):
-                teardown(self.name, self.cloud, self.spec.zones, self.store, record=self.runtime.record,
+                teardown(self.spec, self.cloud, self.store, record=self.runtime.record,
                          clock=self.runtime.clock, timeout_s=timeout_s, hosts=self.runtime.hosts)
+                self.runtime.close_cloud()
+                stop_idle_emulator(self.spec, self.runtime.record)
 
     def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RunHandle:
         """Start a run and return at once: its supervisor runs on the cluster's side (a Ray

@@ -67,7 +67,7 @@ def rebuild_state(*, force: bool = False) -> RebuildReport:
         restored.append(name)
     unknown = []
     for project in simulated_projects():
-        for node in simulated_cloud(project).all_nodes():
+        for node in simulated_cloud(project)[1].all_nodes():
             if node.cluster and node.cluster not in restored and (node.cluster, project) not in unknown:
                 unknown.append((node.cluster, project))
     store.close()

@@ -19,26 +19,22 @@ def emulator(
     fault: Annotated[list[str], typer.Option(metavar="FAULT", help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
 ) -> None:
     """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) for TPU_EMULATOR_HOST."""
-    from podmanager.cloud.sim.cloud import (
-        SimCloud,  # imported here: gRPC and the client types load slowly
-    )
-    from podmanager.cloud.sim.server import TpuEmulator
     from podmanager.core.faults import parse
-    from podmanager.hosts.sim.vms import SimHostBooter
+    from podmanager.emulator.service import Emulator  # imported here: gRPC and the client types load slowly
 
     faults = [parse(text, flag="--fault") for text in fault]  # a bad one: exit 2 before anything starts
-    # Its READY nodes boot as simulated TPU VMs that join the head named in their metadata.
-    sim = SimCloud(project, create_latency_s=create_latency_s, listeners=[SimHostBooter()])
+    # In memory, and its READY nodes boot as simulated TPU VMs that join the head named in their metadata.
+    emulator = Emulator(project, persist=False, create_latency_s=create_latency_s)
     for one in faults:
-        one.apply(sim)  # a preempt:SLICE names no cluster here: refused, exit 2
+        one.apply(emulator.sim)  # a preempt:SLICE names no cluster here: refused, exit 2
     try:
-        server, bound = TpuEmulator(sim).serve(host, port)
+        bound = emulator.start(host, port)
     except OSError as busy:
         raise typer.BadParameter(f"{busy}; pick another with --port (0: any free port)", param_hint="--port") from None
     address = f"{host}:{bound}"
     typer.echo(f"Cloud TPU emulator serving on {address} (project {project}); Ctrl-C to stop.")
     typer.echo(f"export TPU_EMULATOR_HOST={address}")
-    typer.echo(f"Set faults while it runs: python -m podmanager.cloud.sim.control inject {address} capacity:ZONE")
+    typer.echo(f"Set faults while it runs: python -m podmanager.emulator.control inject {address} capacity:ZONE")
     stop = threading.Event()
     # Its own handlers: started from a script or a non-interactive shell, SIGINT may arrive
     # ignored (so no KeyboardInterrupt), and SIGTERM is how service managers stop things.
@@ -48,4 +44,4 @@ def emulator(
         stop.wait()
         typer.echo("emulator stopped")
     finally:
-        server.stop(grace=None)
+        emulator.stop()

@@ -21,6 +21,7 @@ from enum import Enum
 from typing import Protocol, runtime_checkable
 
 from podmanager.cloud.errors import CloudError
+from podmanager.core.faults import FaultTarget
 from podmanager.core.spec import Capacity
 
 CLUSTER_LABEL = "podmanager-cluster"
@@ -241,3 +242,23 @@ class TpuCloud(Protocol):
 
     def get_operation(self, name: str) -> Operation:
         ...
+
+
+class SimulatedCloud(FaultTarget, Protocol):
+    """A simulated cloud's own controls beyond the API: faults, and reads that are no API call
+    (so no injected fault hits them). The emulator's control service (`EmulatorControl`) in a
+    dry run; the simulator itself where a test drives it in-process."""
+
+    def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None: ...
+
+    def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float) -> None: ...
+
+    def all_nodes(self) -> list[Node]: ...
+
+    def all_queued_resources(self) -> list[QueuedResource]: ...
+
+    def known_zones(self) -> list[str]: ...
+
+
+class InProcessSimulator(TpuCloud, SimulatedCloud, Protocol):
+    """The simulator itself, driven in-process by a test: the API and its controls in one object."""

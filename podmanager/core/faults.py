@@ -6,7 +6,7 @@ one set of defaults:
 - the spec's `simulation.faults` (YAML mappings, `core/spec.py`), armed by
   `api/simulation.arm_scripted_faults` when a cluster is first brought up;
 - `podmanager sim inject FAULT...` and the emulator (`podmanager emulator --fault`, its
-  control service's `fault` call, `python -m podmanager.cloud.sim.control inject`), as text
+  control service's `fault` call, `python -m podmanager.emulator.control inject`), as text
   (`parse`; the grammar is in `core/fault_text.py`);
 - `podmanager sim preempt | fail-create | hang`, from their flags (`from_flags`).
 

@@ -1,48 +1,26 @@
-"""Choose the cloud backend for a spec: the simulator, the emulator, or Google Cloud."""
+"""Choose the cloud backend for a spec: Google Cloud, or (dry runs) the project's local emulator.
+
+Both go through the real client (`GcpCloud`); a dry run only differs in the endpoint, and in
+polling at the pace of a simulated cloud rather than a real one."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from podmanager.cloud.base import TpuCloud
-from podmanager.cloud.retry import RetryCallback, RetryingCloud
-from podmanager.cloud.sim.cloud import NodeListener, SimCloud
-from podmanager.core import paths
-from podmanager.core.clock import Clock, RealClock
-from podmanager.core.spec import ClusterSpec, SimulationSpec
+from podmanager.cloud.base import SimulatedCloud, TpuCloud
+from podmanager.cloud.retry import RetryCallback
+from podmanager.core.clock import Clock
+from podmanager.core.spec import ClusterSpec
 
 if TYPE_CHECKING:
     from podmanager.hosts.controller import LocalMachines  # Ray loads only when hosts are used
 
-
-def simulated_cloud(project: str, simulation: SimulationSpec | None = None, *, clock: Clock | None = None) -> SimCloud:
-    """The dry-run cloud of `project`, kept under $PODMANAGER_HOME so every process sees it."""
-    simulation = simulation or SimulationSpec()
-    return SimCloud(
-        project,
-        clock=clock,
-        path=paths.sim_state_path(project),
-        create_latency_s=simulation.create_latency_s,
-        delete_latency_s=simulation.delete_latency_s,
-        listeners=_sim_host_listeners(paths.sim_state_path(project)),
-        on_timed=_timer(project) if clock is None or isinstance(clock, RealClock) else None,
-    )
-
-
-def _timer(project: str):  # type: ignore[no-untyped-def]
-    """A detached timer per scheduled fault, so it fires on time (not with a manual clock)."""
-    from podmanager.operations import sim_timers
-
-    return lambda when, cluster: sim_timers.schedule(project, when, cluster)
-
-
-def _sim_host_listeners(state_file: Path) -> list[NodeListener]:
-    # Imported here: the simulated hosts are Ray processes, needed only by the simulator.
-    from podmanager.hosts.sim.vms import SimHostBooter
-
-    return [SimHostBooter(state_file=state_file)]
+# The real client's timing, at the pace of the local emulator: its operations take
+# `simulation.create_latency_s`, not minutes, and a restarted emulator is back within a second.
+DRY_RUN_TIMING = {"poll_interval_s": 0.05, "retry_initial_s": 0.05, "retry_max_s": 0.5, "retry_deadline_s": 60.0,
+                  "call_timeout_s": 30.0}
 
 
 def local_machines(spec: ClusterSpec) -> LocalMachines | None:
@@ -55,12 +33,11 @@ def local_machines(spec: ClusterSpec) -> LocalMachines | None:
 
 
 def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None,
-               on_retry: RetryCallback | None = None) -> tuple[TpuCloud, SimCloud | None]:
+               on_retry: RetryCallback | None = None) -> tuple[TpuCloud, SimulatedCloud | None]:
     """The backend the spec asks for, retrying transient API errors, and (dry runs) the
-    simulator behind it, for fault injection."""
+    emulator's control service, for fault injection."""
     if spec.simulated:
-        simulator = simulated_cloud(spec.project, spec.simulation, clock=clock)
-        return simulator_client(simulator, clock=clock, on_retry=on_retry), simulator
+        return simulated_cloud(spec.project or "", clock=clock, on_retry=on_retry)
     from podmanager.cloud.gcp.client import GcpCloud, check_credentials
 
     emulator = os.environ.get("TPU_EMULATOR_HOST")
@@ -69,8 +46,23 @@ def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None,
     return GcpCloud(spec.project, emulator_host=emulator, on_retry=on_retry), None
 
 
-def simulator_client(simulator: SimCloud, *, clock: Clock | None = None,
-                     on_retry: RetryCallback | None = None) -> TpuCloud:
-    """The simulator answers like a server, so its client side retries transient errors
-    here; the real client (`gcp/client.py`) retries inside each call."""
-    return RetryingCloud(simulator, clock=clock, on_retry=on_retry)
+def simulated_cloud(project: str, *, clock: Clock | None = None,
+                    on_retry: RetryCallback | None = None) -> tuple[TpuCloud, SimulatedCloud]:
+    """The real client on the project's local emulator (started if it is not running), and its
+    control service. A call the emulator did not answer (it died) restarts it before the retry."""
+    from podmanager.operations import emulator_process
+
+    def restart_then_report(call: str, error: BaseException, attempt: int) -> None:
+        emulator_process.ensure(project)
+        if on_retry is not None:
+            on_retry(call, error, attempt)
+
+    with ThreadPoolExecutor(max_workers=1) as starter:
+        # A first command starts the emulator (most of a second) while it loads the client.
+        starting = starter.submit(emulator_process.ensure, project)
+        from podmanager.cloud.gcp.client import GcpCloud
+        from podmanager.emulator.control import EmulatorControl
+
+        address = starting.result()
+    cloud = GcpCloud(project, emulator_host=address, clock=clock, on_retry=restart_then_report, **DRY_RUN_TIMING)
+    return cloud, EmulatorControl(address)

@@ -12,15 +12,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, ContextManager
 
-from podmanager.cloud.base import DEAD_STATES, Node, TpuCloud
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.base import DEAD_STATES, InProcessSimulator, Node, SimulatedCloud, TpuCloud
+from podmanager.cloud.retry import RetryingCloud
 from podmanager.core import catalog
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.hosts.cluster_hosts import ClusterHosts
-from podmanager.operations.backends import local_machines, make_cloud, simulator_client
+from podmanager.operations.backends import local_machines, make_cloud
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import Observed, SliceChange, changes, describe_changes, desired_slices
 from podmanager.state import Event, StateStore
@@ -32,10 +32,11 @@ RECOVERY_LOCK_TIMEOUT_S = 1800.0  # a run's recovery waits this long for an `up`
 
 class ClusterRuntime:
     def __init__(self, spec: ClusterSpec, *, store: StateStore, clock: Clock | None = None,
-                 cloud: TpuCloud | None = None, simulator: SimCloud | None = None, run_id: str | None = None,
-                 on_event: EventCallback | None = None):
-        """`cloud`: talk to this backend as it is; `simulator`: this simulated cloud, through
-        the client-side retries a dry run uses; neither: the backend the spec asks for.
+                 cloud: TpuCloud | None = None, simulator: InProcessSimulator | None = None,
+                 run_id: str | None = None, on_event: EventCallback | None = None):
+        """`cloud`: talk to this backend as it is; `simulator`: a simulator a test drives
+        in-process, with client-side retries; neither: the backend the spec asks for (a dry
+        run: the real client on the project's local emulator).
         `run_id`: the run this runtime acts for (its supervisor's), stamped on every event it
         records. `on_event` sees every event recorded through it."""
         self.spec = spec
@@ -43,7 +44,10 @@ class ClusterRuntime:
         self.clock = clock or RealClock()
         self.run_id = run_id
         self._cloud = cloud
-        self._simulator = simulator
+        self._simulator: SimulatedCloud | None = simulator
+        self._timing_from_spec = simulator is None  # a test's in-process simulator keeps its own latencies
+        if simulator is not None and cloud is None:
+            self._cloud = RetryingCloud(simulator, clock=self.clock, on_retry=self._record_retry)
         self._listeners: list[EventCallback] = [on_event] if on_event else []
         self._hosts: ClusterHosts | None = None
         self._hosts_built = False
@@ -63,15 +67,13 @@ class ClusterRuntime:
 
     @property
     def cloud(self) -> TpuCloud:
-        if self._cloud is None and self._simulator is not None:
-            self._cloud = simulator_client(self._simulator, clock=self.clock, on_retry=self._record_retry)
-        elif self._cloud is None:
+        if self._cloud is None:
             self._cloud, self._simulator = make_cloud(self.spec, clock=self.clock, on_retry=self._record_retry)
         return self._cloud
 
     @property
-    def simulator(self) -> SimCloud:
-        """The simulated cloud behind a dry-run cluster, for injecting faults."""
+    def simulator(self) -> SimulatedCloud:
+        """The simulated cloud behind a dry-run cluster (its emulator's controls), for faults."""
         self.cloud  # opens the backend (and the simulator with it)
         if self._simulator is None:
             raise SpecError(f"--cluster: {self.name} runs on {self.spec.backend.value}; "
@@ -85,6 +87,17 @@ class ClusterRuntime:
             self._hosts = ClusterHosts.for_spec(self.spec, local_machines(self.spec))
             self._hosts_built = True
         return self._hosts
+
+    def close_cloud(self) -> None:
+        """Close the channels to the cloud (made again on next use): before its emulator stops,
+        so no open channel sees the server go away."""
+        if not self._timing_from_spec:
+            return  # a test's in-process simulator: nothing to close
+        for backend in (self._cloud, self._simulator):
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+        self._cloud, self._simulator = None, None
 
     # ------------------------------------------------------------------ events and the lock
 
@@ -152,6 +165,9 @@ class ClusterRuntime:
                     f"in {', '.join(self.spec.zones)}")
         self.record("up_plan", f"plan for {self.name}: {describe_changes(changes)}",
                     changes=[c.as_dict() for c in changes])
+        if self.spec.simulated and self._timing_from_spec:
+            self.simulator.configure_cluster(self.name, self.spec.simulation.create_latency_s,
+                                             self.spec.simulation.delete_latency_s)
         if before_converge is not None:
             before_converge()
         metadata = self._start_head() if self.hosts else {}

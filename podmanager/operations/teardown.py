@@ -6,32 +6,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from podmanager.operations import sim_timers
-from podmanager.operations.backends import local_machines, make_cloud, simulated_cloud
-from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.cloud.base import TpuCloud
 from podmanager.core import paths
 from podmanager.core.clock import Clock
 from podmanager.core.errors import SpecError
-from podmanager.core.spec import SIMULATED_PROJECT, SIMULATED_ZONES, parse_spec
+from podmanager.core.spec import SIMULATED_PROJECT, SIMULATED_ZONES, ClusterSpec, parse_spec
+from podmanager.operations import emulator_process
+from podmanager.operations.backends import local_machines, make_cloud
+from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.hosts import procs
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.provisioning.loop import Provisioner
 from podmanager.state import StateStore
 
 
-def teardown(name: str, cloud: TpuCloud, zones: list[str], store: StateStore, *,
+def teardown(spec: ClusterSpec, cloud: TpuCloud, store: StateStore, *,
              record: Callable[..., Any] | None = None, clock: Clock | None = None, timeout_s: float = 600.0,
              hosts: ClusterHosts | None = None) -> int:
-    """Delete every node and queued resource labelled with cluster `name`, stop its Ray side
+    """Delete every node and queued resource labelled with the cluster, stop its Ray side
     (simulated hosts, agents, the head podmanager started) and any other local process of
     it, then forget it. Returns how many local processes no record named were stopped."""
+    name, zones = spec.name, spec.zones
     record = record or (lambda kind, message, slice_index=None, **data: store.add_event(
         name, kind, message, slice_index=slice_index, **data))
     record("down", f"deleting everything labelled podmanager-cluster={name} in {', '.join(zones)}")
-    if cloud.backend == "simulated":
-        sim_timers.stop(name)  # a pending simulated fault must not fire on the next cluster of this name
-    poll = 0.05 if cloud.backend == "simulated" else 5.0
+    poll = 0.05 if spec.simulated else 5.0
     if hosts is not None:
         hosts.close()  # leave Ray before its hosts go, rather than watch them die
     Provisioner(cloud, name, zones, record=record, clock=clock, poll_interval_s=poll).converge(
@@ -44,6 +43,13 @@ def teardown(name: str, cloud: TpuCloud, zones: list[str], store: StateStore, *,
     store.delete_cluster(name)
     record("cluster_deleted", f"cluster {name} is down; nothing of it is left in the cloud")
     return strays
+
+
+def stop_idle_emulator(spec: ClusterSpec, record: Callable[..., Any]) -> None:
+    """After `down` of a dry-run cluster (its channels closed): stop the project's emulator if
+    that was its last cluster (the emulator holds nothing any more)."""
+    if spec.simulated and emulator_process.stop_if_idle(spec.project or ""):
+        record("emulator_stopped", f"the local Cloud TPU emulator of {spec.project} stopped: it holds nothing")
 
 
 @dataclass(frozen=True)
@@ -76,22 +82,24 @@ def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones
     deleted_in = []
     local = 0
     for where in projects:
-        search_zones = zones
-        if dry_run:
-            search_zones = zones or simulated_cloud(where).known_zones() or list(SIMULATED_ZONES)
         # Only the name, project and zones matter to a teardown; the slice is a placeholder.
-        spec = parse_spec({"name": name, "project": where, "zones": search_zones or [],
+        spec = parse_spec({"name": name, "project": where, "zones": zones or (None if dry_run else []),
                            "slices": [{"accelerator": "v4-8"}]}, source="--project/--zone", dry_run=dry_run)
-        cloud = make_cloud(spec)[0]
+        cloud, simulated = make_cloud(spec)
+        if simulated is not None and not zones:
+            spec = spec.model_copy(update={"zones": simulated.known_zones() or list(SIMULATED_ZONES)})
         # One `up`, `down` or recovery of a name at a time, found by label or not: an `up`
         # of this name under way finishes before its slices are taken.
         with ClusterRuntime(spec, store=store, cloud=cloud).lock("down", timeout_s):
             found = Provisioner(cloud, name, spec.zones).observe()
             if found.nodes or found.queued:
-                local += teardown(name, cloud, spec.zones, store, timeout_s=timeout_s,
+                local += teardown(spec, cloud, store, timeout_s=timeout_s,
                                   hosts=ClusterHosts(spec, local_machines(spec)))
                 deleted_in.append(where)
-    # Its head, hosts and timers may run with no cloud left to find them by (the state folder
+        for channel in (cloud, simulated):
+            getattr(channel, "close", lambda: None)()
+        stop_idle_emulator(spec, lambda kind, message, **data: store.add_event(name, kind, message, **data))
+    # Its head and hosts may run with no cloud left to find them by (the state folder
     # and the simulated cloud in it deleted): the process table still knows them.
     local += procs.stop_cluster(name)
     return LabelDownReport(name, [p for p in projects if p], deleted_in, local)

@@ -1,24 +1,25 @@
 """An in-memory Cloud TPU: the API's state machine, long-running operations and faults.
 
-State moves lazily: every call first applies the transitions whose time has come
-(CREATING -> READY after the create latency, DELETING -> gone, scheduled preemptions),
-so a `FakeClock` drives it with no waiting. With a `path` the whole state lives in one
-JSON file guarded by a file lock, so a dry-run cluster made by `up` in one process is
-seen by `status`, `down` or `podmanager sim ...` in the next.
+State moves when its time comes: every call first applies the transitions that are due
+(CREATING -> READY after the create latency, DELETING -> gone, scheduled preemptions), so
+a `FakeClock` drives it with no waiting, and `tick` applies them with no call at all (the
+emulator's ticker, so a preemption happens on time whether anyone asks or not). Only the
+records whose moment came are looked at, so a call costs the same for one node or 1,000.
+
+The state lives in memory; `snapshot` hands it over as JSON when it changed (the emulator
+saves it), and a `SimCloud` built with a saved `state` carries on from it.
 
 Listeners are told of every node change `(before, after)` — `after` is None when the
-node is gone; the simulated hosts use this to boot and kill the slice's "VMs".
-`on_timed` is told of every transition scheduled for later (a preemption after its
-notice, a timed fault, the end of a repair), so a timer can apply it on time.
+node is gone; the emulator boots and kills the slice's simulated VMs on these.
+`changed` (a Condition) is notified on every change and every newly scheduled moment.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
+import heapq
+import itertools
 import threading
-from pathlib import Path
 from typing import Callable, Iterator
 
 from podmanager.cloud import errors as cloud_errors
@@ -33,6 +34,7 @@ from podmanager.cloud.base import (
 )
 from podmanager.cloud.sim.records import (
     CLUSTER_LABEL,
+    ClusterTiming,
     SLICE_LABEL,
     Faults,
     NodeRecord,
@@ -46,7 +48,6 @@ from podmanager.cloud.sim.records import (
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES
-from podmanager.core.files import write_atomic
 from podmanager.core.spec import Capacity
 
 # A queued resource not granted yet: what valid_until applies to.
@@ -54,9 +55,6 @@ _QUEUED_WAITING = (QueuedResourceState.CREATING, QueuedResourceState.ACCEPTED,
                    QueuedResourceState.WAITING_FOR_RESOURCES, QueuedResourceState.PROVISIONING)
 
 NodeListener = Callable[[Node | None, Node | None], None]
-# Told (when, cluster) each time a transition is scheduled for a future time, so that
-# something can wake the simulator then even if no podmanager process reads the cloud.
-TimedListener = Callable[[float, "str | None"], None]
 
 _ERROR_TYPES: dict[str, type[cloud_errors.CloudError]] = {
     cls.__name__: cls
@@ -94,131 +92,164 @@ class SimCloud:
         project: str = "podmanager-sim",
         *,
         clock: Clock | None = None,
-        path: Path | None = None,
+        state: SimState | None = None,
         create_latency_s: float = 0.5,
         delete_latency_s: float = 0.1,
         zones: list[str] | None = None,
         listeners: list[NodeListener] | None = None,
-        on_timed: TimedListener | None = None,
     ):
+        """`state`: where to carry on from (the emulator's saved state); default an empty project."""
         self.project = project
         self.clock = clock or RealClock()
-        self.path = path
         self.create_latency_s = create_latency_s
         self.delete_latency_s = delete_latency_s
         self.zones = zones  # None accepts any zone name
         self.listeners = list(listeners or [])
-        self.on_timed = on_timed
-        self._state = SimState()
-        self._loaded_stamp: tuple[int, int] | None = None
+        self._state = state or SimState()
         self._mutex = threading.RLock()
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        # Told whenever something changed, and whenever a new moment is scheduled (the emulator's
+        # ticker sleeps until the next one; a VM's metadata long poll waits for a change).
+        self.changed = threading.Condition(self._mutex)
+        self._version = 0  # bumped by every call that changed the state
+        self._saved_version = 0
+        self._due: list[tuple[float, int, str, str]] = []  # (when, seq, kind, key): what to look at then
+        self._due_seq = itertools.count()
+        with self._mutex:  # carried-on state: look at everything once
+            for key in self._state.nodes:
+                self._due_at(0.0, "node", key)
+            for key in self._state.queued:
+                self._due_at(0.0, "queued", key)
+            for timed in self._state.faults.timed:
+                self._due_at(timed.at, "timed", "")
 
-    # ---------------------------------------------------------------- persistence
+    # ---------------------------------------------------------------- the state, in memory
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[SimState]:
-        """Hold the state (reloaded if another process changed it), advance it, save it."""
-        with self._mutex, self._file_lock():
-            self._reload_if_changed()
-            before = self._state.model_dump_json()
+        """Hold the state, apply what is due, run the call; tell the listeners what changed."""
+        with self._mutex:
             changes: list[tuple[Node | None, Node | None]] = []
             self._pending_changes = changes
-            wakes: list[tuple[float, str | None]] = []
-            self._pending_wakes = wakes
+            version = self._version
             try:
                 self._advance()
                 yield self._state
             finally:
-                if self._state.model_dump_json() != before:
-                    self._save()
                 self._notify(changes)
-                if self.on_timed is not None:
-                    for when, cluster in wakes:
-                        self.on_timed(when, cluster)
+                if self._version != version:
+                    self.changed.notify_all()
+
+    def _touch(self) -> None:
+        """The state changed (it is saved at the next `snapshot`)."""
+        self._version += 1
 
     def _notify(self, changes: list[tuple[Node | None, Node | None]]) -> None:
         for old, new in changes:
             for listener in self.listeners:
                 listener(old, new)
 
-    @contextlib.contextmanager
-    def _file_lock(self) -> Iterator[None]:
-        if self.path is None:
-            yield
-            return
-        with open(self.path.with_suffix(".lock"), "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def snapshot(self) -> tuple[int, str] | None:
+        """(version, the state as JSON) if it changed since the last `saved`, else None."""
+        with self._mutex:
+            if self._version == self._saved_version:
+                return None
+            return self._version, self._state.model_dump_json()
 
-    def _stamp(self) -> tuple[int, int] | None:
-        try:
-            info = os.stat(self.path)  # type: ignore[arg-type]
-        except FileNotFoundError:
-            return None
-        return (info.st_mtime_ns, info.st_size)
+    def saved(self, version: int) -> None:
+        """The snapshot of `version` is on disk."""
+        with self._mutex:
+            self._saved_version = max(self._saved_version, version)
 
-    def _reload_if_changed(self) -> None:
-        if self.path is None:
-            return
-        stamp = self._stamp()
-        if stamp == self._loaded_stamp:
-            return
-        self._state = SimState.model_validate_json(self.path.read_text()) if stamp else SimState()
-        self._loaded_stamp = stamp
+    def version(self) -> int:
+        """How many calls have changed the state so far (the moments come due included)."""
+        with self._transaction():
+            return self._version
 
-    def _save(self) -> None:
-        if self.path is None:
-            return
-        write_atomic(self.path, self._state.model_dump_json())
-        self._loaded_stamp = self._stamp()
+    def tick(self) -> float | None:
+        """Apply every transition whose time has come; when the next one is due (None: nothing pending)."""
+        with self._transaction():
+            return self._due[0][0] if self._due else None
+
+    def node_record(self, zone: str, node_id: str) -> NodeRecord | None:
+        """A copy of one node's record as it is now (what a VM's metadata server reads)."""
+        with self._transaction() as state:
+            record = state.nodes.get(f"{zone}/{node_id}")
+            return record.model_copy(deep=True) if record else None
 
     # ---------------------------------------------------------------- state machine
 
+    def _due_at(self, when: float, kind: str, key: str) -> None:
+        """Look at this node, queued resource or the timed faults (kind) again at `when`."""
+        first = not self._due or when < self._due[0][0]
+        heapq.heappush(self._due, (when, next(self._due_seq), kind, key))
+        if first:
+            self.changed.notify_all()  # a sleeping ticker must wake earlier
+
     def _advance(self) -> None:
+        """Apply what is due. Only the records whose moment came are looked at, so a call
+        costs the same with 1,000 nodes as with one."""
         now = self.clock.now()
-        state = self._state
-        for timed in [t for t in state.faults.timed if t.at <= now]:
-            state.faults.timed.remove(timed)
+        while self._due and self._due[0][0] <= now:
+            _, _, kind, key = heapq.heappop(self._due)
+            if kind == "node":
+                self._advance_node(key, now)
+            elif kind == "queued":
+                self._advance_queued(key, now)
+            else:
+                self._fire_due_faults(now)
+
+    def _fire_due_faults(self, now: float) -> None:
+        for timed in [t for t in self._state.faults.timed if t.at <= now]:
+            self._state.faults.timed.remove(timed)
+            self._touch()
             self._fire_timed_fault(timed)
-        for key, record in list(state.nodes.items()):
-            if record.state == NodeState.CREATING and record.ready_at <= now:
-                if record.preempt_on_ready:
-                    self._set_state(key, NodeState.PREEMPTED)
-                else:
-                    self._set_state(key, NodeState.READY)
-                    record.health = "HEALTHY"
-            elif (record.repaired_at is not None and record.repaired_at <= now
-                  and record.state not in DEAD_STATES and record.state != NodeState.DELETING):
-                record.repaired_at = None
+
+    def _advance_node(self, key: str, now: float) -> None:
+        record = self._state.nodes.get(key)
+        if record is None:
+            return
+        if record.state == NodeState.CREATING and record.ready_at <= now:
+            if record.preempt_on_ready:
+                self._set_state(key, NodeState.PREEMPTED)
+            else:
                 record.health = "HEALTHY"
                 self._set_state(key, NodeState.READY)
-            elif record.state == NodeState.DELETING and record.gone_at is not None and record.gone_at <= now:
-                self._remove_node(key)
-            elif record.preempt_at is not None and record.preempt_at <= now:
-                self._preempt_now(key)
-        for key, queued in list(state.queued.items()):
-            node = state.nodes.get(queued.node_key)
-            if queued.state == QueuedResourceState.DELETING and queued.gone_at is not None and queued.gone_at <= now:
-                del state.queued[key]
-            elif queued.state == QueuedResourceState.SUSPENDING and (queued.suspended_at or 0.0) <= now:
-                # The service takes a preempted spot queued resource back: its node goes, it stays SUSPENDED.
-                if node is not None:
-                    self._remove_node(queued.node_key)
-                queued.state = QueuedResourceState.SUSPENDED
-            elif queued.state in _QUEUED_WAITING and node is not None and node.state == NodeState.READY:
-                queued.state = QueuedResourceState.ACTIVE
-            elif queued.state in _QUEUED_WAITING and node is not None and node.state in DEAD_STATES:
-                queued.state = QueuedResourceState.FAILED
-            elif queued.state in _QUEUED_WAITING and queued.valid_until is not None and queued.valid_until <= now:
-                # Not granted within queueing_policy.valid_until_*: FAILED, and what it began goes.
-                queued.state = QueuedResourceState.FAILED
-                if node is not None and node.state != NodeState.DELETING:
-                    self._start_delete(queued.node_key)
+        elif (record.repaired_at is not None and record.repaired_at <= now
+              and record.state not in DEAD_STATES and record.state != NodeState.DELETING):
+            record.repaired_at = None
+            record.health = "HEALTHY"
+            self._set_state(key, NodeState.READY)
+        elif record.state == NodeState.DELETING and record.gone_at is not None and record.gone_at <= now:
+            self._remove_node(key)
+        elif record.preempt_at is not None and record.preempt_at <= now:
+            self._preempt_now(key)
+
+    def _advance_queued(self, key: str, now: float) -> None:
+        queued = self._state.queued.get(key)
+        if queued is None:
+            return
+        node = self._state.nodes.get(queued.node_key)
+        before = queued.state
+        if queued.state == QueuedResourceState.DELETING and queued.gone_at is not None and queued.gone_at <= now:
+            del self._state.queued[key]
+            self._touch()
+            return
+        if queued.state == QueuedResourceState.SUSPENDING and (queued.suspended_at or 0.0) <= now:
+            # The service takes a preempted spot queued resource back: its node goes, it stays SUSPENDED.
+            if node is not None:
+                self._remove_node(queued.node_key)
+            queued.state = QueuedResourceState.SUSPENDED
+        elif queued.state in _QUEUED_WAITING and node is not None and node.state == NodeState.READY:
+            queued.state = QueuedResourceState.ACTIVE
+        elif queued.state in _QUEUED_WAITING and node is not None and node.state in DEAD_STATES:
+            queued.state = QueuedResourceState.FAILED
+        elif queued.state in _QUEUED_WAITING and queued.valid_until is not None and queued.valid_until <= now:
+            # Not granted within queueing_policy.valid_until_*: FAILED, and what it began goes.
+            queued.state = QueuedResourceState.FAILED
+            if node is not None and node.state != NodeState.DELETING:
+                self._start_delete(queued.node_key)
+        if queued.state != before:
+            self._touch()
 
     def _fire_timed_fault(self, timed: TimedPreemption) -> None:
         for key, record in self._state.nodes.items():
@@ -234,7 +265,8 @@ class SimCloud:
             self._preempt_now(key)
         else:
             record.preempt_at = self.clock.now() + notice_s
-            self._pending_wakes.append((record.preempt_at, record.cluster))
+            self._due_at(record.preempt_at, "node", key)
+        self._touch()
 
     def _preempt_now(self, key: str) -> None:
         """Spot slices are PREEMPTED; others lose their VMs to maintenance (TERMINATED)."""
@@ -248,8 +280,8 @@ class SimCloud:
         if spot and queued is not None and queued.state == QueuedResourceState.ACTIVE:
             # A spot queued resource is SUSPENDING while the service deletes its node, then SUSPENDED.
             queued.state = QueuedResourceState.SUSPENDING
-            queued.suspended_at = self.clock.now() + self.delete_latency_s
-            self._pending_wakes.append((queued.suspended_at, record.cluster))
+            queued.suspended_at = self.clock.now() + self._latency(record.cluster)[1]
+            self._due_at(queued.suspended_at, "queued", f"{record.zone}/{record.queued}")
 
     def _set_state(self, key: str, new: NodeState) -> None:
         record = self._state.nodes[key]
@@ -257,14 +289,32 @@ class SimCloud:
         record.state = new
         if new in DEAD_STATES:
             record.health = None
+        self._changed_node(key, before)
+
+    def _changed_node(self, key: str, before: Node | None) -> None:
+        """Tell the listeners, and look at the node's queued resource (it follows its node)."""
+        record = self._state.nodes[key]
+        self._touch()
         self._pending_changes.append((before, record.to_node()))
+        if record.queued:
+            self._due_at(self.clock.now(), "queued", f"{record.zone}/{record.queued}")
 
     def _remove_node(self, key: str) -> None:
         record = self._state.nodes.pop(key)
+        self._touch()
         self._pending_changes.append((record.to_node(), None))
+        if record.queued:
+            self._due_at(self.clock.now(), "queued", f"{record.zone}/{record.queued}")
+
+    def _latency(self, cluster: str | None) -> tuple[float, float]:
+        """(create, delete) latency of a cluster's nodes: its own if `configure_cluster` set them."""
+        timing = self._state.timings.get(cluster or "")
+        return (timing.create_latency_s, timing.delete_latency_s) if timing else (
+            self.create_latency_s, self.delete_latency_s)
 
     def _new_operation(self, zone: str, done_at: float, error: tuple[str, str] | None = None) -> Operation:
         self._state.seq += 1
+        self._touch()
         name = f"projects/{self.project}/locations/{zone}/operations/op-{self._state.seq}"
         self._state.operations[name] = OperationRecord(
             done_at=done_at, error=OperationError(type=error[0], message=error[1]) if error else None)
@@ -286,6 +336,7 @@ class SimCloud:
         faults = self._state.faults
         if faults.transient > 0:
             faults.transient -= 1
+            self._touch()
             raise cloud_errors.TransientError("503 UNAVAILABLE: the service is temporarily unavailable (simulated)")
         if zone is not None and self.zones is not None and zone not in self.zones:
             raise cloud_errors.InvalidRequestError(
@@ -296,6 +347,7 @@ class SimCloud:
         quota = self._state.faults.quota
         if quota and quota.times > 0:
             quota.times -= 1
+            self._touch()
             if quota.times == 0:
                 self._state.faults.quota = None
             raise cloud_errors.QuotaError(
@@ -308,6 +360,7 @@ class SimCloud:
             remaining = per_zone.get(kind, 0)
             if remaining != 0:
                 per_zone[kind] = remaining - 1 if remaining > 0 else remaining
+                self._touch()
                 return error_type, message.format(zone=zone, runtime_version=request.runtime_version)
         return None
 
@@ -332,17 +385,19 @@ class SimCloud:
         self._check_quota(zone)
         now = self.clock.now()
         fault = self._take_create_fault(zone, request)
+        create_latency_s = self._latency(request.labels.get(CLUSTER_LABEL))[0]
         if fault and fault[0] != "PreemptedWhileCreatingError":
             # The API accepts the request and the operation fails; no node is left.
-            return self._new_operation(zone, now + min(self.create_latency_s, 0.05), fault)
-        ready_at = now + self.create_latency_s
+            return self._new_operation(zone, now + min(create_latency_s, 0.05), fault)
+        ready_at = now + create_latency_s
         record = NodeRecord(
             name=node_id, zone=zone, accelerator_type=request.accelerator_type, state=NodeState.CREATING,
             labels=dict(request.labels), capacity=request.capacity, runtime_version=request.runtime_version,
             metadata=dict(request.metadata), endpoints=["127.0.0.1"] * accelerator.hosts, create_time=now,
             ready_at=ready_at, queued=queued, preempt_on_ready=bool(fault))
         state.nodes[key] = record
-        self._pending_changes.append((None, record.to_node()))
+        self._changed_node(key, None)
+        self._due_at(ready_at, "node", key)
         return self._new_operation(zone, ready_at, fault)
 
     def get_node(self, zone: str, node_id: str) -> Node:
@@ -369,8 +424,9 @@ class SimCloud:
     def _start_delete(self, key: str) -> Operation:
         record = self._state.nodes[key]
         if record.state != NodeState.DELETING or record.gone_at is None:
-            record.gone_at = self.clock.now() + self.delete_latency_s
+            record.gone_at = self.clock.now() + self._latency(record.cluster)[1]
             self._set_state(key, NodeState.DELETING)
+            self._due_at(record.gone_at, "node", key)
         return self._new_operation(record.zone, record.gone_at)
 
     # ---------------------------------------------------------------- queued resources
@@ -388,8 +444,9 @@ class SimCloud:
                 name=qr_id, zone=zone, node_key=f"{zone}/{node_id}", node_name=node_id, labels=dict(request.labels),
                 state=QueuedResourceState.PROVISIONING if node_created else QueuedResourceState.FAILED,
                 capacity=request.capacity, valid_until=valid_until)
+            self._touch()
             if valid_until is not None:
-                self._pending_wakes.append((valid_until, request.labels.get(CLUSTER_LABEL)))
+                self._due_at(valid_until, "queued", key)
             return operation
 
     def list_queued_resources(self, zone: str) -> list[QueuedResource]:
@@ -407,7 +464,8 @@ class SimCloud:
             if record.node_key in state.nodes:  # force: the node goes with it
                 self._start_delete(record.node_key)
             record.state = QueuedResourceState.DELETING
-            record.gone_at = self.clock.now() + self.delete_latency_s
+            record.gone_at = self.clock.now() + self._latency(record.labels.get(CLUSTER_LABEL))[1]
+            self._due_at(record.gone_at, "queued", key)
             return self._new_operation(zone, record.gone_at)
 
     def get_operation(self, name: str) -> Operation:
@@ -424,19 +482,23 @@ class SimCloud:
             raise ValueError(f"kind must be one of {', '.join(_CREATE_FAULTS)}")
         with self._transaction() as state:
             state.faults.create.setdefault(zone, {})[kind] = times
+            self._touch()
 
     def inject_quota(self, quota: str = DEFAULT_QUOTA, times: int = DEFAULT_TIMES) -> None:
         with self._transaction() as state:
             state.faults.quota = QuotaFault(quota=quota, times=times)
+            self._touch()
 
     def inject_transient(self, calls: int) -> None:
         """The next `calls` API calls fail with UNAVAILABLE."""
         with self._transaction() as state:
             state.faults.transient = calls
+            self._touch()
 
     def clear_faults(self) -> None:
         with self._transaction() as state:
             state.faults = Faults()
+            self._touch()
 
     def pending_faults(self) -> Faults:
         """The faults still waiting to happen, as the state records them (the simulator's own view, for tests)."""
@@ -456,7 +518,8 @@ class SimCloud:
         with self._transaction() as state:
             at = self.clock.now() + after_s
             state.faults.timed.append(TimedPreemption(at=at, cluster=cluster, slice=slice_index, notice_s=notice_s))
-            self._pending_wakes.append((at, cluster))
+            self._touch()
+            self._due_at(at, "timed", "")
 
     def notice_announced(self, zone: str, node_id: str) -> bool:
         """True while a preemption is announced for this node (what its metadata serves)."""
@@ -471,7 +534,7 @@ class SimCloud:
             record = state.nodes[key]
             record.repaired_at = self.clock.now() + duration_s
             self._set_state(key, NodeState.REPAIRING)
-            self._pending_wakes.append((record.repaired_at, record.cluster))
+            self._due_at(record.repaired_at, "node", key)
 
     def degrade(self, zone: str, node_id: str, *, state: NodeState | None = None, health: str | None = None,
                 for_s: float | None = None) -> None:
@@ -486,11 +549,19 @@ class SimCloud:
                 record.health = health
             if for_s is not None:
                 record.repaired_at = self.clock.now() + for_s
-                self._pending_wakes.append((record.repaired_at, record.cluster))
+                self._due_at(record.repaired_at, "node", key)
             if state is not None:
                 self._set_state(key, state)
-            elif health is not None:
-                self._pending_changes.append((before, record.to_node()))
+            else:
+                self._changed_node(key, before)
+
+    def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float) -> None:
+        """How long a cluster's nodes take to create and delete (its spec's `simulation`)."""
+        with self._transaction() as state:
+            timing = ClusterTiming(create_latency_s=create_latency_s, delete_latency_s=delete_latency_s)
+            if state.timings.get(cluster) != timing:
+                state.timings[cluster] = timing
+                self._touch()
 
     def terminate(self, zone: str, node_id: str) -> None:
         """Maintenance that the slice does not survive."""

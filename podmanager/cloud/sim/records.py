@@ -1,6 +1,5 @@
-"""The simulated cloud's state as typed records: what `SimCloud` keeps, and what its JSON
-file holds (one file per project, shared by every podmanager process and read by each
-simulated VM's metadata server)."""
+"""The simulated cloud's state as typed records: what `SimCloud` keeps in memory, and what
+the emulator saves to its JSON file (one per project) to carry on from after a restart."""
 
 from __future__ import annotations
 
@@ -94,8 +93,16 @@ class Faults(BaseModel):
     timed: list[TimedPreemption] = Field(default_factory=list)
 
 
+class ClusterTiming(BaseModel):
+    """A cluster's simulated latencies (its spec's `simulation`), set at its `up`."""
+
+    create_latency_s: float
+    delete_latency_s: float
+
+
 class SimState(BaseModel):
     seq: int = 0
+    timings: dict[str, ClusterTiming] = Field(default_factory=dict)  # cluster -> its latencies
     nodes: dict[str, NodeRecord] = Field(default_factory=dict)  # "zone/id" -> node
     queued: dict[str, QueuedRecord] = Field(default_factory=dict)  # "zone/id" -> queued resource
     operations: dict[str, OperationRecord] = Field(default_factory=dict)  # operation name -> its outcome

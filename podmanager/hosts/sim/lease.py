@@ -7,8 +7,8 @@ state folder: the VM's record, `clusters/<cluster>/hosts/<node>-w<i>.json` under
 $PODMANAGER_HOME, is written before the VM boots and removed when `down` or a preemption
 forgets the VM. When the record is gone (the folder deleted or lost) or names another
 machine (a new VM in its place), the VM stops itself within a few seconds, the way a VM
-vanishes with its project. One process of each VM holds the lease: its metadata server, or
-(a VM without one) `python -m podmanager.hosts.sim.lease`.
+vanishes with its project. One process of each VM holds the lease:
+`python -m podmanager.hosts.sim.lease`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """Simulated TPU VMs: every host of a READY simulated slice becomes a real local Ray node.
 
-`SimHostBooter` is a `SimCloud` listener. When a node turns READY and carries the
-head address in its metadata ("podmanager-head"), it launches one
-`python -m podmanager.hosts.join` per host, with the environment a TPU VM gives
+`SimHostBooter` is a `SimCloud` listener, run by the emulator (the one process that owns
+the simulated cloud). When a node turns READY and carries the head address in its metadata
+("podmanager-head"), it launches one `python -m podmanager.hosts.join` per host, with the environment a TPU VM gives
 (TPU_NAME, TPU_WORKER_ID, ...) so Ray labels the node exactly like a real host.
 It returns at once: the hosts boot in parallel, each as a `procs` machine of the cluster's
 owner, and outlive the process that started them. Each host's machine id is recorded in
 `cluster_dir/<cluster>/hosts/<node>-w<i>.json` before it boots; when the node is preempted,
-terminated, deleted or gone, its machines are SIGKILLed like a vanished VM — from
-whichever process saw the change. `kill_cluster_hosts` is what `stop` uses. A host whose
+terminated, deleted or gone, its machines are SIGKILLed like a vanished VM. `kill_cluster_hosts` is what `stop` uses. A host whose
 record is gone stops itself (`lease.py`): a lost state folder leaves no VM running.
 """
 
@@ -23,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol
 
 from podmanager.cloud.base import DEAD_STATES, Node, NodeState
 from podmanager.core import paths
@@ -86,6 +85,15 @@ def metadata_env(port: int, record: Path) -> dict[str, str]:
             MEGASCALE_FILE_ENV: str(record.with_suffix(".megascale"))}
 
 
+class MetadataHost(Protocol):
+    """Where the simulated VMs' metadata servers run (the emulator's `MetadataServers`)."""
+
+    def start(self, *, zone: str, node: str, worker: int, accelerator: str, endpoints: list[str],
+              megascale_file: Path, port: int = 0) -> int: ...
+
+    def stop(self, zone: str, node: str) -> None: ...
+
+
 @contextlib.contextmanager
 def _locked(cluster: str) -> Iterator[None]:
     with open(hosts_dir(cluster) / ".lock", "a+") as handle:
@@ -104,12 +112,11 @@ class SimHostBooter:
     """
 
     def __init__(self, *, object_store_memory: int = OBJECT_STORE_BYTES, num_cpus: int = 1,
-                 state_file: Path | None = None) -> None:
-        """`state_file`: the simulated cloud's state, which each VM's metadata server reads
-        (without it, a VM has no metadata server)."""
+                 metadata: MetadataHost | None = None) -> None:
+        """`metadata`: where each VM's metadata server runs (without it, a VM has none)."""
         self.object_store_memory = object_store_memory
         self.num_cpus = num_cpus
-        self.state_file = state_file
+        self.metadata = metadata
         self._children: list[subprocess.Popen] = []
         self._mutex = threading.Lock()
 
@@ -126,6 +133,8 @@ class SimHostBooter:
             return
         if after is None or after.state in GONE_STATES:
             killed = kill_node_hosts(node.cluster, node.name)
+            if self.metadata is not None:
+                self.metadata.stop(node.zone, node.name)
             if killed:
                 log.info("simulated hosts of %s killed (%s)", node.name, "gone" if after is None else after.state.value)
         elif after.state is NodeState.READY and (before is None or before.state is not NodeState.READY):
@@ -177,19 +186,17 @@ class SimHostBooter:
         # replaced slice installs afresh, as a new TPU VM does.
         env[CACHE_ENV] = str(Path(vm_temp_dir) / "podmanager-cache")
         log_path = path.with_suffix(".log")
-        # The record first: it is the VM's lease, which the VM checks from its first second.
+        metadata_port = None
+        if self.metadata is not None:
+            metadata_port = self._serve_metadata(node, worker_id, path)
+            env.update(metadata_env(metadata_port, path))
+        # The record first: it is the VM's lease, which the VM checks from its first second. It
+        # keeps the metadata port, on which a restarted emulator serves the VM again.
         procs.write_record(
             path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id,
-            started_at=time.time(), log=str(log_path), temp_dir=vm_temp_dir,
+            started_at=time.time(), log=str(log_path), temp_dir=vm_temp_dir, metadata_port=metadata_port,
         )
-        lease_args = ["--lease", str(path), "--temp-dir", vm_temp_dir]
-        metadata = self._metadata_command(node, worker_id)
-        if metadata is not None:  # the VM's metadata server holds its lease
-            command_line, port = metadata
-            env.update(metadata_env(port, path))
-            holder = command_line + lease_args
-        else:
-            holder = [sys.executable, "-m", "podmanager.hosts.sim.lease", *lease_args]
+        holder = [sys.executable, "-m", "podmanager.hosts.sim.lease", "--lease", str(path), "--temp-dir", vm_temp_dir]
         owner = procs.owner(node.cluster)
         children = [procs.launch(command, env, log_path, machine_id, owner=owner)[0]]
         # The same machine: it dies with the host, and the host with it.
@@ -198,15 +205,27 @@ class SimHostBooter:
             self._children.extend(children)
         return machine_id
 
-    def _metadata_command(self, node: Node, worker_id: int) -> tuple[list[str], int] | None:
-        """The command line of this VM's metadata server, and its port."""
-        if self.state_file is None:
-            return None
-        port = free_port(LOOPBACK_IP)
+    def _serve_metadata(self, node: Node, worker_id: int, path: Path, port: int = 0) -> int:
+        assert self.metadata is not None
         endpoints = list(node.endpoints) or [LOOPBACK_IP] * lookup(node.accelerator_type).hosts
-        return [sys.executable, "-m", "podmanager.hosts.sim.metadata", "--state", str(self.state_file),
-                "--zone", node.zone, "--node", node.name, "--worker", str(worker_id),
-                "--accelerator", node.accelerator_type, "--endpoints", ",".join(endpoints), "--port", str(port)], port
+        return self.metadata.start(zone=node.zone, node=node.name, worker=worker_id,
+                                   accelerator=node.accelerator_type, endpoints=endpoints,
+                                   megascale_file=path.with_suffix(".megascale"), port=port)
+
+    def reattach(self, node: Node) -> None:
+        """After an emulator restart: serve a READY node's running VMs their metadata again, on
+        the ports they know, and boot those of its hosts that are not running."""
+        if node.cluster is None or node.state is not NodeState.READY:
+            return
+        live = procs.machines()
+        for worker_id in range(lookup(node.accelerator_type).hosts):
+            path = record_path(node.cluster, node.name, worker_id)
+            record = procs.read_record(path)
+            if record is not None and record.get("machine_id") in live and self.metadata is not None:
+                port = record.get("metadata_port")
+                if port:
+                    self._serve_metadata(node, worker_id, path, port=int(port))
+        self.boot(node)
 
     def _reap(self) -> None:
         """Collect exited join processes (their daemons live on in the same machine)."""

@@ -1,31 +1,29 @@
-"""The GCE metadata server of one simulated TPU VM, as a TPU program and Ray see it.
+"""The GCE metadata servers of the simulated TPU VMs, as a TPU program and Ray see them.
 
 A real TPU VM answers `http://metadata.google.internal/computeMetadata/v1/...` (only with
 the header `Metadata-Flavor: Google`; 403 without): which worker it is, the slice's workers,
 its accelerator type, `tpu-env`, and whether it is about to be preempted or maintained.
-Each simulated host runs one of these on loopback (its processes find it through
-`GCE_METADATA_IP`), started with the host and killed with it. Preemption and maintenance
-are read from the simulated cloud's state file on every request, without changing it, so
-the values change when the simulator preempts (with notice) or repairs the slice.
-
-    python -m podmanager.hosts.sim.metadata --state F --zone Z --node N --worker W --port P ...
+The emulator serves one of these per simulated host on loopback (the host's processes find
+it through `GCE_METADATA_IP`), from its own memory: preemption and maintenance are the
+simulated cloud's state as it is now, and a long poll (`wait_for_change`) wakes when that
+state changes. `MetadataServers` starts one per VM when the VM boots, stops it when the VM
+goes, and serves a VM again on its recorded port when the emulator restarts.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from podmanager.cloud.base import NodeState
-from podmanager.cloud.sim.records import NodeRecord, SimState
-from podmanager.hosts.runs import MEGASCALE_FILE_ENV
-from podmanager.hosts.sim import lease
+from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.records import NodeRecord
+from podmanager.hosts.loopback import LOOPBACK_IP
 
 PREFIX = "/computeMetadata/v1/"
 LONG_POLL_S = 60.0
@@ -34,19 +32,16 @@ LONG_POLL_S = 60.0
 class SimulatedVm:
     """The facts one simulated VM's metadata serves."""
 
-    def __init__(self, *, state_file: Path, zone: str, node: str, worker: int, accelerator: str,
+    def __init__(self, *, sim: SimCloud, zone: str, node: str, worker: int, accelerator: str,
                  endpoints: list[str], megascale_file: Path | None):
-        self.state_file = state_file
+        self.sim = sim
         self.zone, self.node, self.worker = zone, node, worker
         self.accelerator = accelerator
         self.endpoints = endpoints
         self.megascale_file = megascale_file
 
     def _record(self) -> NodeRecord | None:
-        try:
-            return SimState.model_validate_json(self.state_file.read_text()).nodes.get(f"{self.zone}/{self.node}")
-        except (OSError, ValueError):  # mid-replace, or gone with the project
-            return None
+        return self.sim.node_record(self.zone, self.node)
 
     def preempted(self) -> str:
         record = self._record()
@@ -102,12 +97,13 @@ def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
             seen), or after `timeout_sec`."""
             deadline = time.monotonic() + float(query.get("timeout_sec", [LONG_POLL_S])[0])
             seen = query.get("last_etag", [_etag(first)])[0]
-            while time.monotonic() < deadline:
-                value = vm.value(path) or ""
-                if _etag(value) != seen:
-                    return value
-                time.sleep(0.1)
-            return vm.value(path) or ""
+            with vm.sim.changed:  # woken by every change of the simulated cloud
+                while True:
+                    value = vm.value(path) or ""
+                    left = deadline - time.monotonic()
+                    if _etag(value) != seen or left <= 0:
+                        return value
+                    vm.sim.changed.wait(min(left, 1.0))  # 1 s: a megascale file written meanwhile
 
         def _send(self, code: int, body: str) -> None:
             data = body.encode()
@@ -129,31 +125,51 @@ def _etag(value: str) -> str:
     return hashlib.sha1(value.encode()).hexdigest()[:16]
 
 
-def serve(vm: SimulatedVm, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+def serve(vm: SimulatedVm, port: int, host: str = LOOPBACK_IP) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer((host, port), handler_for(vm))
     server.daemon_threads = True
     return server
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--state", required=True, help="the simulated cloud's state file")
-    parser.add_argument("--zone", required=True)
-    parser.add_argument("--node", required=True)
-    parser.add_argument("--worker", type=int, required=True)
-    parser.add_argument("--accelerator", required=True)
-    parser.add_argument("--endpoints", required=True, help="comma list: every worker's address, worker 0 first")
-    parser.add_argument("--port", type=int, required=True)
-    lease.add_arguments(parser)
-    opts = parser.parse_args(argv)
-    if opts.lease is not None:  # the VM's own long-lived process: it holds the VM's lease too
-        lease.hold_in_background(opts.lease, opts.temp_dir)
-    megascale = os.environ.get(MEGASCALE_FILE_ENV)
-    vm = SimulatedVm(state_file=Path(opts.state), zone=opts.zone, node=opts.node, worker=opts.worker,
-                     accelerator=opts.accelerator, endpoints=opts.endpoints.split(","),
-                     megascale_file=Path(megascale) if megascale else None)
-    serve(vm, opts.port).serve_forever()
+class MetadataServers:
+    """Every simulated VM's metadata server, in the emulator's process (the simulated hosts'
+    `MetadataHost`): started when a VM boots, stopped when it goes."""
+
+    def __init__(self, sim: SimCloud):
+        self.sim = sim
+        self._servers: dict[tuple[str, str, int], ThreadingHTTPServer] = {}  # (zone, node, worker) -> server
+        self._lock = threading.Lock()
+
+    def start(self, *, zone: str, node: str, worker: int, accelerator: str, endpoints: list[str],
+              megascale_file: Path, port: int = 0) -> int:
+        """Serve one VM's metadata on `port` (0: any free port, or the one it had before a
+        restart); returns the port."""
+        vm = SimulatedVm(sim=self.sim, zone=zone, node=node, worker=worker, accelerator=accelerator,
+                         endpoints=endpoints, megascale_file=megascale_file)
+        server = serve(vm, port)
+        threading.Thread(target=server.serve_forever, name=f"metadata-{node}-w{worker}", daemon=True).start()
+        with self._lock:
+            old = self._servers.pop((zone, node, worker), None)
+            self._servers[(zone, node, worker)] = server
+        if old is not None:
+            _close(old)
+        return server.server_address[1]
+
+    def stop(self, zone: str, node: str) -> None:
+        """Stop the metadata servers of every worker of a node (its VMs are gone)."""
+        with self._lock:
+            gone = [self._servers.pop(key) for key in list(self._servers) if key[:2] == (zone, node)]
+        for server in gone:
+            _close(server)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            gone = list(self._servers.values())
+            self._servers.clear()
+        for server in gone:
+            _close(server)
 
 
-if __name__ == "__main__":
-    main()
+def _close(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()

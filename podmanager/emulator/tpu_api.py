@@ -18,7 +18,7 @@ How it maps the simulator onto the API:
 
 A third service, `podmanager.emulator.Control/Call` (JSON in, JSON out), lets another
 process inject the simulator's faults and read the request log: see `sim_control`
-(`EmulatorControl`, `python -m podmanager.cloud.sim.control inject ADDRESS FAULT...`).
+(`EmulatorControl`, `python -m podmanager.emulator.control inject ADDRESS FAULT...`).
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from pydantic import TypeAdapter
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.base import Node, NodeRequest, Operation, QueuedResource
+from podmanager.cloud.base import Node, NodeRequest, NodeState, Operation, QueuedResource
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.control import (
+from podmanager.cloud.sim.records import Faults
+from podmanager.emulator.control import (
     CONTROL_SERVICE,
     FAULT_HELP,
     EmulatorControl,
@@ -289,9 +291,9 @@ class TpuEmulator:
             queued = cloud_tpu.QueuedResource(asked) if asked is not None else cloud_tpu.QueuedResource()
             queued.name = path
             return cloud_tpu.QueuedResource.pb(queued)
-        for node in self.sim.all_nodes():
-            if (node.zone, node.name) == (where.zone, where.id):
-                return cloud_tpu.Node.pb(node_message(where.project, node))
+        record = self.sim.node_record(where.zone, where.id or "")
+        if record is not None:
+            return cloud_tpu.Node.pb(node_message(where.project, record.to_node()))
         return cloud_tpu.Node.pb(cloud_tpu.Node(name=path))  # gone since; the operation still succeeded
 
     def _started(self, operation: Operation, verb: str, path: str) -> operations_pb2.Operation:
@@ -427,21 +429,33 @@ class TpuEmulator:
         if method == "fault":
             apply_fault(self.sim, args["spec"], cluster=args.get("cluster"))
             return None
+        if method == "degrade":
+            state = args.pop("state", None)
+            self.sim.degrade(**args, state=NodeState(state) if state else None)
+            return None
         if method in _SIM_CONTROLS:
             getattr(self.sim, method)(**args)
             return None
-        if method == "nodes":
-            return [_node_json(n) for n in self.sim.all_nodes()]
+        if method in _SIM_READS:
+            return _SIM_READS[method].dump_python(getattr(self.sim, method)(), mode="json")
         if method == "requests":
             with self._lock:
                 log = list(self.requests)
             return [{"method": name, "request": _to_json(request)} for name, request in log if name in args.get("methods", [name])]
-        raise ValueError(f"unknown control method {method!r}; known: fault, nodes, requests, {', '.join(sorted(_SIM_CONTROLS))}")
+        known = ["fault", "degrade", "requests", *sorted(_SIM_CONTROLS), *sorted(_SIM_READS)]
+        raise ValueError(f"unknown control method {method!r}; known: {', '.join(known)}")
 
 
-_SIM_CONTROLS = frozenset(
-    {"inject_create_fault", "inject_quota", "inject_transient", "clear_faults", "preempt", "preempt_slice_later", "repair", "terminate"}
-)
+_SIM_CONTROLS = frozenset({"inject_create_fault", "inject_quota", "inject_transient", "clear_faults", "preempt",
+                           "preempt_slice_later", "repair", "terminate", "configure_cluster"})
+# Reads of the simulator's own view (no API call: no injected fault hits them), as the client's records.
+_SIM_READS: dict[str, TypeAdapter[Any]] = {
+    "all_nodes": TypeAdapter(list[Node]),
+    "all_queued_resources": TypeAdapter(list[QueuedResource]),
+    "known_zones": TypeAdapter(list[str]),
+    "version": TypeAdapter(int),
+    "pending_faults": TypeAdapter(Faults),
+}
 
 
 def _to_json(request: Any) -> dict[str, Any]:

@@ -1,14 +1,14 @@
 """Controlling a running emulator from another process: fault specs and the Control client.
 
-The emulator (`sim_server.TpuEmulator`) answers a third gRPC service,
+The emulator (`tpu_api.TpuEmulator`) answers a third gRPC service,
 `podmanager.emulator.Control/Call`, whose request and reply are JSON:
 `{"method": "fault", "args": {"spec": "capacity:us-central2-b"}}` -> `{"result": null}`.
 A fault's text is the one every form of a fault shares (`core/faults.py`, with its defaults:
 TIMES 1, -1 until cleared); a `preempt:SLICE` also names its cluster (`"cluster": "demo"`).
 
-    python -m podmanager.cloud.sim.control inject 127.0.0.1:8470 capacity:us-central2-b quota
-    python -m podmanager.cloud.sim.control inject 127.0.0.1:8470 --cluster demo preempt:0:30s
-    python -m podmanager.cloud.sim.control nodes 127.0.0.1:8470
+    python -m podmanager.emulator.control inject 127.0.0.1:8470 capacity:us-central2-b quota
+    python -m podmanager.emulator.control inject 127.0.0.1:8470 --cluster demo preempt:0:30s
+    python -m podmanager.emulator.control nodes 127.0.0.1:8470
 """
 
 from __future__ import annotations
@@ -17,11 +17,18 @@ import argparse
 import json
 from typing import Any
 
+from pydantic import TypeAdapter
+
+from podmanager.cloud.base import Node, NodeState, QueuedResource
+from podmanager.cloud.sim.records import Faults
 from podmanager.core.errors import SpecError
 from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES, FAULT_HELP
 from podmanager.core.faults import FaultKind, FaultTarget, parse
 
 CONTROL_SERVICE = "podmanager.emulator.Control"
+# What the reads return, on the wire as JSON: the same records the Cloud TPU client returns.
+_NODES = TypeAdapter(list[Node])
+_QUEUED = TypeAdapter(list[QueuedResource])
 
 
 def apply_fault(sim: FaultTarget, spec: str | FaultKind, *, cluster: str | None = None, flag: str = "fault") -> None:
@@ -33,11 +40,14 @@ def apply_fault(sim: FaultTarget, spec: str | FaultKind, *, cluster: str | None 
 
 
 class EmulatorControl:
-    """Set faults on a running emulator from any process: `EmulatorControl("127.0.0.1:8470").fault("capacity:z")`."""
+    """Set faults on a running emulator and read its state from any process:
+    `EmulatorControl("127.0.0.1:8470").fault("capacity:z")`. Implements `core.faults.FaultTarget`,
+    so `fault.apply(control)` works too."""
 
     def __init__(self, address: str, *, timeout_s: float = 10.0):
         import grpc
 
+        self.address = address
         self._channel = grpc.insecure_channel(address)
         self._call = self._channel.unary_unary(f"/{CONTROL_SERVICE}/Call")
         self._timeout_s = timeout_s
@@ -51,7 +61,6 @@ class EmulatorControl:
         self.call("fault", spec=spec if isinstance(spec, str) else spec.text(),
                   **({"cluster": cluster} if cluster is not None else {}))
 
-    # The simulator's inject methods (`core.faults.FaultTarget`): `fault.apply(control)` works too.
     def inject_create_fault(self, zone: str, kind: str, times: int = DEFAULT_TIMES) -> None:
         self.call("inject_create_fault", zone=zone, kind=kind, times=times)
 
@@ -70,10 +79,42 @@ class EmulatorControl:
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
         self.call("preempt", zone=zone, node_id=node_id, notice_s=notice_s)
 
-    def nodes(self) -> list[dict[str, Any]]:
-        return self.call("nodes")
+    def repair(self, zone: str, node_id: str, duration_s: float) -> None:
+        self.call("repair", zone=zone, node_id=node_id, duration_s=duration_s)
+
+    def terminate(self, zone: str, node_id: str) -> None:
+        self.call("terminate", zone=zone, node_id=node_id)
+
+    def degrade(self, zone: str, node_id: str, *, state: NodeState | None = None, health: str | None = None,
+                for_s: float | None = None) -> None:
+        self.call("degrade", zone=zone, node_id=node_id, state=state.value if state else None, health=health,
+                  for_s=for_s)
+
+    def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float) -> None:
+        """A cluster's simulated latencies (its spec's `simulation`): `up` hands them over."""
+        self.call("configure_cluster", cluster=cluster, create_latency_s=create_latency_s,
+                  delete_latency_s=delete_latency_s)
+
+    def all_nodes(self) -> list[Node]:
+        """Every node in every zone, read without a Cloud TPU API call (no injected fault hits it)."""
+        return _NODES.validate_python(self.call("all_nodes"))
+
+    def all_queued_resources(self) -> list[QueuedResource]:
+        return _QUEUED.validate_python(self.call("all_queued_resources"))
+
+    def known_zones(self) -> list[str]:
+        return list(self.call("known_zones"))
+
+    def pending_faults(self) -> Faults:
+        """The faults still waiting to happen, as the simulator records them."""
+        return Faults.model_validate(self.call("pending_faults"))
+
+    def version(self) -> int:
+        """How many changes the simulated cloud has had: the same number means nothing changed."""
+        return int(self.call("version"))
 
     def requests(self, *methods: str) -> list[dict[str, Any]]:
+        """The API requests the emulator received, oldest first, as JSON (only `methods`' if given)."""
         return self.call("requests", **({"methods": list(methods)} if methods else {}))
 
     def close(self) -> None:
@@ -87,8 +128,8 @@ class EmulatorControl:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m podmanager.cloud.sim.control inject 127.0.0.1:8470 capacity:us-central2-b ...`"""
-    parser = argparse.ArgumentParser(prog="python -m podmanager.cloud.sim.control")
+    """`python -m podmanager.emulator.control inject 127.0.0.1:8470 capacity:us-central2-b ...`"""
+    parser = argparse.ArgumentParser(prog="python -m podmanager.emulator.control")
     sub = parser.add_subparsers(dest="command", required=True)
     inject = sub.add_parser("inject", help="set faults on a running emulator")
     inject.add_argument("address")
@@ -106,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
             for fault in faults:
                 control.fault(fault, cluster=args.cluster)
         else:
-            print(json.dumps(control.nodes(), indent=2))
+            print(json.dumps(_NODES.dump_python(control.all_nodes(), mode="json"), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+"""Where a project's emulator is: the record it writes when it serves, read by every client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from podmanager.core import paths
+
+
+class EmulatorRecord(BaseModel):
+    """A running emulator: its address and its process (pid and start time: a pid is reused)."""
+
+    project: str
+    address: str  # host:port of its gRPC services (Cloud TPU, operations, control)
+    pid: int
+    started: float  # the process's create time, as psutil reports it
+
+
+def emulators_dir() -> Path:
+    path = paths.home() / "sim" / "emulators"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def record_path(project: str) -> Path:
+    return emulators_dir() / f"{project}.json"
+
+
+def log_path(project: str) -> Path:
+    return emulators_dir() / f"{project}.log"
+
+
+def read(project: str) -> EmulatorRecord | None:
+    try:
+        return EmulatorRecord.model_validate_json(record_path(project).read_text())
+    except (OSError, ValueError):
+        return None

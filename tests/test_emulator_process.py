@@ -1,0 +1,117 @@
+"""A dry run's cloud is the project's local emulator, reached through the real client: the
+first command starts it, later ones find it, a dead one comes back from its saved state on
+its old port, `down` of the project's last cluster stops it, and it alone moves simulated
+time (a preemption after its notice happens with nobody reading the cloud). Reading a
+cluster (`status`, `runs`) changes nothing in it. Control plane only: no Ray hosts."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psutil
+import pytest
+
+from podmanager.api import Cluster, simulation
+from podmanager.cloud.gcp.client import GcpCloud
+from podmanager.core import paths
+from podmanager.core.clock import poll_until
+from podmanager.emulator import record as emulator_record
+from podmanager.operations import emulator_process
+
+pytestmark = pytest.mark.timeout(120)
+NO_HOSTS = {"boot_hosts": False, "create_latency_s": 0.01, "delete_latency_s": 0.01}
+PROJECT = "podmanager-sim"
+
+
+def saved_states() -> dict[str, str]:
+    """Node states as the emulator saved them: reading the file asks the emulator nothing, so
+    whatever changed, its own ticker did."""
+    try:
+        state = json.loads(paths.sim_state_path(PROJECT).read_text())
+    except (OSError, ValueError):  # not written yet
+        return {}
+    return {record["name"]: record["state"] for record in state["nodes"].values()}
+
+
+def spot_cluster(name: str, **simulation_extra) -> Cluster:
+    return Cluster.from_dict({"name": name, "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot"}],
+                              "simulation": {**NO_HOSTS, **simulation_extra}}, dry_run=True)
+
+
+def test_a_dry_run_goes_through_the_real_client_to_one_emulator_per_project():
+    first = spot_cluster("one")
+    first.up()
+    assert isinstance(first.cloud, GcpCloud)  # the code users run on Google Cloud
+    emulator = emulator_process.running(PROJECT)
+    assert emulator is not None and first.cloud.emulator_host == emulator.address
+    second = spot_cluster("two")
+    second.up()
+    assert emulator_process.running(PROJECT) == emulator  # found again, not started twice
+    first.down()
+    assert emulator_process.running(PROJECT) == emulator  # cluster two still has nodes in it
+    second.down()
+    assert emulator_process.running(PROJECT) is None  # the project's last cluster went: so did it
+    assert not psutil.pid_exists(emulator.pid) or psutil.Process(emulator.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_killed_emulator_comes_back_from_its_saved_state_on_its_old_port():
+    cluster = spot_cluster("phoenix")
+    cluster.up()
+    before = emulator_process.running(PROJECT)
+    poll_until(lambda: saved_states() == {"phoenix-s0": "READY", "phoenix-s1": "READY"}, timeout_s=10,
+               interval_s=0.05, what="the emulator to save its state")
+    psutil.Process(before.pid).kill()
+    psutil.Process(before.pid).wait(10)
+    status = Cluster.from_name("phoenix").status()  # a later command restarts it
+    assert [s.state for s in status.slices] == ["READY", "READY"]
+    after = emulator_process.running(PROJECT)
+    assert after.pid != before.pid and after.address == before.address
+    # The old client's channel reconnects to the same address: the cluster object still works.
+    simulation.preempt(cluster.runtime, 0)
+    assert {n.name: n.state.value for n in cluster.simulator.all_nodes()}["phoenix-s0"] == "PREEMPTED"
+    cluster.down()
+
+
+def test_a_preemption_after_its_notice_happens_with_nobody_reading_the_cloud():
+    cluster = spot_cluster("timed")
+    cluster.up()
+    announced = time.time() + 1.0
+    simulation.preempt(cluster.runtime, 1, notice_s=1.0)
+    states = {n.name: n.state.value for n in cluster.simulator.all_nodes()}
+    assert states == {"timed-s0": "READY", "timed-s1": "READY"}  # notice given, not preempted yet
+    poll_until(lambda: saved_states().get("timed-s1") == "PREEMPTED", timeout_s=10, interval_s=0.05,
+               what="the preemption")
+    assert time.time() >= announced and saved_states()["timed-s0"] == "READY"
+    cluster.down()
+
+
+def test_a_scripted_fault_is_handed_to_the_emulator_and_fires_on_time():
+    cluster = spot_cluster("scripted", faults=[{"kind": "preempt", "slice": 0, "after_s": 0.5, "notice_s": 0.5}])
+    started = time.time()
+    cluster.up()
+    poll_until(lambda: saved_states().get("scripted-s0") == "PREEMPTED", timeout_s=10, interval_s=0.05,
+               what="the scripted preemption")
+    assert time.time() - started >= 1.0 and saved_states()["scripted-s1"] == "READY"
+    cluster.down()
+
+
+def test_status_and_runs_change_nothing_in_the_simulated_cloud():
+    cluster = spot_cluster("reader")
+    cluster.up()
+    control = cluster.simulator
+    nodes, version, calls = control.all_nodes(), control.version(), len(control.requests())
+    reader = Cluster.from_name("reader")
+    reader.status()
+    reader.runs()
+    asked = [call["method"] for call in control.requests()[calls:]]
+    assert asked and set(asked) <= {"ListNodes", "ListQueuedResources", "GetNode"}, asked  # reads only
+    assert control.version() == version and control.all_nodes() == nodes
+    cluster.down()
+
+
+def test_an_emulator_that_cannot_start_says_why(monkeypatch):
+    monkeypatch.setattr(emulator_process, "MODULE", "podmanager.no_such_module")
+    with pytest.raises(Exception, match="did not start") as failed:
+        emulator_process.ensure("broken")
+    assert str(emulator_record.log_path("broken")) in failed.value.hint
