@@ -49,6 +49,13 @@ from podmanager.core.spec import Capacity
 
 EMULATOR_ENV = "TPU_EMULATOR_HOST"
 
+
+def emulator_address(explicit: str | None = None) -> str | None:
+    """host:port of the emulator to talk to: `explicit`, else $TPU_EMULATOR_HOST; None for Google Cloud."""
+    host = explicit if explicit is not None else os.environ.get(EMULATOR_ENV, "")
+    return host.removeprefix("http://").removeprefix("grpc://").rstrip("/") or None
+
+
 T = TypeVar("T")
 
 # ---------------------------------------------------------------------- credentials
@@ -214,8 +221,7 @@ class GcpCloud:
         on_retry: Callable[[str, BaseException, int], None] | None = None,
     ):
         self.project = project
-        host = emulator_host if emulator_host is not None else os.environ.get(EMULATOR_ENV, "")
-        self.emulator_host = host.removeprefix("http://").removeprefix("grpc://").rstrip("/") or None
+        self.emulator_host = emulator_address(emulator_host)
         self.call_timeout_s = call_timeout_s
         self.retry_deadline_s = retry_deadline_s
         self.poll_interval_s = poll_interval_s
