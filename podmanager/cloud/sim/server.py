@@ -6,6 +6,9 @@ real `google-cloud-tpu` client (and `GcpCloud`) talk to it through an insecure c
 
     TPU_EMULATOR_HOST=127.0.0.1:8470
 
+The same port serves Secret Manager (`sim/secret_manager.py`), so `TokenSecrets` keeps the
+cluster's Ray token there as it does in Google Cloud.
+
 How it maps the simulator onto the API:
 - long-running operations are `operations_pb2.Operation`s named as the simulator names
   them; when done they carry the resulting Node / QueuedResource / Empty in `response`,
@@ -41,6 +44,7 @@ from grpc_status import rpc_status
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import Node, NodeRequest, Operation, QueuedResource
 from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
 from podmanager.cloud.sim.control import (
     CONTROL_SERVICE,
     FAULT_HELP,
@@ -180,10 +184,13 @@ def _valid_for(asked: cloud_tpu.QueuedResource, now: float) -> float | None:
 
 
 class TpuEmulator:
-    """Serves one `SimCloud` as the Cloud TPU API; keeps a log of every request received."""
+    """Serves one `SimCloud` as the Cloud TPU API, and `secrets` (default: a new, empty one) as
+    Secret Manager; keeps a log of every Cloud TPU request received."""
 
-    def __init__(self, sim: SimCloud):
+    def __init__(self, sim: SimCloud, secrets: SecretManagerEmulator | None = None):
         self.sim = sim
+        # Always served: the real path creates the token secret wherever it creates nodes.
+        self.secrets = secrets if secrets is not None else SecretManagerEmulator()
         # (method, request message), in arrival order; the newest 10,000 (a long-running emulator is polled).
         self.requests: deque[tuple[str, Any]] = deque(maxlen=10_000)
         self._operations: dict[str, tuple[str, str]] = {}  # operation name -> (verb, resource path)
@@ -239,6 +246,7 @@ class TpuEmulator:
             grpc.method_handlers_generic_handler(TPU_SERVICE, tpu_handlers),
             grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, operations_handlers),
             grpc.method_handlers_generic_handler(CONTROL_SERVICE, control_handlers),
+            *self.secrets.handlers(),
         )
 
     def _wrap(self, method: str, fn: Callable[[Any], Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
