@@ -50,7 +50,8 @@ def rig() -> Iterator[Rig]:
     address = f"127.0.0.1:{port}"
     channel = grpc.insecure_channel(address)
     try:
-        yield Rig(secrets, address, SecretManagerServiceClient(transport=SecretManagerServiceGrpcTransport(channel=channel)))
+        client = SecretManagerServiceClient(transport=SecretManagerServiceGrpcTransport(channel=channel))
+        yield Rig(secrets, address, client)
     finally:
         channel.close()
         server.stop(grace=None).wait()
@@ -113,7 +114,8 @@ def test_a_payload_whose_checksum_does_not_match_is_refused(rig: Rig) -> None:
 def test_versions_are_read_by_number_or_latest_and_a_disabled_one_is_refused(rig: Rig) -> None:
     create_secret(rig.client)
     for data in (b"first", b"second"):
-        rig.client.add_secret_version(parent=SECRET, payload=resources.SecretPayload(data=data, data_crc32c=crc32c(data)))
+        rig.client.add_secret_version(parent=SECRET,
+                                      payload=resources.SecretPayload(data=data, data_crc32c=crc32c(data)))
 
     assert rig.client.access_secret_version(name=f"{SECRET}/versions/1").payload.data == b"first"
     assert rig.client.access_secret_version(name=f"{SECRET}/versions/latest").payload.data == b"second"
@@ -189,7 +191,8 @@ def test_the_rest_route_refuses_a_request_without_a_bearer_token(rig: Rig, rest:
         status, body = get(url, headers)
         assert (status, body["error"]["status"]) == (401, "UNAUTHENTICATED")
         assert TOKEN not in json.dumps(body)
-    status, body = get(f"{rest}/projects/{PROJECT}/secrets/nothing/versions/latest:access", {"Authorization": "Bearer t"})
+    nothing = f"{rest}/projects/{PROJECT}/secrets/nothing/versions/latest:access"
+    status, body = get(nothing, {"Authorization": "Bearer t"})
     assert (status, body["error"]["status"]) == (404, "NOT_FOUND")
 
 

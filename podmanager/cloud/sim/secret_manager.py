@@ -215,7 +215,8 @@ class SecretManagerEmulator:
             raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, f"malformed secret version name {name!r}")
         secret = self._secret(match["secret"])
         if not secret.versions:
-            raise SecretManagerError(grpc.StatusCode.NOT_FOUND, f"Secret [{match['secret']}] not found or has no versions.")
+            raise SecretManagerError(grpc.StatusCode.NOT_FOUND,
+                                     f"Secret [{match['secret']}] not found or has no versions.")
         number = len(secret.versions) if match["version"] == "latest" else int(match["version"])
         if number > len(secret.versions):
             raise SecretManagerError(grpc.StatusCode.NOT_FOUND, f"Secret Version [{name}] not found.")
@@ -247,8 +248,9 @@ class SecretManagerEmulator:
         secret = self._secret(request.parent)
         payload = request.payload
         if len(payload.data) > MAX_PAYLOAD_BYTES:
-            raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"payload.data is {len(payload.data)} bytes; at most {MAX_PAYLOAD_BYTES} are allowed")
+            raise SecretManagerError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"payload.data is {len(payload.data)} bytes; at most {MAX_PAYLOAD_BYTES} are allowed")
         checked = "data_crc32c" in payload
         if checked and payload.data_crc32c != crc32c(payload.data):
             raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, "Checksum mismatch for payload.data.")
@@ -260,11 +262,12 @@ class SecretManagerEmulator:
 
     def access_secret_version(self, request: service.AccessSecretVersionRequest) -> service.AccessSecretVersionResponse:
         version = self._version(request.name)
-        if version.message.state != resources.SecretVersion.State.ENABLED:
+        stored = version.message
+        if stored.state != resources.SecretVersion.State.ENABLED:
             raise SecretManagerError(grpc.StatusCode.FAILED_PRECONDITION,
-                                     f"Secret Version [{version.message.name}] is in {version.message.state.name} state.")
-        return service.AccessSecretVersionResponse(
-            name=version.message.name, payload=resources.SecretPayload(data=version.data, data_crc32c=crc32c(version.data)))
+                                     f"Secret Version [{stored.name}] is in {stored.state.name} state.")
+        payload = resources.SecretPayload(data=version.data, data_crc32c=crc32c(version.data))
+        return service.AccessSecretVersionResponse(name=stored.name, payload=payload)
 
     def disable_secret_version(self, request: service.DisableSecretVersionRequest) -> resources.SecretVersion:
         version = self._version(request.name)
