@@ -1,4 +1,5 @@
-"""`podmanager emulator`: serve the simulated Cloud TPU API over gRPC until Ctrl-C."""
+"""`podmanager emulator`: serve the simulated Cloud TPU API and Secret Manager over gRPC (and
+Secret Manager's REST route a VM's startup script reads the token by) until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ def emulator(
     host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on.")] = "127.0.0.1",
     project: Annotated[str, typer.Option(metavar="PROJECT", help="Project named in operation names.")] = "podmanager-sim",
     create_latency_s: Annotated[float, typer.Option(metavar="SECONDS", help="Seconds a node stays CREATING.")] = 0.5,
+    secrets_rest_port: Annotated[int, typer.Option(
+        metavar="PORT", help="Port of Secret Manager's REST route for startup scripts (0: any free port).")] = 0,
     fault: Annotated[list[str], typer.Option(metavar="FAULT", help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
 ) -> None:
-    """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) for TPU_EMULATOR_HOST."""
+    """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) and Secret Manager for TPU_EMULATOR_HOST."""
     from podmanager.core.faults import parse
     from podmanager.emulator.service import Emulator  # imported here: gRPC and the client types load slowly
 
@@ -31,8 +34,15 @@ def emulator(
         bound = emulator.start(host, port)
     except OSError as busy:
         raise typer.BadParameter(f"{busy}; pick another with --port (0: any free port)", param_hint="--port") from None
+    try:
+        rest, rest_port = emulator.api.secrets.serve_rest(host, secrets_rest_port)
+    except OSError as busy:
+        emulator.stop()
+        raise typer.BadParameter(f"{busy}; pick another with --secrets-rest-port (0: any free port)",
+                                 param_hint="--secrets-rest-port") from None
     address = f"{host}:{bound}"
-    typer.echo(f"Cloud TPU emulator serving on {address} (project {project}); Ctrl-C to stop.")
+    typer.echo(f"Cloud TPU and Secret Manager emulator serving on {address} (project {project}); Ctrl-C to stop.")
+    typer.echo(f"Secret Manager REST for startup scripts: PODMANAGER_SECRETS_API=http://{host}:{rest_port}/v1")
     typer.echo(f"export TPU_EMULATOR_HOST={address}")
     typer.echo(f"Set faults while it runs: python -m podmanager.emulator.control inject {address} capacity:ZONE")
     stop = threading.Event()
@@ -44,4 +54,6 @@ def emulator(
         stop.wait()
         typer.echo("emulator stopped")
     finally:
+        rest.shutdown()
+        rest.server_close()
         emulator.stop()

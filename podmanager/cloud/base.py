@@ -198,6 +198,17 @@ class QueuedResource:
 
 
 @dataclass(frozen=True)
+class GuestAttribute:
+    """One guest attribute a worker VM of a node wrote (`PUT .../guest-attributes/NAMESPACE/KEY` on
+    its metadata server), as GetGuestAttributes reports it."""
+
+    worker: int  # the worker id, 0-based, as in `Node.endpoints`
+    namespace: str
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
 class Operation:
     """A long-running operation; `error` is set when it finished unsuccessfully."""
 
@@ -227,6 +238,17 @@ class TpuCloud(Protocol):
 
     def delete_node(self, zone: str, node_id: str) -> Operation:
         """Start deleting a node; NotFoundError when there is none."""
+        ...
+
+    def update_node_metadata(self, zone: str, node_id: str, metadata: dict[str, str]) -> Operation:
+        """Replace the node's whole metadata map with `metadata` (UpdateNode, update_mask "metadata");
+        NotFoundError when there is no node. The operation fails on a node that is not READY."""
+        ...
+
+    def guest_attributes(self, zone: str, node_id: str, query_path: str = "",
+                         worker: int | None = None) -> list[GuestAttribute]:
+        """What the node's workers wrote as guest attributes, worker by worker: every one (query_path
+        "" or "/"), one namespace ("NS/" or "NS") or one key ("NS/KEY"); all workers, or `worker` only."""
         ...
 
     def create_queued_resource(self, zone: str, qr_id: str, node_id: str, request: NodeRequest) -> Operation:

@@ -10,7 +10,7 @@ from typing import Any, Callable, TypeVar
 
 import tenacity
 
-from podmanager.cloud.base import Node, NodeRequest, Operation, QueuedResource, TpuCloud
+from podmanager.cloud.base import GuestAttribute, Node, NodeRequest, Operation, QueuedResource, TpuCloud
 from podmanager.cloud.errors import TransientError
 from podmanager.core.clock import Clock, RealClock
 
@@ -49,6 +49,13 @@ class RetryingCloud:
 
     def delete_node(self, zone: str, node_id: str) -> Operation:
         return self._call("delete_node", self.inner.delete_node, zone, node_id)
+
+    def update_node_metadata(self, zone: str, node_id: str, metadata: dict[str, str]) -> Operation:
+        return self._call("update_node_metadata", self.inner.update_node_metadata, zone, node_id, metadata)
+
+    def guest_attributes(self, zone: str, node_id: str, query_path: str = "",
+                         worker: int | None = None) -> list[GuestAttribute]:
+        return self._call("guest_attributes", self.inner.guest_attributes, zone, node_id, query_path, worker)
 
     def create_queued_resource(self, zone: str, qr_id: str, node_id: str, request: NodeRequest) -> Operation:
         return self._call("create_queued_resource", self.inner.create_queued_resource, zone, qr_id, node_id, request)

@@ -6,6 +6,12 @@ real `google-cloud-tpu` client (and `GcpCloud`) talk to it through an insecure c
 
     TPU_EMULATOR_HOST=127.0.0.1:8470
 
+The same port serves Secret Manager (`sim/secret_manager.py`), so `TokenSecrets` keeps the
+cluster's Ray token there as it does in Google Cloud. Of the Tpu service it answers the node
+and queued-resource calls, UpdateNode of `metadata` (the only field mask it takes) and
+GetGuestAttributes (one `GuestAttributes` per worker asked for, all workers by default, in
+worker order; what the simulated VMs wrote, see `SimCloud.set_guest_attribute`).
+
 How it maps the simulator onto the API:
 - long-running operations are `operations_pb2.Operation`s named as the simulator names
   them; when done they carry the resulting Node / QueuedResource / Empty in `response`,
@@ -43,6 +49,7 @@ from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import Node, NodeRequest, NodeState, Operation, QueuedResource
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.cloud.sim.records import Faults
+from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
 from podmanager.emulator.control import (
     CONTROL_SERVICE,
     FAULT_HELP,
@@ -182,10 +189,13 @@ def _valid_for(asked: cloud_tpu.QueuedResource, now: float) -> float | None:
 
 
 class TpuEmulator:
-    """Serves one `SimCloud` as the Cloud TPU API; keeps a log of every request received."""
+    """Serves one `SimCloud` as the Cloud TPU API, and `secrets` (default: a new, empty one) as
+    Secret Manager; keeps a log of every Cloud TPU request received."""
 
-    def __init__(self, sim: SimCloud):
+    def __init__(self, sim: SimCloud, secrets: SecretManagerEmulator | None = None):
         self.sim = sim
+        # Always served: the real path creates the token secret wherever it creates nodes.
+        self.secrets = secrets if secrets is not None else SecretManagerEmulator()
         # (method, request message), in arrival order; the newest 10,000 (a long-running emulator is polled).
         self.requests: deque[tuple[str, Any]] = deque(maxlen=10_000)
         self._operations: dict[str, tuple[str, str]] = {}  # operation name -> (verb, resource path)
@@ -214,6 +224,10 @@ class TpuEmulator:
             "GetNode": (self.get_node, cloud_tpu.GetNodeRequest, cloud_tpu.Node),
             "ListNodes": (self.list_nodes, cloud_tpu.ListNodesRequest, cloud_tpu.ListNodesResponse),
             "DeleteNode": (self.delete_node, cloud_tpu.DeleteNodeRequest, None),
+            "UpdateNode": (self.update_node, cloud_tpu.UpdateNodeRequest, None),
+            "GetGuestAttributes": (
+                self.get_guest_attributes, cloud_tpu.GetGuestAttributesRequest, cloud_tpu.GetGuestAttributesResponse,
+            ),
             "CreateQueuedResource": (self.create_queued_resource, cloud_tpu.CreateQueuedResourceRequest, None),
             "GetQueuedResource": (self.get_queued_resource, cloud_tpu.GetQueuedResourceRequest, cloud_tpu.QueuedResource),
             "ListQueuedResources": (
@@ -241,6 +255,7 @@ class TpuEmulator:
             grpc.method_handlers_generic_handler(TPU_SERVICE, tpu_handlers),
             grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, operations_handlers),
             grpc.method_handlers_generic_handler(CONTROL_SERVICE, control_handlers),
+            *self.secrets.handlers(),
         )
 
     def _wrap(self, method: str, fn: Callable[[Any], Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
@@ -324,6 +339,44 @@ class TpuEmulator:
         where = _parse(request.name, "nodes")
         operation = self.sim.delete_node(where.zone, where.id)
         return self._started(operation, "delete", request.name)
+
+    def update_node(self, request: cloud_tpu.UpdateNodeRequest) -> operations_pb2.Operation:
+        where = _parse(request.node.name, "nodes")
+        paths = list(request.update_mask.paths)
+        if not paths:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "update_mask is required")
+        unsupported = [path for path in paths if path != "metadata"]
+        if unsupported:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"update_mask: field {', '.join(unsupported)} cannot be updated in the emulator "
+                         "(only metadata)")
+        operation = self.sim.update_node_metadata(where.zone, where.id, dict(request.node.metadata))
+        return self._started(operation, "update", request.node.name)
+
+    def get_guest_attributes(self, request: cloud_tpu.GetGuestAttributesRequest
+                             ) -> cloud_tpu.GetGuestAttributesResponse:
+        where = _parse(request.name, "nodes")
+        asked = list(request.worker_ids)
+        if not all(worker.isdigit() for worker in asked):
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"worker_ids must be 0-based worker numbers: {asked}")
+        found = self.sim.guest_attributes(where.zone, where.id, request.query_path)  # the one API call
+        # How many workers, read without a second simulated API call (as `_result` does).
+        hosts = next((len(n.endpoints) for n in self.sim.all_nodes() if (n.zone, n.name) == (where.zone, where.id)), 0)
+        workers = [int(worker) for worker in asked] or list(range(hosts))
+        if any(worker >= hosts for worker in workers):
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"worker_ids {workers}: node {where.id} has workers 0 to {hosts - 1}")
+        # One GuestAttributes per worker asked for, in that order; each says what was queried.
+        return cloud_tpu.GetGuestAttributesResponse(guest_attributes=[
+            cloud_tpu.GuestAttributes(
+                query_path=request.query_path,
+                query_value=cloud_tpu.GuestAttributesValue(items=[
+                    cloud_tpu.GuestAttributesEntry(namespace=a.namespace, key=a.key, value=a.value)
+                    for a in found if a.worker == worker
+                ]),
+            )
+            for worker in workers
+        ])
 
     # ------------------------------------------------------------------ queued resources
 

@@ -7,7 +7,6 @@ A control-plane-only simulation (`simulation.boot_hosts: false`) has no Ray side
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from functools import cached_property
@@ -51,15 +50,14 @@ class ClusterHosts:
         return metadata
 
     def _gcp_boot_metadata(self, address: str) -> dict[str, str]:
-        """A real TPU VM runs the startup script; it fetches the Ray token from Secret Manager."""
+        """A real TPU VM runs the startup script; it fetches the Ray token from Secret Manager
+        (the emulator's, with TPU_EMULATOR_HOST set: `TokenSecrets` finds it as `GcpCloud` does)."""
+        from podmanager.cloud.gcp.secrets import TokenSecrets
         from podmanager.cloud.gcp.startup import startup_metadata, token_secret_id
         from podmanager.hosts import auth
 
-        if not os.environ.get("TPU_EMULATOR_HOST"):  # the emulator has no Secret Manager
-            from podmanager.cloud.gcp.secrets import TokenSecrets
-
-            with TokenSecrets(self.spec.project or "") as secrets:
-                secrets.ensure(self.spec.name, auth.ensure_token(self.spec.name).read_text().strip())
+        with TokenSecrets(self.spec.project or "") as secrets:
+            secrets.ensure(self.spec.name, auth.ensure_token(self.spec.name).read_text().strip())
         return startup_metadata(self.spec.name, address, __version__, token_secret_id(self.spec.name))
 
     def ray_access(self) -> RayAccess | None:
@@ -122,7 +120,7 @@ class ClusterHosts:
 
     def stop(self) -> None:
         self.controller.stop()
-        if not self.spec.simulated and not os.environ.get("TPU_EMULATOR_HOST"):
+        if not self.spec.simulated:
             from podmanager.cloud.gcp.secrets import TokenSecrets
 
             with TokenSecrets(self.spec.project or "") as secrets:

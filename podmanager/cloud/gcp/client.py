@@ -25,10 +25,12 @@ from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
+from google.protobuf import field_mask_pb2
 from google.rpc import code_pb2
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import (
+    GuestAttribute,
     Node,
     NodeRequest,
     NodeState,
@@ -48,6 +50,13 @@ from podmanager.core.errors import TimeoutExceededError
 from podmanager.core.spec import Capacity
 
 EMULATOR_ENV = "TPU_EMULATOR_HOST"
+
+
+def emulator_address(explicit: str | None = None) -> str | None:
+    """host:port of the emulator to talk to: `explicit`, else $TPU_EMULATOR_HOST; None for Google Cloud."""
+    host = explicit if explicit is not None else os.environ.get(EMULATOR_ENV, "")
+    return host.removeprefix("http://").removeprefix("grpc://").rstrip("/") or None
+
 
 T = TypeVar("T")
 
@@ -214,8 +223,7 @@ class GcpCloud:
         on_retry: Callable[[str, BaseException, int], None] | None = None,
     ):
         self.project = project
-        host = emulator_host if emulator_host is not None else os.environ.get(EMULATOR_ENV, "")
-        self.emulator_host = host.removeprefix("http://").removeprefix("grpc://").rstrip("/") or None
+        self.emulator_host = emulator_address(emulator_host)
         self.call_timeout_s = call_timeout_s
         self.retry_deadline_s = retry_deadline_s
         self.poll_interval_s = poll_interval_s
@@ -279,6 +287,35 @@ class GcpCloud:
             f"delete node {node_id} in {zone}", self._client.delete_node, name=f"{self._parent(zone)}/nodes/{node_id}"
         )
         return operation_record(future.operation)
+
+    def update_node_metadata(self, zone: str, node_id: str, metadata: dict[str, str]) -> Operation:
+        """Replace the node's whole metadata map (a field mask on a map field replaces all of it)."""
+        future = self._call(
+            f"update the metadata of node {node_id} in {zone}",
+            self._client.update_node,
+            node=cloud_tpu.Node(name=f"{self._parent(zone)}/nodes/{node_id}", metadata=metadata),
+            update_mask=field_mask_pb2.FieldMask(paths=["metadata"]),
+        )
+        return operation_record(future.operation)
+
+    def guest_attributes(self, zone: str, node_id: str, query_path: str = "",
+                         worker: int | None = None) -> list[GuestAttribute]:
+        """The guest attributes the node's workers wrote under `query_path` ("" all, "NS/", "NS/KEY"), by worker."""
+        asked = [str(worker)] if worker is not None else []
+        response = self._call(
+            f"get guest attributes of node {node_id} in {zone}",
+            self._client.get_guest_attributes,
+            name=f"{self._parent(zone)}/nodes/{node_id}",
+            query_path=query_path,
+            worker_ids=asked,
+        )
+        # One entry per worker asked for, in order (every worker when none was named).
+        workers = [worker] if worker is not None else list(range(len(response.guest_attributes)))
+        return [
+            GuestAttribute(worker=number, namespace=item.namespace, key=item.key, value=item.value)
+            for number, per_worker in zip(workers, response.guest_attributes)
+            for item in per_worker.query_value.items
+        ]
 
     # ------------------------------------------------------------------ queued resources
 

@@ -21,12 +21,17 @@ import copy
 import hmac
 from typing import Any, Callable, TypeVar
 
+import grpc
 from google.api_core import exceptions as google_exceptions
 from google.cloud.secretmanager_v1 import SecretManagerServiceClient
+from google.cloud.secretmanager_v1.services.secret_manager_service.transports import (
+    SecretManagerServiceGrpcTransport,
+)
 from google.cloud.secretmanager_v1.types import resources
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import CLUSTER_LABEL
+from podmanager.cloud.checksum import crc32c
 from podmanager.cloud.gcp.calls import call_google
 from podmanager.cloud.gcp.errors import map_call_error
 from podmanager.cloud.gcp.startup import token_secret_id
@@ -43,29 +48,6 @@ PERMISSION_HINT = (
     "roles/secretmanager.secretAccessor on it to read the token at boot. If the Secret Manager API is not "
     "enabled yet: `gcloud services enable secretmanager.googleapis.com --project {project}`."
 )
-
-
-# ---------------------------------------------------------------------- CRC32C
-
-def _crc32c_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1  # Castagnoli, reflected
-        table.append(crc)
-    return tuple(table)
-
-
-_CRC32C_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C of `data`, the checksum Secret Manager verifies payloads with (tokens are small)."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
 
 
 # ---------------------------------------------------------------------- redaction
@@ -104,8 +86,10 @@ class TokenSecrets:
     """Creates, updates and deletes the Secret Manager secret that holds a cluster's Ray token.
 
     project: the Google Cloud project (id) that holds the secrets.
-    client: a `SecretManagerServiceClient` to use (tests: one on a channel to a fake server);
-      default: a new client with `credentials`, or Application Default Credentials (else
+    client: a `SecretManagerServiceClient` to use; default: a new client on an insecure channel
+      to the emulator when there is one (`emulator_host`, default $TPU_EMULATOR_HOST: the
+      `podmanager emulator` serves Secret Manager on the same port as Cloud TPU, as `GcpCloud`
+      finds it), else with `credentials`, or Application Default Credentials (else
       AuthenticationError at once, as `gcp.check_credentials` does).
     call_timeout_s: timeout of every single call. retry_deadline_s: how long transient errors
       are retried (backoff: full jitter, retry_initial_s doubling up to retry_max_s).
@@ -118,6 +102,7 @@ class TokenSecrets:
         project: str,
         *,
         client: SecretManagerServiceClient | None = None,
+        emulator_host: str | None = None,
         credentials: Any = None,
         call_timeout_s: float = 30.0,
         retry_deadline_s: float = 120.0,
@@ -134,13 +119,17 @@ class TokenSecrets:
         self.clock = clock or RealClock()
         self.on_retry = on_retry
         self._owns_client = client is None
-        if client is None:
-            if credentials is None:
-                from podmanager.cloud.gcp.client import check_credentials
+        self._client = client or self._new_client(project, emulator_host, credentials)
 
-                credentials = check_credentials(project)
-            client = SecretManagerServiceClient(credentials=credentials)
-        self._client = client
+    @staticmethod
+    def _new_client(project: str, emulator_host: str | None, credentials: Any) -> SecretManagerServiceClient:
+        from podmanager.cloud.gcp.client import check_credentials, emulator_address
+
+        address = emulator_address(emulator_host)
+        if address:  # plain gRPC and no credentials, as GcpCloud talks to the emulator
+            return SecretManagerServiceClient(
+                transport=SecretManagerServiceGrpcTransport(channel=grpc.insecure_channel(address)))
+        return SecretManagerServiceClient(credentials=credentials or check_credentials(project))
 
     def close(self) -> None:
         """Close the client's channel if this object made the client."""

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import (
     DEAD_STATES,
+    GuestAttribute,
     Node,
     NodeRequest,
     NodeState,
@@ -421,6 +422,61 @@ class SimCloud:
                 raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
             return self._start_delete(key)
 
+    def update_node_metadata(self, zone: str, node_id: str, metadata: dict[str, str]) -> Operation:
+        """Replace the node's metadata (UpdateNode with update_mask "metadata"); done at once. Only a
+        READY node takes it: otherwise the operation fails as Cloud TPU's does (code 3)."""
+        with self._transaction() as state:
+            self._check_call(zone)
+            key = f"{zone}/{node_id}"
+            record = state.nodes.get(key)
+            if record is None:
+                raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
+            now = self.clock.now()
+            if record.state != NodeState.READY:
+                return self._new_operation(zone, now, (
+                    "InvalidRequestError",
+                    f"Cloud TPU received a bad request. update is not supported while in state {record.state.value}"))
+            before = record.to_node()
+            record.metadata = dict(metadata)
+            self._changed_node(key, before)
+            return self._new_operation(zone, now)
+
+    def set_guest_attribute(self, zone: str, node_id: str, worker: int, path: str, value: str) -> None:
+        """What a worker VM's `PUT .../guest-attributes/NAMESPACE/KEY` stores (`path` is NAMESPACE/KEY).
+        Not an API call: no injected fault applies."""
+        namespace, _, name = path.strip("/").partition("/")
+        if not namespace or not name or "/" in name:
+            raise cloud_errors.InvalidRequestError(f"guest attribute path {path!r} is not NAMESPACE/KEY")
+        with self._transaction():
+            record = self._node_record(zone, node_id)
+            _check_worker(record, worker)
+            record.guest_attributes.setdefault(worker, {})[f"{namespace}/{name}"] = value
+            self._touch()
+
+    def guest_attributes(self, zone: str, node_id: str, query_path: str = "",
+                         worker: int | None = None) -> list[GuestAttribute]:
+        """The guest attributes the node's workers wrote, by worker then path: every one (query_path
+        "" or "/"), one namespace ("NS/" or "NS") or one key ("NS/KEY"); all workers, or `worker` only."""
+        with self._transaction():
+            self._check_call(zone)
+            record = self._node_record(zone, node_id)
+            if worker is not None:
+                _check_worker(record, worker)
+            workers = range(len(record.endpoints)) if worker is None else [worker]
+            found = []
+            for one in workers:
+                for path, value in sorted(record.guest_attributes.get(one, {}).items()):
+                    namespace, name = path.split("/", 1)
+                    if _queried(query_path, namespace, name):
+                        found.append(GuestAttribute(worker=one, namespace=namespace, key=name, value=value))
+            return found
+
+    def _node_record(self, zone: str, node_id: str) -> NodeRecord:
+        record = self._state.nodes.get(f"{zone}/{node_id}")
+        if record is None:
+            raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
+        return record
+
     def _start_delete(self, key: str) -> Operation:
         record = self._state.nodes[key]
         if record.state != NodeState.DELETING or record.gone_at is None:
@@ -583,3 +639,17 @@ class SimCloud:
         """Every queued resource (a test and `down` helper: not an API call, so no injected fault)."""
         with self._transaction() as state:
             return [r.to_queued_resource() for r in state.queued.values()]
+
+
+def _check_worker(record: NodeRecord, worker: int) -> None:
+    if not 0 <= worker < len(record.endpoints):
+        raise cloud_errors.InvalidRequestError(
+            f"worker {worker} does not exist on node {record.name} (workers 0 to {len(record.endpoints) - 1})")
+
+
+def _queried(query_path: str, namespace: str, key: str) -> bool:
+    """Whether a guest attribute is under `query_path`: "" or "/" (all), "NS/" or "NS", or "NS/KEY"."""
+    wanted_namespace, _, wanted_key = query_path.strip("/").partition("/")
+    if not wanted_namespace:
+        return True
+    return namespace == wanted_namespace and (not wanted_key or key == wanted_key)

@@ -33,6 +33,8 @@ class NodeRecord(BaseModel):
     preempt_at: float | None = None  # the end of the notice period
     repaired_at: float | None = None  # REPAIRING, HIDDEN, unhealthy, ... -> READY and HEALTHY
     gone_at: float | None = None  # DELETING -> gone
+    # worker id -> "namespace/key" -> value: what each worker VM wrote as guest attributes.
+    guest_attributes: dict[int, dict[str, str]] = Field(default_factory=dict)
 
     @property
     def cluster(self) -> str | None:
