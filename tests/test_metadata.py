@@ -96,3 +96,19 @@ def test_the_notice_watch_finds_a_simulated_vms_own_server(monkeypatch):
     assert notices.metadata_url() == "http://127.0.0.1:8123/computeMetadata/v1/instance/"
     monkeypatch.delenv("GCE_METADATA_IP")
     assert notices.metadata_url() == notices.METADATA_URL
+
+
+def test_a_vm_writes_guest_attributes_that_the_api_reads(vm):
+    sim, base, _ = vm
+    request = urllib.request.Request(base + "instance/guest-attributes/podmanager/boot", data=b"joined",
+                                     method="PUT", headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+    assert get(base + "instance/guest-attributes/podmanager/boot") == (200, "joined")
+    [written] = sim.guest_attributes("z", "c-s0", "podmanager/")
+    assert (written.worker, written.key, written.value) == (1, "boot", "joined")
+    refused = urllib.request.Request(base + "instance/hostname", data=b"x", method="PUT",
+                                     headers={"Metadata-Flavor": "Google"})
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(refused, timeout=10)
+    assert error.value.code == 405

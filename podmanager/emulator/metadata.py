@@ -21,11 +21,13 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from podmanager.cloud.base import NodeState
+from podmanager.cloud.errors import CloudError
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.cloud.sim.records import NodeRecord
 from podmanager.hosts.loopback import LOOPBACK_IP
 
 PREFIX = "/computeMetadata/v1/"
+GUEST_ATTRIBUTES = "instance/guest-attributes/"
 LONG_POLL_S = 60.0
 
 
@@ -72,7 +74,13 @@ class SimulatedVm:
             "instance/maintenance-event": self.maintenance_event,
         }
         answer = fixed.get(path.strip("/"))
+        if answer is None and path.startswith(GUEST_ATTRIBUTES):
+            return self.guest_attribute(path[len(GUEST_ATTRIBUTES):])
         return answer() if answer else None
+
+    def guest_attribute(self, path: str) -> str | None:
+        found = self.sim.guest_attributes(self.zone, self.node, path, worker=self.worker) if "/" in path else []
+        return found[0].value if len(found) == 1 else None
 
 
 def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
@@ -91,6 +99,22 @@ def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
             if query.get("wait_for_change", ["false"])[0].lower() == "true":
                 value = self._wait_for_change(path, value, query)
             self._send(200, value)
+
+        def do_PUT(self) -> None:  # noqa: N802 - http.server's name
+            """A guest attribute the VM writes (`instance/guest-attributes/NAMESPACE/KEY`): what
+            a startup script reports its boot with, read through the API's GetGuestAttributes."""
+            url = urlparse(self.path)
+            if self.headers.get("Metadata-Flavor") != "Google":
+                return self._send(403, "Missing required header: Metadata-Flavor: Google\n")
+            where = url.path[len(PREFIX):] if url.path.startswith(PREFIX) else ""
+            if not where.startswith(GUEST_ATTRIBUTES):
+                return self._send(405, "only guest attributes can be written\n")
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            try:
+                vm.sim.set_guest_attribute(vm.zone, vm.node, vm.worker, where[len(GUEST_ATTRIBUTES):], body)
+            except CloudError as bad:
+                return self._send(400, f"{bad}\n")
+            self._send(200, "")
 
         def _wait_for_change(self, path: str, first: str, query: dict[str, list[str]]) -> str:
             """The long poll: answer when the value differs from `last_etag`'s (or the first
