@@ -12,8 +12,11 @@ import pytest
 from ray_fixtures import module_cluster
 
 from podmanager.api import Cluster, simulation
-from sim_view import sim_nodes
 from podmanager.core.workload import Workload
+from podmanager.hosts import procs
+from podmanager.hosts.sim import vms
+from podmanager.operations import emulator_process
+from sim_view import sim_nodes
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -166,3 +169,46 @@ def test_a_preemption_notice_gives_the_program_time_to_checkpoint(cluster, tmp_p
     assert result.incidents[0]["lost_steps"] == 0  # resumed exactly where it stopped
     assert second.first_step == first.last_step + 1
     assert "preemption_notice" in [e.kind for e in cluster.events()]
+
+
+def live_hosts() -> set[str]:
+    """Machine ids of the cluster's simulated VMs that are running."""
+    return {r["machine_id"] for r in vms.host_records(NAME) if procs.alive(r["machine_id"])}
+
+
+class KillEmulatorAt(PreemptAt):
+    """SIGKILLs the project's emulator at step `step`, then announces a preemption of slice 0
+    (with notice) at step `notice_step`."""
+
+    def __init__(self, cluster: Cluster, step: int, notice_step: int):
+        super().__init__(cluster, 0, step)
+        self.notice = NoticeAt(cluster, 0, notice_step)
+        self.killed: int | None = None
+
+    def __call__(self, slot, text):
+        for line in text.splitlines():
+            parts = line.split()
+            if self.killed is None and parts[:1] == ["step"] and int(parts[1]) >= self.step:
+                self.killed = emulator_process.running("podmanager-sim").pid
+                psutil.Process(self.killed).kill()
+        self.notice(slot, text)
+
+
+def test_reading_the_cluster_starts_no_vm_and_a_killed_emulator_loses_nothing(cluster, tmp_path):
+    hosts, version = live_hosts(), cluster.simulator.version()
+    reader = Cluster.from_name(NAME)
+    reader.status()
+    reader.runs()
+    assert live_hosts() == hosts and len(hosts) == 2 and cluster.simulator.version() == version
+
+    before = emulator_process.running("podmanager-sim")
+    printer = KillEmulatorAt(cluster, step=10, notice_step=40)
+    result = cluster.run(train(tmp_path / "emulator-killed"), printer=printer)
+    assert printer.killed == before.pid
+    after = emulator_process.running("podmanager-sim")
+    assert after.pid != before.pid and after.address == before.address  # restarted, where clients look
+    assert result.status == "succeeded", result.message
+    assert (result.attempts, result.preemptions) == (2, 1)
+    # The notice reached the program through its VM's metadata server, which the restarted
+    # emulator serves again: it checkpointed and stopped at a step boundary.
+    assert {h.exit_code for h in result.attempt_log[0].hosts} == {75}

@@ -35,7 +35,7 @@ def emulator(
     except OSError as busy:
         raise typer.BadParameter(f"{busy}; pick another with --port (0: any free port)", param_hint="--port") from None
     try:
-        rest, rest_port = emulator.api.secrets.serve_rest(host, secrets_rest_port)
+        rest_port = emulator.serve_secrets_rest(host, secrets_rest_port)
     except OSError as busy:
         emulator.stop()
         raise typer.BadParameter(f"{busy}; pick another with --secrets-rest-port (0: any free port)",
@@ -54,6 +54,4 @@ def emulator(
         stop.wait()
         typer.echo("emulator stopped")
     finally:
-        rest.shutdown()
-        rest.server_close()
         emulator.stop()

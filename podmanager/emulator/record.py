@@ -13,7 +13,8 @@ class EmulatorRecord(BaseModel):
     """A running emulator: its address and its process (pid and start time: a pid is reused)."""
 
     project: str
-    address: str  # host:port of its gRPC services (Cloud TPU, operations, control)
+    address: str  # host:port of its gRPC services (Cloud TPU, operations, Secret Manager, control)
+    secrets_api: str = ""  # Secret Manager's REST root (http://host:port/v1), as a startup script reads it
     pid: int
     started: float  # the process's create time, as psutil reports it
 

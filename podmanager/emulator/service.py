@@ -7,7 +7,8 @@
   when it changed (`state_file`);
 - node changes go, in order, to the simulated hosts (`hosts/sim/vms.SimHostBooter`), which
   boot and kill the VMs; a queue keeps their process spawning out of the API's lock;
-- each VM's metadata server runs here (`metadata.MetadataServers`), from memory.
+- each VM's metadata server runs here (`metadata.MetadataServers`), from memory;
+- Secret Manager is served on the same gRPC port, and its REST route on a port of its own.
 
 Started in the background by the first command that needs it (`operations/emulator_process`):
 `python -m podmanager.emulator --project P [--port N]`. It writes its record (`record.py`)
@@ -60,6 +61,8 @@ class Emulator:
         self._changes: queue.Queue[tuple[Node | None, Node | None] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._server = None
+        self._rest = None
+        self.secrets_rest_port = 0  # Secret Manager's REST route (a VM's startup script reads its token by it)
 
     def _heard(self, before: Node | None, after: Node | None) -> None:
         self._changes.put((before, after))
@@ -82,6 +85,11 @@ class Emulator:
             self._threads.append(thread)
         return bound
 
+    def serve_secrets_rest(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Serve Secret Manager's REST route (what a VM's startup script reads its token by); its port."""
+        self._rest, self.secrets_rest_port = self.api.secrets.serve_rest(host, port)
+        return self.secrets_rest_port
+
     def stop(self) -> None:
         self.stopped.set()
         with self.sim.changed:
@@ -89,6 +97,9 @@ class Emulator:
         self._changes.put(None)
         if self._server is not None:
             self._server.stop(grace=None)
+        if self._rest is not None:
+            self._rest.shutdown()
+            self._rest.server_close()
         for thread in self._threads:
             thread.join(timeout=10)
         self.metadata.stop_all()
@@ -120,9 +131,10 @@ class Emulator:
                 last_save = time.monotonic()
 
 
-def _write_record(project: str, address: str) -> None:
+def _write_record(project: str, address: str, secrets_api: str) -> None:
     me = psutil.Process()
-    record = emulator_record.EmulatorRecord(project=project, address=address, pid=me.pid, started=me.create_time())
+    record = emulator_record.EmulatorRecord(project=project, address=address, secrets_api=secrets_api, pid=me.pid,
+                                            started=me.create_time())
     write_atomic(emulator_record.record_path(project), record.model_dump_json())
 
 
@@ -143,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signum, lambda *_: emulator.stopped.set())
     try:
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
-        _write_record(opts.project, f"{opts.host}:{port}")
+        emulator.serve_secrets_rest(opts.host)
+        _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{emulator.secrets_rest_port}/v1")
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):
             if not _still_ours(opts.project):
