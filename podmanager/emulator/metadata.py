@@ -29,6 +29,9 @@ from podmanager.hosts.loopback import LOOPBACK_IP
 PREFIX = "/computeMetadata/v1/"
 GUEST_ATTRIBUTES = "instance/guest-attributes/"
 LONG_POLL_S = 60.0
+# How often a server's loop looks for a shutdown: http.server's default (0.5 s) would make
+# stopping an emulator with many VMs, or a VM's metadata with it, take seconds.
+SHUTDOWN_POLL_S = 0.05
 
 
 class SimulatedVm:
@@ -171,7 +174,8 @@ class MetadataServers:
         vm = SimulatedVm(sim=self.sim, zone=zone, node=node, worker=worker, accelerator=accelerator,
                          endpoints=endpoints, megascale_file=megascale_file)
         server = serve(vm, port)
-        threading.Thread(target=server.serve_forever, name=f"metadata-{node}-w{worker}", daemon=True).start()
+        threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), name=f"metadata-{node}-w{worker}",
+                         daemon=True).start()
         with self._lock:
             old = self._servers.pop((zone, node, worker), None)
             self._servers[(zone, node, worker)] = server

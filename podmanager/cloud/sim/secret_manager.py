@@ -167,7 +167,8 @@ class SecretManagerEmulator:
         returns (server, port). Stop it with `server.shutdown()` and `server.server_close()`."""
         server = ThreadingHTTPServer((host, port), _rest_handler(self))
         server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="secret-manager-rest", daemon=True).start()
+        # Polls for a shutdown every 0.05 s (http.server's default 0.5 s would slow every stop).
+        threading.Thread(target=server.serve_forever, args=(0.05,), name="secret-manager-rest", daemon=True).start()
         return server, server.server_address[1]
 
     # ------------------------------------------------------------------ faults and reads (control side)
