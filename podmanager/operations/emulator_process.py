@@ -64,15 +64,27 @@ def stop(project: str) -> bool:
     try:
         process = psutil.Process(found.pid)
         process.terminate()
-        try:
-            process.wait(STOP_GRACE_S)
-        except psutil.TimeoutExpired:
+        if not _ended(process, STOP_GRACE_S):
             process.kill()
-            process.wait(STOP_GRACE_S)
+            _ended(process, STOP_GRACE_S)
     except psutil.NoSuchProcess:
         pass
     emulator_record.record_path(project).unlink(missing_ok=True)
     return True
+
+
+def _ended(process: psutil.Process, timeout_s: float) -> bool:
+    """Whether it exited within the timeout. A zombie counts: the emulator outlives the command
+    that started it, so its parent is init, which reaps it when it gets round to it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def stop_all() -> int:
