@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podmanager.operations import emulator_process
 from podmanager.operations.backends import simulated_cloud
 from podmanager.operations.teardown import simulated_projects
 from podmanager.core.errors import PodmanagerError, StateStoreError
@@ -67,7 +68,12 @@ def rebuild_state(*, force: bool = False) -> RebuildReport:
         restored.append(name)
     unknown = []
     for project in simulated_projects():
-        for node in simulated_cloud(project)[1].all_nodes():
+        cloud, control = simulated_cloud(project)
+        nodes = control.all_nodes()
+        for channel in (cloud, control):
+            channel.close()
+        emulator_process.stop_if_idle(project)  # started only to look: an empty project's goes again
+        for node in nodes:
             if node.cluster and node.cluster not in restored and (node.cluster, project) not in unknown:
                 unknown.append((node.cluster, project))
     store.close()

@@ -15,6 +15,8 @@ from podmanager.core.clock import Clock
 from podmanager.core.spec import ClusterSpec
 
 if TYPE_CHECKING:
+    from podmanager.cloud.gcp.client import GcpCloud  # Google's client loads slowly: only when used
+    from podmanager.emulator.control import EmulatorControl
     from podmanager.hosts.controller import LocalMachines  # Ray loads only when hosts are used
 
 # The real client's timing, at the pace of the local emulator: its operations take
@@ -47,7 +49,7 @@ def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None,
 
 
 def simulated_cloud(project: str, *, clock: Clock | None = None,
-                    on_retry: RetryCallback | None = None) -> tuple[TpuCloud, SimulatedCloud]:
+                    on_retry: RetryCallback | None = None) -> tuple[GcpCloud, EmulatorControl]:
     """The real client on the project's local emulator (started if it is not running), and its
     control service. A call the emulator did not answer (it died) restarts it before the retry."""
     from podmanager.operations import emulator_process
