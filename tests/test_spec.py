@@ -102,3 +102,25 @@ def test_a_reservation_means_reserved_capacity_and_reaches_the_request():
     assert [s.capacity for s in spec.slices] == [Capacity.RESERVED, Capacity.RESERVED]
     assert [(d.request.reservation, d.request.capacity) for d in desired_slices(spec)] == [
         ("my-res", Capacity.RESERVED), ("projects/p/locations/z/reservations/other", Capacity.RESERVED)]
+
+
+GCP = {"name": "demo", "project": "my-project", "zones": ["us-central2-b", "us-central2-c"]}
+
+
+@pytest.mark.parametrize(("accelerator", "runtime"), [
+    ("v2-8", "tpu-ubuntu2204-base"), ("v3-32", "tpu-ubuntu2204-base"), ("v4-16", "tpu-ubuntu2204-base"),
+    ("v5litepod-16", "v2-alpha-tpuv5-lite"), ("v5p-8", "v2-alpha-tpuv5"), ("v6e-8", "v2-alpha-tpuv6e"),
+])
+def test_the_runtime_version_defaults_to_the_accelerators_generation(accelerator, runtime):
+    spec = parse_spec({**GCP, "slices": [{"accelerator": accelerator}]})
+    assert spec.slices[0].runtime_version == runtime
+
+
+def test_an_explicit_runtime_version_wins_and_reaches_the_request():
+    from podmanager.provisioning.plan import desired_slices
+
+    spec = parse_spec({**GCP, "slices": [{"accelerator": "v5litepod-8", "runtime_version": "tpu-ubuntu2204-base"},
+                                         {"accelerator": "v5litepod-8"}]})
+    assert [d.request.runtime_version for d in desired_slices(spec)] == ["tpu-ubuntu2204-base", "v2-alpha-tpuv5-lite"]
+    # The stored spec holds what was chosen, so re-reading it (recovery, rebuild-state) keeps it.
+    assert parse_spec(spec.model_dump(mode="json")) == spec

@@ -54,7 +54,9 @@ class Backend(str, Enum):
 class SliceSpec(_Model):
     accelerator: str
     count: int = Field(1, ge=1, le=1024, strict=True)  # strict: `count: true` is a typo, not 1
-    runtime_version: str = "tpu-ubuntu2204-base"
+    # The TPU VM software version; left out (or null): the one Google lists for the accelerator's
+    # generation (`podmanager accelerators`), filled in below.
+    runtime_version: str = ""
     capacity: Capacity = Capacity.ON_DEMAND
     queued: bool = False
     # A reservation's name (or projects/P/locations/Z/reservations/R). The Cloud TPU API takes a
@@ -87,6 +89,17 @@ class SliceSpec(_Model):
                              "queued: true to this slice (or remove reservation: capacity: reserved alone uses "
                              "any reservation of the project)")
         return value
+
+    @field_validator("runtime_version", mode="before")
+    @classmethod
+    def _none_is_the_default(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    @model_validator(mode="after")
+    def _runtime_version_of_the_generation(self) -> "SliceSpec":
+        if not self.runtime_version.strip():
+            object.__setattr__(self, "runtime_version", catalog.lookup(self.accelerator).runtime_version)
+        return self
 
     @field_validator("accelerator")
     @classmethod
