@@ -150,12 +150,10 @@ def test_a_simulated_head_detects_a_dead_host_in_about_a_second_and_a_half(home)
 def test_a_gcp_head_keeps_rays_safe_defaults_so_a_pause_kills_no_slice(home):
     """Ray's own defaults (ray_config_def.h): 5 missed checks, every 3 s, each allowed 10 s."""
     spec = parse_spec({"name": "h", "project": "p", "zones": ["z"], "slices": [{"accelerator": "v4-8"}]})
-    config = head_health_checks(spec)
-    assert config == {"health_check_period_ms": 3000, "health_check_failure_threshold": 5,
-                      "health_check_timeout_ms": 10000}
     # A host whose process died is declared dead after ~15 s, one that went silent after ~1 min:
     # far past a GC pause or a network blip.
-    assert config["health_check_period_ms"] * config["health_check_failure_threshold"] >= 15_000
+    assert head_health_checks(spec) == {"health_check_period_ms": 3000, "health_check_failure_threshold": 5,
+                                        "health_check_timeout_ms": 10000}
 
 
 def test_probe_failures_tell_unreachable_from_dead():

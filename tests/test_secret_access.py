@@ -29,6 +29,7 @@ from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import parse_spec
 from podmanager.emulator.tpu_api import TpuEmulator
+from podmanager.hosts import auth
 from podmanager.hosts.cluster_hosts import ClusterHosts
 
 PROJECT = "my-project"
@@ -281,4 +282,4 @@ def test_up_says_so_when_it_cannot_grant(unnumbered: Rig, monkeypatch: pytest.Mo
     assert ("gcloud secrets add-iam-policy-binding podmanager-demo-ray-token --project my-project --member "
             "serviceAccount:PROJECT_NUMBER-compute@developer.gserviceaccount.com "
             "--role roles/secretmanager.secretAccessor") in warning
-    assert TOKEN not in warning
+    assert auth.token_path("demo").read_text().strip() not in warning
