@@ -51,3 +51,13 @@ def test_unknown_type_suggests_nearest():
         lookup("v4-12")
     assert suggest("v5e-8") == "v5litepod-8"
     assert suggest("v6e-9") == "v6e-8"
+
+
+@pytest.mark.parametrize(("generation", "runtime"), [
+    ("v2", "tpu-ubuntu2204-base"), ("v3", "tpu-ubuntu2204-base"), ("v4", "tpu-ubuntu2204-base"),
+    ("v5p", "v2-alpha-tpuv5"), ("v5litepod", "v2-alpha-tpuv5-lite"), ("v6e", "v2-alpha-tpuv6e"),
+])
+def test_every_type_carries_its_generations_runtime_version(generation, runtime):
+    of_generation = [a for a in all_accelerators() if a.generation == generation]
+    assert of_generation and {a.runtime_version for a in of_generation} == {runtime}
+    assert of_generation[0].as_dict()["runtime_version"] == runtime

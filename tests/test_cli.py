@@ -96,8 +96,11 @@ def test_accelerators_json_and_table():
     items = json.loads(invoke("accelerators", "--json").output)
     v4_16 = next(i for i in items if i["name"] == "v4-16")
     assert (v4_16["chips"], v4_16["hosts"], v4_16["chips_per_host"], v4_16["topology"]) == (8, 2, 4, "2x2x2")
+    assert v4_16["runtime_version"] == "tpu-ubuntu2204-base"
+    assert next(i for i in items if i["name"] == "v5litepod-16")["runtime_version"] == "v2-alpha-tpuv5-lite"
     table = invoke("accelerators", "-g", "v6e").output
     assert "v6e-256" in table and "v4-8" not in table
+    assert "runtime version" in " ".join(table.split()) and "v2-alpha-tpuv6e" in table
     assert invoke("accelerators", "-g", "v9").exit_code == 2
 
 

@@ -148,6 +148,31 @@ def test_the_iam_policy_is_stored_and_returned(rig: Rig) -> None:
         rig.client.get_iam_policy(request={"resource": f"projects/{PROJECT}/secrets/nothing"})
 
 
+def test_with_the_projects_number_the_names_it_returns_carry_it_as_googles_do() -> None:
+    secrets = SecretManagerEmulator(project_numbers={PROJECT: "123456789012"})
+    server, port = secrets.serve()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        client = SecretManagerServiceClient(transport=SecretManagerServiceGrpcTransport(channel=channel))
+        numbered = "projects/123456789012/secrets/podmanager-demo-ray-token"
+
+        assert create_secret(client) == numbered  # asked for by the project's id
+        assert client.get_secret(name=SECRET).name == numbered == client.get_secret(name=numbered).name
+        added = client.add_secret_version(parent=SECRET, payload=resources.SecretPayload(data=TOKEN.encode()))
+        assert added.name == f"{numbered}/versions/1"
+        assert client.access_secret_version(name=f"{numbered}/versions/latest").payload.data == TOKEN.encode()
+        with pytest.raises(google_exceptions.AlreadyExists):
+            client.create_secret(parent="projects/123456789012", secret_id="podmanager-demo-ray-token",
+                                 secret=resources.Secret(replication=resources.Replication(
+                                     automatic=resources.Replication.Automatic())))
+        assert secrets.secret_names() == [numbered]
+        client.delete_secret(name=SECRET)
+        assert secrets.secret_names() == []
+    finally:
+        channel.close()
+        server.stop(grace=None).wait()
+
+
 # ---------------------------------------------------------------------- REST, as the startup script reads it
 
 

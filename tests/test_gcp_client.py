@@ -16,6 +16,7 @@ from podmanager.cloud import errors
 from podmanager.cloud.base import (
     CLUSTER_LABEL,
     SLICE_LABEL,
+    NodeNetwork,
     NodeRequest,
     NodeState,
     QueuedResourceState,
@@ -157,6 +158,58 @@ def test_capacity_is_sent_as_scheduling_config(rig: Rig, capacity: Capacity, spo
     assert dict(sent.node.labels) == LABELS
     assert rig.sim.get_node(ZONE, "demo-s0").capacity is capacity
     assert rig.cloud.get_node(ZONE, "demo-s0").capacity is capacity
+
+
+NETWORK = NodeNetwork(
+    network="projects/host-project/global/networks/tpu-vpc",
+    subnetwork="projects/host-project/regions/us-central2/subnetworks/tpu-subnet",
+    enable_external_ips=True,
+    service_account="tpu-vms@my-project.iam.gserviceaccount.com",
+    scopes=("https://www.googleapis.com/auth/cloud-platform",),
+    tags=("ray-head-peer", "allow-ssh"),
+)
+
+
+def test_network_settings_are_sent_as_network_config_service_account_and_tags(rig: Rig) -> None:
+    rig.cloud.create_node(ZONE, "demo-s0", request(network=NETWORK))
+
+    (sent,) = rig.emulator.requests_of("CreateNode")
+    config, account = sent.node.network_config, sent.node.service_account
+    assert (config.network, config.subnetwork, config.enable_external_ips) == (
+        "projects/host-project/global/networks/tpu-vpc",
+        "projects/host-project/regions/us-central2/subnetworks/tpu-subnet", True)
+    assert account.email == "tpu-vms@my-project.iam.gserviceaccount.com"
+    assert list(account.scope) == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert list(sent.node.tags) == ["ray-head-peer", "allow-ssh"]
+    assert rig.cloud.get_node(ZONE, "demo-s0").network == NETWORK  # and the API reports them back
+
+
+def test_without_network_settings_nothing_is_sent_and_the_api_defaults_apply(rig: Rig) -> None:
+    rig.cloud.create_node(ZONE, "demo-s0", request())
+
+    (sent,) = rig.emulator.requests_of("CreateNode")
+    assert "network_config" not in sent.node and "service_account" not in sent.node and not sent.node.tags
+    assert rig.cloud.get_node(ZONE, "demo-s0").network is None
+
+
+def test_empty_network_fields_leave_the_api_defaults(rig: Rig) -> None:
+    """Only internal IPs asked for: the network and the account stay the API's (empty), scopes as given."""
+    rig.cloud.create_node(ZONE, "demo-s0", request(network=NodeNetwork(scopes=("https://scope.test/a",))))
+
+    (sent,) = rig.emulator.requests_of("CreateNode")
+    assert "network_config" in sent.node and not sent.node.network_config.enable_external_ips
+    assert (sent.node.network_config.network, sent.node.service_account.email) == ("", "")
+    assert list(sent.node.service_account.scope) == ["https://scope.test/a"]
+
+
+def test_a_queued_resource_carries_the_network_settings_in_its_node_spec(rig: Rig) -> None:
+    rig.cloud.create_queued_resource(ZONE, "demo-qr0", "demo-s0", request(Capacity.SPOT, network=NETWORK))
+
+    (sent,) = rig.emulator.requests_of("CreateQueuedResource")
+    node = sent.queued_resource.tpu.node_spec[0].node
+    assert node.network_config.subnetwork == NETWORK.subnetwork and node.network_config.enable_external_ips
+    assert node.service_account.email == NETWORK.service_account and list(node.tags) == list(NETWORK.tags)
+    assert rig.cloud.get_node(ZONE, "demo-s0").network == NETWORK
 
 
 @pytest.mark.parametrize(

@@ -233,3 +233,35 @@ def test_unknown_after_a_failed_repair_is_replaced_at_once(setup) -> None:  # ty
     provisioner.converge(desired, timeout_s=300)
 
     assert clock.now() - started < 10 and len(emulator.requests_of("DeleteNode")) == 1
+
+
+def test_the_specs_network_and_runtime_default_reach_every_create(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    network = {"network": "tpu-vpc", "subnetwork": "tpu-subnet", "enable_external_ips": True,
+               "service_account": "tpu-vms@my-project.iam.gserviceaccount.com", "tags": ["ray"]}
+    cluster = parse_spec({"name": "c", "project": "my-project", "zones": ZONES, "network": network,
+                          "slices": [{"accelerator": "v5litepod-16"}, {"accelerator": "v6e-8", "queued": True}]})
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0)
+
+    provisioner.converge(desired_slices(cluster), timeout_s=300)
+
+    [direct] = [r.node for r in emulator.requests_of("CreateNode")]
+    [queued] = [r.queued_resource.tpu.node_spec[0].node for r in emulator.requests_of("CreateQueuedResource")]
+    assert (direct.runtime_version, queued.runtime_version) == ("v2-alpha-tpuv5-lite", "v2-alpha-tpuv6e")
+    for node in (direct, queued):
+        assert (node.network_config.network, node.network_config.subnetwork) == ("tpu-vpc", "tpu-subnet")
+        assert node.network_config.enable_external_ips
+        assert node.service_account.email == "tpu-vms@my-project.iam.gserviceaccount.com"
+        assert list(node.service_account.scope) == ["https://www.googleapis.com/auth/cloud-platform"]
+        assert list(node.tags) == ["ray"]
+
+
+def test_a_refused_create_names_the_network_it_asked_for(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    sim.inject_create_fault("zone-a", "invalid-request", times=-1)
+    cluster = parse_spec({"name": "c", "project": "my-project", "zones": ZONES, "network": {"network": "no-such-vpc"},
+                          "slices": [{"accelerator": "v4-8"}]})
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0)
+
+    with pytest.raises(errors.InvalidRequestError, match="network 'no-such-vpc'"):
+        provisioner.converge(desired_slices(cluster), timeout_s=300)

@@ -172,3 +172,27 @@ def test_script_installs_the_pinned_version_into_a_fresh_venv(vm: dict[str, Path
     calls = log.read_text().splitlines()
     assert "-m pip install --quiet podmanager==0.1.0 jax[tpu]" in calls
     assert calls.index("-m pip install --quiet podmanager==0.1.0 jax[tpu]") < len(calls) - 1  # before the join
+
+
+def test_script_gives_the_boot_a_home_when_it_has_none(vm: dict[str, Path]) -> None:
+    """Units started at boot have no HOME; pip, gcloud and Ray write under it, so the script sets root's."""
+    _stub(vm["bin"] / "gcloud", f'echo "gcloud HOME=$HOME" >> {vm["root"]}/home.log; printf %s {TOKEN}\n')
+    _stub(vm["venv"] / "bin" / "python", f'echo "python HOME=$HOME" >> {vm["root"]}/home.log\n')
+
+    result = run_script(vm, render())  # run_script's environment has no HOME
+
+    assert result.returncode == 0, result.stderr
+    # The install check, the token's fetch and the join: every step sees it.
+    assert (vm["root"] / "home.log").read_text().splitlines() == [
+        "python HOME=/root", "gcloud HOME=/root", "python HOME=/root"]
+
+
+def test_script_keeps_a_home_it_is_given(vm: dict[str, Path]) -> None:
+    _stub(vm["bin"] / "gcloud", f"printf %s {TOKEN}\n")
+    _stub(vm["venv"] / "bin" / "python", f'echo "python HOME=$HOME" >> {vm["root"]}/home.log\n')
+    script = f"export HOME={vm['root']}/home\n" + render()
+
+    result = run_script(vm, script)
+
+    assert result.returncode == 0, result.stderr
+    assert set((vm["root"] / "home.log").read_text().splitlines()) == {f"python HOME={vm['root']}/home"}

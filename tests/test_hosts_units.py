@@ -119,7 +119,16 @@ def test_agent_names():
     assert fleet.agent_name("demo", 1, 0) == "pm-demo-1-0"
 
 
-def test_head_command_turns_on_fast_death_detection_and_small_store(home):
+def head_health_checks(spec) -> dict:
+    import json
+
+    from podmanager.hosts import head
+
+    command = head.head_command(spec, "10.0.0.2", 6379, 8265, 10001, 52365)
+    return json.loads(next(c for c in command if c.startswith("--system-config=")).split("=", 1)[1])
+
+
+def test_head_command_has_a_small_store_and_no_token(home):
     from podmanager.hosts import head
 
     spec = parse_spec({"name": "h", "project": "p", "zones": ["z"], "slices": [{"accelerator": "v4-8"}],
@@ -128,10 +137,23 @@ def test_head_command_turns_on_fast_death_detection_and_small_store(home):
     assert command[3:5] == ["start", "--head"]
     assert "--node-ip-address=10.0.0.2" in command and "--port=6379" in command
     assert "--dashboard-host=127.0.0.1" in command
-    config = next(c for c in command if c.startswith("--system-config="))
-    assert '"health_check_period_ms": 500' in config and '"health_check_failure_threshold": 3' in config
     assert f"--object-store-memory={head.OBJECT_STORE_BYTES}" in command
     assert not any(auth.token_path("h").exists() and auth.token_path("h").read_text() in c for c in command)
+
+
+def test_a_simulated_head_detects_a_dead_host_in_about_a_second_and_a_half(home):
+    spec = parse_spec({"name": "h", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]})
+    assert head_health_checks(spec) == {
+        "health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 500}
+
+
+def test_a_gcp_head_keeps_rays_safe_defaults_so_a_pause_kills_no_slice(home):
+    """Ray's own defaults (ray_config_def.h): 5 missed checks, every 3 s, each allowed 10 s."""
+    spec = parse_spec({"name": "h", "project": "p", "zones": ["z"], "slices": [{"accelerator": "v4-8"}]})
+    # A host whose process died is declared dead after ~15 s, one that went silent after ~1 min:
+    # far past a GC pause or a network blip.
+    assert head_health_checks(spec) == {"health_check_period_ms": 3000, "health_check_failure_threshold": 5,
+                                        "health_check_timeout_ms": 10000}
 
 
 def test_probe_failures_tell_unreachable_from_dead():

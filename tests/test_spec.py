@@ -53,6 +53,26 @@ def test_dry_run_forces_simulated_backend():
          "slices[0].reservation: the Cloud TPU API takes a reservation name only on a queued resource; add queued: true"),
         ({"slices": [{"accelerator": "v4-8", "queued": True, "reservation": "Bad Name"}]},
          "slices[0].reservation: 'Bad Name' is not a reservation name"),
+        ({"network": {"network": "My_VPC"}},
+         "network.network: 'My_VPC' is not a VPC network; use its name (e.g. my-vpc) or "
+         "projects/PROJECT/global/networks/NAME"),
+        ({"network": {"network": "projects/p/networks/n"}}, "network.network: 'projects/p/networks/n' is not a VPC"),
+        ({"network": {"subnetwork": "projects/p/regions/us-central2/subnets/s"}},
+         "network.subnetwork: 'projects/p/regions/us-central2/subnets/s' is not a subnetwork; use its name (e.g. "
+         "my-subnet) or projects/PROJECT/regions/REGION/subnetworks/NAME"),
+        ({"network": {"service_account": "tpu-vms"}},
+         "network.service_account: 'tpu-vms' is not a service account's email; use e.g. "
+         "tpu-vms@my-project.iam.gserviceaccount.com"),
+        ({"network": {"scopes": ["cloud-platform"]}},
+         "network.scopes: 'cloud-platform' is not an OAuth scope URL; use e.g. "
+         "https://www.googleapis.com/auth/cloud-platform"),
+        ({"network": {"tags": ["Ray-Head"]}}, "network.tags: 'Ray-Head' is not a network tag; tags are 1-63 lowercase"),
+        ({"network": {"tags": ["ray-"]}}, "network.tags: 'ray-' is not a network tag"),
+        ({"network": {"tags": ["a" * 64]}}, "is not a network tag"),
+        ({"network": {"tags": ["ray", "ssh", "ray"]}}, "network.tags: ray listed more than once"),
+        ({"network": {"enable_external_ip": True}}, "network.enable_external_ip: unknown field; did you mean "
+                                                    "enable_external_ips?"),
+        ({"network": {"enable_external_ips": "sometimes"}}, "network.enable_external_ips"),
     ],
 )
 def test_bad_specs_name_the_field(change, expected):
@@ -102,3 +122,71 @@ def test_a_reservation_means_reserved_capacity_and_reaches_the_request():
     assert [s.capacity for s in spec.slices] == [Capacity.RESERVED, Capacity.RESERVED]
     assert [(d.request.reservation, d.request.capacity) for d in desired_slices(spec)] == [
         ("my-res", Capacity.RESERVED), ("projects/p/locations/z/reservations/other", Capacity.RESERVED)]
+
+
+GCP = {"name": "demo", "project": "my-project", "zones": ["us-central2-b", "us-central2-c"]}
+
+
+@pytest.mark.parametrize(("accelerator", "runtime"), [
+    ("v2-8", "tpu-ubuntu2204-base"), ("v3-32", "tpu-ubuntu2204-base"), ("v4-16", "tpu-ubuntu2204-base"),
+    ("v5litepod-16", "v2-alpha-tpuv5-lite"), ("v5p-8", "v2-alpha-tpuv5"), ("v6e-8", "v2-alpha-tpuv6e"),
+])
+def test_the_runtime_version_defaults_to_the_accelerators_generation(accelerator, runtime):
+    spec = parse_spec({**GCP, "slices": [{"accelerator": accelerator}]})
+    assert spec.slices[0].runtime_version == runtime
+
+
+def test_an_explicit_runtime_version_wins_and_reaches_the_request():
+    from podmanager.provisioning.plan import desired_slices
+
+    spec = parse_spec({**GCP, "slices": [{"accelerator": "v5litepod-8", "runtime_version": "tpu-ubuntu2204-base"},
+                                         {"accelerator": "v5litepod-8"}]})
+    assert [d.request.runtime_version for d in desired_slices(spec)] == ["tpu-ubuntu2204-base", "v2-alpha-tpuv5-lite"]
+    # The stored spec holds what was chosen, so re-reading it (recovery, rebuild-state) keeps it.
+    assert parse_spec(spec.model_dump(mode="json")) == spec
+
+
+def test_network_defaults_are_the_apis():
+    spec = parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}], "network": {}})
+    network = spec.network
+    assert network is not None
+    assert (network.network, network.subnetwork, network.service_account, network.tags) == (None, None, None, [])
+    assert network.enable_external_ips is False  # the API's default: internal addresses only
+    assert network.scopes == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}]}).network is None
+
+
+@pytest.mark.parametrize("form", ["default", "my-vpc", "projects/host-project/global/networks/my-vpc",
+                                  "projects/123456789012/global/networks/my-vpc"])
+def test_a_network_is_a_name_or_a_path(form):
+    spec = parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}], "network": {"network": form}})
+    assert spec.network is not None and spec.network.network == form
+
+
+def test_the_network_reaches_the_node_request_typed():
+    from podmanager.cloud.base import NodeNetwork
+    from podmanager.provisioning.plan import desired_slices
+
+    spec = parse_spec({**GCP, "slices": [{"accelerator": "v4-8", "count": 2}], "network": {
+        "network": "projects/host/global/networks/vpc", "subnetwork": "projects/host/regions/us-central2/subnetworks/s",
+        "enable_external_ips": True, "service_account": "vms@my-project.iam.gserviceaccount.com", "tags": ["ray"]}})
+    expected = NodeNetwork(network="projects/host/global/networks/vpc",
+                           subnetwork="projects/host/regions/us-central2/subnetworks/s", enable_external_ips=True,
+                           service_account="vms@my-project.iam.gserviceaccount.com",
+                           scopes=("https://www.googleapis.com/auth/cloud-platform",), tags=("ray",))
+    assert [d.request.network for d in desired_slices(spec)] == [expected, expected]
+    without = parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}]})
+    assert all(d.request.network is None for d in desired_slices(without))
+
+
+def test_a_subnetwork_path_must_be_in_every_zones_region():
+    subnet = {"subnetwork": "projects/p/regions/us-central2/subnetworks/s"}
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**GCP, "zones": ["us-central2-b", "europe-west4-a"], "slices": [{"accelerator": "v4-8"}],
+                    "network": subnet})
+    assert ("network.subnetwork: projects/p/regions/us-central2/subnetworks/s is in region us-central2, but zone(s) "
+            "europe-west4-a are not") in str(raised.value)
+    assert parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}], "network": subnet}).network is not None
+    # By name, a subnetwork of that name is looked up in each zone's region: no check here.
+    assert parse_spec({**GCP, "zones": ["us-central2-b", "europe-west4-a"], "slices": [{"accelerator": "v4-8"}],
+                       "network": {"subnetwork": "s"}}).network is not None

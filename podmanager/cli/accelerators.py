@@ -16,5 +16,6 @@ def accelerators(
     if as_json:
         print_json([a.as_dict() for a in items])
         return
-    print_table(None, ["name", "generation", "chips", "hosts", "chips/host", "topology"],
-                [(a.name, a.generation, a.chips, a.hosts, a.chips_per_host, a.topology) for a in items])
+    print_table(None, ["name", "generation", "chips", "hosts", "chips/host", "topology", "runtime version"],
+                [(a.name, a.generation, a.chips, a.hosts, a.chips_per_host, a.topology, a.runtime_version)
+                 for a in items])

@@ -144,6 +144,19 @@ def condition(node: "Node") -> str:
 
 
 @dataclass(frozen=True)
+class NodeNetwork:
+    """Where a node's VMs sit on the network and whom they act as: the API's `network_config`,
+    `service_account` and `tags`. An empty field leaves the API's default."""
+
+    network: str = ""  # a name or projects/P/global/networks/N; "": the project's `default` network
+    subnetwork: str = ""  # a name or projects/P/regions/R/subnetworks/S
+    enable_external_ips: bool = False  # the API's default: internal addresses only
+    service_account: str = ""  # an email; "": the project's default compute service account
+    scopes: tuple[str, ...] = ()  # OAuth scopes of that account; (): all Cloud APIs
+    tags: tuple[str, ...] = ()  # network tags, for firewall rules
+
+
+@dataclass(frozen=True)
 class NodeRequest:
     """What to create: one TPU VM slice."""
 
@@ -156,6 +169,7 @@ class NodeRequest:
     # Queued resources only: the API drops the request (FAILED) if it is not granted within this
     # many seconds (queueing_policy.valid_until_duration); None: no limit.
     valid_for_s: float | None = None
+    network: NodeNetwork | None = None  # None: nothing sent, the API's defaults throughout
 
 
 @dataclass(frozen=True)
@@ -173,6 +187,7 @@ class Node:
     endpoints: tuple[str, ...] = ()  # internal IP of each worker VM; index = worker id
     metadata: dict[str, str] = field(default_factory=dict)
     create_time: float | None = None
+    network: NodeNetwork | None = None  # as the API reports it; None when it reports none
 
     @property
     def cluster(self) -> str | None:

@@ -3,6 +3,9 @@
 Naming rule: the suffix counts TensorCores for v2, v3, v4 and v5p (two per chip) and
 chips for v5litepod (v5e) and v6e. Multi-host slices have 4 chips per host; the
 single-host 8-chip shapes v5litepod-8 and v6e-8 are the exception.
+
+Each type also carries the TPU VM software version (`runtime_version`) Google lists for its
+generation: the spec's default when a slice names none.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class Accelerator:
     chips_per_host: int
     topology: str  # "2x2x2"
     cores_per_chip: int
+    runtime_version: str  # the TPU VM image Google lists for this generation
 
     @property
     def tensorcores(self) -> int:
@@ -46,6 +50,17 @@ _TOPOLOGIES: dict[str, tuple[int, bool, list[str]]] = {
     "v6e": (1, False, ["1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"]),
 }
 
+# generation -> its TPU VM software version, from Google's table of runtime versions: v4 and
+# older boot the plain Ubuntu base image; v5e, v5p and v6e have images of their own.
+_RUNTIME_VERSIONS: dict[str, str] = {
+    "v2": "tpu-ubuntu2204-base",
+    "v3": "tpu-ubuntu2204-base",
+    "v4": "tpu-ubuntu2204-base",
+    "v5p": "v2-alpha-tpuv5",
+    "v5litepod": "v2-alpha-tpuv5-lite",
+    "v6e": "v2-alpha-tpuv6e",
+}
+
 # Up to this many chips a v5litepod/v6e slice is one host (1x1, 2x2 and 2x4).
 _SINGLE_HOST_MAX_CHIPS = 8
 
@@ -69,6 +84,7 @@ def _build() -> dict[str, Accelerator]:
                 chips_per_host=chips // hosts,
                 topology=topology,
                 cores_per_chip=cores_per_chip,
+                runtime_version=_RUNTIME_VERSIONS[generation],
             )
     return table
 

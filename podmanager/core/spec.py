@@ -33,6 +33,16 @@ from podmanager.runtime.checkpoints import is_url
 NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 SIMULATED_PROJECT = "podmanager-sim"
 SIMULATED_ZONES = ["sim-zone-a", "sim-zone-b", "sim-zone-c"]
+# Google's network forms (Cloud TPU's "Configure networking and access"): a name, or its
+# resource path in a project (another project's, for a Shared VPC). Names are RFC 1035 labels.
+_GCE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_PROJECT = r"[a-z0-9](?:[-a-z0-9.:]*[a-z0-9])?"  # an id (domain-scoped ones have '.' and ':') or a number
+_NETWORK = re.compile(rf"{_GCE_NAME}|projects/{_PROJECT}/global/networks/{_GCE_NAME}")
+_SUBNETWORK = re.compile(
+    rf"{_GCE_NAME}|projects/{_PROJECT}/regions/(?P<region>[a-z]+-[a-z]+[0-9]+)/subnetworks/{_GCE_NAME}")
+_TAG = re.compile(_GCE_NAME)
+_SERVICE_ACCOUNT = re.compile(r"[a-z0-9][-a-z0-9_.+]*@[a-z0-9][-a-z0-9.]*\.[a-z]{2,}")
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _RESERVATION = re.compile(r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)|(projects/[^/]+/locations/[^/]+/reservations/[^/]+)")
 
 
@@ -54,7 +64,9 @@ class Backend(str, Enum):
 class SliceSpec(_Model):
     accelerator: str
     count: int = Field(1, ge=1, le=1024, strict=True)  # strict: `count: true` is a typo, not 1
-    runtime_version: str = "tpu-ubuntu2204-base"
+    # The TPU VM software version; left out (or null): the one Google lists for the accelerator's
+    # generation (`podmanager accelerators`), filled in below.
+    runtime_version: str = ""
     capacity: Capacity = Capacity.ON_DEMAND
     queued: bool = False
     # A reservation's name (or projects/P/locations/Z/reservations/R). The Cloud TPU API takes a
@@ -88,6 +100,17 @@ class SliceSpec(_Model):
                              "any reservation of the project)")
         return value
 
+    @field_validator("runtime_version", mode="before")
+    @classmethod
+    def _none_is_the_default(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    @model_validator(mode="after")
+    def _runtime_version_of_the_generation(self) -> "SliceSpec":
+        if not self.runtime_version.strip():
+            object.__setattr__(self, "runtime_version", catalog.lookup(self.accelerator).runtime_version)
+        return self
+
     @field_validator("accelerator")
     @classmethod
     def _known_accelerator(cls, value: str) -> str:
@@ -110,6 +133,70 @@ class SliceSpec(_Model):
                     f"label {key}={value!r}: keys and values use lowercase letters, digits, '-' and '_'"
                 )
         return labels
+
+
+class NetworkSpec(_Model):
+    """Where the TPU VMs sit on the network and whom they act as: the Cloud TPU node's
+    `network_config`, `service_account` and `tags`. Not given at all, the API's defaults apply."""
+
+    network: str | None = None  # None: the project's `default` network
+    subnetwork: str | None = None  # None: the network's subnetwork of the zone's region
+    # False is the API's default (gcloud asks for external IPs, the API does not): without them
+    # the VMs reach PyPI only through Cloud NAT, and Google's APIs through Private Google Access.
+    enable_external_ips: bool = False
+    service_account: str | None = None  # an email; None: the project's default compute service account
+    scopes: list[str] = Field(default_factory=lambda: [CLOUD_PLATFORM_SCOPE])
+    tags: list[str] = Field(default_factory=list)  # network tags, for firewall rules
+
+    @field_validator("network")
+    @classmethod
+    def _valid_network(cls, value: str | None) -> str | None:
+        if value is not None and not _NETWORK.fullmatch(value):
+            raise ValueError(f"{value!r} is not a VPC network; use its name (e.g. my-vpc) or "
+                             "projects/PROJECT/global/networks/NAME")
+        return value
+
+    @field_validator("subnetwork")
+    @classmethod
+    def _valid_subnetwork(cls, value: str | None) -> str | None:
+        if value is not None and not _SUBNETWORK.fullmatch(value):
+            raise ValueError(f"{value!r} is not a subnetwork; use its name (e.g. my-subnet) or "
+                             "projects/PROJECT/regions/REGION/subnetworks/NAME")
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _valid_service_account(cls, value: str | None) -> str | None:
+        if value is not None and not _SERVICE_ACCOUNT.fullmatch(value):
+            raise ValueError(f"{value!r} is not a service account's email; use e.g. "
+                             "tpu-vms@my-project.iam.gserviceaccount.com, or leave it out for the project's "
+                             "default compute service account")
+        return value
+
+    @field_validator("scopes")
+    @classmethod
+    def _valid_scopes(cls, scopes: list[str]) -> list[str]:
+        for scope in scopes:
+            if not scope.startswith("https://") or any(ch.isspace() for ch in scope):
+                raise ValueError(f"{scope!r} is not an OAuth scope URL; use e.g. {CLOUD_PLATFORM_SCOPE}")
+        return scopes
+
+    @field_validator("tags")
+    @classmethod
+    def _valid_tags(cls, tags: list[str]) -> list[str]:
+        for tag in tags:
+            if not _TAG.fullmatch(tag):
+                raise ValueError(f"{tag!r} is not a network tag; tags are 1-63 lowercase letters, digits or '-', "
+                                 "starting with a letter and not ending with '-'")
+        repeated = sorted({tag for tag in tags if tags.count(tag) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} listed more than once; list each tag once")
+        return tags
+
+    def region(self) -> str | None:
+        """The region the subnetwork names, when it is given as a path."""
+        match = _SUBNETWORK.fullmatch(self.subnetwork or "")
+        return match["region"] if match else None
 
 
 class HeadSpec(_Model):
@@ -149,6 +236,7 @@ class ClusterSpec(_Model):
     health: HealthSpec = Field(default_factory=HealthSpec)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
+    network: NetworkSpec | None = None  # None: the Cloud TPU API's defaults (see NetworkSpec)
     # The default checkpoint root of every run: <checkpoints>/<cluster>/<program>.
     checkpoints: str | None = None
 
@@ -197,6 +285,13 @@ class ClusterSpec(_Model):
                 raise ValueError("zones: list at least one zone, e.g. [us-central2-b]")
         if len(set(zones)) != len(zones):
             raise ValueError(f"zones: {zones} lists a zone twice")
+        subnetwork = self.network.subnetwork if self.network else None
+        region = self.network.region() if self.network else None
+        elsewhere = [zone for zone in zones if region and zone.rsplit("-", 1)[0] != region]
+        if elsewhere and self.backend is Backend.GCP:  # simulated zones are in no region
+            raise ValueError(f"network.subnetwork: {subnetwork} is in region {region}, but zone(s) "
+                             f"{', '.join(elsewhere)} are not; a TPU VM takes a subnetwork of its own zone's "
+                             "region: list only zones of that region, or give the subnetwork by name")
         object.__setattr__(self, "project", project)
         object.__setattr__(self, "zones", list(zones))
         return self

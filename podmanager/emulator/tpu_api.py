@@ -47,6 +47,7 @@ from pydantic import TypeAdapter
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import Node, NodeRequest, NodeState, Operation, QueuedResource
+from podmanager.cloud.gcp.client import network_record
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.cloud.sim.records import Faults
 from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
@@ -150,7 +151,21 @@ def node_message(project: str, node: Node) -> cloud_tpu.Node:
         scheduling_config=_scheduling(node.capacity),
         create_time=_timestamp(node.create_time),
         api_version=cloud_tpu.Node.ApiVersion.V2,
+        **_network_fields(node),
     )
+
+
+def _network_fields(node: Node) -> dict[str, Any]:
+    """The node's network_config, service_account and tags, as it was asked for."""
+    network = node.network
+    if network is None:
+        return {}
+    return {
+        "network_config": cloud_tpu.NetworkConfig(network=network.network, subnetwork=network.subnetwork,
+                                                  enable_external_ips=network.enable_external_ips),
+        "service_account": cloud_tpu.ServiceAccount(email=network.service_account, scope=list(network.scopes)),
+        "tags": list(network.tags),
+    }
 
 
 def node_request(node: cloud_tpu.Node, *, reservation: str = "", spot_tier: bool = False,
@@ -173,6 +188,7 @@ def node_request(node: cloud_tpu.Node, *, reservation: str = "", spot_tier: bool
         metadata=dict(node.metadata),
         reservation=reservation.rsplit("/", 1)[-1] or None,
         valid_for_s=valid_for_s,
+        network=network_record(node),  # read as the real client reads a node the API returns
     )
 
 

@@ -7,6 +7,7 @@ A control-plane-only simulation (`simulation.boot_hosts: false`) has no Ray side
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from functools import cached_property
@@ -22,6 +23,8 @@ from podmanager.hosts.host_info import HostInfo, mark_vanished
 
 if TYPE_CHECKING:
     from podmanager.hosts.controller import HostController, LocalMachines
+
+log = logging.getLogger(__name__)
 
 
 class ClusterHosts:
@@ -51,13 +54,22 @@ class ClusterHosts:
 
     def _gcp_boot_metadata(self, address: str) -> dict[str, str]:
         """A real TPU VM runs the startup script; it fetches the Ray token from Secret Manager
-        (the emulator's, with TPU_EMULATOR_HOST set: `TokenSecrets` finds it as `GcpCloud` does)."""
-        from podmanager.cloud.gcp.secrets import TokenSecrets
+        (the emulator's, with TPU_EMULATOR_HOST set: `TokenSecrets` finds it as `GcpCloud` does)
+        as the VMs' service account, which is granted read access to it here."""
+        from podmanager.cloud.gcp.secrets import TokenSecrets, grant_command
         from podmanager.cloud.gcp.startup import startup_metadata, token_secret_id
         from podmanager.hosts import auth
 
+        account = self.spec.network.service_account if self.spec.network else None
         with TokenSecrets(self.spec.project or "") as secrets:
-            secrets.ensure(self.spec.name, auth.ensure_token(self.spec.name).read_text().strip())
+            name = secrets.ensure(self.spec.name, auth.ensure_token(self.spec.name).read_text().strip())
+            access = secrets.grant_access(self.spec.name, account)
+        if access.member is None:
+            # Said, not fatal: the VMs may read it by a grant made by hand (or on the project).
+            example = "serviceAccount:PROJECT_NUMBER-compute@developer.gserviceaccount.com"
+            log.warning("podmanager did not grant the TPU VMs read access to the Ray token secret: %s. Name "
+                        "their account in the spec's network.service_account, or grant it by hand: %s",
+                        access.reason, grant_command(name, self.spec.project or "", example))
         return startup_metadata(self.spec.name, address, __version__, token_secret_id(self.spec.name))
 
     def ray_access(self) -> RayAccess | None:

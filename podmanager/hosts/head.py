@@ -1,5 +1,6 @@
-"""The Ray head: start one for a cluster (token auth on, fast node-death detection) or
-use the one the spec names; remember it in `cluster_dir/head.json`; stop only our own.
+"""The Ray head: start one for a cluster (token auth on, node-death detection tuned to where
+its hosts are) or use the one the spec names; remember it in `cluster_dir/head.json`; stop
+only our own.
 """
 
 from __future__ import annotations
@@ -21,12 +22,30 @@ log = logging.getLogger(__name__)
 
 HEAD_FILE = "head.json"
 HEAD_LOG = "head.log"
-# A SIGKILLed host is declared dead after ~3 missed checks of 0.5 s (default ~15 s).
-SYSTEM_CONFIG = {
+# How fast the GCS declares a silent node dead (the head's system config, which every worker
+# node takes from the GCS). Simulated hosts share this machine's loopback, where no healthy
+# node misses a check: 3 misses of a 0.5 s check, a killed host dead in ~1.5 s.
+LOOPBACK_HEALTH_CHECKS = {
     "health_check_period_ms": 500,
     "health_check_failure_threshold": 3,
     "health_check_timeout_ms": 500,
 }
+# TPU VMs on a real network (GC pauses, a busy host, a network blip) keep Ray's own defaults:
+# 5 misses of a check every 3 s, each allowed 10 s. A host whose process died is dead in ~15 s;
+# a host that stopped answering (frozen, cut off) in up to ~1 min. A healthy slice must never
+# be deleted for a pause: detection is slower, a false alarm costs a whole slice and a restart.
+NETWORK_HEALTH_CHECKS = {
+    "health_check_period_ms": 3000,
+    "health_check_failure_threshold": 5,
+    "health_check_timeout_ms": 10000,
+}
+
+
+def health_checks(spec: ClusterSpec) -> dict[str, int]:
+    """The GCS health-check settings for this cluster's hosts: loopback-fast only when simulated."""
+    return LOOPBACK_HEALTH_CHECKS if spec.simulated else NETWORK_HEALTH_CHECKS
+
+
 OBJECT_STORE_BYTES = 80 * 1000 * 1000  # Ray's minimum is 75 MiB; the default claims GBs of /dev/shm
 START_TIMEOUT_S = 120.0
 
@@ -117,7 +136,7 @@ def head_command(
         f"--dashboard-agent-listen-port={agent_port}",  # not the fixed default: several clusters may share a machine
         "--num-cpus=1",
         f"--object-store-memory={OBJECT_STORE_BYTES}",
-        f"--system-config={json.dumps(SYSTEM_CONFIG)}",
+        f"--system-config={json.dumps(health_checks(spec))}",
         "--disable-usage-stats",
         f"--temp-dir={head_temp_dir(spec.name)}",
     ]

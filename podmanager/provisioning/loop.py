@@ -277,6 +277,10 @@ def _describe_request(want: DesiredSlice) -> str:
              f"capacity {request.capacity.value}"]
     if request.reservation:
         parts.append(f"reservation {request.reservation!r}")
+    network = request.network
+    if network is not None:  # a network, subnetwork or account the API refuses is refused here too
+        parts += [f"{what} {value!r}" for what, value in (("network", network.network),
+                  ("subnetwork", network.subnetwork), ("service_account", network.service_account)) if value]
     return ", ".join(parts) + (" (as a queued resource)" if want.queued else "")
 
 

@@ -17,6 +17,7 @@ from podmanager.cloud.base import (
     SLICE_LABEL,
     Decision,
     Node,
+    NodeNetwork,
     NodeRequest,
     NodeState,
     QueuedResource,
@@ -24,7 +25,7 @@ from podmanager.cloud.base import (
     decide,
     decide_queued,
 )
-from podmanager.core.spec import ClusterSpec
+from podmanager.core.spec import ClusterSpec, NetworkSpec
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,19 @@ def node_name(cluster: str, index: int) -> str:
     return f"{cluster}-s{index}"
 
 
+def node_network(network: NetworkSpec | None) -> NodeNetwork | None:
+    """The spec's `network:` as the node request carries it (None: the API's defaults)."""
+    if network is None:
+        return None
+    return NodeNetwork(network=network.network or "", subnetwork=network.subnetwork or "",
+                       enable_external_ips=network.enable_external_ips,
+                       service_account=network.service_account or "", scopes=tuple(network.scopes),
+                       tags=tuple(network.tags))
+
+
 def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None) -> list[DesiredSlice]:
     out = []
+    network = node_network(spec.network)
     for instance in spec.slice_list():
         labels = {**instance.spec.labels, CLUSTER_LABEL: spec.name, SLICE_LABEL: str(instance.index)}
         request = NodeRequest(
@@ -90,6 +102,7 @@ def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None)
             labels=labels,
             metadata=dict(metadata or {}),
             reservation=instance.spec.reservation,
+            network=network,
         )
         out.append(DesiredSlice(instance.index, node_name(spec.name, instance.index), request,
                                 instance.spec.queued, tuple(spec.zones)))

@@ -32,6 +32,7 @@ from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import (
     GuestAttribute,
     Node,
+    NodeNetwork,
     NodeRequest,
     NodeState,
     Operation,
@@ -153,11 +154,22 @@ def node_record(message: cloud_tpu.Node) -> Node:
         endpoints=tuple(endpoint.ip_address for endpoint in message.network_endpoints),
         metadata=dict(message.metadata),
         create_time=created.timestamp() if created else None,
+        network=network_record(message),
     )
 
 
+def network_record(message: cloud_tpu.Node) -> NodeNetwork | None:
+    """The node's network settings as the API reports them; None when it reports none."""
+    if "network_config" not in message and "service_account" not in message and not message.tags:
+        return None
+    config, account = message.network_config, message.service_account
+    return NodeNetwork(network=config.network, subnetwork=config.subnetwork,
+                       enable_external_ips=config.enable_external_ips, service_account=account.email,
+                       scopes=tuple(account.scope), tags=tuple(message.tags))
+
+
 def node_message(request: NodeRequest) -> cloud_tpu.Node:
-    return cloud_tpu.Node(
+    node = cloud_tpu.Node(
         accelerator_type=request.accelerator_type,
         runtime_version=request.runtime_version,
         labels=request.labels,
@@ -166,6 +178,14 @@ def node_message(request: NodeRequest) -> cloud_tpu.Node:
             spot=request.capacity is Capacity.SPOT, reserved=request.capacity is Capacity.RESERVED
         ),
     )
+    network = request.network
+    if network is not None:
+        # Sent whole, even where a field is empty: an empty network or email is the API's default.
+        node.network_config = cloud_tpu.NetworkConfig(
+            network=network.network, subnetwork=network.subnetwork, enable_external_ips=network.enable_external_ips)
+        node.service_account = cloud_tpu.ServiceAccount(email=network.service_account, scope=list(network.scopes))
+        node.tags = list(network.tags)
+    return node
 
 
 def queued_record(message: cloud_tpu.QueuedResource) -> QueuedResource:

@@ -7,6 +7,12 @@ keeps its latest version equal to the head's token.
 - `ensure` is level-triggered: it creates the secret if missing (ALREADY_EXISTS counts as
   success), reads what `latest` holds, and adds a version only when that differs (or is
   disabled, destroyed or absent), so running `up` again adds nothing.
+- `grant_access` gives the TPU VMs' service account `roles/secretmanager.secretAccessor` on
+  the secret (read, add the binding if missing, write back with the read etag; once more on
+  ABORTED, a concurrent change). With no account named, it is the project's default compute
+  service account, PROJECT_NUMBER-compute@developer.gserviceaccount.com; the number comes from
+  the secret's own resource name, which Secret Manager returns as projects/NUMBER/secrets/ID,
+  so no other API (Resource Manager) and no other role is needed.
 - `delete` treats NOT_FOUND as success, so `down` is safe twice.
 - Every call has a timeout; UNAVAILABLE and DEADLINE_EXCEEDED are retried with jittered
   exponential backoff until a deadline, as in `gcp/client.py`. Errors are mapped by
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import copy
 import hmac
+import re
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 import grpc
@@ -28,6 +36,7 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
     SecretManagerServiceGrpcTransport,
 )
 from google.cloud.secretmanager_v1.types import resources
+from google.iam.v1 import options_pb2, policy_pb2
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import CLUSTER_LABEL
@@ -41,6 +50,8 @@ T = TypeVar("T")
 
 MAX_PAYLOAD_BYTES = 64 * 1024  # Secret Manager's limit on one version's data
 REDACTED = "<redacted>"
+ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
+_NUMBERED = re.compile(r"^projects/(?P<number>\d+)/secrets/")
 
 PERMISSION_HINT = (
     "The account running `podmanager up`/`down` needs roles/secretmanager.admin on the project (or on the "
@@ -77,6 +88,27 @@ def _redacted(error: cloud_errors.CloudError, secret: str) -> cloud_errors.Cloud
     clean.__suppress_context__ = True
     clean.__traceback__ = None
     return clean
+
+
+def default_compute_account(project_number: str) -> str:
+    """The project's default compute service account: what a TPU VM runs as unless told otherwise."""
+    return f"{project_number}-compute@developer.gserviceaccount.com"
+
+
+def grant_command(secret: str, project: str, member: str) -> str:
+    """The gcloud command that grants `member` read access to the secret by hand."""
+    return (f"gcloud secrets add-iam-policy-binding {secret.rsplit('/', 1)[-1]} --project {project} "
+            f"--member {member} --role {ACCESSOR_ROLE}")
+
+
+@dataclass(frozen=True)
+class SecretAccess:
+    """What `grant_access` did: `member` may read the secret (`added`: by this call), or, with
+    `member` None, nothing was granted, for `reason`."""
+
+    member: str | None
+    added: bool = False
+    reason: str = ""
 
 
 # ---------------------------------------------------------------------- the store
@@ -169,6 +201,55 @@ class TokenSecrets:
                 raise
             leaked = error
         raise _redacted(leaked, token)  # outside the handler: no __context__ pointing back at the original
+
+    def grant_access(self, cluster: str, service_account: str | None = None) -> SecretAccess:
+        """Let `service_account` (an email; None: the project's default compute service account)
+        read the cluster's secret: roles/secretmanager.secretAccessor on the secret itself.
+
+        Adds the binding only when the account lacks it, so running `up` again writes nothing.
+        The write carries the etag of the read, so a concurrent change of the policy is never
+        overwritten: the service answers ABORTED and the whole read-modify-write runs once more.
+        Without a number in the secret's name (an emulator that keeps project ids), the default
+        account cannot be named: nothing is granted and the result says why.
+        """
+        name = self.secret_name(cluster)
+        if service_account is None:
+            secret = self._call(f"read secret {name}", self._client.get_secret, name=name)
+            numbered = _NUMBERED.match(secret.name)
+            if numbered is None:
+                return SecretAccess(None, reason=f"Secret Manager names the secret {secret.name}, without the "
+                                    "project's number, so the default compute service account is unknown")
+            service_account = default_compute_account(numbered["number"])
+        member = f"serviceAccount:{service_account}"
+        for attempt in (1, 2):
+            try:
+                return self._bind(name, member)
+            except cloud_errors.CloudError as error:
+                if attempt == 2 or not isinstance(error.__cause__, google_exceptions.Aborted):
+                    raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _bind(self, name: str, member: str) -> SecretAccess:
+        """One read-modify-write of the secret's IAM policy."""
+        # Version 3: a policy with conditional bindings is read whole, so writing it back loses none.
+        policy = self._call(f"read the IAM policy of secret {name}", self._client.get_iam_policy, resource=name,
+                            options=options_pb2.GetPolicyOptions(requested_policy_version=3))
+        unconditional = [b for b in policy.bindings if b.role == ACCESSOR_ROLE and not b.HasField("condition")]
+        if any(member in binding.members for binding in unconditional):
+            return SecretAccess(member)
+        if unconditional:
+            unconditional[0].members.append(member)
+        else:
+            policy.bindings.append(policy_pb2.Binding(role=ACCESSOR_ROLE, members=[member]))
+        try:
+            self._call(f"grant {member} read access to secret {name}", self._client.set_iam_policy,
+                       resource=name, policy=policy)
+        except cloud_errors.InvalidRequestError as error:  # e.g. no such service account
+            raise cloud_errors.InvalidRequestError(
+                error.message, hint=f"Is {member.split(':', 1)[1]} a service account of this project? Name the "
+                "TPU VMs' account in the spec's network.service_account (left out: the project's default "
+                "compute service account).") from error
+        return SecretAccess(member, added=True)
 
     def delete(self, cluster: str) -> None:
         """Delete the cluster's secret and all its versions; a secret already gone is success."""

@@ -395,7 +395,7 @@ class SimCloud:
             name=node_id, zone=zone, accelerator_type=request.accelerator_type, state=NodeState.CREATING,
             labels=dict(request.labels), capacity=request.capacity, runtime_version=request.runtime_version,
             metadata=dict(request.metadata), endpoints=["127.0.0.1"] * accelerator.hosts, create_time=now,
-            ready_at=ready_at, queued=queued, preempt_on_ready=bool(fault))
+            ready_at=ready_at, queued=queued, preempt_on_ready=bool(fault), network=request.network)
         state.nodes[key] = record
         self._changed_node(key, None)
         self._due_at(ready_at, "node", key)

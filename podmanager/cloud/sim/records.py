@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from podmanager.cloud.base import Node, NodeState, QueuedResource, QueuedResourceState
+from podmanager.cloud.base import Node, NodeNetwork, NodeState, QueuedResource, QueuedResourceState
 from podmanager.core.spec import Capacity
 
 CLUSTER_LABEL = "podmanager-cluster"
@@ -35,6 +35,7 @@ class NodeRecord(BaseModel):
     gone_at: float | None = None  # DELETING -> gone
     # worker id -> "namespace/key" -> value: what each worker VM wrote as guest attributes.
     guest_attributes: dict[int, dict[str, str]] = Field(default_factory=dict)
+    network: NodeNetwork | None = None  # as it was asked for; None: the API's defaults
 
     @property
     def cluster(self) -> str | None:
@@ -44,7 +45,7 @@ class NodeRecord(BaseModel):
         return Node(name=self.name, zone=self.zone, accelerator_type=self.accelerator_type, state=self.state,
                     labels=dict(self.labels), capacity=self.capacity, runtime_version=self.runtime_version,
                     health=self.health, endpoints=tuple(self.endpoints), metadata=dict(self.metadata),
-                    create_time=self.create_time)
+                    create_time=self.create_time, network=self.network)
 
 
 class QueuedRecord(BaseModel):

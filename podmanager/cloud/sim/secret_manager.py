@@ -14,7 +14,9 @@ REST (`serve_rest`): `GET /v1/projects/P/secrets/S/versions/V:access` with any
 as the service's JSON does (data in base64, the int64 checksum as a string): the one route the
 startup script uses when its image has no gcloud (`PODMANAGER_SECRETS_API=http://HOST:PORT/v1`).
 
-Any project is accepted; secrets are keyed by their full resource name.
+Any project is accepted; secrets are keyed by their full resource name. Given
+`project_numbers` (id -> number), the names it returns carry a project's number, as Google's
+do (projects/123456789012/secrets/S), and a request may name the project either way.
 `fail_next(method, code, message)` makes calls fail before they reach the store, as an outage
 of the service would.
 """
@@ -30,7 +32,7 @@ from collections import deque
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
 import grpc
@@ -101,7 +103,8 @@ def _now() -> timestamp_pb2.Timestamp:
 class SecretManagerEmulator:
     """An in-memory Secret Manager: the calls podmanager and a VM make, thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, project_numbers: Mapping[str, str] | None = None) -> None:
+        self._numbers = dict(project_numbers or {})  # project id -> the number its names carry
         self._secrets: dict[str, _Secret] = {}
         self._failures: dict[str, list[tuple[grpc.StatusCode, str]]] = {}
         self._etags = itertools.count(1)  # a policy's etag is new on every write
@@ -189,7 +192,7 @@ class SecretManagerEmulator:
     def secret(self, name: str) -> resources.Secret:
         """A copy of the secret as stored; KeyError if there is none."""
         with self._lock:
-            return resources.Secret(self._secrets[name].message)
+            return resources.Secret(self._secrets[self._canonical(name)].message)
 
     def versions(self, name: str) -> list[StoredVersion]:
         """Every version of the secret, oldest first; KeyError if there is no such secret."""
@@ -197,12 +200,20 @@ class SecretManagerEmulator:
             return [
                 StoredVersion(name=v.message.name, number=number, data=v.data,
                               enabled=v.message.state == resources.SecretVersion.State.ENABLED)
-                for number, v in enumerate(self._secrets[name].versions, start=1)
+                for number, v in enumerate(self._secrets[self._canonical(name)].versions, start=1)
             ]
 
     # ------------------------------------------------------------------ the API (under the lock)
 
+    def _canonical(self, name: str) -> str:
+        """`name` with its project as the names this service returns carry it (its number, if known)."""
+        project, slash, rest = name.removeprefix("projects/").partition("/")
+        if not name.startswith("projects/") or project not in self._numbers:
+            return name
+        return f"projects/{self._numbers[project]}{slash}{rest}"
+
     def _secret(self, name: str) -> _Secret:
+        name = self._canonical(name)
         if not _SECRET.match(name):
             raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, f"malformed secret name {name!r}")
         found = self._secrets.get(name)
@@ -211,6 +222,7 @@ class SecretManagerEmulator:
         return found
 
     def _version(self, name: str) -> _Version:
+        name = self._canonical(name)
         match = _VERSION.match(name)
         if not match:
             raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, f"malformed secret version name {name!r}")
@@ -224,7 +236,7 @@ class SecretManagerEmulator:
         return secret.versions[number - 1]
 
     def create_secret(self, request: service.CreateSecretRequest) -> resources.Secret:
-        name = f"{request.parent}/secrets/{request.secret_id}"
+        name = self._canonical(f"{request.parent}/secrets/{request.secret_id}")
         if not _SECRET.match(name):
             raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, f"malformed parent or secret_id: {name!r}")
         if "replication" not in request.secret:
@@ -242,7 +254,7 @@ class SecretManagerEmulator:
 
     def delete_secret(self, request: service.DeleteSecretRequest) -> empty_pb2.Empty:
         self._secret(request.name)
-        del self._secrets[request.name]  # its versions and its IAM policy go with it
+        del self._secrets[self._canonical(request.name)]  # its versions and its IAM policy go with it
         return empty_pb2.Empty()
 
     def add_secret_version(self, request: service.AddSecretVersionRequest) -> resources.SecretVersion:
@@ -256,7 +268,7 @@ class SecretManagerEmulator:
         if checked and payload.data_crc32c != crc32c(payload.data):
             raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, "Checksum mismatch for payload.data.")
         version = resources.SecretVersion(
-            name=f"{request.parent}/versions/{len(secret.versions) + 1}", create_time=_now(),
+            name=f"{secret.message.name}/versions/{len(secret.versions) + 1}", create_time=_now(),
             state=resources.SecretVersion.State.ENABLED, client_specified_payload_checksum=checked)
         secret.versions.append(_Version(version, bytes(payload.data)))
         return resources.SecretVersion(version)
