@@ -405,12 +405,26 @@ def test_on_demand_queued_resource_sets_no_tier(rig: Rig) -> None:
     assert rig.sim.get_node(ZONE, "demo-s0").capacity is Capacity.ON_DEMAND
 
 
-def test_queued_resource_that_cannot_be_provisioned_fails(rig: Rig) -> None:
-    rig.sim.inject_create_fault(ZONE, "capacity")
+def test_a_queued_resource_without_capacity_waits_until_capacity_comes(rig: Rig) -> None:
+    rig.sim.inject_create_fault(ZONE, "capacity", times=-1)
     operation = rig.cloud.create_queued_resource(ZONE, "demo-qr0", "demo-s0", request())
-    assert isinstance(rig.cloud.wait(operation, timeout_s=60).error, errors.CapacityError)
-    (queued,) = rig.cloud.list_queued_resources(ZONE)
-    assert queued.state is QueuedResourceState.FAILED
+    assert rig.cloud.wait(operation, timeout_s=60).error is None  # accepted: it waits, it does not fail
+    rig.clock.advance(600)
+    assert [q.state for q in rig.cloud.list_queued_resources(ZONE)] == [QueuedResourceState.WAITING_FOR_RESOURCES]
+    assert rig.cloud.list_nodes(ZONE) == []
+    rig.sim.clear_faults()  # capacity comes
+    assert [q.state for q in rig.cloud.list_queued_resources(ZONE)] == [QueuedResourceState.PROVISIONING]
+    rig.clock.advance(rig.sim.create_latency_s + 0.1)
+    assert [q.state for q in rig.cloud.list_queued_resources(ZONE)] == [QueuedResourceState.ACTIVE]
+
+
+def test_a_waiting_queued_resource_fails_at_its_valid_until(rig: Rig) -> None:
+    rig.sim.inject_create_fault(ZONE, "capacity", times=-1)
+    rig.cloud.create_queued_resource(ZONE, "demo-qr0", "demo-s0", request(valid_for_s=100.0))
+    rig.clock.advance(101)
+    assert [q.state for q in rig.cloud.list_queued_resources(ZONE)] == [QueuedResourceState.FAILED]
+    rig.sim.clear_faults()
+    assert rig.cloud.list_nodes(ZONE) == []  # a failed request is not filled later
 
 
 def test_delete_of_a_missing_queued_resource_is_not_found(rig: Rig) -> None:

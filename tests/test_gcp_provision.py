@@ -265,3 +265,33 @@ def test_a_refused_create_names_the_network_it_asked_for(setup) -> None:  # type
 
     with pytest.raises(errors.InvalidRequestError, match="network 'no-such-vpc'"):
         provisioner.converge(desired_slices(cluster), timeout_s=300)
+
+
+def test_a_queued_slice_waits_its_queue_wait_s_in_a_full_zone_then_lands_in_the_next(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    sim.inject_create_fault("zone-a", "capacity", times=-1)  # zone-a stays full
+    events: list[tuple[str, str]] = []
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0,
+                              record=lambda kind, message, *args, **kw: events.append((kind, message)))
+    started = clock.now()
+
+    nodes = provisioner.converge(desired_slices(spec(count=1, queued=True, queue_wait_s=30)), timeout_s=600)
+
+    assert [(n.name, n.zone, n.state) for n in nodes] == [("c-s0", "zone-b", NodeState.READY)]
+    assert clock.now() - started >= 30  # it did wait in zone-a first
+    created = [r.parent.rsplit("/", 1)[1] for r in emulator.requests_of("CreateQueuedResource")]
+    assert created == ["zone-a", "zone-b"]
+    assert [(q.zone, q.state) for q in sim.all_queued_resources()] == [("zone-b", QueuedResourceState.ACTIVE)]
+    assert [r.force for r in emulator.requests_of("DeleteQueuedResource")] == [True]  # zone-a's, withdrawn
+    [fallback] = [message for kind, message in events if kind == "zone_fallback"]
+    assert "waited" in fallback and "capacity in zone-a; trying zone-b" in fallback
+
+
+def test_without_queue_wait_s_a_queued_slice_waits_in_its_zone_and_a_timeout_withdraws_it(setup) -> None:  # type: ignore[no-untyped-def]
+    clock, sim, emulator, cloud = setup
+    sim.inject_create_fault("zone-a", "capacity", times=-1)
+    provisioner = Provisioner(cloud, "c", ZONES, clock=clock, poll_interval_s=1.0)
+    with pytest.raises(TimeoutExceededError, match="queued resource WAITING_FOR_RESOURCES"):
+        provisioner.converge(desired_slices(spec(count=1, queued=True)), timeout_s=120)
+    assert sim.all_queued_resources() == [] and sim.all_nodes() == []  # nothing left queued
+    assert [r.parent.rsplit("/", 1)[1] for r in emulator.requests_of("CreateQueuedResource")] == ["zone-a"]

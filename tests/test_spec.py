@@ -124,6 +124,17 @@ def test_a_reservation_means_reserved_capacity_and_reaches_the_request():
         ("my-res", Capacity.RESERVED), ("projects/p/locations/z/reservations/other", Capacity.RESERVED)]
 
 
+def test_queue_wait_s_is_for_queued_slices_and_reaches_the_plan():
+    from podmanager.provisioning.plan import desired_slices
+
+    spec = parse_spec({**GOOD, "slices": [{"accelerator": "v4-8", "queued": True, "queue_wait_s": 300}]})
+    assert [d.queue_wait_s for d in desired_slices(spec)] == [300]
+    with pytest.raises(SpecError, match=r"queue_wait_s.*add queued: true"):
+        parse_spec({**GOOD, "slices": [{"accelerator": "v4-8", "queue_wait_s": 300}]})
+    with pytest.raises(SpecError, match="queue_wait_s"):
+        parse_spec({**GOOD, "slices": [{"accelerator": "v4-8", "queued": True, "queue_wait_s": -1}]})
+
+
 GCP = {"name": "demo", "project": "my-project", "zones": ["us-central2-b", "us-central2-c"]}
 
 

@@ -73,7 +73,19 @@ class SliceSpec(_Model):
     # name only on a queued resource (a node's scheduling_config has just `reserved`), so it needs
     # `queued: true`; it implies `capacity: reserved`.
     reservation: str | None = None
+    # Queued only: how long its queued resource may wait for capacity in one zone (the API keeps
+    # it WAITING_FOR_RESOURCES) before it is deleted and the next zone tried. None: the whole of
+    # `up`'s timeout in the first zone that takes the request.
+    queue_wait_s: float | None = Field(None, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("queue_wait_s")
+    @classmethod
+    def _queue_wait_needs_queued(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and info.data.get("queued") is False:
+            raise ValueError("only a queued resource waits for capacity; add queued: true to this slice "
+                             "(or remove queue_wait_s: a node without capacity fails at once and the next zone is tried)")
+        return value
 
     @model_validator(mode="before")
     @classmethod

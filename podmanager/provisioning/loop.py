@@ -22,6 +22,7 @@ from podmanager.cloud.base import (
     Node,
     NodeState,
     Operation,
+    QueuedResourceState,
     TpuCloud,
     condition,
     decide,
@@ -112,6 +113,7 @@ class Provisioner:
         exhausted: dict[int, set[str]] = defaultdict(set)
         creates: dict[int, int] = defaultdict(int)
         bounded_since: dict[str, float] = {}  # node -> when it was first seen HIDDEN, unhealthy, ...
+        queue_since: dict[str, float] = {}  # queued resource -> when it was first seen waiting for capacity
         waits = _WaitReporter(self.record, desired, lambda: deadline - self.clock.now(), self.bounded_wait_s)
         while True:
             observed = self.observe()
@@ -122,7 +124,11 @@ class Provisioner:
             bounded = {n.name for n in observed.nodes if decide(n) is Decision.WAIT_BOUNDED}
             bounded_since = {name: bounded_since.get(name, now) for name in bounded}
             overdue = {name: now - since for name, since in bounded_since.items() if now - since >= self.bounded_wait_s}
-            actions = plan(desired, observed, exhausted, unwanted_reason=unwanted_reason, overdue=overdue)
+            queue_since = {qr.name: queue_since.get(qr.name, now) for qr in observed.queued
+                           if qr.state is QueuedResourceState.WAITING_FOR_RESOURCES}
+            queue_overdue = self._queue_overdue(desired, observed, queue_since, exhausted, now)
+            actions = plan(desired, observed, exhausted, unwanted_reason=unwanted_reason, overdue=overdue,
+                           queue_overdue=queue_overdue)
             for action in actions:
                 if isinstance(action, NoZoneLeft):
                     raise cloud_errors.CapacityError(
@@ -143,6 +149,28 @@ class Provisioner:
             else:
                 waits.waiting(observed)
                 self.clock.sleep(self.poll_interval_s)
+
+    def _queue_overdue(self, desired: list[DesiredSlice], observed: Observed, queue_since: dict[str, float],
+                       exhausted: dict[int, set[str]], now: float) -> dict[str, float]:
+        """Queued resources that waited their slice's `queue_wait_s` for capacity (name -> seconds
+        waited); their zone counts as without capacity for that slice from now on."""
+        wanted = {d.node_name: d for d in desired}
+        out: dict[str, float] = {}
+        for qr in observed.queued:
+            want = wanted.get(qr.node_name)
+            if qr.name not in queue_since or want is None or want.queue_wait_s is None:
+                continue
+            waited = now - queue_since[qr.name]
+            if waited < want.queue_wait_s:
+                continue
+            out[qr.name] = waited
+            if qr.zone not in exhausted[want.index]:
+                exhausted[want.index].add(qr.zone)
+                left = [z for z in want.zones if z not in exhausted[want.index]]
+                self.record("zone_fallback", f"{want.node_name}: waited {waited:.0f}s for capacity in {qr.zone}; "
+                            + (f"trying {left[0]}" if left else "no zone left"), want.index,
+                            node=want.node_name, zone=qr.zone, error="WaitingForResources")
+        return out
 
     def _withdraw_queued(self, error: PodmanagerError) -> None:
         """Giving up: delete (force) the queued resources this converge created and that were

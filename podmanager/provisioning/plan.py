@@ -35,6 +35,7 @@ class DesiredSlice:
     request: NodeRequest
     queued: bool
     zones: tuple[str, ...]
+    queue_wait_s: float | None = None  # queued only: how long to wait for capacity in one zone
 
 
 @dataclass(frozen=True)
@@ -105,18 +106,21 @@ def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None)
             network=network,
         )
         out.append(DesiredSlice(instance.index, node_name(spec.name, instance.index), request,
-                                instance.spec.queued, tuple(spec.zones)))
+                                instance.spec.queued, tuple(spec.zones), instance.spec.queue_wait_s))
     return out
 
 
 def plan(desired: list[DesiredSlice], observed: Observed,
          exhausted_zones: Mapping[int, set[str]] | None = None, *,
-         unwanted_reason: str = "not in the spec", overdue: Mapping[str, float] | None = None) -> list[Action]:
+         unwanted_reason: str = "not in the spec", overdue: Mapping[str, float] | None = None,
+         queue_overdue: Mapping[str, float] | None = None) -> list[Action]:
     """The actions for one pass. `exhausted_zones[i]`: zones that had no capacity for slice i.
     `overdue`: nodes whose bounded wait (HIDDEN, TIMEOUT, ...: `cloud.base.BOUNDED_WAIT_S`) is
-    over, with the seconds they waited: they are replaced. What each state means is
-    `cloud.base`'s one table."""
+    over, with the seconds they waited: they are replaced. `queue_overdue`: queued resources
+    that waited their slice's `queue_wait_s` for capacity, with the seconds: they are deleted
+    (the caller counts their zone as exhausted). What each state means is `cloud.base`'s one table."""
     overdue = overdue or {}
+    queue_overdue = queue_overdue or {}
     exhausted_zones = exhausted_zones or {}
     wanted = {d.node_name: d for d in desired}
     actions: list[Action] = []
@@ -133,6 +137,10 @@ def plan(desired: list[DesiredSlice], observed: Observed,
             actions.append(DeleteQueuedResource(qr.name, qr.zone, unwanted_reason, _index(want)))
         elif decision is Decision.REPLACE:
             actions.append(DeleteQueuedResource(qr.name, qr.zone, f"queued resource is {qr.state.value}", want.index))
+        elif qr.name in queue_overdue:
+            actions.append(DeleteQueuedResource(
+                qr.name, qr.zone, f"waited {queue_overdue[qr.name]:.0f}s for capacity in {qr.zone} "
+                f"(queue_wait_s {want.queue_wait_s:g})", want.index))
 
     for node in observed.nodes:
         want = wanted.get(node.name)

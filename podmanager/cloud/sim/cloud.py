@@ -235,6 +235,18 @@ class SimCloud:
             del self._state.queued[key]
             self._touch()
             return
+        if queued.waiting_for is not None and queued.state == QueuedResourceState.WAITING_FOR_RESOURCES:
+            if queued.valid_until is not None and queued.valid_until <= now:
+                queued.state = QueuedResourceState.FAILED
+                queued.waiting_for = None
+            elif not self._zone_is_full(queued.zone):  # capacity came: the node is made now
+                request, queued.waiting_for = queued.waiting_for, None
+                self._create_node_locked(queued.zone, queued.node_name, request, queued=queued.name)
+                granted = queued.node_key in self._state.nodes
+                queued.state = QueuedResourceState.PROVISIONING if granted else QueuedResourceState.FAILED
+            if queued.state != before:
+                self._touch()
+            return
         if queued.state == QueuedResourceState.SUSPENDING and (queued.suspended_at or 0.0) <= now:
             # The service takes a preempted spot queued resource back: its node goes, it stays SUSPENDED.
             if node is not None:
@@ -355,6 +367,16 @@ class SimCloud:
                 f"429 RESOURCE_EXHAUSTED: quota {quota.quota} exceeded in {zone}", quota=quota.quota
             )
 
+    def _zone_is_full(self, zone: str) -> bool:
+        """A capacity fault is in force in the zone: creates fail, queued resources wait."""
+        return self._state.faults.create.get(zone, {}).get("capacity", 0) != 0
+
+    def _recheck_waiting(self) -> None:
+        """Capacity may have come back (a fault cleared or used up): look at every waiting request."""
+        for key, queued in self._state.queued.items():
+            if queued.waiting_for is not None:
+                self._due_at(self.clock.now(), "queued", key)
+
     def _take_create_fault(self, zone: str, request: NodeRequest) -> tuple[str, str] | None:
         per_zone = self._state.faults.create.get(zone, {})
         for kind, (error_type, message) in _CREATE_FAULTS.items():
@@ -362,6 +384,8 @@ class SimCloud:
             if remaining != 0:
                 per_zone[kind] = remaining - 1 if remaining > 0 else remaining
                 self._touch()
+                if kind == "capacity" and per_zone[kind] == 0:
+                    self._recheck_waiting()
                 return error_type, message.format(zone=zone, runtime_version=request.runtime_version)
         return None
 
@@ -493,13 +517,20 @@ class SimCloud:
             key = f"{zone}/{qr_id}"
             if key in state.queued:
                 raise cloud_errors.AlreadyExistsError(f"queued resource {qr_id} already exists in {zone}")
-            operation = self._create_node_locked(zone, node_id, request, queued=qr_id)
-            node_created = f"{zone}/{node_id}" in state.nodes
             valid_until = None if request.valid_for_s is None else self.clock.now() + request.valid_for_s
-            state.queued[key] = QueuedRecord(
-                name=qr_id, zone=zone, node_key=f"{zone}/{node_id}", node_name=node_id, labels=dict(request.labels),
-                state=QueuedResourceState.PROVISIONING if node_created else QueuedResourceState.FAILED,
-                capacity=request.capacity, valid_until=valid_until)
+            record = QueuedRecord(name=qr_id, zone=zone, node_key=f"{zone}/{node_id}", node_name=node_id,
+                                  labels=dict(request.labels), state=QueuedResourceState.WAITING_FOR_RESOURCES,
+                                  capacity=request.capacity, valid_until=valid_until)
+            if self._zone_is_full(zone):
+                # No capacity: the request is accepted and waits (it fails only at its valid_until).
+                self._check_quota(zone)
+                record.waiting_for = request
+                operation = self._new_operation(zone, self.clock.now())
+            else:
+                operation = self._create_node_locked(zone, node_id, request, queued=qr_id)
+                granted = f"{zone}/{node_id}" in state.nodes
+                record.state = QueuedResourceState.PROVISIONING if granted else QueuedResourceState.FAILED
+            state.queued[key] = record
             self._touch()
             if valid_until is not None:
                 self._due_at(valid_until, "queued", key)
@@ -539,6 +570,7 @@ class SimCloud:
         with self._transaction() as state:
             state.faults.create.setdefault(zone, {})[kind] = times
             self._touch()
+            self._recheck_waiting()
 
     def inject_quota(self, quota: str = DEFAULT_QUOTA, times: int = DEFAULT_TIMES) -> None:
         with self._transaction() as state:
@@ -555,6 +587,7 @@ class SimCloud:
         with self._transaction() as state:
             state.faults = Faults()
             self._touch()
+            self._recheck_waiting()
 
     def pending_faults(self) -> Faults:
         """The faults still waiting to happen, as the state records them (the simulator's own view, for tests)."""

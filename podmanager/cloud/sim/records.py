@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from podmanager.cloud.base import Node, NodeNetwork, NodeState, QueuedResource, QueuedResourceState
+from podmanager.cloud.base import Node, NodeNetwork, NodeRequest, NodeState, QueuedResource, QueuedResourceState
 from podmanager.core.spec import Capacity
 
 CLUSTER_LABEL = "podmanager-cluster"
@@ -59,6 +59,8 @@ class QueuedRecord(BaseModel):
     capacity: Capacity = Capacity.ON_DEMAND
     valid_until: float | None = None  # not granted by then: FAILED (queueing_policy.valid_until_*)
     suspended_at: float | None = None  # SUSPENDING -> SUSPENDED, its node deleted by the service
+    # WAITING_FOR_RESOURCES: the node it makes once its zone has capacity again.
+    waiting_for: NodeRequest | None = None
 
     def to_queued_resource(self) -> QueuedResource:
         return QueuedResource(name=self.name, zone=self.zone, node_name=self.node_name, state=self.state,
