@@ -7,7 +7,9 @@ creating, an invalid request), quota, transient API errors, an interrupted `up`,
 supervisor's replacement of a slice — a finished `up` leaves exactly the spec's slices READY
 (queued ones too), `down` leaves nothing of the cluster, an `up` that gave up (timed out or
 stopped on an error) leaves no queued resource that could still be granted, and at no step
-does a slice have two nodes or two queued resources.
+does a slice have two nodes or two queued resources. A queued slice in a zone without
+capacity waits there (WAITING_FOR_RESOURCES) only for its `queue_wait_s`: a full zone never
+holds an `up` until its timeout (every `up` below has 60 s and ends settled or with a clear stop).
 """
 
 import itertools
@@ -39,7 +41,7 @@ class ProvisioningMachine(RuleBasedStateMachine):
         self.store = StateStore(paths.home() / f"machine-{next(_machines)}.db")
         spec = {"name": "m", "backend": "simulated", "zones": ZONES, "simulation": {"boot_hosts": False},
                 "slices": [{"accelerator": "v4-8", "count": SLICES - 1, "capacity": "spot"},
-                           {"accelerator": "v4-8", "queued": True, "capacity": "spot"}]}
+                           {"accelerator": "v4-8", "queued": True, "capacity": "spot", "queue_wait_s": 5}]}
         self.cluster = Cluster.from_dict(spec, simulator=self.sim, clock=self.clock, store=self.store)
         self.settled = False  # the last action was a completed `up`
         self.torn_down = False
@@ -118,6 +120,11 @@ class ProvisioningMachine(RuleBasedStateMachine):
           times=st.integers(1, 3))
     def create_fails(self, zone, kind, times):
         self.sim.inject_create_fault(zone, kind, times)
+
+    @rule(zone=st.sampled_from(ZONES))
+    def zone_full_until_cleared(self, zone):
+        """Creates there fail and queued resources wait there, until an `up` stops and clears it."""
+        self.sim.inject_create_fault(zone, "capacity", -1)
 
     @rule(times=st.integers(1, 2))
     def no_quota(self, times):
