@@ -46,7 +46,7 @@ class Emulator:
     """One simulated project, served: `start()`, then `stop()` (also on failure)."""
 
     def __init__(self, project: str, *, persist: bool, create_latency_s: float = 0.5,
-                 delete_latency_s: float = 0.1, boot_hosts: bool = True):
+                 delete_latency_s: float = 0.1):
         """`persist`: carry on from the project's saved state and save it on change (the
         background emulator); else an in-memory project (`podmanager emulator`, tests)."""
         self.project = project
@@ -55,7 +55,7 @@ class Emulator:
         self.sim = SimCloud(project, state=state, create_latency_s=create_latency_s,
                             delete_latency_s=delete_latency_s, listeners=[self._heard])
         self.metadata = MetadataServers(self.sim)
-        self.booter = SimHostBooter(metadata=self.metadata) if boot_hosts else None
+        self.booter = SimHostBooter(metadata=self.metadata)
         self.api = TpuEmulator(self.sim)
         self.stopped = threading.Event()
         self._changes: queue.Queue[tuple[Node | None, Node | None] | None] = queue.Queue()
@@ -70,9 +70,8 @@ class Emulator:
     def start(self, host: str = "127.0.0.1", port: int = 0, *, any_port_if_taken: bool = False) -> int:
         """Serve on host:port (0: any free port); returns the port. `any_port_if_taken`: a
         restarted emulator wants its old port back, but takes another rather than fail."""
-        if self.booter is not None:
-            for node in self.sim.all_nodes():  # VMs that ran before a restart get their metadata back
-                self.booter.reattach(node)
+        for node in self.sim.all_nodes():  # VMs that ran before a restart get their metadata back
+            self.booter.reattach(node)
         try:
             self._server, bound = self.api.serve(host, port)
         except OSError:
@@ -112,8 +111,7 @@ class Emulator:
             change = self._changes.get()
             if change is None:
                 return
-            if self.booter is not None:
-                self.booter(*change)
+            self.booter(*change)
 
     def _tick(self) -> None:
         """Apply what is due when it is due; save the state when it changed."""

@@ -20,6 +20,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterator
 
+import tenacity
+
 from podmanager.core import paths
 from podmanager.core.errors import StateStoreError
 
@@ -119,8 +121,7 @@ class Database:
         try:
             if not memory and not rebuild and not self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                 self._refuse_if_lost("empty")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(schema)
+            self._prepare(schema)
             if not memory:
                 self._identity = _identity(path)
                 self._min_size = self._db.execute("PRAGMA page_size").fetchone()[0]
@@ -130,6 +131,16 @@ class Database:
         except StateStoreError:
             self._finalizer()
             raise
+
+    @tenacity.retry(retry=tenacity.retry_if_exception(lambda error: _locked(error)),
+                    wait=tenacity.wait_random_exponential(multiplier=0.01, max=0.5),
+                    stop=tenacity.stop_after_delay(30), reraise=True)
+    def _prepare(self, schema: str) -> None:
+        """WAL mode and the schema. Two processes opening a new database at once both ask for
+        the lock WAL mode needs; SQLite answers one "database is locked" at once, without
+        waiting (its busy timeout cannot break that deadlock), so this tries again."""
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(schema)
 
     def _refuse_if_lost(self, how: str) -> None:
         """A new database is fine, unless the folder shows that one held clusters before."""
@@ -230,3 +241,7 @@ class Database:
 def _identity(path: Path) -> tuple[int, int]:
     stat = os.stat(path)
     return stat.st_dev, stat.st_ino
+
+
+def _locked(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and "locked" in str(error)
