@@ -50,6 +50,7 @@ from podmanager.cloud.base import Node, NodeRequest, NodeState, Operation, Queue
 from podmanager.cloud.gcp.client import network_record
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.cloud.sim.records import Faults
+from podmanager.cloud.sim.refusal import Refused
 from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
 from podmanager.emulator.control import (
     CONTROL_SERVICE,
@@ -100,15 +101,6 @@ def error_status(error: cloud_errors.CloudError, *, in_operation: bool) -> statu
     return status
 
 
-class _Abort(Exception):
-    """A request the emulator rejects before it reaches the simulator."""
-
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 @dataclass(frozen=True)
 class _Path:
     project: str
@@ -121,7 +113,7 @@ def _parse(path: str, kind: str | None = None) -> _Path:
     match = _PATH.match(path or "")
     if not match or (kind is not None and match["kind"] != kind) or (kind is None and match["kind"]):
         expected = f"projects/P/locations/Z/{kind}/ID" if kind else "projects/P/locations/Z"
-        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed resource name {path!r}; expected {expected}")
+        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"malformed resource name {path!r}; expected {expected}")
     return _Path(match["project"], match["zone"], match["kind"], match["id"])
 
 
@@ -172,7 +164,7 @@ def node_request(node: cloud_tpu.Node, *, reservation: str = "", spot_tier: bool
                  valid_for_s: float | None = None) -> NodeRequest:
     """What the client asked for, as the simulator's request record."""
     if not node.runtime_version:
-        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "node.runtime_version is required")
+        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "node.runtime_version is required")
     scheduling = node.scheduling_config
     if spot_tier or scheduling.spot or scheduling.preemptible:
         capacity = Capacity.SPOT
@@ -282,7 +274,7 @@ class TpuEmulator:
                 return fn(request)
             except cloud_errors.CloudError as error:
                 context.abort_with_status(rpc_status.to_status(error_status(error, in_operation=False)))
-            except _Abort as rejected:
+            except Refused as rejected:
                 context.abort(rejected.code, rejected.message)
 
         return handler
@@ -339,7 +331,7 @@ class TpuEmulator:
     def create_node(self, request: cloud_tpu.CreateNodeRequest) -> operations_pb2.Operation:
         where = _parse(request.parent)
         if not request.node_id:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id is required")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "node_id is required")
         operation = self.sim.create_node(where.zone, request.node_id, node_request(request.node))
         return self._started(operation, "create", f"{request.parent}/nodes/{request.node_id}")
 
@@ -360,10 +352,10 @@ class TpuEmulator:
         where = _parse(request.node.name, "nodes")
         paths = list(request.update_mask.paths)
         if not paths:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "update_mask is required")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "update_mask is required")
         unsupported = [path for path in paths if path != "metadata"]
         if unsupported:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                          f"update_mask: field {', '.join(unsupported)} cannot be updated in the emulator "
                          "(only metadata)")
         operation = self.sim.update_node_metadata(where.zone, where.id, dict(request.node.metadata))
@@ -374,13 +366,13 @@ class TpuEmulator:
         where = _parse(request.name, "nodes")
         asked = list(request.worker_ids)
         if not all(worker.isdigit() for worker in asked):
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"worker_ids must be 0-based worker numbers: {asked}")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"worker_ids must be 0-based worker numbers: {asked}")
         found = self.sim.guest_attributes(where.zone, where.id, request.query_path)  # the one API call
         # How many workers, read without a second simulated API call (as `_result` does).
         hosts = next((len(n.endpoints) for n in self.sim.all_nodes() if (n.zone, n.name) == (where.zone, where.id)), 0)
         workers = [int(worker) for worker in asked] or list(range(hosts))
         if any(worker >= hosts for worker in workers):
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                          f"worker_ids {workers}: node {where.id} has workers 0 to {hosts - 1}")
         # One GuestAttributes per worker asked for, in that order; each says what was queried.
         return cloud_tpu.GetGuestAttributesResponse(guest_attributes=[
@@ -441,7 +433,7 @@ class TpuEmulator:
         asked = request.queued_resource
         specs = list(asked.tpu.node_spec)
         if not request.queued_resource_id or len(specs) != 1 or not specs[0].node_id:
-            raise _Abort(
+            raise Refused(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "queued_resource_id and exactly one tpu.node_spec with a node_id are required (the emulator "
                 "does not simulate multislice_params)",
@@ -449,7 +441,7 @@ class TpuEmulator:
         spec = specs[0]
         node_where = _parse(spec.parent)
         if node_where.zone != where.zone:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "node_spec.parent must be in the queued resource's zone")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "node_spec.parent must be in the queued resource's zone")
         request_record = node_request(spec.node, reservation=asked.reservation_name, spot_tier="spot" in asked,
                                       valid_for_s=_valid_for(asked, self.sim.clock.now()))
         operation = self.sim.create_queued_resource(where.zone, request.queued_resource_id, spec.node_id, request_record)
@@ -476,7 +468,7 @@ class TpuEmulator:
         if not request.force:
             queued = self._find_queued(where)
             if any((n.zone, n.name) == (where.zone, queued.node_name) for n in self.sim.all_nodes()):
-                raise _Abort(
+                raise Refused(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"queued resource {where.id} still has node {queued.node_name}; delete it first or use force",
                 )

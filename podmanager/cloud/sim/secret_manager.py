@@ -41,6 +41,7 @@ from google.iam.v1 import iam_policy_pb2, policy_pb2
 from google.protobuf import empty_pb2, timestamp_pb2
 
 from podmanager.cloud.checksum import crc32c
+from podmanager.cloud.sim.refusal import Refused
 
 SECRET_MANAGER_SERVICE = "google.cloud.secretmanager.v1.SecretManagerService"
 MAX_PAYLOAD_BYTES = 64 * 1024  # the service's limit on one version's data
@@ -60,15 +61,6 @@ _HTTP_STATUS = {
     grpc.StatusCode.ABORTED: 409,
     grpc.StatusCode.UNAVAILABLE: 503,
 }
-
-
-class SecretManagerError(Exception):
-    """A call the service refuses, with the status it answers."""
-
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -151,7 +143,7 @@ class SecretManagerEmulator:
         def handler(request: Any, context: grpc.ServicerContext) -> Any:
             try:
                 return self.call(method, fn, request)
-            except SecretManagerError as refused:
+            except Refused as refused:
                 context.abort(refused.code, refused.message)
 
         return handler
@@ -162,7 +154,7 @@ class SecretManagerEmulator:
             self.requests.append((method, request))
             due = self._failures.get(method)
             if due:
-                raise SecretManagerError(*due.pop(0))
+                raise Refused(*due.pop(0))
             return fn(request)  # a copy of what is stored: the server serializes it after the lock
 
     def serve_rest(self, host: str = "127.0.0.1", port: int = 0) -> tuple[ThreadingHTTPServer, int]:
@@ -215,34 +207,34 @@ class SecretManagerEmulator:
     def _secret(self, name: str) -> _Secret:
         name = self._canonical(name)
         if not _SECRET.match(name):
-            raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, f"malformed secret name {name!r}")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"malformed secret name {name!r}")
         found = self._secrets.get(name)
         if found is None:
-            raise SecretManagerError(grpc.StatusCode.NOT_FOUND, f"Secret [{name}] not found or has no versions.")
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"Secret [{name}] not found or has no versions.")
         return found
 
     def _version(self, name: str) -> _Version:
         name = self._canonical(name)
         match = _VERSION.match(name)
         if not match:
-            raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, f"malformed secret version name {name!r}")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"malformed secret version name {name!r}")
         secret = self._secret(match["secret"])
         if not secret.versions:
-            raise SecretManagerError(grpc.StatusCode.NOT_FOUND,
+            raise Refused(grpc.StatusCode.NOT_FOUND,
                                      f"Secret [{match['secret']}] not found or has no versions.")
         number = len(secret.versions) if match["version"] == "latest" else int(match["version"])
         if number > len(secret.versions):
-            raise SecretManagerError(grpc.StatusCode.NOT_FOUND, f"Secret Version [{name}] not found.")
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"Secret Version [{name}] not found.")
         return secret.versions[number - 1]
 
     def create_secret(self, request: service.CreateSecretRequest) -> resources.Secret:
         name = self._canonical(f"{request.parent}/secrets/{request.secret_id}")
         if not _SECRET.match(name):
-            raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, f"malformed parent or secret_id: {name!r}")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"malformed parent or secret_id: {name!r}")
         if "replication" not in request.secret:
-            raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, "Secret.replication is required.")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "Secret.replication is required.")
         if name in self._secrets:
-            raise SecretManagerError(grpc.StatusCode.ALREADY_EXISTS, f"Secret [{name}] already exists.")
+            raise Refused(grpc.StatusCode.ALREADY_EXISTS, f"Secret [{name}] already exists.")
         secret = resources.Secret(request.secret)
         secret.name = name
         secret.create_time = _now()
@@ -261,12 +253,12 @@ class SecretManagerEmulator:
         secret = self._secret(request.parent)
         payload = request.payload
         if len(payload.data) > MAX_PAYLOAD_BYTES:
-            raise SecretManagerError(
+            raise Refused(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"payload.data is {len(payload.data)} bytes; at most {MAX_PAYLOAD_BYTES} are allowed")
         checked = "data_crc32c" in payload
         if checked and payload.data_crc32c != crc32c(payload.data):
-            raise SecretManagerError(grpc.StatusCode.INVALID_ARGUMENT, "Checksum mismatch for payload.data.")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "Checksum mismatch for payload.data.")
         version = resources.SecretVersion(
             name=f"{secret.message.name}/versions/{len(secret.versions) + 1}", create_time=_now(),
             state=resources.SecretVersion.State.ENABLED, client_specified_payload_checksum=checked)
@@ -277,7 +269,7 @@ class SecretManagerEmulator:
         version = self._version(request.name)
         stored = version.message
         if stored.state != resources.SecretVersion.State.ENABLED:
-            raise SecretManagerError(grpc.StatusCode.FAILED_PRECONDITION,
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION,
                                      f"Secret Version [{stored.name}] is in {stored.state.name} state.")
         payload = resources.SecretPayload(data=version.data, data_crc32c=crc32c(version.data))
         return service.AccessSecretVersionResponse(name=stored.name, payload=payload)
@@ -296,7 +288,7 @@ class SecretManagerEmulator:
         secret = self._secret(request.resource)
         if request.policy.etag and request.policy.etag != secret.policy.etag:
             # Read-modify-write with a stale etag: someone changed the policy in between.
-            raise SecretManagerError(grpc.StatusCode.ABORTED,
+            raise Refused(grpc.StatusCode.ABORTED,
                                      "There were concurrent policy changes. Please retry the whole read-modify-write "
                                      "with exponential backoff.")
         secret.policy = policy_pb2.Policy()
@@ -324,7 +316,7 @@ def _rest_handler(secrets: SecretManagerEmulator) -> type[BaseHTTPRequestHandler
             request = service.AccessSecretVersionRequest(name=match["name"])
             try:
                 response = secrets.call("AccessSecretVersion", secrets.access_secret_version, request)
-            except SecretManagerError as refused:
+            except Refused as refused:
                 self._error(_HTTP_STATUS.get(refused.code, 500), refused.code.name, refused.message)
                 return
             self._send(200, {
