@@ -45,7 +45,9 @@ class ClusterRuntime:
         self.run_id = run_id
         self._cloud = cloud
         self._simulator: SimulatedCloud | None = simulator
-        self._timing_from_spec = simulator is None  # a test's in-process simulator keeps its own latencies
+        # Made here from the spec (`make_cloud`), so configured and closed here; a backend handed
+        # in (a test's in-process simulator, a caller's client) keeps its own settings and channels.
+        self._backend_from_spec = cloud is None and simulator is None
         if simulator is not None and cloud is None:
             self._cloud = RetryingCloud(simulator, clock=self.clock, on_retry=self._record_retry)
         self._listeners: list[EventCallback] = [on_event] if on_event else []
@@ -91,8 +93,8 @@ class ClusterRuntime:
     def close_cloud(self) -> None:
         """Close the channels to the cloud (made again on next use): before its emulator stops,
         so no open channel sees the server go away."""
-        if not self._timing_from_spec:
-            return  # a test's in-process simulator: nothing to close
+        if not self._backend_from_spec:
+            return
         for backend in (self._cloud, self._simulator):
             close = getattr(backend, "close", None)
             if close is not None:
@@ -165,7 +167,7 @@ class ClusterRuntime:
                     f"in {', '.join(self.spec.zones)}")
         self.record("up_plan", f"plan for {self.name}: {describe_changes(changes)}",
                     changes=[c.as_dict() for c in changes])
-        if self.spec.simulated and self._timing_from_spec:
+        if self.spec.simulated and self._backend_from_spec:
             self.simulator.configure_cluster(self.name, self.spec.simulation.create_latency_s,
                                              self.spec.simulation.delete_latency_s)
         if before_converge is not None:
