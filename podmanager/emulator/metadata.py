@@ -124,13 +124,13 @@ def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
             seen), or after `timeout_sec`."""
             deadline = time.monotonic() + float(query.get("timeout_sec", [LONG_POLL_S])[0])
             seen = query.get("last_etag", [_etag(first)])[0]
-            with vm.sim.changed:  # woken by every change of the simulated cloud
-                while True:
-                    value = vm.value(path) or ""
-                    left = deadline - time.monotonic()
-                    if _etag(value) != seen or left <= 0:
-                        return value
-                    vm.sim.changed.wait(min(left, 1.0))  # 1 s: a megascale file written meanwhile
+            while True:
+                version = vm.sim.version()
+                value = vm.value(path) or ""  # read without holding the simulator: it may read a file
+                left = deadline - time.monotonic()
+                if _etag(value) != seen or left <= 0:
+                    return value
+                vm.sim.wait_for_change(version, min(left, 1.0))  # 1 s: a megascale file written meanwhile
 
         def _send(self, code: int, body: str) -> None:
             data = body.encode()

@@ -166,6 +166,12 @@ class SimCloud:
         with self._transaction():
             return self._version
 
+    def wait_for_change(self, version: int, timeout_s: float) -> None:
+        """Return when the state changed since `version` (see `version`), or after `timeout_s`."""
+        with self.changed:
+            if self._version == version:
+                self.changed.wait(timeout_s)
+
     def tick(self) -> float | None:
         """Apply every transition whose time has come; when the next one is due (None: nothing pending)."""
         with self._transaction():
@@ -426,12 +432,9 @@ class SimCloud:
         return self._new_operation(zone, ready_at, fault)
 
     def get_node(self, zone: str, node_id: str) -> Node:
-        with self._transaction() as state:
+        with self._transaction():
             self._check_call(zone)
-            record = state.nodes.get(f"{zone}/{node_id}")
-            if record is None:
-                raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
-            return record.to_node()
+            return self._node_record(zone, node_id).to_node()
 
     def list_nodes(self, zone: str) -> list[Node]:
         with self._transaction() as state:
@@ -439,22 +442,18 @@ class SimCloud:
             return [r.to_node() for r in state.nodes.values() if r.zone == zone]
 
     def delete_node(self, zone: str, node_id: str) -> Operation:
-        with self._transaction() as state:
+        with self._transaction():
             self._check_call(zone)
-            key = f"{zone}/{node_id}"
-            if key not in state.nodes:
-                raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
-            return self._start_delete(key)
+            self._node_record(zone, node_id)
+            return self._start_delete(f"{zone}/{node_id}")
 
     def update_node_metadata(self, zone: str, node_id: str, metadata: dict[str, str]) -> Operation:
         """Replace the node's metadata (UpdateNode with update_mask "metadata"); done at once. Only a
         READY node takes it: otherwise the operation fails as Cloud TPU's does (code 3)."""
-        with self._transaction() as state:
+        with self._transaction():
             self._check_call(zone)
             key = f"{zone}/{node_id}"
-            record = state.nodes.get(key)
-            if record is None:
-                raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
+            record = self._node_record(zone, node_id)
             now = self.clock.now()
             if record.state != NodeState.READY:
                 return self._new_operation(zone, now, (
@@ -596,11 +595,9 @@ class SimCloud:
 
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
         """Preempt a node now, or after a notice period (spot: PREEMPTED, else TERMINATED)."""
-        with self._transaction() as state:
-            key = f"{zone}/{node_id}"
-            if key not in state.nodes:
-                raise cloud_errors.NotFoundError(f"node {node_id} not found in {zone}")
-            self._schedule_preemption(key, notice_s)
+        with self._transaction():
+            self._node_record(zone, node_id)
+            self._schedule_preemption(f"{zone}/{node_id}", notice_s)
 
     def preempt_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0) -> None:
         """Preempt whichever node holds this slice when `after_s` has passed."""
