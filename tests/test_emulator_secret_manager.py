@@ -26,7 +26,7 @@ from google.iam.v1 import policy_pb2
 from podmanager.cloud.checksum import crc32c
 from podmanager.cloud.gcp.secrets import TokenSecrets
 from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
+from podmanager.cloud.sim.secret_manager import VM_TOKEN_PREFIX, SecretManagerEmulator
 from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core.clock import FakeClock
 
@@ -244,3 +244,23 @@ def test_the_emulator_command_serves_secret_manager_over_grpc_and_rest() -> None
     finally:
         process.terminate()
         process.wait(timeout=20)
+
+
+def test_a_vms_token_reads_the_secret_only_once_its_account_is_granted(rig: Rig, rest: str) -> None:
+    """A simulated VM's metadata token stands for its service account; as on Google Cloud, the
+    account reads the Ray token only after `up` granted it secretAccessor on the secret."""
+    account = "123-compute@developer.gserviceaccount.com"
+    vm_token = {"Authorization": f"Bearer {VM_TOKEN_PREFIX}{account}"}
+    with TokenSecrets(PROJECT, client=rig.client, clock=FakeClock()) as secrets:
+        secrets.ensure("demo", TOKEN)
+        url = f"{rest}/{SECRET}/versions/latest:access"
+        status, body = get(url, vm_token)
+        assert (status, body["error"]["status"]) == (403, "PERMISSION_DENIED")
+        assert TOKEN not in json.dumps(body)
+        assert get(url, {"Authorization": f"Bearer {VM_TOKEN_PREFIX}other@p.iam.gserviceaccount.com"})[0] == 403
+
+        secrets.grant_access("demo", account)
+
+    status, body = get(url, vm_token)
+    assert status == 200 and base64.b64decode(body["payload"]["data"]).decode() == TOKEN
+    assert get(url, {"Authorization": f"Bearer {VM_TOKEN_PREFIX}other@p.iam.gserviceaccount.com"})[0] == 403

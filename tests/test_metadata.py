@@ -4,6 +4,7 @@ follow the simulated cloud (also as a long poll)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.error
@@ -12,7 +13,7 @@ import urllib.request
 import pytest
 
 from podmanager.cloud.base import NodeRequest
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
 from podmanager.hosts import notices
@@ -112,3 +113,25 @@ def test_a_vm_writes_guest_attributes_that_the_api_reads(vm):
     with pytest.raises(urllib.error.HTTPError) as error:
         urllib.request.urlopen(refused, timeout=10)
     assert error.value.code == 405
+
+
+def test_it_serves_the_nodes_metadata_the_project_and_a_service_account_token(tmp_path):
+    """What the startup script reads: its own text, the head's address as it is now (UpdateNode
+    changes it), the project, and a token standing for the VM's service account."""
+    sim = SimCloud("my-proj", clock=FakeClock(), create_latency_s=0.0)
+    sim.create_node("z", "c-s0", NodeRequest("v4-8", "rt", Capacity.SPOT,
+                                             metadata={"startup-script": "#!/bin/bash\n", "podmanager-head": "h:1"}))
+    servers = MetadataServers(sim)
+    base = f"http://127.0.0.1:{servers.start(zone='z', node='c-s0', worker=0, accelerator='v4-8', endpoints=['x'], megascale_file=tmp_path / 'm')}/computeMetadata/v1/"
+    try:
+        assert get(base + "instance/attributes/startup-script") == (200, "#!/bin/bash\n")
+        assert get(base + "instance/attributes/podmanager-head") == (200, "h:1")
+        assert get(base + "instance/attributes/nothing")[0] == 404
+        assert get(base + "project/project-id") == (200, "my-proj")
+        email = get(base + "instance/service-accounts/default/email")[1]
+        assert email == f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+        assert json.loads(get(base + "instance/service-accounts/default/token")[1])["access_token"].endswith(email)
+        sim.update_node_metadata("z", "c-s0", {"startup-script": "#!/bin/bash\n", "podmanager-head": "h:2"})
+        assert get(base + "instance/attributes/podmanager-head") == (200, "h:2")
+    finally:
+        servers.stop_all()

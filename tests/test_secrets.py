@@ -23,7 +23,7 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
 
 from podmanager.cloud import errors
 from podmanager.cloud.gcp.secrets import TokenSecrets, crc32c
-from podmanager.cloud.gcp.startup import token_secret_id
+from podmanager.cloud.gcp.secrets import token_secret_id
 from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
 from podmanager.core.clock import FakeClock
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # core.faults loads pydantic, which the CLI does not load on 
     from podmanager.core.faults import FaultKind
     from podmanager.operations.cluster_runtime import ClusterRuntime
 
-__all__ = ["arm_hangs", "arm_scripted_faults", "hang", "inject", "parse_duration", "preempt"]
+__all__ = ["arm_hangs", "arm_scripted_faults", "hang", "head_crash", "inject", "parse_duration", "preempt"]
 
 
 def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
@@ -65,6 +65,20 @@ def hang(cluster: "ClusterRuntime", slice_index: int, worker_id: int) -> None:
     ray.get(agent.signal_workload.remote(None, signal.SIGSTOP), timeout=30)
     cluster.record("fault_injected", f"simulated hang of the workload on {host_label(slice_index, worker_id)}",
                     slice_index)
+
+
+def head_crash(cluster: "ClusterRuntime") -> str:
+    """SIGKILL the Ray head's processes, as a crash of the machine that runs it: the hosts
+    lose their head; `up` starts a new one and they rejoin it (no slice is re-created)."""
+    from podmanager.hosts import head, procs
+
+    cluster.simulator  # dry-run clusters only
+    state = head.load_state(cluster.name)
+    if state is None or not state.started or not procs.kill(state.machine_id, wait_s=10.0):
+        raise SpecError(f"--cluster: {cluster.name} has no running Ray head that podmanager started",
+                        hint="Run 'podmanager up' first.")
+    cluster.record("fault_injected", f"simulated crash of the Ray head at {state.address}")
+    return f"killed the Ray head of {cluster.name} at {state.address}; 'podmanager up' starts a new one"
 
 
 def arm_scripted_faults(cluster: "ClusterRuntime") -> None:

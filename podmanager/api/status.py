@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from podmanager.cloud.base import NodeState
 from podmanager.core import catalog
+from podmanager.hosts.boot_status import BootStatus
+from podmanager.operations.boot_watch import boot_statuses
 from podmanager.core.records import RayAccess
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.provisioning.plan import desired_slices
@@ -20,6 +23,7 @@ class SliceStatus:
     state: str  # the node's state, or MISSING
     hosts: int
     chips: int
+    boot: list[str] = field(default_factory=list)  # each worker's boot stage as it reported it ("" not yet)
 
 
 @dataclass(frozen=True)
@@ -42,13 +46,22 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
     spec = runtime.spec
     observed = {n.name: n for n in runtime.observe().nodes}
     slices = []
+    boots: dict[tuple[str, int], BootStatus] = {}
+    hosts = runtime.hosts
     for want in desired_slices(spec):
         node = observed.get(want.node_name)
         accelerator = catalog.lookup(want.request.accelerator_type)
+        if hosts is not None and node is not None and node.state is NodeState.READY:
+            boots.update({(node.name, w): b for w, b in boot_statuses(runtime.cloud, node).items()})
         slices.append(SliceStatus(index=want.index, name=want.node_name, accelerator=accelerator.name,
                                   zone=node.zone if node else None, state=node.state.value if node else "MISSING",
-                                  hosts=accelerator.hosts, chips=accelerator.chips))
-    hosts = runtime.hosts
+                                  hosts=accelerator.hosts, chips=accelerator.chips,
+                                  boot=[boots.get((want.node_name, w), BootStatus()).stage
+                                        for w in range(accelerator.hosts)] if node else []))
     observed_at, found = hosts.observed_hosts() if hosts else (None, [])
-    return ClusterStatus(spec.name, spec.backend.value, spec.project or "", slices, [asdict(h) for h in found],
+    host_dicts = []
+    for host in found:
+        boot = boots.get((host.node_name, host.worker_id), BootStatus())
+        host_dicts.append({**asdict(host), "boot": boot.stage, "versions": boot.versions_dict()})
+    return ClusterStatus(spec.name, spec.backend.value, spec.project or "", slices, host_dicts,
                          hosts.ray_access() if hosts else None, observed_at)

@@ -58,8 +58,9 @@ def print_error(message: str) -> None:
 def print_status(result: Any) -> None:
     print_table(
         f"cluster {result.name} ({result.backend}, project {result.project})",
-        ["slice", "node", "accelerator", "zone", "state", "hosts", "chips"],
-        [(s.index, s.name, s.accelerator, s.zone, s.state, s.hosts, s.chips) for s in result.slices],
+        ["slice", "node", "accelerator", "zone", "state", "hosts", "chips", "boot"],
+        [(s.index, s.name, s.accelerator, s.zone, s.state, s.hosts, s.chips, _boot_summary(s.boot))
+         for s in result.slices],
     )
     if result.ray is not None:
         console.print(f"Ray: {result.ray.address}  dashboard: {result.ray.dashboard_url or '-'}  "
@@ -72,6 +73,16 @@ def print_status(result: Any) -> None:
             [(h["slice_index"], h["worker_id"], h["ip"], h["chips"], h["state"],
               clock_time(h["last_heartbeat"]) if h["last_heartbeat"] else None, h["detail"]) for h in result.hosts],
         )
+
+
+def _boot_summary(stages: list[str]) -> str | None:
+    """"joined", or each stage with its count ("1 joined, 1 installing") while they differ."""
+    if not stages:
+        return None
+    counts = {stage or "booting": stages.count(stage) for stage in stages}
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{n} {stage}" for stage, n in counts.items())
 
 
 def printer(all_hosts: bool, *, to_stderr: bool):

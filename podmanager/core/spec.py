@@ -12,7 +12,7 @@ import re
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -235,6 +235,10 @@ class SimulationSpec(_Model):
     create_latency_s: float = Field(0.5, ge=0)
     delete_latency_s: float = Field(0.1, ge=0)
     boot_hosts: bool = True
+    # What a simulated VM's disk holds at boot: "controller" (the controller's environment, used
+    # by the startup script only if it pins exactly those versions) or "bare" (nothing: the
+    # script installs Python, Ray, JAX and podmanager with uv, as on a fresh TPU VM).
+    vm_image: Literal["controller", "bare"] = "controller"
     faults: list[Fault] = Field(default_factory=list)  # one type for every form of a fault: core/faults.py
 
 

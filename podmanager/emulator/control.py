@@ -90,10 +90,11 @@ class EmulatorControl:
         self.call("degrade", zone=zone, node_id=node_id, state=state.value if state else None, health=health,
                   for_s=for_s)
 
-    def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float) -> None:
-        """A cluster's simulated latencies (its spec's `simulation`): `up` hands them over."""
+    def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
+                          vm_image: str = "controller") -> None:
+        """A cluster's simulated latencies and VM image (its spec's `simulation`): `up` hands them over."""
         self.call("configure_cluster", cluster=cluster, create_latency_s=create_latency_s,
-                  delete_latency_s=delete_latency_s)
+                  delete_latency_s=delete_latency_s, vm_image=vm_image)
 
     def all_nodes(self) -> list[Node]:
         """Every node in every zone, read without a Cloud TPU API call (no injected fault hits it)."""

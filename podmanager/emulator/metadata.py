@@ -22,12 +22,13 @@ from urllib.parse import parse_qs, urlparse
 
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.errors import CloudError
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.cloud.sim.records import NodeRecord
 from podmanager.hosts.loopback import LOOPBACK_IP
 
 PREFIX = "/computeMetadata/v1/"
 GUEST_ATTRIBUTES = "instance/guest-attributes/"
+ATTRIBUTES = "instance/attributes/"
 LONG_POLL_S = 60.0
 # How often a server's loop looks for a shutdown: http.server's default (0.5 s) would make
 # stopping an emulator with many VMs, or a VM's metadata with it, take seconds.
@@ -63,9 +64,29 @@ class SimulatedVm:
             values.update(json.loads(self.megascale_file.read_text()))
         return "".join(f"{key}: '{value}'\n" for key, value in values.items())
 
+    def attribute(self, key: str) -> str | None:
+        """One entry of the node's metadata as it is now (the startup script, the head's address
+        `up` may have updated, ...): what a VM reads at instance/attributes/KEY."""
+        record = self._record()
+        return record.metadata.get(key) if record else None
+
+    def service_account_email(self) -> str:
+        record = self._record()
+        account = record.network.service_account if record and record.network else None
+        return account or f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+
+    def access_token(self) -> str:
+        """The VM's service-account token: what the simulated Secret Manager and storage accept."""
+        return json.dumps({"access_token": f"sim-token.{self.service_account_email()}", "expires_in": 3599,
+                           "token_type": "Bearer"})
+
     def value(self, path: str) -> str | None:
         """The value at `path` (below computeMetadata/v1/), or None for a 404."""
         fixed = {
+            "project/project-id": lambda: self.sim.project,
+            "project/numeric-project-id": lambda: SIMULATED_PROJECT_NUMBER,
+            "instance/service-accounts/default/email": self.service_account_email,
+            "instance/service-accounts/default/token": self.access_token,
             "instance/attributes/agent-worker-number": lambda: str(self.worker),
             "instance/attributes/worker-network-endpoints": lambda: ",".join(self.endpoints),
             "instance/attributes/accelerator-type": lambda: self.accelerator,
@@ -79,6 +100,8 @@ class SimulatedVm:
         answer = fixed.get(path.strip("/"))
         if answer is None and path.startswith(GUEST_ATTRIBUTES):
             return self.guest_attribute(path[len(GUEST_ATTRIBUTES):])
+        if answer is None and path.startswith(ATTRIBUTES):
+            return self.attribute(path[len(ATTRIBUTES):].strip("/"))
         return answer() if answer else None
 
     def guest_attribute(self, path: str) -> str | None:

@@ -29,7 +29,8 @@ import time
 import psutil
 
 from podmanager.cloud.base import Node
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
+from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
 from podmanager.core.files import write_atomic
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator import state_file
@@ -55,8 +56,8 @@ class Emulator:
         self.sim = SimCloud(project, state=state, create_latency_s=create_latency_s,
                             delete_latency_s=delete_latency_s, listeners=[self._heard])
         self.metadata = MetadataServers(self.sim)
-        self.booter = SimHostBooter(metadata=self.metadata)
-        self.api = TpuEmulator(self.sim)
+        self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image)
+        self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}))
         self.stopped = threading.Event()
         self._changes: queue.Queue[tuple[Node | None, Node | None] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -87,6 +88,7 @@ class Emulator:
     def serve_secrets_rest(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve Secret Manager's REST route (what a VM's startup script reads its token by); its port."""
         self._rest, self.secrets_rest_port = self.api.secrets.serve_rest(host, port)
+        self.booter.rest_api = f"http://{host}:{self.secrets_rest_port}"  # where the VMs' scripts read secrets
         return self.secrets_rest_port
 
     def stop(self) -> None:
@@ -152,8 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: emulator.stopped.set())
     try:
+        emulator.serve_secrets_rest(opts.host)  # first: VMs booted again at start read their token by it
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
-        emulator.serve_secrets_rest(opts.host)
         _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{emulator.secrets_rest_port}/v1")
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):

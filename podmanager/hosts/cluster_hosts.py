@@ -17,20 +17,23 @@ from podmanager.cloud.base import Node
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot, RayAccess, host_label
 from podmanager.core.spec import ClusterSpec
-from podmanager.core.version import __version__
 from podmanager.hosts import snapshot
 from podmanager.hosts.host_info import HostInfo, mark_vanished
 
 if TYPE_CHECKING:
     from podmanager.hosts.controller import HostController, LocalMachines
+    from podmanager.hosts.software import Software
 
 log = logging.getLogger(__name__)
 
 
 class ClusterHosts:
-    def __init__(self, spec: ClusterSpec, machines: LocalMachines | None = None):
+    def __init__(self, spec: ClusterSpec, machines: LocalMachines | None = None,
+                 secrets_host: Callable[[], str | None] | None = None):
+        """`secrets_host()`: the emulator serving a dry run's Secret Manager (None: Google's)."""
         self.spec = spec
         self.machines = machines
+        self.secrets_host = secrets_host or (lambda: None)
 
     @cached_property
     def controller(self) -> HostController:
@@ -39,29 +42,33 @@ class ClusterHosts:
         return HostController(self.spec, self.machines)
 
     @classmethod
-    def for_spec(cls, spec: ClusterSpec, machines: LocalMachines | None = None) -> "ClusterHosts | None":
+    def for_spec(cls, spec: ClusterSpec, machines: LocalMachines | None = None,
+                 secrets_host: Callable[[], str | None] | None = None) -> "ClusterHosts | None":
         if spec.simulated and not spec.simulation.boot_hosts:
             return None
-        return cls(spec, machines)
+        return cls(spec, machines, secrets_host)
 
     def start(self) -> dict[str, str]:
-        """Start (or find) the head; the metadata every node of the cluster is created with."""
-        address = self.controller.start_head()
+        """Start (or find) the head; the metadata every node of the cluster is created with.
+        The software every VM must run is settled first: a bad `boot:` costs nothing."""
+        from podmanager.hosts.staging import resolve_software
+
+        software = resolve_software(self.spec)
+        self.controller.start_head()
         metadata = self.controller.node_metadata()
-        if not self.spec.simulated:
-            metadata.update(self._gcp_boot_metadata(address))
+        metadata.update(self._boot_metadata(software))
         return metadata
 
-    def _gcp_boot_metadata(self, address: str) -> dict[str, str]:
-        """A real TPU VM runs the startup script; it fetches the Ray token from Secret Manager
-        (the emulator's, with TPU_EMULATOR_HOST set: `TokenSecrets` finds it as `GcpCloud` does)
-        as the VMs' service account, which is granted read access to it here."""
-        from podmanager.cloud.gcp.secrets import TokenSecrets, grant_command
-        from podmanager.cloud.gcp.startup import startup_metadata, token_secret_id
+    def _boot_metadata(self, software: Software) -> dict[str, str]:
+        """Every TPU VM, real or simulated, runs the startup script; it fetches the Ray token from
+        Secret Manager (a dry run's emulator's) as the VMs' service account, which is granted
+        read access to it here."""
+        from podmanager.cloud.gcp.secrets import TokenSecrets, grant_command, token_secret_id
         from podmanager.hosts import auth
+        from podmanager.hosts.startup import startup_metadata
 
         account = self.spec.network.service_account if self.spec.network else None
-        with TokenSecrets(self.spec.project or "") as secrets:
+        with TokenSecrets(self.spec.project or "", emulator_host=self.secrets_host()) as secrets:
             name = secrets.ensure(self.spec.name, auth.ensure_token(self.spec.name).read_text().strip())
             access = secrets.grant_access(self.spec.name, account)
         if access.member is None:
@@ -70,7 +77,7 @@ class ClusterHosts:
             log.warning("podmanager did not grant the TPU VMs read access to the Ray token secret: %s. Name "
                         "their account in the spec's network.service_account, or grant it by hand: %s",
                         access.reason, grant_command(name, self.spec.project or "", example))
-        return startup_metadata(self.spec.name, address, __version__, token_secret_id(self.spec.name))
+        return startup_metadata(self.spec.name, software, token_secret_id(self.spec.name))
 
     def ray_access(self) -> RayAccess | None:
         """Where the cluster's head is, from its record; None before the first `up`."""
@@ -87,8 +94,10 @@ class ClusterHosts:
             env.update(loopback.HEAD_ENV)  # else Ray rewrites 127.0.0.1 to an address the head does not listen on
         return RayAccess(state.address, state.dashboard_url, str(token), env)
 
-    def wait(self, nodes: list[Node], on_progress: Callable[[int, int], None] | None = None) -> list[Any]:
-        return self.controller.wait_for_hosts(nodes, timeout_s=self.spec.head.join_timeout_s, on_progress=on_progress)
+    def wait(self, nodes: list[Node], on_progress: Callable[[int, int], None] | None = None,
+             check: Callable[[], None] | None = None) -> list[Any]:
+        return self.controller.wait_for_hosts(nodes, timeout_s=self.spec.head.join_timeout_s, on_progress=on_progress,
+                                              check=check)
 
     def hosts(self) -> list[HostInfo]:
         """Every host, probed now."""
@@ -132,11 +141,10 @@ class ClusterHosts:
 
     def stop(self) -> None:
         self.controller.stop()
-        if not self.spec.simulated:
-            from podmanager.cloud.gcp.secrets import TokenSecrets
+        from podmanager.cloud.gcp.secrets import TokenSecrets
 
-            with TokenSecrets(self.spec.project or "") as secrets:
-                secrets.delete(self.spec.name)
+        with TokenSecrets(self.spec.project or "", emulator_host=self.secrets_host()) as secrets:
+            secrets.delete(self.spec.name)
 
     def close(self) -> None:
         if "ray" in sys.modules:  # else this process never connected to Ray: nothing to close

@@ -116,9 +116,11 @@ class HostController:
     # ------------------------------------------------------------ hosts
 
     def wait_for_hosts(self, nodes: list[Node], timeout_s: float,
-                       on_progress: Callable[[int, int], None] | None = None) -> list[HostInfo]:
+                       on_progress: Callable[[int, int], None] | None = None,
+                       check: Callable[[], None] | None = None) -> list[HostInfo]:
         """Place one agent per host of every node and wait until all are healthy;
-        `on_progress(healthy, expected)` hears each change of the count.
+        `on_progress(healthy, expected)` hears each change of the count; `check()` runs on
+        every poll until then and may end the wait by raising (a host reported a boot error).
 
         Raises TimeoutExceededError naming every host still missing at the deadline.
         """
@@ -132,6 +134,8 @@ class HostController:
         reported: list[tuple[int, int]] = []
 
         def all_healthy() -> list[HostInfo] | None:
+            if check is not None:
+                check()
             for node in wanted:
                 if node.state is NodeState.READY:
                     fleet.ensure_slice(self.cluster, node, simulated=self.spec.simulated)

@@ -76,7 +76,8 @@ def new_machine_id() -> str:
 
 
 def launch(command: list[str], env: dict[str, str], log_path: Path,
-           machine_id: str | None = None, *, owner: str | None = None) -> tuple[subprocess.Popen, str]:
+           machine_id: str | None = None, *, owner: str | None = None,
+           cwd: Path | None = None) -> tuple[subprocess.Popen, str]:
     """Start `command` as a new machine (or on the machine `machine_id`) belonging to `owner`
     (see `owner()`); returns the process and the machine id."""
     machine_id = machine_id or new_machine_id()
@@ -87,6 +88,7 @@ def launch(command: list[str], env: dict[str, str], log_path: Path,
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0,
+            cwd=cwd,
         )
     return proc, machine_id
 

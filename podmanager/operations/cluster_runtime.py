@@ -15,12 +15,13 @@ from typing import Any, Callable, ContextManager
 from podmanager.cloud.base import DEAD_STATES, InProcessSimulator, Node, SimulatedCloud, TpuCloud
 from podmanager.cloud.retry import RetryingCloud
 from podmanager.core import catalog
-from podmanager.core.clock import Clock, RealClock
+from podmanager.core.clock import Clock, RealClock, poll_until
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.operations.backends import local_machines, make_cloud
+from podmanager.operations.boot_watch import BootWatch
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import Observed, SliceChange, changes, describe_changes, desired_slices
 from podmanager.state import Event, StateStore
@@ -86,9 +87,17 @@ class ClusterRuntime:
     def hosts(self) -> ClusterHosts | None:
         """The Ray side (head, host agents); None for a control-plane-only simulation."""
         if not self._hosts_built:
-            self._hosts = ClusterHosts.for_spec(self.spec, local_machines(self.spec))
+            self._hosts = ClusterHosts.for_spec(self.spec, local_machines(self.spec), secrets_host=self._secrets_host)
             self._hosts_built = True
         return self._hosts
+
+    def _secrets_host(self) -> str | None:
+        """Where the cluster's Secret Manager is: a dry run's emulator (opened on first need);
+        None on Google Cloud (the client finds it, or TPU_EMULATOR_HOST)."""
+        if not self.spec.simulated:
+            return None
+        self.cloud  # opens the backend (and the emulator's control with it)
+        return getattr(self._simulator, "address", None)
 
     def close_cloud(self) -> None:
         """Close the channels to the cloud (made again on next use): before its emulator stops,
@@ -169,12 +178,13 @@ class ClusterRuntime:
                     changes=[c.as_dict() for c in changes])
         if self.spec.simulated and self._backend_from_spec:
             self.simulator.configure_cluster(self.name, self.spec.simulation.create_latency_s,
-                                             self.spec.simulation.delete_latency_s)
+                                             self.spec.simulation.delete_latency_s, self.spec.simulation.vm_image)
         if before_converge is not None:
             before_converge()
         metadata = self._start_head() if self.hosts else {}
         nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
         self.record("slices_ready", f"all {len(nodes)} slice(s) READY")
+        self._refresh_metadata(nodes, metadata)
         if self.hosts:
             self._wait_for_hosts(nodes)
         self.store.set_cluster_status(self.name, "up")
@@ -201,6 +211,24 @@ class ClusterRuntime:
             self.record("head_ready", f"Ray head is up at {self.hosts.controller.head_address()}")
         return metadata
 
+    def _refresh_metadata(self, nodes: list[Node], metadata: dict[str, str]) -> None:
+        """Give slices made before this head (or this startup script) the metadata a new one
+        gets: their VMs read the head's address from it on every join try, so they rejoin a
+        restarted head without being re-created."""
+        stale = [n for n in nodes if any(n.metadata.get(key) != value for key, value in metadata.items())]
+        if not stale:
+            return
+        self.record("metadata_update", f"telling {len(stale)} slice(s) the current head and startup script: "
+                    + ", ".join(n.name for n in stale))
+        operations = [self.cloud.update_node_metadata(n.zone, n.name, {**n.metadata, **metadata}) for n in stale]
+        poll = 0.05 if self.spec.simulated else 2.0
+        for operation in operations:
+            done = poll_until(lambda: (lambda op: op if op.done else None)(self.cloud.get_operation(operation.name)),
+                              timeout_s=300.0, interval_s=poll, clock=self.clock,
+                              what=f"updating the metadata of the slices of {self.name}")
+            if done.error is not None:
+                raise done.error
+
     def _wait_for_hosts(self, nodes: list[Node]) -> None:
         """Wait until every host of these slices has a healthy agent, saying how many have."""
         assert self.hosts is not None
@@ -208,7 +236,8 @@ class ClusterRuntime:
         self.record("hosts_joining", f"waiting for {expected} host(s) to join Ray "
                     f"(up to {self.spec.head.join_timeout_s:.0f}s)", expected=expected)
         joined = self.hosts.wait(nodes, on_progress=lambda healthy, of: self.record(
-            "hosts_joining", f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of))
+            "hosts_joining", f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of),
+            check=BootWatch(self.cloud, nodes, self.record, self.clock, simulated=self.spec.simulated))
         self.record("hosts_joined", f"{len(joined)} host(s) joined Ray, each with a healthy agent")
 
     def _converge(self, desired: list[Any], timeout_s: float, reason: str = "not in the spec") -> list[Node]:
@@ -274,6 +303,7 @@ class ClusterRuntime:
             metadata = self.hosts.start() if self.hosts else {}
             started = self.clock.now()
             nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
+            self._refresh_metadata(nodes, metadata)
             phases["create"] = self.clock.now() - started
             if self.hosts:
                 started = self.clock.now()

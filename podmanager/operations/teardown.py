@@ -93,8 +93,9 @@ def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones
         with ClusterRuntime(spec, store=store, cloud=cloud).lock("down", timeout_s):
             found = Provisioner(cloud, name, spec.zones).observe()
             if found.nodes or found.queued:
+                secrets_host = getattr(simulated, "address", None)
                 local += teardown(spec, cloud, store, timeout_s=timeout_s,
-                                  hosts=ClusterHosts(spec, local_machines(spec)))
+                                  hosts=ClusterHosts(spec, local_machines(spec), lambda: secrets_host))
                 deleted_in.append(where)
         for channel in (cloud, simulated):
             getattr(channel, "close", lambda: None)()

@@ -1,6 +1,6 @@
 """The cluster's Ray token in Secret Manager: written by `up`, read by every TPU VM at boot.
 
-The startup script (`startup.py`) names the secret `token_secret_id(cluster)` and reads its
+The startup script (`hosts/startup.py`) names the secret `token_secret_id(cluster)` and reads its
 `latest` version with the VM's service account; `TokenSecrets` creates that secret and
 keeps its latest version equal to the head's token.
 
@@ -43,7 +43,6 @@ from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.checksum import crc32c
 from podmanager.cloud.gcp.calls import call_google
 from podmanager.cloud.gcp.errors import map_call_error
-from podmanager.cloud.gcp.startup import token_secret_id
 from podmanager.core.clock import Clock, RealClock
 
 T = TypeVar("T")
@@ -88,6 +87,11 @@ def _redacted(error: cloud_errors.CloudError, secret: str) -> cloud_errors.Cloud
     clean.__suppress_context__ = True
     clean.__traceback__ = None
     return clean
+
+
+def token_secret_id(cluster: str) -> str:
+    """The Secret Manager secret that holds a cluster's Ray token (README: one per cluster)."""
+    return f"podmanager-{cluster}-ray-token"
 
 
 def default_compute_account(project_number: str) -> str:

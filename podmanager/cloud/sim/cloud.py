@@ -35,7 +35,7 @@ from podmanager.cloud.base import (
 )
 from podmanager.cloud.sim.records import (
     CLUSTER_LABEL,
-    ClusterTiming,
+    ClusterSimulation,
     SLICE_LABEL,
     Faults,
     NodeRecord,
@@ -81,6 +81,11 @@ _CREATE_FAULTS = {
     "invalid-request": ("InvalidRequestError",
                         "Cloud TPU received a bad request. runtime version {runtime_version!r} is not supported in {zone}"),
 }
+
+
+# A simulated project's number: in the names Secret Manager returns and in the default compute
+# service account its VMs run as (`<number>-compute@developer.gserviceaccount.com`).
+SIMULATED_PROJECT_NUMBER = "100000000001"
 
 
 class SimCloud:
@@ -641,13 +646,22 @@ class SimCloud:
             else:
                 self._changed_node(key, before)
 
-    def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float) -> None:
-        """How long a cluster's nodes take to create and delete (its spec's `simulation`)."""
+    def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
+                          vm_image: str = "controller") -> None:
+        """How long a cluster's nodes take to create and delete, and what its VMs' disks hold
+        (its spec's `simulation`)."""
         with self._transaction() as state:
-            timing = ClusterTiming(create_latency_s=create_latency_s, delete_latency_s=delete_latency_s)
+            timing = ClusterSimulation(create_latency_s=create_latency_s, delete_latency_s=delete_latency_s,
+                                       vm_image=vm_image)
             if state.timings.get(cluster) != timing:
                 state.timings[cluster] = timing
                 self._touch()
+
+    def vm_image(self, cluster: str) -> str:
+        """The image a cluster's new VMs boot from ("controller" unless its `up` said otherwise)."""
+        with self._transaction() as state:
+            found = state.timings.get(cluster)
+            return found.vm_image if found else "controller"
 
     def terminate(self, zone: str, node_id: str) -> None:
         """Maintenance that the slice does not survive."""

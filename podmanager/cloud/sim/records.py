@@ -98,16 +98,17 @@ class Faults(BaseModel):
     timed: list[TimedPreemption] = Field(default_factory=list)
 
 
-class ClusterTiming(BaseModel):
-    """A cluster's simulated latencies (its spec's `simulation`), set at its `up`."""
+class ClusterSimulation(BaseModel):
+    """A cluster's simulated latencies and VM image (its spec's `simulation`), set at its `up`."""
 
     create_latency_s: float
     delete_latency_s: float
+    vm_image: str = "controller"  # what a new VM's disk holds: the controller's environment, or nothing
 
 
 class SimState(BaseModel):
     seq: int = 0
-    timings: dict[str, ClusterTiming] = Field(default_factory=dict)  # cluster -> its latencies
+    timings: dict[str, ClusterSimulation] = Field(default_factory=dict)  # cluster -> its latencies and image
     nodes: dict[str, NodeRecord] = Field(default_factory=dict)  # "zone/id" -> node
     queued: dict[str, QueuedRecord] = Field(default_factory=dict)  # "zone/id" -> queued resource
     operations: dict[str, OperationRecord] = Field(default_factory=dict)  # operation name -> its outcome

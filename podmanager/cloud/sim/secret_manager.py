@@ -279,6 +279,17 @@ class SecretManagerEmulator:
         version.message.state = resources.SecretVersion.State.DISABLED
         return resources.SecretVersion(version.message)
 
+    def may_access(self, version_name: str, member: str) -> bool:
+        """Whether `member` may read the secret's versions by its IAM policy (a VM's service
+        account reads the Ray token only if `up` granted it, as on Google Cloud)."""
+        secret_name = version_name.split("/versions/")[0]
+        with self._lock:
+            try:
+                policy = self._secret(secret_name).policy
+            except Refused:
+                return True  # not found: the access call itself says so
+            return any(b.role in ACCESSOR_ROLES and member in b.members for b in policy.bindings)
+
     def get_iam_policy(self, request: iam_policy_pb2.GetIamPolicyRequest) -> policy_pb2.Policy:
         policy = policy_pb2.Policy()
         policy.CopyFrom(self._secret(request.resource).policy)
@@ -302,6 +313,16 @@ class SecretManagerEmulator:
         return f"emu-{next(self._etags)}".encode()
 
 
+VM_TOKEN_PREFIX = "sim-token."  # a simulated VM's access token: the prefix, then its account's email
+ACCESSOR_ROLES = frozenset({"roles/secretmanager.secretAccessor", "roles/secretmanager.admin", "roles/owner"})
+
+
+def _vm_account(token: str) -> str | None:
+    """The service account a simulated VM's token stands for; None for anyone else's token
+    (a person's credentials: not checked, as the emulator has no users)."""
+    return token[len(VM_TOKEN_PREFIX):] if token.startswith(VM_TOKEN_PREFIX) else None
+
+
 def _rest_handler(secrets: SecretManagerEmulator) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -314,6 +335,11 @@ def _rest_handler(secrets: SecretManagerEmulator) -> type[BaseHTTPRequestHandler
                             "Expected OAuth 2 access token.")
                 return
             request = service.AccessSecretVersionRequest(name=match["name"])
+            account = _vm_account(self.headers["Authorization"][len("Bearer "):])
+            if account is not None and not secrets.may_access(match["name"], f"serviceAccount:{account}"):
+                self._error(403, "PERMISSION_DENIED", f"Permission 'secretmanager.versions.access' denied for "
+                            f"resource '{match['name']}' (or it may not exist).")
+                return
             try:
                 response = secrets.call("AccessSecretVersion", secrets.access_secret_version, request)
             except Refused as refused:

@@ -1,9 +1,18 @@
-"""Simulated TPU VMs: every host of a READY simulated slice becomes a real local Ray node.
+"""Simulated TPU VMs: every host of a READY simulated slice boots as a real one does.
 
 `SimHostBooter` is a `SimCloud` listener, run by the emulator (the one process that owns
-the simulated cloud). When a node turns READY and carries the head address in its metadata
-("podmanager-head"), it launches one `python -m podmanager.hosts.join` per host, with the environment a TPU VM gives
-(TPU_NAME, TPU_WORKER_ID, ...) so Ray labels the node exactly like a real host.
+the simulated cloud). When a node with a startup script in its metadata turns READY, each of
+its hosts gets what a TPU VM has and nothing more: its own root folder (its own /opt, /etc,
+root's HOME, tmp), its own metadata server (served by the emulator: the node's metadata, the
+project, a service-account token, guest attributes), and a guest that fetches the node's
+`startup-script` from that server and runs it with bash, from the VM's root. The script
+installs the software, reads the Ray token from Secret Manager and joins the head named in
+metadata, as on Google Cloud. What a VM's environment carries besides (the README lists why):
+TPU_* identity (Ray asks metadata.google.internal, which only a real VM answers) and, in
+PODMANAGER_JOIN_ARGS, its chips as a Ray resource and a port and Ray temp dir of its own.
+The VM image: "controller" (the default) comes with the controller's environment at
+/opt/podmanager/venv (a link, not a copy: the one shortcut, taken only when the script finds
+exactly the versions it pins there); "bare" has nothing, so the script installs everything.
 It returns at once: the hosts boot in parallel, each as a `procs` machine of the cluster's
 owner, and outlive the process that started them. Each host's machine id is recorded in
 `cluster_dir/<cluster>/hosts/<node>-w<i>.json` before it boots; when the node is preempted,
@@ -15,29 +24,41 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 from podmanager.cloud.base import DEAD_STATES, Node, NodeState
 from podmanager.core import paths
 from podmanager.core.catalog import lookup
-from podmanager.hosts import auth, procs
-from podmanager.hosts.head import HEAD_METADATA_KEY, OBJECT_STORE_BYTES, free_port
+from podmanager.hosts import procs
+from podmanager.hosts.head import OBJECT_STORE_BYTES, free_port
+from podmanager.hosts.join import JOIN_ARGS_ENV
 from podmanager.hosts.loopback import LOOPBACK_IP
-from podmanager.hosts.environments import CACHE_ENV
 from podmanager.hosts.runs import MEGASCALE_FILE_ENV
+from podmanager.hosts.startup import STARTUP_SCRIPT_KEY
 
 log = logging.getLogger(__name__)
 
 HOSTS_DIR = "hosts"
-JOIN_DEADLINE_S = 120.0
 GONE_STATES = DEAD_STATES | {NodeState.DELETING}
+CONTROLLER_IMAGE, BARE_IMAGE = "controller", "bare"
+VM_IMAGES = (CONTROLLER_IMAGE, BARE_IMAGE)
+# What a TPU VM's guest agent does at boot: fetch the startup script from the metadata server, run it.
+GUEST_BOOT = (
+    'mkdir -p "$PODMANAGER_ROOT/var/lib/google" && '
+    'curl -fsS --retry 10 --retry-connrefused -H "Metadata-Flavor: Google" '
+    '-o "$PODMANAGER_ROOT/var/lib/google/startup-script" '
+    '"$PODMANAGER_METADATA_URL/instance/attributes/startup-script" && '
+    'exec bash "$PODMANAGER_ROOT/var/lib/google/startup-script"'
+)
 
 
 def hosts_dir(cluster: str) -> Path:
@@ -76,6 +97,28 @@ def host_env(node: Node, worker_id: int) -> dict[str, str]:
     }
 
 
+def system_path() -> str:
+    """The machine's PATH without the controller's virtual environment: the VM image's own."""
+    controller_bins = {os.path.join(sys.prefix, "bin"), os.path.join(os.environ.get("VIRTUAL_ENV", sys.prefix), "bin")}
+    return os.pathsep.join(p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+                           if p and p not in controller_bins)
+
+
+def vm_env(node: Node, worker_id: int, root: Path, metadata_port: int, record: Path, rest_api: str) -> dict[str, str]:
+    """Everything a simulated VM's boot starts with: a fresh environment, not the controller's."""
+    return {
+        "PATH": system_path(),
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(root / "tmp"),
+        "PODMANAGER_ROOT": str(root),
+        "PODMANAGER_METADATA_URL": f"http://{LOOPBACK_IP}:{metadata_port}/computeMetadata/v1",
+        "PODMANAGER_SECRETS_API": f"{rest_api}/v1",
+        "PODMANAGER_STORAGE_API": rest_api,
+        **host_env(node, worker_id),
+        **metadata_env(metadata_port, record),
+    }
+
+
 def metadata_env(port: int, record: Path) -> dict[str, str]:
     """What points a simulated VM's processes at its own metadata server: JAX
     (GCE_METADATA_IP), Google's client libraries (GCE_METADATA_HOST), the host agent's
@@ -107,16 +150,19 @@ def _locked(cluster: str) -> Iterator[None]:
 class SimHostBooter:
     """SimCloud listener that boots and kills the simulated hosts of every cluster.
 
-    Needs nothing but the files under `paths.home()`: the head address comes from
-    the node's metadata, the token from the cluster's token file.
+    Needs nothing but the node and the files under `paths.home()`: the VM reads everything
+    else (the script, the head's address, its token) as a real one does.
     """
 
     def __init__(self, *, object_store_memory: int = OBJECT_STORE_BYTES, num_cpus: int = 1,
-                 metadata: MetadataHost | None = None) -> None:
-        """`metadata`: where each VM's metadata server runs (without it, a VM has none)."""
+                 metadata: MetadataHost | None = None, image_of: Callable[[str], str] | None = None) -> None:
+        """`metadata`: where each VM's metadata server runs (without it, no VM boots).
+        `image_of(cluster)`: the cluster's VM image (`VM_IMAGES`; default "controller")."""
         self.object_store_memory = object_store_memory
         self.num_cpus = num_cpus
         self.metadata = metadata
+        self.image_of = image_of or (lambda cluster: CONTROLLER_IMAGE)
+        self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
         self._children: list[subprocess.Popen] = []
         self._mutex = threading.Lock()
 
@@ -141,15 +187,10 @@ class SimHostBooter:
             self.boot(after)
 
     def boot(self, node: Node) -> list[str]:
-        """Launch the hosts of `node` that are not running yet; returns their machine ids."""
-        head = node.metadata.get(HEAD_METADATA_KEY)
+        """Boot the hosts of `node` that are not running yet; returns their machine ids."""
         cluster = node.cluster
-        if not head or cluster is None:
-            return []  # boot_hosts: false, or not a podmanager node
-        token = auth.token_path(cluster)
-        if not token.exists():
-            log.warning("%s: no token file %s; its hosts cannot join", node.name, token)
-            return []
+        if STARTUP_SCRIPT_KEY not in node.metadata or cluster is None or self.metadata is None:
+            return []  # boot_hosts: false, or not a podmanager node: a VM with nothing to run
         accelerator = lookup(node.accelerator_type)
         started: list[str] = []
         with _locked(cluster):
@@ -159,46 +200,41 @@ class SimHostBooter:
                 record = procs.read_record(path)
                 if record is not None and record.get("machine_id") in live:
                     continue
-                started.append(self._spawn(node, worker_id, head, token, accelerator.chips_per_host, path))
+                started.append(self._spawn(node, worker_id, accelerator.chips_per_host, path))
         return started
 
-    def _spawn(self, node: Node, worker_id: int, head: str, token: Path, chips: int, path: Path) -> str:
+    def _spawn(self, node: Node, worker_id: int, chips: int, path: Path) -> str:
+        assert node.cluster is not None
         machine_id = procs.new_machine_id()
-        vm_temp_dir = temp_dir(node.cluster, machine_id)
-        command = [
-            sys.executable, "-m", "podmanager.hosts.join",
-            "--address", head,
-            "--token-file", str(token),
-            "--deadline", str(JOIN_DEADLINE_S),
-            "--resources", f'{{"TPU": {chips}}}',
-            "--num-cpus", str(self.num_cpus),
-            "--object-store-memory", str(self.object_store_memory),
-            "--temp-dir", vm_temp_dir,
-            "--agent-port", str(free_port(LOOPBACK_IP)),
+        root = Path(temp_dir(node.cluster, machine_id))  # the VM's disk
+        for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log"):
+            (root / folder).mkdir(parents=True, exist_ok=True)
+        image = self.image_of(node.cluster)
+        if image == CONTROLLER_IMAGE:
+            (root / "opt/podmanager/venv").symlink_to(sys.prefix)
+        join_args = [
+            f"--resources={json.dumps({'TPU': chips}, separators=(',', ':'))}",  # CPU devices stand in for chips
+            f"--num-cpus={self.num_cpus}",
+            f"--object-store-memory={self.object_store_memory}",
+            f"--temp-dir={root / 'tmp' / 'ray'}",
+            f"--agent-port={free_port(LOOPBACK_IP)}",  # VMs on one machine share its ports
             "--light",
         ]
-        # A new machine starts clean of Ray's own settings: when the booting process is itself a
-        # Ray worker (a run's supervisor replacing a slice), they would make `ray start` refuse.
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env = auth.child_env(token, base=clean)
-        env.update(host_env(node, worker_id))
-        # The VM's own disk for what it installs (a run's requirements): gone with the VM, so a
-        # replaced slice installs afresh, as a new TPU VM does.
-        env[CACHE_ENV] = str(Path(vm_temp_dir) / "podmanager-cache")
-        log_path = path.with_suffix(".log")
-        metadata_port = None
-        if self.metadata is not None:
-            metadata_port = self._serve_metadata(node, worker_id, path)
-            env.update(metadata_env(metadata_port, path))
+        log_path = path.with_suffix(".log")  # the VM's serial console
+        metadata_port = self._serve_metadata(node, worker_id, path)
+        env = vm_env(node, worker_id, root, metadata_port, path, self.rest_api)
+        env[JOIN_ARGS_ENV] = shlex.join(join_args)
+        if image == CONTROLLER_IMAGE and os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # part of the controller's environment the image has
         # The record first: it is the VM's lease, which the VM checks from its first second. It
         # keeps the metadata port, on which a restarted emulator serves the VM again.
         procs.write_record(
             path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id,
-            started_at=time.time(), log=str(log_path), temp_dir=vm_temp_dir, metadata_port=metadata_port,
+            started_at=time.time(), log=str(log_path), temp_dir=str(root), metadata_port=metadata_port,
         )
-        holder = [sys.executable, "-m", "podmanager.hosts.sim.lease", "--lease", str(path), "--temp-dir", vm_temp_dir]
+        holder = [sys.executable, "-m", "podmanager.hosts.sim.lease", "--lease", str(path), "--temp-dir", str(root)]
         owner = procs.owner(node.cluster)
-        children = [procs.launch(command, env, log_path, machine_id, owner=owner)[0]]
+        children = [procs.launch(["bash", "-c", GUEST_BOOT], env, log_path, machine_id, owner=owner, cwd=root)[0]]
         # The same machine: it dies with the host, and the host with it.
         children.append(procs.launch(holder, env, log_path, machine_id, owner=owner)[0])
         with self._mutex:

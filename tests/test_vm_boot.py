@@ -1,0 +1,144 @@
+"""A simulated TPU VM boots the way a real one does, driven as a user drives podmanager: the CLI
+from a temporary folder outside the repository.
+
+- A host's processes run from its own root folder, started by the node's startup script
+  (fetched from its own metadata server and run with bash); its token comes from Secret
+  Manager into that root; `status --json` shows `boot: joined` and the controller's versions.
+- `sim head-crash`, then `up`: the head starts anew, the nodes' metadata names it, the host
+  rejoins, no slice is created again, and a run afterwards succeeds.
+- A boot error (a podmanager wheel that does not exist) fails `up` within seconds, naming the
+  host and the script's error; `down` leaves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from sim_view import sim_nodes
+
+from podmanager.hosts import procs
+from podmanager.hosts.sim import vms
+from podmanager.hosts.software import running_versions
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+PODMANAGER = str(Path(sys.executable).parent / "podmanager")
+
+
+def spec(folder: Path, name: str, **extra: object) -> Path:
+    body = {"name": name, "backend": "simulated",
+            "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
+            "slices": [{"accelerator": "v4-8"}], **extra}
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def cli(folder: Path, *args: str, check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([PODMANAGER, *args], cwd=folder, text=True, capture_output=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"podmanager {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}"
+    return done
+
+
+def host_processes(cluster: str) -> list[psutil.Process]:
+    records = vms.host_records(cluster)
+    assert len(records) == 1
+    return procs.members(records[0]["machine_id"])
+
+
+def test_a_host_boots_through_its_script_from_its_own_root_and_rejoins_a_new_head(tmp_path) -> None:
+    folder = tmp_path / "user"
+    folder.mkdir()
+    cluster_file = spec(folder, "vmboot")
+    (folder / "hello.py").write_text("import os, jax\nprint('HELLO', jax.device_count(), os.environ['HOME'])\n")
+    try:
+        cli(folder, "up", "-f", cluster_file.name, "--dry-run")
+        status = json.loads(cli(folder, "status", "-c", "vmboot", "--json").stdout)
+        [host] = status["hosts"]
+        mine = running_versions()
+        assert host["boot"] == "joined" and status["slices"][0]["boot"] == ["joined"]
+        assert host["versions"] == {"python": mine.python, "ray": mine.ray, "jax": mine.jax,
+                                    "podmanager": mine.podmanager}
+
+        # Its processes: the guest's bash running the script, the join and Ray's, all from the VM's root.
+        [record] = vms.host_records("vmboot")
+        root = Path(record["temp_dir"])
+        processes = host_processes("vmboot")
+        commands = [" ".join(p.cmdline()) for p in processes]
+        assert any("var/lib/google/startup-script" in c for c in commands), commands
+        raylet = next(p for p in processes if p.name() == "raylet")
+        assert Path(raylet.cwd()).is_relative_to(root)
+        assert raylet.environ()["HOME"] == str(root / "root")
+        token = root / "etc" / "podmanager" / "ray-token"
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
+        console = Path(record["log"]).read_text()
+        assert "podmanager-startup[vmboot]" in console and token.read_text().strip() not in console
+
+        created = {n.name: n.create_time for n in sim_nodes()}
+        cli(folder, "sim", "head-crash", "-c", "vmboot")
+        started = time.monotonic()
+        again = cli(folder, "up", "-f", cluster_file.name, "--dry-run")
+        rejoin_s = time.monotonic() - started
+        assert "metadata_update" in again.stdout + again.stderr
+        assert {n.name: n.create_time for n in sim_nodes()} == created  # no slice made again
+        print(f"up after a head crash, host rejoined: {rejoin_s:.1f}s")
+        ran = cli(folder, "run", "-c", "vmboot", "hello.py")
+        assert f"HELLO 4 {root / 'root'}" in ran.stdout
+    finally:
+        cli(folder, "down", "-c", "vmboot", check=False)
+    assert not vms.host_records("vmboot") and not root.exists()
+
+
+def test_a_boot_error_fails_up_within_seconds_naming_the_host(tmp_path) -> None:
+    folder = tmp_path / "user"
+    folder.mkdir()
+    missing = "gs://podmanager-sim-podmanager/boot/podmanager-9.9.9-py3-none-any.whl"
+    cluster_file = spec(folder, "bootfail", boot={"podmanager": missing})
+    try:
+        started = time.monotonic()
+        failed = cli(folder, "up", "-f", cluster_file.name, "--dry-run", check=False)
+        took = time.monotonic() - started
+        assert failed.returncode == 1, failed.stderr
+        assert "slice 0 worker 0 (bootfail-s0) failed to boot" in failed.stderr
+        assert f"download {missing} failed" in failed.stderr and "404" in failed.stderr
+        assert took < 60, took
+    finally:
+        cli(folder, "down", "-c", "bootfail", check=False)
+    assert not vms.host_records("bootfail")
+    assert not [n for n in sim_nodes() if n.cluster == "bootfail"]
+    assert not procs.owned(procs.owner("bootfail"))
+
+
+@pytest.mark.timeout(600)
+def test_a_bare_vm_installs_everything_with_uv_and_runs_a_program(tmp_path) -> None:
+    """No shortcut: an empty root; the script installs uv, Python, Ray, JAX and the wheel of
+    this podmanager (staged in the simulated bucket) from the package index, then joins."""
+    folder = tmp_path / "user"
+    folder.mkdir()
+    cluster_file = spec(folder, "bare", simulation={"create_latency_s": 0.0, "delete_latency_s": 0.0,
+                                                    "vm_image": "bare"})
+    (folder / "hello.py").write_text("import sys, jax\nprint('HELLO', jax.device_count(), sys.prefix)\n")
+    try:
+        started = time.monotonic()
+        cli(folder, "up", "-f", cluster_file.name, "--dry-run", timeout=540)
+        print(f"full install and join: {time.monotonic() - started:.1f}s")
+        status = json.loads(cli(folder, "status", "-c", "bare", "--json").stdout)
+        mine = running_versions()
+        assert status["hosts"][0]["versions"]["podmanager"] == mine.podmanager
+        [record] = vms.host_records("bare")
+        root = Path(record["temp_dir"])
+        venv = root / "opt" / "podmanager" / "venv"
+        assert venv.is_symlink() and Path(os.readlink(venv)).is_relative_to(root)  # its own, not the controller's
+        ran = cli(folder, "run", "-c", "bare", "hello.py")
+        assert "HELLO 4" in ran.stdout and str(root) in ran.stdout
+    finally:
+        cli(folder, "down", "-c", "bare", check=False)
