@@ -60,6 +60,8 @@ def resolve_software(spec: ClusterSpec) -> Software:
     the podmanager `boot.podmanager` names (a wheel of the running one, built and staged, if
     it names none) and `boot.packages`."""
     boot = spec.boot
+    if boot.source in (PodmanagerSource.BUILT, PodmanagerSource.LOCAL_WHEEL):
+        stage_root(spec)  # nowhere to stage it: refused before anything is built
     match boot.source:
         case PodmanagerSource.VERSION:
             version, source = boot.podmanager_version() or "", f"podmanager=={boot.podmanager}"

@@ -84,9 +84,11 @@ def _installed_metadata() -> _Metadata:
         raise PodmanagerError(
             "podmanager is not installed in this environment, so its dependencies are unknown and no "
             "wheel of it can be built for the TPU VMs", hint="install it: uv pip install -e <your checkout>") from None
+    fields = dist.metadata
     scripts = sorted((e.name, e.value) for e in dist.entry_points if e.group == "console_scripts")
-    return _Metadata(summary=dist.metadata.get("Summary") or "", requires_python=dist.metadata.get("Requires-Python"),
-                     extras=tuple(dist.metadata.get_all("Provides-Extra") or ()), requires=tuple(dist.requires or ()),
+    return _Metadata(summary=fields["Summary"] if "Summary" in fields else "",
+                     requires_python=fields["Requires-Python"] if "Requires-Python" in fields else None,
+                     extras=tuple(fields.get_all("Provides-Extra") or ()), requires=tuple(dist.requires or ()),
                      console_scripts=tuple(scripts))
 
 
