@@ -25,7 +25,7 @@ class Answer:
     content_type: str = JSON
 
 
-Route = Callable[[str, Mapping[str, str]], "Answer | None"]
+Route = Callable[[str, Mapping[str, str]], Answer | None]  # (path with query, headers) -> answer; None: not mine
 
 
 def json_answer(status: int, body: dict[str, Any]) -> Answer:
