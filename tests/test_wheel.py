@@ -22,10 +22,9 @@ TEMPLATE = "podmanager/cloud/gcp/templates/startup-script.sh.tmpl"
 
 
 def uv() -> str:
-    found = shutil.which("uv") or "/work/venv/bin/uv"
-    if not Path(found).exists():
-        pytest.skip("no uv binary")
-    return found
+    from uv import find_uv_bin  # the binary podmanager depends on (the hosts install with it too)
+
+    return find_uv_bin()
 
 
 def run_uv(*args: str, cache: Path) -> None:
