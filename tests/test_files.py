@@ -72,3 +72,10 @@ def test_readers_racing_two_writers_only_ever_see_a_whole_version(tmp_path):
         writer.join()
     assert target.read_text() in (OLD, NEW)
     assert list(tmp_path.iterdir()) == [target]  # each writer's temporary file was its own
+
+
+def test_bytes_are_written_as_they_are(tmp_path):
+    target = tmp_path / "podmanager-0.1.0-py3-none-any.whl"
+    write_atomic(target, b"PK\x03\x04\x00\xff")
+    assert target.read_bytes() == b"PK\x03\x04\x00\xff"
+    assert list(tmp_path.iterdir()) == [target]

@@ -1,7 +1,7 @@
 import pytest
 
 from podmanager.core.errors import SpecError
-from podmanager.core.spec import SIMULATED_PROJECT, Capacity, load_spec, parse_spec
+from podmanager.core.spec import SIMULATED_PROJECT, Capacity, PodmanagerSource, load_spec, parse_spec
 
 GOOD = {"name": "demo", "backend": "simulated", "slices": [{"accelerator": "v4-16", "count": 2}, {"accelerator": "v4-8"}]}
 
@@ -201,3 +201,72 @@ def test_a_subnetwork_path_must_be_in_every_zones_region():
     # By name, a subnetwork of that name is looked up in each zone's region: no check here.
     assert parse_spec({**GCP, "zones": ["us-central2-b", "europe-west4-a"], "slices": [{"accelerator": "v4-8"}],
                        "network": {"subnetwork": "s"}}).network is not None
+
+
+# ---------------------------------------------------------------------- boot: what the TPU VMs install
+
+WHEEL = "podmanager-0.2.0+h0123456789-py3-none-any.whl"
+
+
+@pytest.mark.parametrize("given, source, version", [
+    (None, PodmanagerSource.BUILT, None),
+    ("0.2.0", PodmanagerSource.VERSION, "0.2.0"),
+    ("1.0rc1", PodmanagerSource.VERSION, "1.0rc1"),
+    (f"https://wheels.example.com/w/{WHEEL}", PodmanagerSource.URL, "0.2.0+h0123456789"),
+    ("gs://my-bucket/wheels/podmanager-0.3.1-py3-none-any.whl", PodmanagerSource.URL, "0.3.1"),
+    (f"/home/me/dist/{WHEEL}", PodmanagerSource.LOCAL_WHEEL, "0.2.0+h0123456789"),  # staged like a built one
+])
+def test_boot_podmanager_is_a_version_a_wheel_url_or_a_wheel_here(given, source, version):
+    spec = parse_spec({**GOOD, "boot": {} if given is None else {"podmanager": given}})
+    assert (spec.boot.podmanager, spec.boot.source, spec.boot.podmanager_version()) == (given, source, version)
+
+
+def test_boot_defaults_ship_the_running_podmanager_and_nothing_else():
+    boot = parse_spec(GOOD).boot
+    assert (boot.podmanager, boot.packages, boot.stage, boot.source) == (None, [], None, PodmanagerSource.BUILT)
+
+
+def test_a_local_wheel_is_checked_for_its_form_only(tmp_path):
+    # A stored spec is read again by later commands, after the file may be gone: whether it
+    # exists is the upload's business (hosts/staging.py).
+    gone = tmp_path / "podmanager-0.2.0-py3-none-any.whl"
+    assert parse_spec({**GOOD, "boot": {"podmanager": str(gone)}}).boot.podmanager == str(gone)
+
+
+@pytest.mark.parametrize("boot, expected", [
+    ({"podmanager": "/home/me/podmanager"},
+     "boot.podmanager: '/home/me/podmanager' is no podmanager wheel (podmanager-VERSION-py3-none-any.whl); a TPU VM "
+     "cannot read this machine's disk or install from a source tree"),
+    ({"podmanager": "dist/podmanager-0.2.0-py3-none-any.whl"},
+     "boot.podmanager: 'dist/podmanager-0.2.0-py3-none-any.whl' is neither a version (e.g. 0.2.0), a wheel's URL nor "
+     "the absolute path of a wheel file on this machine (which up uploads to boot.stage for the TPU VMs)"),
+    ({"podmanager": "podmanager==0.2.0"}, "boot.podmanager: 'podmanager==0.2.0': write the version alone, e.g. 0.2.0"),
+    ({"podmanager": "file:///tmp/podmanager-0.2.0-py3-none-any.whl"},
+     "boot.podmanager: 'file:///tmp/podmanager-0.2.0-py3-none-any.whl': give a wheel on this machine by its absolute "
+     "path"),
+    ({"podmanager": "s3://b/podmanager-0.2.0-py3-none-any.whl"},
+     "boot.podmanager: 's3://b/podmanager-0.2.0-py3-none-any.whl': a TPU VM installs podmanager from an https://, "
+     "http:// or gs:// URL of a wheel"),
+    ({"podmanager": "gs://my-bucket"}, "boot.podmanager: 'gs://my-bucket' names no wheel file"),
+    ({"podmanager": "https://example.com/other-1.0-py3-none-any.whl"}, "is no podmanager wheel"),
+    ({"packages": ["optax==0.2.4", ""]}, "boot.packages[1]: an empty requirement; remove it"),
+    ({"packages": ["optax\nflax"]}, "boot.packages[0]: 'optax\\nflax' spans lines; give one requirement per entry"),
+    ({"packages": ["flax", "--index-url=https://evil.example"]},
+     "boot.packages[1]: '--index-url=https://evil.example' is an installer option, not a requirement"),
+    ({"packages": ["-r requirements.txt"]}, "boot.packages[0]: '-r requirements.txt' is an installer option"),
+    ({"stage": "/tmp/wheels"}, "boot.stage: '/tmp/wheels' is not a Cloud Storage folder; use gs://BUCKET/PATH"),
+    ({"stage": "gs://"}, "boot.stage: 'gs://' is not a Cloud Storage folder"),
+    ({"stage": "gs://Bad_Bucket/x"}, "boot.stage: 'gs://Bad_Bucket/x' is not a Cloud Storage folder"),
+    ({"stages": "gs://b/x"}, "boot.stages: unknown field; did you mean stage?"),
+])
+def test_bad_boot_sections_name_the_field_and_the_fix(boot, expected):
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**GOOD, "boot": boot})
+    assert expected in str(raised.value)
+
+
+def test_boot_packages_and_stage_are_kept_tidy():
+    boot = parse_spec({**GOOD, "boot": {"packages": [" optax==0.2.4 ", "flax>=0.10; python_version>='3.11'"],
+                                        "stage": "gs://my-bucket/podmanager/"}}).boot
+    assert boot.packages == ["optax==0.2.4", "flax>=0.10; python_version>='3.11'"]
+    assert boot.stage == "gs://my-bucket/podmanager"

@@ -9,15 +9,14 @@ import subprocess
 import pytest
 
 from podmanager.core.errors import SpecError
-from podmanager.hosts.software import Software, Versions
+from podmanager.hosts.software import Software
 from podmanager.hosts.startup import STARTUP_SCRIPT_KEY, TOKEN_SECRET_KEY, render_startup_script, startup_metadata
-
-VERSIONS = Versions(python="3.11.7", ray="2.60.0", jax="0.10.2", podmanager="0.1.0+h0123456789")
 
 
 def software(**overrides: object) -> Software:
-    fields: dict[str, object] = {"versions": VERSIONS, "podmanager_source": "gs://bkt/boot/podmanager.whl",
-                                 "uv": "0.13.9", "packages": (), "tpu": True}
+    fields: dict[str, object] = {"python": "3.11.7", "ray": "2.60.0", "jax": "0.10.2", "uv": "0.13.9",
+                                 "podmanager": "0.1.0+h0123456789", "podmanager_source": "gs://bkt/boot/podmanager.whl",
+                                 "packages": (), "tpu": True}
     fields.update(overrides)
     return Software(**fields)  # type: ignore[arg-type]
 

@@ -27,7 +27,7 @@ from sim_view import sim_nodes
 
 from podmanager.hosts import procs
 from podmanager.hosts.sim import vms
-from podmanager.hosts.software import running_versions
+from podmanager.hosts.software import controller_versions
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 PODMANAGER = str(Path(sys.executable).parent / "podmanager")
@@ -64,7 +64,7 @@ def test_a_host_boots_through_its_script_from_its_own_root_and_rejoins_a_new_hea
         cli(folder, "up", "-f", cluster_file.name, "--dry-run")
         status = json.loads(cli(folder, "status", "-c", "vmboot", "--json").stdout)
         [host] = status["hosts"]
-        mine = running_versions()
+        mine = controller_versions()
         assert host["boot"] == "joined" and status["slices"][0]["boot"] == ["joined"]
         assert host["versions"] == {"python": mine.python, "ray": mine.ray, "jax": mine.jax,
                                     "podmanager": mine.podmanager}
@@ -132,7 +132,7 @@ def test_a_bare_vm_installs_everything_with_uv_and_runs_a_program(tmp_path) -> N
         cli(folder, "up", "-f", cluster_file.name, "--dry-run", timeout=540)
         print(f"full install and join: {time.monotonic() - started:.1f}s")
         status = json.loads(cli(folder, "status", "-c", "bare", "--json").stdout)
-        mine = running_versions()
+        mine = controller_versions()
         assert status["hosts"][0]["versions"]["podmanager"] == mine.podmanager
         [record] = vms.host_records("bare")
         root = Path(record["temp_dir"])

@@ -1,5 +1,6 @@
 """`podmanager emulator`: serve the simulated Cloud TPU API and Secret Manager over gRPC (and
-Secret Manager's REST route a VM's startup script reads the token by) until Ctrl-C."""
+the REST routes a VM's startup script uses: Secret Manager's, which it reads the token by, and
+Cloud Storage's downloads from the simulated buckets) until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ def emulator(
     host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on.")] = "127.0.0.1",
     project: Annotated[str, typer.Option(metavar="PROJECT", help="Project named in operation names.")] = "podmanager-sim",
     create_latency_s: Annotated[float, typer.Option(metavar="SECONDS", help="Seconds a node stays CREATING.")] = 0.5,
-    secrets_rest_port: Annotated[int, typer.Option(
-        metavar="PORT", help="Port of Secret Manager's REST route for startup scripts (0: any free port).")] = 0,
+    rest_port: Annotated[int, typer.Option(
+        "--rest-port", "--secrets-rest-port", metavar="PORT",
+        help="Port of the REST routes for startup scripts: Secret Manager, Cloud Storage downloads (0: any free port)."
+    )] = 0,
     fault: Annotated[list[str], typer.Option(metavar="FAULT", help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
 ) -> None:
     """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) and Secret Manager for TPU_EMULATOR_HOST."""
@@ -35,14 +38,15 @@ def emulator(
     except OSError as busy:
         raise typer.BadParameter(f"{busy}; pick another with --port (0: any free port)", param_hint="--port") from None
     try:
-        rest_port = emulator.serve_secrets_rest(host, secrets_rest_port)
+        rest_port = emulator.serve_rest(host, rest_port)
     except OSError as busy:
         emulator.stop()
-        raise typer.BadParameter(f"{busy}; pick another with --secrets-rest-port (0: any free port)",
-                                 param_hint="--secrets-rest-port") from None
+        raise typer.BadParameter(f"{busy}; pick another with --rest-port (0: any free port)",
+                                 param_hint="--rest-port") from None
     address = f"{host}:{bound}"
     typer.echo(f"Cloud TPU and Secret Manager emulator serving on {address} (project {project}); Ctrl-C to stop.")
     typer.echo(f"Secret Manager REST for startup scripts: PODMANAGER_SECRETS_API=http://{host}:{rest_port}/v1")
+    typer.echo(f"Cloud Storage downloads (the simulated buckets): http://{host}:{rest_port}/storage/v1")
     typer.echo(f"export TPU_EMULATOR_HOST={address}")
     typer.echo(f"Set faults while it runs: python -m podmanager.emulator.control inject {address} capacity:ZONE")
     stop = threading.Event()

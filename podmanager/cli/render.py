@@ -52,7 +52,8 @@ def print_event(event: Event) -> None:
 
 
 def print_error(message: str) -> None:
-    errors.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
+    # Escaped: a message quotes what it names ("ray[default]==2.60.0"), which is no markup.
+    errors.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
 
 
 def print_status(result: Any) -> None:

@@ -7,10 +7,11 @@ import uuid
 from pathlib import Path
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path`'s content with `text` so that a reader, in this process or another, sees
-    the old content or the new, never part of it: the text goes to a temporary file beside
-    `path` (same folder, so the same file system) that then takes its name in one rename.
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """Replace `path`'s content with `content` (text as UTF-8) so that a reader, in this process
+    or another, sees the old content or the new, never part of it: the content goes to a
+    temporary file beside `path` (same folder, so the same file system) that then takes its
+    name in one rename.
 
     The temporary name is unique per call, so concurrent writers of one file do not write
     into each other's temporary file: the last rename wins, whole. A failed write removes it.
@@ -20,8 +21,8 @@ def write_atomic(path: Path, text: str) -> None:
     files written here are snapshots or copies a later write or a rebuild restores."""
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        with open(temporary, "x", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(temporary, "xb") as handle:
+            handle.write(content.encode() if isinstance(content, str) else content)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

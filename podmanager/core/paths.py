@@ -22,3 +22,24 @@ def cluster_dir(cluster: str) -> Path:
 
 def sim_state_path(project: str) -> Path:
     return home() / "sim" / f"{project}.json"
+
+
+def wheels_dir() -> Path:
+    """Wheels of podmanager built for TPU VMs (`hosts/wheel.py`), each named by its version."""
+    path = home() / "wheels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def storage_dir() -> Path:
+    """The emulator's Cloud Storage: one folder per simulated bucket, an object at its name below it."""
+    return home() / "sim" / "storage"
+
+
+def storage_object(bucket: str, name: str) -> Path:
+    """Where the simulated object gs://bucket/name is kept. ValueError for a bucket or name that
+    would lead out of the bucket's folder (the emulator serves these files to anyone asking)."""
+    parts = name.split("/")
+    if not bucket or "/" in bucket or bucket in (".", "..") or not name or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"gs://{bucket}/{name} is no object a simulated bucket keeps")
+    return storage_dir() / bucket / Path(*parts)

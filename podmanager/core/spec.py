@@ -12,10 +12,11 @@ import re
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -44,6 +45,11 @@ _TAG = re.compile(_GCE_NAME)
 _SERVICE_ACCOUNT = re.compile(r"[a-z0-9][-a-z0-9_.+]*@[a-z0-9][-a-z0-9.]*\.[a-z]{2,}")
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _RESERVATION = re.compile(r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)|(projects/[^/]+/locations/[^/]+/reservations/[^/]+)")
+# A release version as PEP 440 writes it (0.2.0, 1.0rc1, 0.2.0.post1, 0.2.0+local), and a wheel
+# of podmanager by PEP 427's file name: NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl.
+_VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?", re.IGNORECASE)
+_PODMANAGER_WHEEL = re.compile(r"podmanager-(?P<version>[^-/]+)(-\d[^-/]*)?-[^-/]+-[^-/]+-[^-/]+\.whl", re.IGNORECASE)
+_GS_FOLDER = re.compile(r"gs://(?P<bucket>[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9])(/[^\s]*)?")
 
 
 class _Model(BaseModel):
@@ -242,6 +248,108 @@ class SimulationSpec(_Model):
     faults: list[Fault] = Field(default_factory=list)  # one type for every form of a fault: core/faults.py
 
 
+class PodmanagerSource(str, Enum):
+    """Where the TPU VMs get podmanager from, by the form of `boot.podmanager`."""
+
+    BUILT = "built"  # left out: a wheel of the podmanager this controller runs, staged (boot.stage)
+    VERSION = "version"  # a release, from the package index the VMs use
+    URL = "url"  # a wheel at an http(s):// or gs:// URL the VMs read themselves
+    LOCAL_WHEEL = "local-wheel"  # a wheel file on this machine, staged like a built one
+
+
+def _requirement(value: str) -> str:
+    """One entry of boot.packages: a requirement, never an installer option or several lines."""
+    text = value.strip()
+    if not text:
+        raise ValueError("an empty requirement; remove it, or write one such as optax==0.2.4")
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"{value!r} spans lines; give one requirement per entry")
+    if text.startswith("-"):
+        # The installer would read it as a flag (-r, --index-url, ...), not as a package.
+        raise ValueError(f"{value!r} is an installer option, not a requirement; list requirements only, "
+                         "e.g. optax==0.2.4")
+    return text
+
+
+class BootSpec(_Model):
+    """What every TPU VM installs at boot, besides the Python, Ray and JAX the controller runs
+    (which the VMs always get, pinned: Ray refuses a worker whose versions differ from the head's).
+
+    `podmanager` says which podmanager the VMs install:
+    - left out: a wheel of the podmanager running `up`, uploaded to `stage`, so the VMs run
+      exactly the controller's code (podmanager is on no package index);
+    - a version (0.2.0): `podmanager==0.2.0` from the VMs' package index;
+    - an http(s):// or gs:// URL of a podmanager wheel: installed from there;
+    - the absolute path of a podmanager wheel on this machine: uploaded to `stage` like a
+      built one (a TPU VM cannot read this machine's disk, so no other local path will do).
+      Only its form is checked here (a stored spec is read again after the file may be gone);
+      whether it exists is checked when it is uploaded.
+    """
+
+    podmanager: str | None = None
+    packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(default_factory=list)
+    # The Cloud Storage folder `up` uploads the wheel to; None: see hosts/staging.py::stage_root.
+    stage: str | None = None
+
+    @field_validator("podmanager")
+    @classmethod
+    def _valid_podmanager(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        if _VERSION.fullmatch(value):
+            return value
+        wheel_hint = "e.g. gs://my-bucket/wheels/podmanager-0.2.0-py3-none-any.whl"
+        if value.startswith("file://"):
+            raise ValueError(f"{value!r}: give a wheel on this machine by its absolute path (up uploads it to "
+                             "boot.stage for the TPU VMs)")
+        if "==" in value:
+            raise ValueError(f"{value!r}: write the version alone, e.g. 0.2.0")
+        if is_url(value):
+            scheme, rest = value.split("://", 1)
+            if scheme not in ("http", "https", "gs"):
+                raise ValueError(f"{value!r}: a TPU VM installs podmanager from an https://, http:// or gs:// URL "
+                                 f"of a wheel; {wheel_hint}")
+            if "/" not in rest.strip("/"):
+                raise ValueError(f"{value!r} names no wheel file; give the URL of a podmanager wheel, {wheel_hint}")
+        elif not os.path.isabs(value):
+            raise ValueError(f"{value!r} is neither a version (e.g. 0.2.0), a wheel's URL nor the absolute path of "
+                             "a wheel file on this machine (which up uploads to boot.stage for the TPU VMs)")
+        if not _PODMANAGER_WHEEL.fullmatch(value.rsplit("/", 1)[-1]):
+            raise ValueError(f"{value!r} is no podmanager wheel (podmanager-VERSION-py3-none-any.whl); a TPU VM "
+                             "cannot read this machine's disk or install from a source tree: give a built wheel, "
+                             "a version on your package index, or leave boot.podmanager out to ship the podmanager "
+                             "running here")
+        return value
+
+    @field_validator("stage")
+    @classmethod
+    def _valid_stage(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not _GS_FOLDER.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Cloud Storage folder; use gs://BUCKET/PATH (up uploads "
+                             "podmanager's wheel there for the TPU VMs to read)")
+        return value.rstrip("/")
+
+    @property
+    def source(self) -> PodmanagerSource:
+        if self.podmanager is None:
+            return PodmanagerSource.BUILT
+        if _VERSION.fullmatch(self.podmanager):
+            return PodmanagerSource.VERSION
+        return PodmanagerSource.URL if is_url(self.podmanager) else PodmanagerSource.LOCAL_WHEEL
+
+    def podmanager_version(self) -> str | None:
+        """The podmanager version the VMs get, as the spec says it (a wheel's, from its file
+        name); None for a wheel built when `up` runs."""
+        if self.podmanager is None or self.source is PodmanagerSource.VERSION:
+            return self.podmanager
+        found = _PODMANAGER_WHEEL.fullmatch(self.podmanager.rsplit("/", 1)[-1])
+        assert found is not None  # the validator saw to it
+        return found["version"]
+
+
 class ClusterSpec(_Model):
     name: str
     backend: Backend = Backend.GCP
@@ -253,6 +361,7 @@ class ClusterSpec(_Model):
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
     network: NetworkSpec | None = None  # None: the Cloud TPU API's defaults (see NetworkSpec)
+    boot: BootSpec = Field(default_factory=BootSpec)
     # The default checkpoint root of every run: <checkpoints>/<cluster>/<program>.
     checkpoints: str | None = None
 

@@ -15,6 +15,7 @@ class EmulatorRecord(BaseModel):
     project: str
     address: str  # host:port of its gRPC services (Cloud TPU, operations, Secret Manager, control)
     secrets_api: str = ""  # Secret Manager's REST root (http://host:port/v1), as a startup script reads it
+    storage_api: str = ""  # Cloud Storage's root (http://host:port): downloads from the simulated buckets
     pid: int
     started: float  # the process's create time, as psutil reports it
 

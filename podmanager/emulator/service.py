@@ -8,7 +8,9 @@
 - node changes go, in order, to the simulated hosts (`hosts/sim/vms.SimHostBooter`), which
   boot and kill the VMs; a queue keeps their process spawning out of the API's lock;
 - each VM's metadata server runs here (`metadata.MetadataServers`), from memory;
-- Secret Manager is served on the same gRPC port, and its REST route on a port of its own.
+- Secret Manager is served on the same gRPC port; its REST route and Cloud Storage's
+  download route over the simulated buckets (`storage.py`), what a VM's startup script
+  fetches, on a port of their own.
 
 Started in the background by the first command that needs it (`operations/emulator_process`):
 `python -m podmanager.emulator --project P [--port N]`. It writes its record (`record.py`)
@@ -29,11 +31,12 @@ import time
 import psutil
 
 from podmanager.cloud.base import Node
+from podmanager.cloud.sim import rest
 from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
 from podmanager.core.files import write_atomic
 from podmanager.emulator import record as emulator_record
-from podmanager.emulator import state_file
+from podmanager.emulator import state_file, storage
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.hosts.sim.vms import SimHostBooter
@@ -63,7 +66,7 @@ class Emulator:
         self._threads: list[threading.Thread] = []
         self._server = None
         self._rest = None
-        self.secrets_rest_port = 0  # Secret Manager's REST route (a VM's startup script reads its token by it)
+        self.rest_port = 0  # the REST routes a VM's startup script uses: its token, podmanager's wheel
 
     def _heard(self, before: Node | None, after: Node | None) -> None:
         self._changes.put((before, after))
@@ -85,11 +88,12 @@ class Emulator:
             self._threads.append(thread)
         return bound
 
-    def serve_secrets_rest(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        """Serve Secret Manager's REST route (what a VM's startup script reads its token by); its port."""
-        self._rest, self.secrets_rest_port = self.api.secrets.serve_rest(host, port)
-        self.booter.rest_api = f"http://{host}:{self.secrets_rest_port}"  # where the VMs' scripts read secrets
-        return self.secrets_rest_port
+    def serve_rest(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Serve the REST routes a VM's startup script uses on one port, returned: Secret Manager's
+        access (`secrets_api`: its /v1) and Cloud Storage's downloads (`storage_api`: its root)."""
+        self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port)
+        self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
+        return self.rest_port
 
     def stop(self) -> None:
         self.stopped.set()
@@ -131,10 +135,10 @@ class Emulator:
                 last_save = time.monotonic()
 
 
-def _write_record(project: str, address: str, secrets_api: str) -> None:
+def _write_record(project: str, address: str, rest_root: str) -> None:
     me = psutil.Process()
-    record = emulator_record.EmulatorRecord(project=project, address=address, secrets_api=secrets_api, pid=me.pid,
-                                            started=me.create_time())
+    record = emulator_record.EmulatorRecord(project=project, address=address, secrets_api=f"{rest_root}/v1",
+                                            storage_api=rest_root, pid=me.pid, started=me.create_time())
     write_atomic(emulator_record.record_path(project), record.model_dump_json())
 
 
@@ -154,9 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: emulator.stopped.set())
     try:
-        emulator.serve_secrets_rest(opts.host)  # first: VMs booted again at start read their token by it
+        rest_port = emulator.serve_rest(opts.host)  # first: VMs booted again at start read their token by it
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
-        _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{emulator.secrets_rest_port}/v1")
+        _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}")
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):
             if not _still_ours(opts.project):

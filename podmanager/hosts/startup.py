@@ -59,7 +59,7 @@ def render_startup_script(cluster: str, software: Software, token_secret: str) -
         "podmanager_source": shlex.quote(software.podmanager_source),
         "python": shlex.quote(software.python),
         "uv": shlex.quote(software.uv),
-        "versions": shlex.quote(software.versions_line()),
+        "versions": shlex.quote(software.versions().line()),
         "install_key": shlex.quote(software.install_key()),
         "requirements": " ".join(shlex.quote(r) for r in software.pinned_requirements()),
         "packages": " ".join(shlex.quote(p) for p in software.packages),

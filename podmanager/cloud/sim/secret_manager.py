@@ -24,14 +24,13 @@ of the service would.
 from __future__ import annotations
 
 import base64
-import json
 import re
 import itertools
 import threading
 from collections import deque
 from concurrent import futures
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
@@ -41,6 +40,7 @@ from google.iam.v1 import iam_policy_pb2, policy_pb2
 from google.protobuf import empty_pb2, timestamp_pb2
 
 from podmanager.cloud.checksum import crc32c
+from podmanager.cloud.sim import rest
 from podmanager.cloud.sim.refusal import Refused
 
 SECRET_MANAGER_SERVICE = "google.cloud.secretmanager.v1.SecretManagerService"
@@ -158,13 +158,36 @@ class SecretManagerEmulator:
             return fn(request)  # a copy of what is stored: the server serializes it after the lock
 
     def serve_rest(self, host: str = "127.0.0.1", port: int = 0) -> tuple[ThreadingHTTPServer, int]:
-        """The REST route a VM's startup script reads the token by, served from a background thread;
-        returns (server, port). Stop it with `server.shutdown()` and `server.server_close()`."""
-        server = ThreadingHTTPServer((host, port), _rest_handler(self))
-        server.daemon_threads = True
-        # Polls for a shutdown every 0.05 s (http.server's default 0.5 s would slow every stop).
-        threading.Thread(target=server.serve_forever, args=(0.05,), name="secret-manager-rest", daemon=True).start()
-        return server, server.server_address[1]
+        """The REST route a VM's startup script reads the token by, alone, served from a background
+        thread (the emulator serves it with its other routes); returns (server, port). Stop it with
+        `server.shutdown()` and `server.server_close()`."""
+        return rest.serve([self.rest_access], host, port, name="secret-manager-rest")
+
+    def rest_access(self, path: str, headers: Mapping[str, str]) -> rest.Answer | None:
+        """`GET /v1/projects/P/secrets/S/versions/V:access` answered as the service's JSON does
+        (a `rest.Route`); None for any other path."""
+        match = _REST_ACCESS.match(unquote(urlsplit(path).path))
+        if match is None:
+            return None
+        refused = rest.unauthenticated(headers)
+        if refused is not None:
+            return refused
+        account = _vm_account(headers)
+        if account is not None and not self.may_access(match["name"], f"serviceAccount:{account}"):
+            return rest.error_answer(403, "PERMISSION_DENIED", f"Permission 'secretmanager.versions.access' denied "
+                                     f"for resource '{match['name']}' (or it may not exist).")
+        request = service.AccessSecretVersionRequest(name=match["name"])
+        try:
+            response = self.call("AccessSecretVersion", self.access_secret_version, request)
+        except Refused as failed:
+            return rest.error_answer(_HTTP_STATUS.get(failed.code, 500), failed.code.name, failed.message)
+        return rest.json_answer(200, {
+            "name": response.name,
+            "payload": {
+                "data": base64.b64encode(response.payload.data).decode(),
+                "dataCrc32c": str(response.payload.data_crc32c),  # int64 in JSON is a string
+            },
+        })
 
     # ------------------------------------------------------------------ faults and reads (control side)
 
@@ -317,54 +340,8 @@ VM_TOKEN_PREFIX = "sim-token."  # a simulated VM's access token: the prefix, the
 ACCESSOR_ROLES = frozenset({"roles/secretmanager.secretAccessor", "roles/secretmanager.admin", "roles/owner"})
 
 
-def _vm_account(token: str) -> str | None:
-    """The service account a simulated VM's token stands for; None for anyone else's token
-    (a person's credentials: not checked, as the emulator has no users)."""
+def _vm_account(headers: Mapping[str, str]) -> str | None:
+    """The service account a simulated VM's bearer token stands for; None for anyone else's
+    token (a person's credentials: not checked, as the emulator has no users)."""
+    token = headers.get("authorization", "").removeprefix("Bearer ")
     return token[len(VM_TOKEN_PREFIX):] if token.startswith(VM_TOKEN_PREFIX) else None
-
-
-def _rest_handler(secrets: SecretManagerEmulator) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            match = _REST_ACCESS.match(unquote(urlsplit(self.path).path))
-            if match is None:
-                self._error(404, "NOT_FOUND", f"no such route: GET {self.path}")
-                return
-            if not self.headers.get("Authorization", "").startswith("Bearer "):
-                self._error(401, "UNAUTHENTICATED", "Request is missing required authentication credential. "
-                            "Expected OAuth 2 access token.")
-                return
-            request = service.AccessSecretVersionRequest(name=match["name"])
-            account = _vm_account(self.headers["Authorization"][len("Bearer "):])
-            if account is not None and not secrets.may_access(match["name"], f"serviceAccount:{account}"):
-                self._error(403, "PERMISSION_DENIED", f"Permission 'secretmanager.versions.access' denied for "
-                            f"resource '{match['name']}' (or it may not exist).")
-                return
-            try:
-                response = secrets.call("AccessSecretVersion", secrets.access_secret_version, request)
-            except Refused as refused:
-                self._error(_HTTP_STATUS.get(refused.code, 500), refused.code.name, refused.message)
-                return
-            self._send(200, {
-                "name": response.name,
-                "payload": {
-                    "data": base64.b64encode(response.payload.data).decode(),
-                    "dataCrc32c": str(response.payload.data_crc32c),  # int64 in JSON is a string
-                },
-            })
-
-        def _error(self, status: int, code: str, message: str) -> None:
-            self._send(status, {"error": {"code": status, "message": message, "status": code}})
-
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
-            pass  # every booting VM asks; the emulator's output is for its address, not access logs
-
-    return Handler

@@ -1,0 +1,79 @@
+"""The REST side of the emulated Google services, for what a VM's startup script fetches with
+curl: routes that each answer the GETs they know, served on one port from a background thread.
+
+A route is a function of the request's path (with its query) and headers (names in lower
+case: HTTP's are case-insensitive) that returns the `Answer`, or None for a path that is not
+its own; the server asks each in turn, and answers 404 when none knows the path. Errors carry
+Google's JSON error body.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Mapping, Sequence
+
+JSON = "application/json; charset=UTF-8"
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    content_type: str = JSON
+
+
+Route = Callable[[str, Mapping[str, str]], Answer | None]  # (path with query, headers) -> answer; None: not mine
+
+
+def json_answer(status: int, body: dict[str, Any]) -> Answer:
+    return Answer(status, json.dumps(body).encode())
+
+
+def error_answer(status: int, code: str, message: str) -> Answer:
+    """Google's error body: {"error": {"code", "message", "status"}}."""
+    return json_answer(status, {"error": {"code": status, "message": message, "status": code}})
+
+
+def unauthenticated(headers: Mapping[str, str]) -> Answer | None:
+    """The 401 Google answers a request without an OAuth bearer token; None when it has one
+    (any token: the emulator checks no credentials, only that the caller sends them)."""
+    if headers.get("authorization", "").startswith("Bearer "):
+        return None
+    return error_answer(401, "UNAUTHENTICATED",
+                        "Request is missing required authentication credential. Expected OAuth 2 access token.")
+
+
+def serve(routes: Sequence[Route], host: str = "127.0.0.1", port: int = 0,
+          name: str = "emulator-rest") -> tuple[ThreadingHTTPServer, int]:
+    """Serve `routes` on host:port (0: any free port) from a background thread; returns (server,
+    port). Stop it with `server.shutdown()` and `server.server_close()`."""
+    server = ThreadingHTTPServer((host, port), _handler(tuple(routes)))
+    server.daemon_threads = True
+    # Polls for a shutdown every 0.05 s (http.server's default 0.5 s would slow every stop).
+    threading.Thread(target=server.serve_forever, args=(0.05,), name=name, daemon=True).start()
+    return server, server.server_address[1]
+
+
+def _handler(routes: tuple[Route, ...]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            for route in routes:
+                answer = route(self.path, headers)
+                if answer is not None:
+                    break
+            else:
+                answer = error_answer(404, "NOT_FOUND", f"no such route: GET {self.path}")
+            self.send_response(answer.status)
+            self.send_header("Content-Type", answer.content_type)
+            self.send_header("Content-Length", str(len(answer.body)))
+            self.end_headers()
+            self.wfile.write(answer.body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+            pass  # every booting VM asks; the emulator's output is for its address, not access logs
+
+    return Handler

@@ -1,0 +1,49 @@
+"""`hosts/software.py`: what every TPU VM installs, pinned to the controller, and the key that
+says whether a VM has it already."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from importlib import metadata
+
+from podmanager.core.version import __version__
+from podmanager.hosts.software import Software, Versions, content_version, controller_versions
+
+
+def software(**changes: object) -> Software:
+    base = Software(python="3.11.7", ray="2.60.0", jax="0.10.2", uv="0.13.9", podmanager="0.1.0+h0123456789",
+                    podmanager_source="gs://b/boot/podmanager-0.1.0+h0123456789-py3-none-any.whl",
+                    packages=("optax==0.2.4",))
+    return dataclasses.replace(base, **changes)
+
+
+def test_ray_and_jax_are_pinned_with_libtpu_only_on_a_real_tpu() -> None:
+    assert software().pinned_requirements() == ["ray[default]==2.60.0", "jax[tpu]==0.10.2"]
+    assert software(tpu=False).pinned_requirements() == ["ray[default]==2.60.0", "jax==0.10.2"]
+    assert software().versions().line() == "python=3.11.7 ray=2.60.0 jax=0.10.2 podmanager=0.1.0+h0123456789"
+
+
+def test_the_install_key_changes_with_anything_that_decides_the_install() -> None:
+    key = software().install_key()
+    assert key == software().install_key() and len(key) == 16
+    changes = [{"python": "3.11.8"}, {"ray": "2.61.0"}, {"jax": "0.10.3"}, {"uv": "0.14.0"},
+               {"podmanager": "0.1.0+h9999999999"}, {"podmanager_source": "podmanager==0.1.0"},
+               {"packages": ()}, {"packages": ("optax==0.2.5",)}, {"tpu": False}]
+    keys = {software(**change).install_key() for change in changes}
+    assert key not in keys and len(keys) == len(changes)
+
+
+def test_pinned_to_the_controller_is_what_this_process_runs() -> None:
+    running = controller_versions()
+    assert running == Versions(python=platform.python_version(), ray=metadata.version("ray"),
+                               jax=metadata.version("jax"), podmanager=content_version())
+    assert running.podmanager.startswith(__version__ + "+h")  # by content, as its wheel is named
+    assert running.python.count(".") == 2  # in full: Ray compares it at patch level
+
+    pinned = Software.pinned_to_controller(podmanager="0.2.0", podmanager_source="podmanager==0.2.0",
+                                           packages=["optax"])
+    assert (pinned.python, pinned.ray, pinned.jax, pinned.uv) == (
+        running.python, running.ray, running.jax, metadata.version("uv"))
+    assert pinned.packages == ("optax",)  # a tuple: the record is frozen and hashable
+    hash(pinned)
