@@ -82,6 +82,10 @@ class EmulatorControl:
     def repair(self, zone: str, node_id: str, duration_s: float) -> None:
         self.call("repair", zone=zone, node_id=node_id, duration_s=duration_s)
 
+    def schedule_maintenance(self, zone: str, node_id: str, after_s: float, duration_s: float) -> None:
+        """Announce maintenance (the VM's `upcoming-maintenance`); `after_s` on, REPAIRING for `duration_s`."""
+        self.call("schedule_maintenance", zone=zone, node_id=node_id, after_s=after_s, duration_s=duration_s)
+
     def terminate(self, zone: str, node_id: str) -> None:
         self.call("terminate", zone=zone, node_id=node_id)
 

@@ -226,6 +226,8 @@ class SimCloud:
             record.repaired_at = None
             record.health = "HEALTHY"
             self._set_state(key, NodeState.READY)
+        elif record.maintenance_at is not None and record.maintenance_at <= now:
+            self._start_maintenance(key, now)
         elif record.state == NodeState.DELETING and record.gone_at is not None and record.gone_at <= now:
             self._remove_node(key)
         elif record.preempt_at is not None and record.preempt_at <= now:
@@ -621,6 +623,28 @@ class SimCloud:
             record.repaired_at = self.clock.now() + duration_s
             self._set_state(key, NodeState.REPAIRING)
             self._due_at(record.repaired_at, "node", key)
+
+    def schedule_maintenance(self, zone: str, node_id: str, after_s: float, duration_s: float) -> None:
+        """Announce host maintenance (the v2alpha1 API's SimulateMaintenanceEvent, as a notice):
+        the VM's metadata serves it as upcoming maintenance at once; `after_s` from now the window
+        opens and the node is REPAIRING for `duration_s`, then READY."""
+        with self._transaction():
+            key = f"{zone}/{node_id}"
+            record = self._node_record(zone, node_id)
+            record.maintenance_at = self.clock.now() + after_s
+            record.maintenance_s = duration_s
+            self._due_at(record.maintenance_at, "node", key)
+            self._touch()
+
+    def _start_maintenance(self, key: str, now: float) -> None:
+        record = self._state.nodes[key]
+        record.maintenance_at = None
+        if record.state in DEAD_STATES or record.state == NodeState.DELETING:
+            self._touch()
+            return
+        record.repaired_at = now + record.maintenance_s
+        self._set_state(key, NodeState.REPAIRING)
+        self._due_at(record.repaired_at, "node", key)
 
     def degrade(self, zone: str, node_id: str, *, state: NodeState | None = None, health: str | None = None,
                 for_s: float | None = None) -> None:

@@ -32,6 +32,10 @@ class NodeRecord(BaseModel):
     preempt_notice: bool = False  # announced: what the VM's metadata serves as `preempted`
     preempt_at: float | None = None  # the end of the notice period
     repaired_at: float | None = None  # REPAIRING, HIDDEN, unhealthy, ... -> READY and HEALTHY
+    # Announced host maintenance (what the VM's metadata serves as `upcoming-maintenance`): the
+    # window opens at `maintenance_at`, when the node is REPAIRING for `maintenance_s`.
+    maintenance_at: float | None = None
+    maintenance_s: float = 0.0
     gone_at: float | None = None  # DELETING -> gone
     # worker id -> "namespace/key" -> value: what each worker VM wrote as guest attributes.
     guest_attributes: dict[int, dict[str, str]] = Field(default_factory=dict)
