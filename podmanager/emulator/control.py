@@ -76,6 +76,11 @@ class EmulatorControl:
     def preempt_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0) -> None:
         self.call("preempt_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s, notice_s=notice_s)
 
+    def degrade_slice_later(self, cluster: str, slice_index: int, after_s: float, health: str,
+                            for_s: float | None = None) -> None:
+        self.call("degrade_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s, health=health,
+                  for_s=for_s)
+
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
         self.call("preempt", zone=zone, node_id=node_id, notice_s=notice_s)
 

@@ -44,11 +44,12 @@ from podmanager.cloud.sim.records import (
     QueuedRecord,
     QuotaFault,
     SimState,
+    TimedDegrade,
     TimedPreemption,
 )
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
-from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES
+from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES, DEGRADED_HEALTH
 from podmanager.core.spec import Capacity
 
 # A queued resource not granted yet: what valid_until applies to.
@@ -210,6 +211,12 @@ class SimCloud:
             self._state.faults.timed.remove(timed)
             self._touch()
             self._fire_timed_fault(timed)
+        for degrade in [d for d in self._state.faults.degrades if d.at <= now]:
+            self._state.faults.degrades.remove(degrade)
+            self._touch()
+            key = self._slice_node(degrade.cluster, degrade.slice)
+            if key is not None:
+                self._degrade_locked(key, state=None, health=degrade.health, for_s=degrade.for_s)
 
     def _advance_node(self, key: str, now: float) -> None:
         record = self._state.nodes.get(key)
@@ -273,11 +280,17 @@ class SimCloud:
             self._touch()
 
     def _fire_timed_fault(self, timed: TimedPreemption) -> None:
+        key = self._slice_node(timed.cluster, timed.slice)
+        if key is not None:
+            self._schedule_preemption(key, timed.notice_s)
+
+    def _slice_node(self, cluster: str, slice_index: int) -> str | None:
+        """The READY node that holds a cluster's slice now, if any (a scripted fault's target)."""
         for key, record in self._state.nodes.items():
-            if (record.cluster == timed.cluster and record.labels.get(SLICE_LABEL) == str(timed.slice)
+            if (record.cluster == cluster and record.labels.get(SLICE_LABEL) == str(slice_index)
                     and record.state == NodeState.READY):
-                self._schedule_preemption(key, timed.notice_s)
-                return
+                return key
+        return None
 
     def _schedule_preemption(self, key: str, notice_s: float) -> None:
         record = self._state.nodes[key]
@@ -652,18 +665,35 @@ class SimCloud:
         UNKNOWN (what a failed repair leaves), and/or `health` TIMEOUT, UNHEALTHY_MAINTENANCE or
         UNHEALTHY_TENSORFLOW. With `for_s` the node is READY and HEALTHY again after that long."""
         with self._transaction():
-            key = f"{zone}/{node_id}"
-            record = self._state.nodes[key]
-            before = record.to_node()
-            if health is not None:
-                record.health = health
-            if for_s is not None:
-                record.repaired_at = self.clock.now() + for_s
-                self._due_at(record.repaired_at, "node", key)
-            if state is not None:
-                self._set_state(key, state)
-            else:
-                self._changed_node(key, before)
+            self._node_record(zone, node_id)
+            self._degrade_locked(f"{zone}/{node_id}", state=state, health=health, for_s=for_s)
+
+    def degrade_slice_later(self, cluster: str, slice_index: int, after_s: float, health: str,
+                            for_s: float | None = None) -> None:
+        """Whichever READY node holds this slice `after_s` from now turns `health` (TIMEOUT or
+        UNHEALTHY_MAINTENANCE), for `for_s` (None: until it is replaced)."""
+        if health not in DEGRADED_HEALTH:
+            raise ValueError(f"health must be one of {', '.join(DEGRADED_HEALTH)}, not {health!r}")
+        with self._transaction() as state:
+            at = self.clock.now() + after_s
+            state.faults.degrades.append(TimedDegrade(at=at, cluster=cluster, slice=slice_index, health=health,
+                                                      for_s=for_s))
+            self._touch()
+            self._due_at(at, "timed", "")
+
+    def _degrade_locked(self, key: str, *, state: NodeState | None, health: str | None,
+                        for_s: float | None) -> None:
+        record = self._state.nodes[key]
+        before = record.to_node()
+        if health is not None:
+            record.health = health
+        if for_s is not None:
+            record.repaired_at = self.clock.now() + for_s
+            self._due_at(record.repaired_at, "node", key)
+        if state is not None:
+            self._set_state(key, state)
+        else:
+            self._changed_node(key, before)
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float) -> None:
         """How long a cluster's nodes take to create and delete (its spec's `simulation`)."""

@@ -95,11 +95,23 @@ class TimedPreemption(BaseModel):
     notice_s: float = 0.0
 
 
+class TimedDegrade(BaseModel):
+    """A scripted degrade of whichever READY node holds a cluster's slice at `at`: its
+    `Node.health` turns `health`, for `for_s` (None: until the node is replaced)."""
+
+    at: float
+    cluster: str
+    slice: int
+    health: str
+    for_s: float | None = None
+
+
 class Faults(BaseModel):
     create: dict[str, dict[str, int]] = Field(default_factory=dict)  # zone -> kind -> times left (-1: always)
     quota: QuotaFault | None = None
     transient: int = 0  # API calls left to fail with UNAVAILABLE
     timed: list[TimedPreemption] = Field(default_factory=list)
+    degrades: list[TimedDegrade] = Field(default_factory=list)
 
 
 class ClusterTiming(BaseModel):
