@@ -49,6 +49,9 @@ class FakeCluster:
             CLUSTER_LABEL: "c", SLICE_LABEL: str(index)}))
 
     # -- the port
+    def zone_nodes(self, zone: str, slot: int):
+        return self.cloud.list_nodes(zone)
+
     def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> None:
         self.events.append((kind, data))
 
