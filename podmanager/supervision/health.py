@@ -86,8 +86,11 @@ class HealthMonitor:
     def check(self) -> str | None:
         now = self.clock.now()
         reason = None
+        # The first check lists on its own: a listing shared in this slot may be older than this
+        # attempt (taken before a replacement that finished within the same second).
+        first = self._cloud_watch.slot is None
         if self._cloud_watch.due(now):
-            reason = self._check_cloud(self._cloud_watch.slot)
+            reason = self._check_cloud(None if first else self._cloud_watch.slot)
         if reason is None and self._progress_watch.due(now):
             reason = self._check_progress(now)
         return reason
