@@ -16,7 +16,7 @@ from podmanager.core import faults
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import SpecError
 from podmanager.core.fault_text import DEFAULT_QUOTA
-from podmanager.core.faults import ClearFault, CreateFault, DegradeFault, HangFault, PreemptFault, QuotaFault, TransientFault
+from podmanager.core.faults import ClearFault, CreateFault, DegradeFault, HangFault, MaintenanceFault, PreemptFault, QuotaFault, TransientFault
 from podmanager.core.spec import parse_spec
 
 SPEC = {"name": "c", "backend": "simulated", "zones": ["zone-a", "zone-b"],
@@ -44,6 +44,10 @@ FORMS = [
     ("degrade:1:unhealthy_maintenance:30s:1m",
      {"kind": "degrade", "slice": 1, "health": "UNHEALTHY_MAINTENANCE", "after_s": 30, "for_s": 60},
      DegradeFault(kind="degrade", slice=1, health="UNHEALTHY_MAINTENANCE", after_s=30.0, for_s=60.0)),
+    ("maintenance:0:5", {"kind": "maintenance", "slice": 0, "after_s": 5},
+     MaintenanceFault(kind="maintenance", slice=0, after_s=5.0, notice_s=0.0, duration_s=60.0)),
+    ("maintenance:1:1m:10m:2m", {"kind": "maintenance", "slice": 1, "after_s": 60, "notice_s": 600, "duration_s": 120},
+     MaintenanceFault(kind="maintenance", slice=1, after_s=60.0, notice_s=600.0, duration_s=120.0)),
 ]
 CLOUD_FORMS = [form for form in FORMS if form[2].kind != "hang"]
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from podmanager.cloud.base import NodeRequest
+from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
@@ -90,6 +90,30 @@ def test_upcoming_maintenance_is_served_as_gce_documents_it_and_fires_the_notice
     sim.clock.advance(120)  # done: READY, nothing announced
     assert get(base + "instance/upcoming-maintenance?alt=json") == (200, "{}")
     assert get(base + "instance/maintenance-event") == (200, "NONE")  # never filled on a TPU VM
+
+
+def test_the_maintenance_fault_announces_it_on_the_node_holding_the_slice(tmp_path):
+    from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL
+    from podmanager.core import faults
+
+    sim = SimCloud(clock=FakeClock(), create_latency_s=0.0)
+    sim.create_node("z", "c-s1", NodeRequest("v4-8", "rt", labels={CLUSTER_LABEL: "c", SLICE_LABEL: "1"}))
+    servers = MetadataServers(sim)
+    port = servers.start(zone="z", node="c-s1", worker=0, accelerator="v4-8", endpoints=["10.0.0.1"],
+                         megascale_file=tmp_path / "megascale.json")
+    base = f"http://127.0.0.1:{port}/computeMetadata/v1/"
+    try:
+        faults.parse("maintenance:1:0:5m:1m").apply(sim, cluster="c")  # as 'podmanager sim inject' sends it
+        announced = json.loads(get(base + "instance/upcoming-maintenance?alt=json")[1])
+        assert announced["maintenance_status"] == "PENDING"
+        assert notices.metadata_notice(base + "instance/") is not None  # 5 min ahead: within the lead
+        sim.clock.advance(300)
+        assert [n.state for n in sim.list_nodes("z")] == [NodeState.REPAIRING]
+        sim.clock.advance(60)
+        assert [n.state for n in sim.list_nodes("z")] == [NodeState.READY]
+        assert get(base + "instance/upcoming-maintenance?alt=json") == (200, "{}")
+    finally:
+        servers.stop_all()
 
 
 def test_a_repair_is_ongoing_maintenance(vm):

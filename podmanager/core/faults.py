@@ -22,7 +22,8 @@ Defaults (the constants are in `core/fault_text.py`, shared with `SimCloud`'s ow
 methods (`FaultTarget`: `SimCloud`, or `EmulatorControl` for a running emulator). A
 `preempt` names a slice of a cluster, so it needs `cluster`; the simulator preempts
 whichever node holds the slice `after_s` from now; a `degrade` names one too (the node that
-holds it turns its `health` TIMEOUT or UNHEALTHY_MAINTENANCE). A `hang` is no cloud fault: it freezes the
+holds it turns its `health` TIMEOUT or UNHEALTHY_MAINTENANCE), and so does a `maintenance` (host
+maintenance announced on its node, then done). A `hang` is no cloud fault: it freezes the
 program on one host, which takes the cluster's host agents, so `api/simulation.py` applies
 it and `apply` refuses it.
 """
@@ -49,6 +50,7 @@ from podmanager.core.errors import SpecError
 from podmanager.core.fault_text import (
     CREATE_KINDS,
     DEFAULT_HEALTH,
+    DEFAULT_MAINTENANCE_S,
     DEFAULT_QUOTA,
     DEFAULT_TIMES,
     DEFAULT_WORKER,
@@ -78,6 +80,9 @@ class FaultTarget(Protocol):
 
     def degrade_slice_later(self, cluster: str, slice_index: int, after_s: float, health: str,
                             for_s: float | None = None) -> None: ...
+
+    def maintain_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0,
+                             duration_s: float = DEFAULT_MAINTENANCE_S) -> None: ...
 
 
 def _duration(value: Any) -> Any:
@@ -244,7 +249,33 @@ class DegradeFault(_Fault):
                 + (f" for {self.for_s:g}s" if self.for_s else " until it is replaced"))
 
 
-FaultKind = Union[CreateFault, QuotaFault, TransientFault, ClearFault, PreemptFault, HangFault, DegradeFault]
+class MaintenanceFault(_Fault):
+    """`after_s` from now, host maintenance is announced on whichever READY node holds slice
+    `slice` (its VMs' metadata serves it as `upcoming-maintenance`); its window opens `notice_s`
+    later, and the node is REPAIRING for `duration_s`, then READY."""
+
+    kind: Literal["maintenance"]
+    slice: int = Field(ge=0, description="the slice index, e.g. 0")
+    after_s: Seconds = Field(0.0, description="seconds from now until it is announced (a scripted one: from the "
+                                              "first `up`)")
+    notice_s: Seconds = Field(0.0, description="seconds from the announcement until the window opens")
+    duration_s: Seconds = Field(DEFAULT_MAINTENANCE_S, description="seconds the node is REPAIRING")
+
+    def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
+        if cluster is None:
+            raise SpecError(f"{self.text()}: a maintenance names a slice of a cluster, and no cluster is given; "
+                            "script it in the cluster's spec, use 'podmanager sim inject', or name the cluster to "
+                            "the emulator's control ('inject --cluster NAME', fault(text, cluster=NAME))")
+        sim.maintain_slice_later(cluster, self.slice, self.after_s, self.notice_s, self.duration_s)
+
+    def describe(self) -> str:
+        return (f"maintenance of slice {self.slice} is announced "
+                + (f"{self.after_s:g}s from now" if self.after_s else "now")
+                + f", its window opening {self.notice_s:g}s later, REPAIRING for {self.duration_s:g}s")
+
+
+FaultKind = Union[CreateFault, QuotaFault, TransientFault, ClearFault, PreemptFault, HangFault, DegradeFault,
+                  MaintenanceFault]
 MODELS: dict[str, type[_Fault]] = {kind: model for model in FaultKind.__args__  # type: ignore[attr-defined]
                                    for kind in model.model_fields["kind"].annotation.__args__}
 
@@ -319,6 +350,6 @@ def validate(data: Any) -> FaultKind:
 
 
 __all__ = [
-    "CREATE_KINDS", "ClearFault", "CreateFault", "DegradeFault", "Fault", "FaultKind", "FaultTarget", "HangFault", "PreemptFault",
+    "CREATE_KINDS", "ClearFault", "CreateFault", "DegradeFault", "Fault", "FaultKind", "FaultTarget", "HangFault", "MaintenanceFault", "PreemptFault",
     "QuotaFault", "TransientFault", "explain", "from_flags", "parse", "validate",
 ]

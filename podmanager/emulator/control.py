@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 from podmanager.cloud.base import Node, NodeState, QueuedResource
 from podmanager.cloud.sim.records import Faults
 from podmanager.core.errors import SpecError
-from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES, FAULT_HELP
+from podmanager.core.fault_text import DEFAULT_MAINTENANCE_S, DEFAULT_QUOTA, DEFAULT_TIMES, FAULT_HELP
 from podmanager.core.faults import FaultKind, FaultTarget, parse
 
 CONTROL_SERVICE = "podmanager.emulator.Control"
@@ -80,6 +80,11 @@ class EmulatorControl:
                             for_s: float | None = None) -> None:
         self.call("degrade_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s, health=health,
                   for_s=for_s)
+
+    def maintain_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0,
+                             duration_s: float = DEFAULT_MAINTENANCE_S) -> None:
+        self.call("maintain_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s,
+                  notice_s=notice_s, duration_s=duration_s)
 
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
         self.call("preempt", zone=zone, node_id=node_id, notice_s=notice_s)

@@ -45,11 +45,12 @@ from podmanager.cloud.sim.records import (
     QuotaFault,
     SimState,
     TimedDegrade,
+    TimedMaintenance,
     TimedPreemption,
 )
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
-from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES, DEGRADED_HEALTH
+from podmanager.core.fault_text import DEFAULT_MAINTENANCE_S, DEFAULT_QUOTA, DEFAULT_TIMES, DEGRADED_HEALTH
 from podmanager.core.spec import Capacity
 
 # A queued resource not granted yet: what valid_until applies to.
@@ -217,6 +218,12 @@ class SimCloud:
             key = self._slice_node(degrade.cluster, degrade.slice)
             if key is not None:
                 self._degrade_locked(key, state=None, health=degrade.health, for_s=degrade.for_s)
+        for maintenance in [m for m in self._state.faults.maintenances if m.at <= now]:
+            self._state.faults.maintenances.remove(maintenance)
+            self._touch()
+            key = self._slice_node(maintenance.cluster, maintenance.slice)
+            if key is not None:
+                self._announce_maintenance(key, maintenance.notice_s, maintenance.duration_s)
 
     def _advance_node(self, key: str, now: float) -> None:
         record = self._state.nodes.get(key)
@@ -642,12 +649,26 @@ class SimCloud:
         the VM's metadata serves it as upcoming maintenance at once; `after_s` from now the window
         opens and the node is REPAIRING for `duration_s`, then READY."""
         with self._transaction():
-            key = f"{zone}/{node_id}"
-            record = self._node_record(zone, node_id)
-            record.maintenance_at = self.clock.now() + after_s
-            record.maintenance_s = duration_s
-            self._due_at(record.maintenance_at, "node", key)
+            self._node_record(zone, node_id)
+            self._announce_maintenance(f"{zone}/{node_id}", after_s, duration_s)
+
+    def maintain_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0,
+                             duration_s: float = DEFAULT_MAINTENANCE_S) -> None:
+        """`after_s` from now, announce maintenance on whichever READY node holds this slice: its
+        window opens `notice_s` after the announcement, REPAIRING for `duration_s`."""
+        with self._transaction() as state:
+            at = self.clock.now() + after_s
+            state.faults.maintenances.append(TimedMaintenance(at=at, cluster=cluster, slice=slice_index,
+                                                              notice_s=notice_s, duration_s=duration_s))
             self._touch()
+            self._due_at(at, "timed", "")
+
+    def _announce_maintenance(self, key: str, notice_s: float, duration_s: float) -> None:
+        record = self._state.nodes[key]
+        record.maintenance_at = self.clock.now() + notice_s
+        record.maintenance_s = duration_s
+        self._due_at(record.maintenance_at, "node", key)
+        self._touch()
 
     def _start_maintenance(self, key: str, now: float) -> None:
         record = self._state.nodes[key]

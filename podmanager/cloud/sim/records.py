@@ -106,12 +106,24 @@ class TimedDegrade(BaseModel):
     for_s: float | None = None
 
 
+class TimedMaintenance(BaseModel):
+    """A scripted announcement, at `at`, of host maintenance on whichever READY node holds a
+    cluster's slice: the window opens `notice_s` later, the node REPAIRING for `duration_s`."""
+
+    at: float
+    cluster: str
+    slice: int
+    notice_s: float = 0.0
+    duration_s: float
+
+
 class Faults(BaseModel):
     create: dict[str, dict[str, int]] = Field(default_factory=dict)  # zone -> kind -> times left (-1: always)
     quota: QuotaFault | None = None
     transient: int = 0  # API calls left to fail with UNAVAILABLE
     timed: list[TimedPreemption] = Field(default_factory=list)
     degrades: list[TimedDegrade] = Field(default_factory=list)
+    maintenances: list[TimedMaintenance] = Field(default_factory=list)
 
 
 class ClusterTiming(BaseModel):
