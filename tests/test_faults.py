@@ -16,7 +16,7 @@ from podmanager.core import faults
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import SpecError
 from podmanager.core.fault_text import DEFAULT_QUOTA
-from podmanager.core.faults import ClearFault, CreateFault, HangFault, PreemptFault, QuotaFault, TransientFault
+from podmanager.core.faults import ClearFault, CreateFault, DegradeFault, HangFault, MaintenanceFault, PreemptFault, QuotaFault, TransientFault
 from podmanager.core.spec import parse_spec
 
 SPEC = {"name": "c", "backend": "simulated", "zones": ["zone-a", "zone-b"],
@@ -39,6 +39,15 @@ FORMS = [
     ("preempt:1:30s:10", {"kind": "preempt", "slice": 1, "after_s": 30, "notice_s": 10},
      PreemptFault(kind="preempt", slice=1, after_s=30.0, notice_s=10.0)),
     ("hang:1", {"kind": "hang", "slice": 1}, HangFault(kind="hang", slice=1, worker=0, after_s=0.0)),
+    ("degrade:0::10s", {"kind": "degrade", "slice": 0, "after_s": 10},  # an empty part: the default health
+     DegradeFault(kind="degrade", slice=0, health="TIMEOUT", after_s=10.0, for_s=0.0)),
+    ("degrade:1:unhealthy_maintenance:30s:1m",
+     {"kind": "degrade", "slice": 1, "health": "UNHEALTHY_MAINTENANCE", "after_s": 30, "for_s": 60},
+     DegradeFault(kind="degrade", slice=1, health="UNHEALTHY_MAINTENANCE", after_s=30.0, for_s=60.0)),
+    ("maintenance:0:5", {"kind": "maintenance", "slice": 0, "after_s": 5},
+     MaintenanceFault(kind="maintenance", slice=0, after_s=5.0, notice_s=0.0, duration_s=60.0)),
+    ("maintenance:1:1m:10m:2m", {"kind": "maintenance", "slice": 1, "after_s": 60, "notice_s": 600, "duration_s": 120},
+     MaintenanceFault(kind="maintenance", slice=1, after_s=60.0, notice_s=600.0, duration_s=120.0)),
 ]
 CLOUD_FORMS = [form for form in FORMS if form[2].kind != "hang"]
 
@@ -100,6 +109,11 @@ def test_the_sim_commands_take_the_same_defaults(tmp_path):
         assert pending() == controlled("reservation:zone-b", "transient")
         invoke("sim", "fail-create", "-c", "clitest", "--kind", "reservation", "--zone", "zone-b", "--times", "-1")
         assert pending() == controlled("reservation:zone-b:-1", "transient")
+        said = invoke("sim", "inject", "-c", "clitest", "degrade:0:unhealthy_maintenance:1m")
+        assert "slice 0 turns UNHEALTHY_MAINTENANCE 60s from now until it is replaced" in said
+        [degrade] = pending().degrades
+        assert (degrade.cluster, degrade.slice, degrade.health, degrade.for_s) == (
+            "clitest", 0, "UNHEALTHY_MAINTENANCE", None)
         invoke("sim", "inject", "-c", "clitest", "clear")
         assert pending() == controlled()
     finally:
@@ -135,6 +149,8 @@ def test_a_bad_fault_in_the_spec_names_the_field_and_the_fix(written, expected):
     ("clear:z", "too many ':' parts for a 'clear' fault", "Write it as clear."),
     ("flood:z", "--fault: 'flood:z': 'flood' is not a fault kind", "Faults: capacity:ZONE[:TIMES] |"),
     ("preempt:0:x", "after_s: 'x' is not a duration", "preempt:SLICE[:AFTER_S[:NOTICE_S]]"),
+    ("degrade:0:SLOW", "health: Input should be 'TIMEOUT' or 'UNHEALTHY_MAINTENANCE'",
+     "degrade:SLICE[:HEALTH[:AFTER_S[:FOR_S]]]"),
 ])
 def test_bad_fault_text_names_the_flag_and_the_form(text, expected, form):
     with pytest.raises(SpecError) as raised:
@@ -148,6 +164,8 @@ def test_what_needs_a_cluster_or_hosts_is_refused_on_the_bare_cloud():
     sim = SimCloud(clock=FakeClock())
     with pytest.raises(SpecError, match="names a slice of a cluster, and no cluster is given"):
         apply_fault(sim, "preempt:0")
+    with pytest.raises(SpecError, match="a degrade names a slice of a cluster, and no cluster is given"):
+        apply_fault(sim, "degrade:0")
     with pytest.raises(SpecError, match="a hang freezes a program on a host"):
         apply_fault(sim, "hang:0", cluster="c")
     assert sim.pending_faults() == SimCloud(clock=FakeClock()).pending_faults()

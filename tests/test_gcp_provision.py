@@ -295,3 +295,50 @@ def test_without_queue_wait_s_a_queued_slice_waits_in_its_zone_and_a_timeout_wit
         provisioner.converge(desired_slices(spec(count=1, queued=True)), timeout_s=120)
     assert sim.all_queued_resources() == [] and sim.all_nodes() == []  # nothing left queued
     assert [r.parent.rsplit("/", 1)[1] for r in emulator.requests_of("CreateQueuedResource")] == ["zone-a"]
+
+
+class _QuietGang:
+    """The parts of a gang the health monitor reads: no host has a notice (the cloud is checked)."""
+
+    hosts: list = []
+
+    def any_notice(self, index: int) -> bool:
+        return False
+
+    def signal(self, signum: int) -> None:
+        raise AssertionError("no notice, no signal")
+
+
+def test_a_suspended_spot_queued_slice_is_seen_within_one_health_interval_and_replaced(  # type: ignore[no-untyped-def]
+        setup, tmp_path) -> None:
+    """The supervisor's path on the real client: its health check lists the zone through
+    google-cloud-tpu and sees the slice gone at the next interval; its recovery (the runtime's
+    delete_slices, restore_slices) deletes the SUSPENDED queued resource with force and queues
+    the slice again."""
+    from podmanager.core.records import SliceRef
+    from podmanager.operations.cluster_runtime import ClusterRuntime
+    from podmanager.state import StateStore
+    from podmanager.supervision.health import HealthMonitor
+
+    clock, sim, emulator, cloud = setup
+    data = {"name": "c", "project": "my-project", "backend": "simulated", "zones": ZONES,
+            "simulation": {"boot_hosts": False},
+            "slices": [{"accelerator": "v4-16", "count": 1, "queued": True, "capacity": "spot"}]}
+    runtime = ClusterRuntime(parse_spec(data), store=StateStore(tmp_path / "state.db"), clock=clock, cloud=cloud)
+    [node] = runtime.restore_slices(timeout_s=300)
+    monitor = HealthMonitor(cloud, [SliceRef(0, node.zone, node.name)], _QuietGang(), interval_s=1.0,  # type: ignore[arg-type]
+                            clock=clock)
+    assert monitor.check() is None
+
+    sim.preempt(node.zone, node.name)  # the service takes the spot slice back: SUSPENDING, then SUSPENDED
+    clock.advance(1.0)  # one health interval
+    assert monitor.check() == "slice 0 (c-s0) is gone"
+    assert [q.state for q in cloud.list_queued_resources("zone-a")] == [QueuedResourceState.SUSPENDED]
+
+    runtime.delete_slices([0], reason="preempted")
+    assert sim.all_queued_resources() == [] and sim.all_nodes() == []
+    [again] = runtime.restore_slices(timeout_s=300)
+    assert (again.name, again.state) == ("c-s0", NodeState.READY)
+    assert [q.state for q in cloud.list_queued_resources("zone-a")] == [QueuedResourceState.ACTIVE]
+    assert [r.force for r in emulator.requests_of("DeleteQueuedResource")] == [True]
+    assert len(emulator.requests_of("CreateQueuedResource")) == 2

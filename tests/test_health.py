@@ -160,3 +160,36 @@ def test_a_slice_that_recovers_within_the_wait_is_no_incident_and_a_later_spell_
     clock.advance(1)
     assert monitor.check() is not None
     assert [kind for kind, _ in events] == ["slice_unwell", "slice_unwell"]
+
+
+class CountingCloud:
+    """The simulator, counting the zone listings asked of it."""
+
+    def __init__(self, sim):
+        self.sim, self.lists = sim, 0
+
+    def list_nodes(self, zone):
+        self.lists += 1
+        return self.sim.list_nodes(zone)
+
+
+def test_the_runs_of_one_cluster_share_one_listing_per_zone_per_interval_and_see_a_loss_as_soon(tmp_path):
+    from podmanager.operations.shared_listing import SharedZoneListing
+
+    clock = FakeClock()
+    sim, gang, _, _ = setup(clock)
+    counted = CountingCloud(sim)
+    # Two runs' supervisors, each with its own handle on the cluster's folder (as two processes).
+    monitors = [HealthMonitor(counted, [SliceRef(i, "z", f"c-s{i}")], gang, interval_s=1.0, clock=clock,
+                              list_zone=SharedZoneListing(counted, tmp_path / "listing").list_nodes)
+                for i in range(2)]
+    for _ in range(8):  # two intervals, checked every quarter second as the attempt runner does
+        assert [m.check() for m in monitors] == [None, None]
+        clock.advance(0.25)
+    # Each attempt's first check lists on its own (a shared listing may predate the attempt),
+    # then one listing per interval serves both runs.
+    assert counted.lists == 2 + 1
+    sim.preempt("z", "c-s1")
+    reasons = [m.check() for m in monitors]  # a new interval: listed once more, after the preemption
+    assert reasons == [None, "slice 1 (c-s1) is PREEMPTED"] and counted.lists == 4
+    assert monitors[1].observation().slice_states == {1: NodeState.PREEMPTED} and counted.lists == 5  # its own

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from podmanager.cloud.base import NodeRequest
+from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
@@ -70,12 +70,57 @@ def test_notices_follow_the_simulated_cloud_and_reach_the_notice_watch(vm):
     sim.clear_faults()
 
 
-def test_maintenance_shows_while_the_slice_is_repairing(vm):
+def test_upcoming_maintenance_is_served_as_gce_documents_it_and_fires_the_notice(vm):
     sim, base, _ = vm
-    assert get(base + "instance/maintenance-event") == (200, "NONE")
+    assert get(base + "instance/upcoming-maintenance?alt=json") == (200, "{}")  # nothing announced
+    assert notices.metadata_notice(base + "instance/") is None
+    now = sim.clock.now()
+    sim.schedule_maintenance("z", "c-s0", after_s=3600, duration_s=120)
+    status, body = get(base + "instance/upcoming-maintenance?alt=json")
+    announced = json.loads(body)
+    assert status == 200 and announced["maintenance_status"] == "PENDING"
+    assert set(announced) >= {"window_start_time", "window_end_time", "type", "can_reschedule"}
+    # An hour ahead is too early to stop the program; within the lead it is told.
+    assert notices.metadata_notice(base + "instance/", now=now) is None
+    notice = notices.metadata_notice(base + "instance/", now=now + 3600 - notices.MAINTENANCE_LEAD_S)
+    assert notice is not None and notice.startswith("maintenance:") and "PENDING" in notice
+    sim.clock.advance(3600)  # the window opens: the slice is REPAIRING, the maintenance ONGOING
+    assert json.loads(get(base + "instance/upcoming-maintenance?alt=json")[1])["maintenance_status"] == "ONGOING"
+    assert "ONGOING" in (notices.metadata_notice(base + "instance/", now=now) or "")
+    sim.clock.advance(120)  # done: READY, nothing announced
+    assert get(base + "instance/upcoming-maintenance?alt=json") == (200, "{}")
+    assert get(base + "instance/maintenance-event") == (200, "NONE")  # never filled on a TPU VM
+
+
+def test_the_maintenance_fault_announces_it_on_the_node_holding_the_slice(tmp_path):
+    from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL
+    from podmanager.core import faults
+
+    sim = SimCloud(clock=FakeClock(), create_latency_s=0.0)
+    sim.create_node("z", "c-s1", NodeRequest("v4-8", "rt", labels={CLUSTER_LABEL: "c", SLICE_LABEL: "1"}))
+    servers = MetadataServers(sim)
+    port = servers.start(zone="z", node="c-s1", worker=0, accelerator="v4-8", endpoints=["10.0.0.1"],
+                         megascale_file=tmp_path / "megascale.json")
+    base = f"http://127.0.0.1:{port}/computeMetadata/v1/"
+    try:
+        faults.parse("maintenance:1:0:5m:1m").apply(sim, cluster="c")  # as 'podmanager sim inject' sends it
+        announced = json.loads(get(base + "instance/upcoming-maintenance?alt=json")[1])
+        assert announced["maintenance_status"] == "PENDING"
+        assert notices.metadata_notice(base + "instance/") is not None  # 5 min ahead: within the lead
+        sim.clock.advance(300)
+        assert [n.state for n in sim.list_nodes("z")] == [NodeState.REPAIRING]
+        sim.clock.advance(60)
+        assert [n.state for n in sim.list_nodes("z")] == [NodeState.READY]
+        assert get(base + "instance/upcoming-maintenance?alt=json") == (200, "{}")
+    finally:
+        servers.stop_all()
+
+
+def test_a_repair_is_ongoing_maintenance(vm):
+    sim, base, _ = vm
     sim.repair("z", "c-s0", duration_s=60)
-    assert get(base + "instance/maintenance-event") == (200, "TERMINATE_ON_HOST_MAINTENANCE")
-    assert notices.metadata_notice(base + "instance/") == "maintenance: TERMINATE_ON_HOST_MAINTENANCE"
+    assert json.loads(get(base + "instance/upcoming-maintenance?alt=json")[1])["maintenance_status"] == "ONGOING"
+    assert "ONGOING" in (notices.metadata_notice(base + "instance/") or "")
 
 
 def test_wait_for_change_answers_when_the_value_changes(vm):

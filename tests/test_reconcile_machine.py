@@ -102,6 +102,13 @@ class ProvisioningMachine(RuleBasedStateMachine):
                 self.sim.repair(node.zone, node.name, seconds)  # comes back READY on its own
                 self.settled = False
 
+    @rule(index=st.integers(0, SLICES - 1), notice=st.floats(0, 3), seconds=st.floats(0.5, 5))
+    def announce_maintenance(self, index, notice, seconds):
+        """Host maintenance announced on the slice's node (the `maintenance` fault): REPAIRING
+        once its window opens, READY again after it."""
+        self.sim.maintain_slice_later(self.cluster.name, index, 0.0, notice, seconds)
+        self.settled = False
+
     @rule(index=st.integers(0, SLICES - 1),
           condition=st.sampled_from([(NodeState.HIDDEN, None), (NodeState.UNHIDING, None), (None, "TIMEOUT"),
                                      (None, "UNHEALTHY_MAINTENANCE"), (NodeState.UNKNOWN, None)]),

@@ -49,6 +49,9 @@ class FakeCluster:
             CLUSTER_LABEL: "c", SLICE_LABEL: str(index)}))
 
     # -- the port
+    def zone_nodes(self, zone: str, slot: int):
+        return self.cloud.list_nodes(zone)
+
     def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> None:
         self.events.append((kind, data))
 
@@ -360,3 +363,28 @@ def test_a_supervisor_killed_in_any_phase_is_carried_on_by_the_next_without_doin
     assert [i["cause"] for i in record.ledger["incidents"]] == ["preemption"]  # each incident once
     if kill_at != PATH[-1]:  # a supervisor killed once the run had finished leaves nothing to carry on
         assert cluster.kinds().count("supervisor_restarted") == 1
+
+
+def test_a_degraded_slice_is_waited_for_then_replaced_as_an_infrastructure_incident(tmp_path, runs):
+    """`degrade:1:UNHEALTHY_MAINTENANCE` (as `podmanager sim inject` sends it) as attempt 0 starts:
+    the supervisor's health check says so, waits the bounded wait out on its fake clock, then
+    replaces the slice without paying the preemption budget."""
+    from podmanager.cloud.base import BOUNDED_WAIT_S
+    from podmanager.core.faults import parse
+
+    box: list[FakeCluster] = []
+
+    def script(s, attempt):
+        if attempt == 0 and s.slice_index == 1:
+            parse("degrade:1:UNHEALTHY_MAINTENANCE").apply(box[0].cloud, cluster="c")
+        return Behaviour(polls=10_000 if attempt == 0 else 3)
+
+    cluster = FakeCluster(tmp_path, script, clock=FakeClock())
+    box.append(cluster)
+    started = cluster.clock.now()
+    result = supervise(cluster, runs, submit(cluster, runs), poll_interval_s=1.0)
+    assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 0)
+    [incident] = result.incidents
+    assert incident["cause"] == "infrastructure" and incident["slices"] == [1]
+    assert cluster.deleted == [[1]] and cluster.kinds().count("slice_unwell") == 1
+    assert BOUNDED_WAIT_S <= cluster.clock.now() - started < BOUNDED_WAIT_S + 60

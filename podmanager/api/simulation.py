@@ -23,7 +23,7 @@ def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
 
     A preemption without `after_s` takes the node that holds the slice now (the slice must
     exist); a hang freezes the program on its host now. Everything else goes to the cloud."""
-    from podmanager.core.faults import HangFault, PreemptFault
+    from podmanager.core.faults import DegradeFault, HangFault, MaintenanceFault, PreemptFault
 
     if isinstance(fault, PreemptFault) and not fault.after_s:
         return f"preempting {preempt(cluster, fault.slice, fault.notice_s)}"
@@ -35,7 +35,7 @@ def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
         return f"froze the workload on {host_label(fault.slice, fault.worker)}"
     fault.apply(cluster.simulator, cluster=cluster.name)
     cluster.record("fault_injected", f"simulated fault: {fault.describe()}",
-                   fault.slice if isinstance(fault, PreemptFault) else None)
+                   fault.slice if isinstance(fault, (PreemptFault, DegradeFault, MaintenanceFault)) else None)
     return fault.describe()
 
 

@@ -7,6 +7,7 @@ grammar, the defaults, durations.
     capacity:ZONE[:TIMES]   reservation:ZONE[:TIMES]   preempt-while-creating:ZONE[:TIMES]
     quota[:QUOTA[:TIMES]]   transient[:TIMES]   clear
     preempt:SLICE[:AFTER_S[:NOTICE_S]]   hang:SLICE[:WORKER[:AFTER_S]]
+    degrade:SLICE[:HEALTH[:AFTER_S[:FOR_S]]]   maintenance:SLICE[:AFTER_S[:NOTICE_S[:DURATION_S]]]
 
 An empty part takes the default (`quota::3`); durations take `10`, `10s` or `1m`.
 """
@@ -23,6 +24,11 @@ UNTIL_CLEARED = -1  # `times: -1`: a create fault that hits every create until `
 DEFAULT_QUOTA = "TPUV4PodPerProjectPerZoneForTPUAPI"
 DEFAULT_WORKER = 0
 CREATE_KINDS = ("capacity", "reservation", "preempt-while-creating", "invalid-request")
+# What a `degrade` may turn a node's `health` to: the two that provisioning and the supervisor
+# wait out for a bounded time, then replace (cloud/base.py's HEALTH_DECISIONS).
+DEGRADED_HEALTH = ("TIMEOUT", "UNHEALTHY_MAINTENANCE")
+DEFAULT_HEALTH = "TIMEOUT"
+DEFAULT_MAINTENANCE_S = 60.0  # how long a simulated maintenance keeps a node REPAIRING
 
 # Each kind's fields in the order its text gives them.
 TEXT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -32,6 +38,8 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "clear": (),
     "preempt": ("slice", "after_s", "notice_s"),
     "hang": ("slice", "worker", "after_s"),
+    "degrade": ("slice", "health", "after_s", "for_s"),
+    "maintenance": ("slice", "after_s", "notice_s", "duration_s"),
 }
 KINDS = tuple(TEXT_FIELDS)
 
@@ -42,13 +50,17 @@ TEXT_FORMS: dict[str, str] = {
     "clear": "clear",
     "preempt": "preempt:SLICE[:AFTER_S[:NOTICE_S]]",
     "hang": "hang:SLICE[:WORKER[:AFTER_S]]",
+    "degrade": "degrade:SLICE[:HEALTH[:AFTER_S[:FOR_S]]]",
+    "maintenance": "maintenance:SLICE[:AFTER_S[:NOTICE_S[:DURATION_S]]]",
 }
 
 FAULT_HELP = (
     "capacity:ZONE[:TIMES] | reservation:ZONE[:TIMES] | preempt-while-creating:ZONE[:TIMES] | "
     "invalid-request:ZONE[:TIMES] | "
     "quota[:QUOTA[:TIMES]] | transient[:TIMES] | preempt:SLICE[:AFTER_S[:NOTICE_S]] | "
-    f"hang:SLICE[:WORKER[:AFTER_S]] | clear; TIMES defaults to {DEFAULT_TIMES} "
+    "hang:SLICE[:WORKER[:AFTER_S]] | degrade:SLICE[:HEALTH[:AFTER_S[:FOR_S]]] | "
+    "maintenance:SLICE[:AFTER_S[:NOTICE_S[:DURATION_S]]] | clear; "
+    f"TIMES defaults to {DEFAULT_TIMES} "
     f"({UNTIL_CLEARED}: a create fault until cleared)"
 )
 

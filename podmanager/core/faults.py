@@ -21,7 +21,9 @@ Defaults (the constants are in `core/fault_text.py`, shared with `SimCloud`'s ow
 `apply(sim, cluster=...)` injects the fault into anything with the simulator's inject
 methods (`FaultTarget`: `SimCloud`, or `EmulatorControl` for a running emulator). A
 `preempt` names a slice of a cluster, so it needs `cluster`; the simulator preempts
-whichever node holds the slice `after_s` from now. A `hang` is no cloud fault: it freezes the
+whichever node holds the slice `after_s` from now; a `degrade` names one too (the node that
+holds it turns its `health` TIMEOUT or UNHEALTHY_MAINTENANCE), and so does a `maintenance` (host
+maintenance announced on its node, then done). A `hang` is no cloud fault: it freezes the
 program on one host, which takes the cluster's host agents, so `api/simulation.py` applies
 it and `apply` refuses it.
 """
@@ -47,9 +49,12 @@ from pydantic_core import ErrorDetails
 from podmanager.core.errors import SpecError
 from podmanager.core.fault_text import (
     CREATE_KINDS,
+    DEFAULT_HEALTH,
+    DEFAULT_MAINTENANCE_S,
     DEFAULT_QUOTA,
     DEFAULT_TIMES,
     DEFAULT_WORKER,
+    DEGRADED_HEALTH,
     FAULT_HELP,
     KINDS,
     TEXT_FIELDS,
@@ -72,6 +77,12 @@ class FaultTarget(Protocol):
     def clear_faults(self) -> None: ...
 
     def preempt_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0) -> None: ...
+
+    def degrade_slice_later(self, cluster: str, slice_index: int, after_s: float, health: str,
+                            for_s: float | None = None) -> None: ...
+
+    def maintain_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0,
+                             duration_s: float = DEFAULT_MAINTENANCE_S) -> None: ...
 
 
 def _duration(value: Any) -> Any:
@@ -209,7 +220,62 @@ class HangFault(_Fault):
         return f"the program on host {self.slice}/{self.worker} freezes {self.after_s:g}s into the run"
 
 
-FaultKind = Union[CreateFault, QuotaFault, TransientFault, ClearFault, PreemptFault, HangFault]
+def _health(value: Any) -> Any:
+    return value.strip().upper() if isinstance(value, str) else value
+
+
+class DegradeFault(_Fault):
+    """Whichever READY node holds slice `slice` turns unhealthy `after_s` from now: its
+    `Node.health` is `health` (TIMEOUT or UNHEALTHY_MAINTENANCE) for `for_s` (0: until it is
+    replaced). `up` and the supervisor wait such a slice out for a bounded time, then replace it."""
+
+    kind: Literal["degrade"]
+    slice: int = Field(ge=0, description="the slice index, e.g. 0")
+    health: Annotated[Literal["TIMEOUT", "UNHEALTHY_MAINTENANCE"], BeforeValidator(_health)] = Field(
+        DEFAULT_HEALTH, description=f"the health it turns to: {' or '.join(DEGRADED_HEALTH)}")
+    after_s: Seconds = Field(0.0, description="seconds from now (a scripted one: from the first `up`)")
+    for_s: Seconds = Field(0.0, description="seconds until it is HEALTHY again; 0: until it is replaced")
+
+    def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
+        if cluster is None:
+            raise SpecError(f"{self.text()}: a degrade names a slice of a cluster, and no cluster is given; "
+                            "script it in the cluster's spec, use 'podmanager sim inject', or name the cluster to "
+                            "the emulator's control ('inject --cluster NAME', fault(text, cluster=NAME))")
+        sim.degrade_slice_later(cluster, self.slice, self.after_s, self.health, self.for_s or None)
+
+    def describe(self) -> str:
+        return (f"slice {self.slice} turns {self.health} "
+                + (f"{self.after_s:g}s from now" if self.after_s else "now")
+                + (f" for {self.for_s:g}s" if self.for_s else " until it is replaced"))
+
+
+class MaintenanceFault(_Fault):
+    """`after_s` from now, host maintenance is announced on whichever READY node holds slice
+    `slice` (its VMs' metadata serves it as `upcoming-maintenance`); its window opens `notice_s`
+    later, and the node is REPAIRING for `duration_s`, then READY."""
+
+    kind: Literal["maintenance"]
+    slice: int = Field(ge=0, description="the slice index, e.g. 0")
+    after_s: Seconds = Field(0.0, description="seconds from now until it is announced (a scripted one: from the "
+                                              "first `up`)")
+    notice_s: Seconds = Field(0.0, description="seconds from the announcement until the window opens")
+    duration_s: Seconds = Field(DEFAULT_MAINTENANCE_S, description="seconds the node is REPAIRING")
+
+    def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
+        if cluster is None:
+            raise SpecError(f"{self.text()}: a maintenance names a slice of a cluster, and no cluster is given; "
+                            "script it in the cluster's spec, use 'podmanager sim inject', or name the cluster to "
+                            "the emulator's control ('inject --cluster NAME', fault(text, cluster=NAME))")
+        sim.maintain_slice_later(cluster, self.slice, self.after_s, self.notice_s, self.duration_s)
+
+    def describe(self) -> str:
+        return (f"maintenance of slice {self.slice} is announced "
+                + (f"{self.after_s:g}s from now" if self.after_s else "now")
+                + f", its window opening {self.notice_s:g}s later, REPAIRING for {self.duration_s:g}s")
+
+
+FaultKind = Union[CreateFault, QuotaFault, TransientFault, ClearFault, PreemptFault, HangFault, DegradeFault,
+                  MaintenanceFault]
 MODELS: dict[str, type[_Fault]] = {kind: model for model in FaultKind.__args__  # type: ignore[attr-defined]
                                    for kind in model.model_fields["kind"].annotation.__args__}
 
@@ -284,6 +350,6 @@ def validate(data: Any) -> FaultKind:
 
 
 __all__ = [
-    "CREATE_KINDS", "ClearFault", "CreateFault", "Fault", "FaultKind", "FaultTarget", "HangFault", "PreemptFault",
+    "CREATE_KINDS", "ClearFault", "CreateFault", "DegradeFault", "Fault", "FaultKind", "FaultTarget", "HangFault", "MaintenanceFault", "PreemptFault",
     "QuotaFault", "TransientFault", "explain", "from_flags", "parse", "validate",
 ]

@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 from podmanager.cloud.base import Node, NodeState, QueuedResource
 from podmanager.cloud.sim.records import Faults
 from podmanager.core.errors import SpecError
-from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES, FAULT_HELP
+from podmanager.core.fault_text import DEFAULT_MAINTENANCE_S, DEFAULT_QUOTA, DEFAULT_TIMES, FAULT_HELP
 from podmanager.core.faults import FaultKind, FaultTarget, parse
 
 CONTROL_SERVICE = "podmanager.emulator.Control"
@@ -76,11 +76,25 @@ class EmulatorControl:
     def preempt_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0) -> None:
         self.call("preempt_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s, notice_s=notice_s)
 
+    def degrade_slice_later(self, cluster: str, slice_index: int, after_s: float, health: str,
+                            for_s: float | None = None) -> None:
+        self.call("degrade_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s, health=health,
+                  for_s=for_s)
+
+    def maintain_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0,
+                             duration_s: float = DEFAULT_MAINTENANCE_S) -> None:
+        self.call("maintain_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s,
+                  notice_s=notice_s, duration_s=duration_s)
+
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
         self.call("preempt", zone=zone, node_id=node_id, notice_s=notice_s)
 
     def repair(self, zone: str, node_id: str, duration_s: float) -> None:
         self.call("repair", zone=zone, node_id=node_id, duration_s=duration_s)
+
+    def schedule_maintenance(self, zone: str, node_id: str, after_s: float, duration_s: float) -> None:
+        """Announce maintenance (the VM's `upcoming-maintenance`); `after_s` on, REPAIRING for `duration_s`."""
+        self.call("schedule_maintenance", zone=zone, node_id=node_id, after_s=after_s, duration_s=duration_s)
 
     def terminate(self, zone: str, node_id: str) -> None:
         self.call("terminate", zone=zone, node_id=node_id)

@@ -16,6 +16,8 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -54,8 +56,34 @@ class SimulatedVm:
         return "TRUE" if record and (record.preempt_notice or record.state == NodeState.PREEMPTED) else "FALSE"
 
     def maintenance_event(self) -> str:
+        """Compute Engine fills `maintenance-event` only for VMs that live-migrate or have GPUs; a
+        TPU VM is neither (it terminates on maintenance), so this stays NONE: TPU maintenance is
+        announced through `upcoming-maintenance`."""
+        return "NONE"
+
+    def upcoming_maintenance(self) -> str:
+        """`instance/upcoming-maintenance` as GCE documents it (snake_case fields, RFC 3339 times):
+        PENDING from the simulator's announcement until the window opens, ONGOING while the node is
+        REPAIRING; with none, the documented empty object."""
         record = self._record()
-        return "TERMINATE_ON_HOST_MAINTENANCE" if record and record.state == NodeState.REPAIRING else "NONE"
+        if record is None:
+            return "{}"
+        if record.maintenance_at is not None:
+            status, start, end = "PENDING", record.maintenance_at, record.maintenance_at + record.maintenance_s
+        elif record.state == NodeState.REPAIRING:
+            now = self.sim.clock.now()
+            status, start, end = "ONGOING", now, max(now, record.repaired_at or now)
+        else:
+            return "{}"
+        return json.dumps({
+            "can_reschedule": "false", "latest_window_start_time": _rfc3339(start),
+            "maintenance_status": status, "type": "UNSCHEDULED",
+            "window_end_time": _rfc3339(end), "window_start_time": _rfc3339(start),
+        }, sort_keys=True)
+
+    def maintenance_values(self) -> dict[str, Callable[[], str]]:
+        """The maintenance keys, apart from `value`'s table so each grows on its own."""
+        return {"instance/upcoming-maintenance": self.upcoming_maintenance}
 
     def tpu_env(self) -> str:
         values = {"ACCELERATOR_TYPE": self.accelerator, "NODE_ID": self.node, "WORKER_ID": str(self.worker),
@@ -97,7 +125,7 @@ class SimulatedVm:
             "instance/preempted": self.preempted,
             "instance/maintenance-event": self.maintenance_event,
         }
-        answer = fixed.get(path.strip("/"))
+        answer = fixed.get(path.strip("/")) or self.maintenance_values().get(path.strip("/"))
         if answer is None and path.startswith(GUEST_ATTRIBUTES):
             return self.guest_attribute(path[len(GUEST_ATTRIBUTES):])
         if answer is None and path.startswith(ATTRIBUTES):
@@ -169,6 +197,10 @@ def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
             pass  # a TPU program polls this; its log would fill the host's
 
     return Handler
+
+
+def _rfc3339(when: float) -> str:
+    return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _etag(value: str) -> str:

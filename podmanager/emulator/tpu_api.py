@@ -508,7 +508,8 @@ class TpuEmulator:
 
 
 _SIM_CONTROLS = frozenset({"inject_create_fault", "inject_quota", "inject_transient", "clear_faults", "preempt",
-                           "preempt_slice_later", "repair", "terminate", "configure_cluster"})
+                           "preempt_slice_later", "degrade_slice_later", "maintain_slice_later", "repair",
+                           "schedule_maintenance", "terminate", "configure_cluster"})
 # Reads of the simulator's own view (no API call: no injected fault hits them), as the client's records.
 _SIM_READS: dict[str, TypeAdapter[Any]] = {
     "all_nodes": TypeAdapter(list[Node]),

@@ -14,7 +14,7 @@ from typing import Any, Callable, ContextManager
 
 from podmanager.cloud.base import DEAD_STATES, InProcessSimulator, Node, SimulatedCloud, TpuCloud
 from podmanager.cloud.retry import RetryingCloud
-from podmanager.core import catalog
+from podmanager.core import catalog, paths
 from podmanager.core.clock import Clock, RealClock, poll_until
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.records import HostSlot, SliceRef
@@ -22,6 +22,7 @@ from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.operations.backends import local_machines, make_cloud
 from podmanager.operations.boot_watch import BootWatch
+from podmanager.operations.shared_listing import SharedZoneListing
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import Observed, SliceChange, changes, describe_changes, desired_slices
 from podmanager.state import Event, StateStore
@@ -54,6 +55,7 @@ class ClusterRuntime:
         self._listeners: list[EventCallback] = [on_event] if on_event else []
         self._hosts: ClusterHosts | None = None
         self._hosts_built = False
+        self._listing: SharedZoneListing | None = None  # made when a supervisor first checks the cloud
 
     @classmethod
     def from_name(cls, name: str, *, store: StateStore | None = None, run_id: str | None = None) -> ClusterRuntime:
@@ -73,6 +75,12 @@ class ClusterRuntime:
         if self._cloud is None:
             self._cloud, self._simulator = make_cloud(self.spec, clock=self.clock, on_retry=self._record_retry)
         return self._cloud
+
+    def zone_nodes(self, zone: str, slot: int) -> list[Node]:
+        """The zone's nodes as listed in this health slot, shared by the cluster's supervisors."""
+        if self._listing is None:
+            self._listing = SharedZoneListing(self.cloud, paths.cluster_dir(self.name) / "listing")
+        return self._listing.list_nodes(zone, slot)
 
     @property
     def simulator(self) -> SimulatedCloud:

@@ -15,6 +15,7 @@ classifier what was seen. The clock is injected so the checks are tested without
 
 from __future__ import annotations
 
+import math
 import signal
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -41,6 +42,22 @@ class _Watch:
 
 
 @dataclass
+class _SlotWatch:
+    """Due once per slot of `interval_s` on the clock (`slot`: floor(now / interval_s)), so the
+    checks of every run on a cluster fall in the same slots and can share one listing."""
+
+    interval_s: float
+    slot: int | None = None
+
+    def due(self, now: float) -> bool:
+        slot = math.floor(now / self.interval_s)
+        if slot != self.slot:
+            self.slot = slot
+            return True
+        return False
+
+
+@dataclass
 class HealthMonitor:
     cloud: TpuCloud
     slices: list[SliceRef]
@@ -49,6 +66,9 @@ class HealthMonitor:
     hang_timeout_s: float = 600.0
     clock: Clock = field(default_factory=RealClock)
     on_event: Callable[..., Any] | None = None
+    # (zone, slot) -> the zone's nodes as listed in that slot: the cluster's listing shared by
+    # all its runs' supervisors (operations/shared_listing.py); None: list the zone every time.
+    list_zone: Callable[[str, int], list[Node]] | None = None
     slice_states: dict[int, NodeState | None] = field(default_factory=dict)
     notices: set[int] = field(default_factory=set)
     hung: bool = False
@@ -60,23 +80,30 @@ class HealthMonitor:
     _step_time: float | None = None
 
     def __post_init__(self) -> None:
-        self._cloud_watch = _Watch(self.interval_s)
+        self._cloud_watch = _SlotWatch(self.interval_s)
         self._progress_watch = _Watch(min(self.interval_s, 1.0))
 
     def check(self) -> str | None:
         now = self.clock.now()
         reason = None
+        # The first check lists on its own: a listing shared in this slot may be older than this
+        # attempt (taken before a replacement that finished within the same second).
+        first = self._cloud_watch.slot is None
         if self._cloud_watch.due(now):
-            reason = self._check_cloud()
+            reason = self._check_cloud(None if first else self._cloud_watch.slot)
         if reason is None and self._progress_watch.due(now):
             reason = self._check_progress(now)
         return reason
 
-    def _check_cloud(self) -> str | None:
+    def _check_cloud(self, slot: int | None = None) -> str | None:
+        """`slot`: the health slot this check is for (a listing taken in it may be shared);
+        None: list afresh."""
         by_zone: dict[str, dict[str, Node]] = {}
         for zone in {s.zone for s in self.slices}:
             try:
-                by_zone[zone] = {n.name: n for n in self.cloud.list_nodes(zone)}
+                listed = (self.list_zone(zone, slot) if self.list_zone is not None and slot is not None
+                          else self.cloud.list_nodes(zone))
+                by_zone[zone] = {n.name: n for n in listed}
             except cloud_errors.TransientError:
                 return None  # the API's trouble is not the run's: look again next interval
         lost = []
@@ -137,7 +164,8 @@ class HealthMonitor:
         return True
 
     def observation(self, dead_nodes: set[tuple[int, int]] | None = None) -> Observation:
-        """What was seen, for `classify`; looks at the cloud once more first."""
+        """What was seen, for `classify`; looks at the cloud once more first (its own listing:
+        the attempt may have ended for a reason the last shared one did not show yet)."""
         self._check_cloud()
         hosts = tuple(
             HostOutcome(h.slot.slice_index, h.slot.worker_id, h.exit_code, h.lost,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from podmanager.cloud.base import TpuCloud
+from podmanager.cloud.base import Node, TpuCloud
 from podmanager.core.clock import Clock
 from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import ClusterSpec
@@ -19,6 +19,11 @@ class SupervisedCluster(Protocol):
 
     @property
     def cloud(self) -> TpuCloud: ...
+
+    def zone_nodes(self, zone: str, slot: int) -> list[Node]:
+        """The zone's nodes as listed in this health slot (floor(now / health.interval_s)):
+        listed once per slot for the whole cluster, however many runs' supervisors ask."""
+        ...
 
     def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> Any:
         """Append an event to the cluster's durable event log."""

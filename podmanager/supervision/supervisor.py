@@ -259,7 +259,7 @@ class RunSupervisor:
         health = self.cluster.spec.health
         monitor = HealthMonitor(self.cluster.cloud, refs, gang, interval_s=health.interval_s,
                                 hang_timeout_s=self.workload.hang_timeout_s or health.hang_timeout_s,
-                                on_event=self.cluster.record, clock=self.clock)
+                                on_event=self.cluster.record, clock=self.clock, list_zone=self.cluster.zone_nodes)
         box.append(monitor)
         return _SupervisedMonitor(self, monitor, gang)
 

@@ -44,11 +44,13 @@ from podmanager.cloud.sim.records import (
     QueuedRecord,
     QuotaFault,
     SimState,
+    TimedDegrade,
+    TimedMaintenance,
     TimedPreemption,
 )
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
-from podmanager.core.fault_text import DEFAULT_QUOTA, DEFAULT_TIMES
+from podmanager.core.fault_text import DEFAULT_MAINTENANCE_S, DEFAULT_QUOTA, DEFAULT_TIMES, DEGRADED_HEALTH
 from podmanager.core.spec import Capacity
 
 # A queued resource not granted yet: what valid_until applies to.
@@ -215,6 +217,18 @@ class SimCloud:
             self._state.faults.timed.remove(timed)
             self._touch()
             self._fire_timed_fault(timed)
+        for degrade in [d for d in self._state.faults.degrades if d.at <= now]:
+            self._state.faults.degrades.remove(degrade)
+            self._touch()
+            key = self._slice_node(degrade.cluster, degrade.slice)
+            if key is not None:
+                self._degrade_locked(key, state=None, health=degrade.health, for_s=degrade.for_s)
+        for maintenance in [m for m in self._state.faults.maintenances if m.at <= now]:
+            self._state.faults.maintenances.remove(maintenance)
+            self._touch()
+            key = self._slice_node(maintenance.cluster, maintenance.slice)
+            if key is not None:
+                self._announce_maintenance(key, maintenance.notice_s, maintenance.duration_s)
 
     def _advance_node(self, key: str, now: float) -> None:
         record = self._state.nodes.get(key)
@@ -231,6 +245,8 @@ class SimCloud:
             record.repaired_at = None
             record.health = "HEALTHY"
             self._set_state(key, NodeState.READY)
+        elif record.maintenance_at is not None and record.maintenance_at <= now:
+            self._start_maintenance(key, now)
         elif record.state == NodeState.DELETING and record.gone_at is not None and record.gone_at <= now:
             self._remove_node(key)
         elif record.preempt_at is not None and record.preempt_at <= now:
@@ -276,11 +292,17 @@ class SimCloud:
             self._touch()
 
     def _fire_timed_fault(self, timed: TimedPreemption) -> None:
+        key = self._slice_node(timed.cluster, timed.slice)
+        if key is not None:
+            self._schedule_preemption(key, timed.notice_s)
+
+    def _slice_node(self, cluster: str, slice_index: int) -> str | None:
+        """The READY node that holds a cluster's slice now, if any (a scripted fault's target)."""
         for key, record in self._state.nodes.items():
-            if (record.cluster == timed.cluster and record.labels.get(SLICE_LABEL) == str(timed.slice)
+            if (record.cluster == cluster and record.labels.get(SLICE_LABEL) == str(slice_index)
                     and record.state == NodeState.READY):
-                self._schedule_preemption(key, timed.notice_s)
-                return
+                return key
+        return None
 
     def _schedule_preemption(self, key: str, notice_s: float) -> None:
         record = self._state.nodes[key]
@@ -627,24 +649,77 @@ class SimCloud:
             self._set_state(key, NodeState.REPAIRING)
             self._due_at(record.repaired_at, "node", key)
 
+    def schedule_maintenance(self, zone: str, node_id: str, after_s: float, duration_s: float) -> None:
+        """Announce host maintenance (the v2alpha1 API's SimulateMaintenanceEvent, as a notice):
+        the VM's metadata serves it as upcoming maintenance at once; `after_s` from now the window
+        opens and the node is REPAIRING for `duration_s`, then READY."""
+        with self._transaction():
+            self._node_record(zone, node_id)
+            self._announce_maintenance(f"{zone}/{node_id}", after_s, duration_s)
+
+    def maintain_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0,
+                             duration_s: float = DEFAULT_MAINTENANCE_S) -> None:
+        """`after_s` from now, announce maintenance on whichever READY node holds this slice: its
+        window opens `notice_s` after the announcement, REPAIRING for `duration_s`."""
+        with self._transaction() as state:
+            at = self.clock.now() + after_s
+            state.faults.maintenances.append(TimedMaintenance(at=at, cluster=cluster, slice=slice_index,
+                                                              notice_s=notice_s, duration_s=duration_s))
+            self._touch()
+            self._due_at(at, "timed", "")
+
+    def _announce_maintenance(self, key: str, notice_s: float, duration_s: float) -> None:
+        record = self._state.nodes[key]
+        record.maintenance_at = self.clock.now() + notice_s
+        record.maintenance_s = duration_s
+        self._due_at(record.maintenance_at, "node", key)
+        self._touch()
+
+    def _start_maintenance(self, key: str, now: float) -> None:
+        record = self._state.nodes[key]
+        record.maintenance_at = None
+        if record.state in DEAD_STATES or record.state == NodeState.DELETING:
+            self._touch()
+            return
+        record.repaired_at = now + record.maintenance_s
+        self._set_state(key, NodeState.REPAIRING)
+        self._due_at(record.repaired_at, "node", key)
+
     def degrade(self, zone: str, node_id: str, *, state: NodeState | None = None, health: str | None = None,
                 for_s: float | None = None) -> None:
         """Put a node into one of the API's other conditions: `state` HIDING, HIDDEN, UNHIDING or
         UNKNOWN (what a failed repair leaves), and/or `health` TIMEOUT, UNHEALTHY_MAINTENANCE or
         UNHEALTHY_TENSORFLOW. With `for_s` the node is READY and HEALTHY again after that long."""
         with self._transaction():
-            key = f"{zone}/{node_id}"
-            record = self._state.nodes[key]
-            before = record.to_node()
-            if health is not None:
-                record.health = health
-            if for_s is not None:
-                record.repaired_at = self.clock.now() + for_s
-                self._due_at(record.repaired_at, "node", key)
-            if state is not None:
-                self._set_state(key, state)
-            else:
-                self._changed_node(key, before)
+            self._node_record(zone, node_id)
+            self._degrade_locked(f"{zone}/{node_id}", state=state, health=health, for_s=for_s)
+
+    def degrade_slice_later(self, cluster: str, slice_index: int, after_s: float, health: str,
+                            for_s: float | None = None) -> None:
+        """Whichever READY node holds this slice `after_s` from now turns `health` (TIMEOUT or
+        UNHEALTHY_MAINTENANCE), for `for_s` (None: until it is replaced)."""
+        if health not in DEGRADED_HEALTH:
+            raise ValueError(f"health must be one of {', '.join(DEGRADED_HEALTH)}, not {health!r}")
+        with self._transaction() as state:
+            at = self.clock.now() + after_s
+            state.faults.degrades.append(TimedDegrade(at=at, cluster=cluster, slice=slice_index, health=health,
+                                                      for_s=for_s))
+            self._touch()
+            self._due_at(at, "timed", "")
+
+    def _degrade_locked(self, key: str, *, state: NodeState | None, health: str | None,
+                        for_s: float | None) -> None:
+        record = self._state.nodes[key]
+        before = record.to_node()
+        if health is not None:
+            record.health = health
+        if for_s is not None:
+            record.repaired_at = self.clock.now() + for_s
+            self._due_at(record.repaired_at, "node", key)
+        if state is not None:
+            self._set_state(key, state)
+        else:
+            self._changed_node(key, before)
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
                           vm_image: str = "controller") -> None:

@@ -32,6 +32,10 @@ class NodeRecord(BaseModel):
     preempt_notice: bool = False  # announced: what the VM's metadata serves as `preempted`
     preempt_at: float | None = None  # the end of the notice period
     repaired_at: float | None = None  # REPAIRING, HIDDEN, unhealthy, ... -> READY and HEALTHY
+    # Announced host maintenance (what the VM's metadata serves as `upcoming-maintenance`): the
+    # window opens at `maintenance_at`, when the node is REPAIRING for `maintenance_s`.
+    maintenance_at: float | None = None
+    maintenance_s: float = 0.0
     gone_at: float | None = None  # DELETING -> gone
     # worker id -> "namespace/key" -> value: what each worker VM wrote as guest attributes.
     guest_attributes: dict[int, dict[str, str]] = Field(default_factory=dict)
@@ -91,11 +95,35 @@ class TimedPreemption(BaseModel):
     notice_s: float = 0.0
 
 
+class TimedDegrade(BaseModel):
+    """A scripted degrade of whichever READY node holds a cluster's slice at `at`: its
+    `Node.health` turns `health`, for `for_s` (None: until the node is replaced)."""
+
+    at: float
+    cluster: str
+    slice: int
+    health: str
+    for_s: float | None = None
+
+
+class TimedMaintenance(BaseModel):
+    """A scripted announcement, at `at`, of host maintenance on whichever READY node holds a
+    cluster's slice: the window opens `notice_s` later, the node REPAIRING for `duration_s`."""
+
+    at: float
+    cluster: str
+    slice: int
+    notice_s: float = 0.0
+    duration_s: float
+
+
 class Faults(BaseModel):
     create: dict[str, dict[str, int]] = Field(default_factory=dict)  # zone -> kind -> times left (-1: always)
     quota: QuotaFault | None = None
     transient: int = 0  # API calls left to fail with UNAVAILABLE
     timed: list[TimedPreemption] = Field(default_factory=list)
+    degrades: list[TimedDegrade] = Field(default_factory=list)
+    maintenances: list[TimedMaintenance] = Field(default_factory=list)
 
 
 class ClusterSimulation(BaseModel):
