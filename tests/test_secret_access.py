@@ -253,7 +253,8 @@ def start_hosts(spec: dict[str, Any], address: str, monkeypatch: pytest.MonkeyPa
     return ClusterHosts(parse_spec(spec)).start()
 
 
-GCP = {"name": "demo", "project": PROJECT, "zones": ["us-central2-b"], "slices": [{"accelerator": "v4-16"}]}
+GCP = {"name": "demo", "project": PROJECT, "zones": ["us-central2-b"], "slices": [{"accelerator": "v4-16"}],
+       "boot": {"podmanager": "0.1.0"}}  # a version on the index: nothing to stage
 
 
 def test_up_grants_the_specs_service_account(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
