@@ -21,6 +21,8 @@ from podmanager.hosts.sim import vms
 
 if TYPE_CHECKING:
     from podmanager.api import Cluster
+    from podmanager.core.spec import ClusterSpec
+    from podmanager.emulator.service import Emulator
 
 ZONE = "sim-zone-a"
 
@@ -91,6 +93,24 @@ def create_ready_nodes(
         )
     clock.advance(cloud.create_latency_s + 0.1)
     return sorted(cloud.list_nodes(ZONE), key=lambda n: n.name)
+
+
+@contextlib.contextmanager
+def booting_emulator(spec: "ClusterSpec", clock) -> Iterator[tuple["Emulator", dict[str, str]]]:
+    """An in-process emulator of the spec's project (on `clock`) whose READY nodes boot as
+    simulated VMs, through their startup script as every VM does, and the metadata to create
+    the cluster's nodes with: the head's address (the head is started) and the startup script,
+    the token secret made in the emulator's Secret Manager. Stops the emulator, not the VMs."""
+    from podmanager.emulator.service import Emulator
+    from podmanager.hosts.cluster_hosts import ClusterHosts
+
+    emulator = Emulator(spec.project or "", persist=False, create_latency_s=0.5, delete_latency_s=0.1, clock=clock)
+    try:
+        emulator.serve_rest()
+        address = f"127.0.0.1:{emulator.start()}"
+        yield emulator, ClusterHosts(spec, vms.SimulatedMachines(), secrets_host=lambda: address).start()
+    finally:
+        emulator.stop()
 
 
 @contextlib.contextmanager

@@ -25,21 +25,19 @@ CRASHING_UP = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {tests!r})
     from podmanager.core.clock import FakeClock
-    from podmanager.cloud.sim.cloud import SimCloud
     from podmanager.hosts import HostController
     from podmanager.hosts.sim import vms
     from podmanager.core.spec import parse_spec
-    from ray_fixtures import create_ready_nodes
+    from ray_fixtures import booting_emulator, create_ready_nodes
 
     spec = parse_spec({spec!r})
     controller = HostController(spec, vms.SimulatedMachines())
-    controller.start_head()
     clock = FakeClock()
-    cloud = SimCloud(clock=clock, listeners=[vms.SimHostBooter()])
-    nodes = create_ready_nodes(cloud, clock, spec.name, ["v4-8"], controller.node_metadata())
-    controller.wait_for_hosts(nodes, timeout_s=120)
-    print("UP", flush=True)
-    os._exit(9)  # crash: no stop(), no ray.shutdown()
+    with booting_emulator(spec, clock) as (emulator, metadata):
+        nodes = create_ready_nodes(emulator.sim, clock, spec.name, ["v4-8"], metadata)
+        controller.wait_for_hosts(nodes, timeout_s=120)
+        print("UP", flush=True)
+        os._exit(9)  # crash: no stop(), no ray.shutdown()
     """
 )
 

@@ -15,6 +15,7 @@ import pytest
 import ray
 from ray_fixtures import (
     ZONE,
+    booting_emulator,
     cluster_machines,
     create_ready_nodes,
     ray_like,
@@ -22,7 +23,6 @@ from ray_fixtures import (
 )
 
 from podmanager.cloud.base import NodeRequest, NodeState
-from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock, poll_until
 from podmanager.core.spec import parse_spec
 from podmanager.hosts import HostController, auth, fleet, head, snapshot
@@ -44,16 +44,17 @@ def env(tmp_path_factory):
     )
     controller = HostController(spec, vms.SimulatedMachines())
     clock = FakeClock()
-    cloud = SimCloud(clock=clock, create_latency_s=0.5, delete_latency_s=0.1, listeners=[vms.SimHostBooter()])
     machines: set[str] = set()
     try:
-        controller.start_head()
-        nodes = create_ready_nodes(cloud, clock, CLUSTER, ["v4-16", "v4-8"], controller.node_metadata())
-        started = time.monotonic()
-        infos = controller.wait_for_hosts(nodes, timeout_s=120)
-        machines = cluster_machines(CLUSTER)
-        yield {"controller": controller, "cloud": cloud, "clock": clock, "nodes": nodes, "infos": infos,
-               "home": home, "spec": spec, "up_s": time.monotonic() - started}
+        with booting_emulator(spec, clock) as (emulator, metadata):
+            cloud = emulator.sim
+            nodes = create_ready_nodes(cloud, clock, CLUSTER, ["v4-16", "v4-8"], metadata)
+            started = time.monotonic()
+            infos = controller.wait_for_hosts(nodes, timeout_s=120)
+            machines = cluster_machines(CLUSTER)
+            yield {"controller": controller, "cloud": cloud, "clock": clock, "nodes": nodes, "infos": infos,
+                   "home": home, "spec": spec, "up_s": time.monotonic() - started, "booter": emulator.booter,
+                   "metadata": metadata}
     finally:
         machines |= cluster_machines(CLUSTER)
         controller.stop()
@@ -108,8 +109,7 @@ def test_start_head_is_idempotent_and_hosts_are_not_booted_twice(env):
     controller = env["controller"]
     before = cluster_machines(CLUSTER)
     assert HostController(env["spec"], vms.SimulatedMachines()).start_head() == controller.start_head()
-    booter = vms.SimHostBooter()
-    assert booter.boot(env["nodes"][0]) == []
+    assert env["booter"].boot(env["nodes"][0]) == []  # its hosts run: none is booted again
     assert cluster_machines(CLUSTER) == before
     assert len(controller.hosts()) == 3
 
@@ -207,7 +207,9 @@ def test_preempted_slice_loses_its_hosts(env):
     assert len(machines) == 2
     cloud.preempt(ZONE, node.name)  # on-demand: TERMINATED; the listener kills its VMs
     assert cloud.get_node(ZONE, node.name).state is NodeState.TERMINATED
-    assert [r for r in vms.host_records(CLUSTER) if r["node"] == node.name] == []
+    # The emulator hands the change to its VMs from its own thread, as the real cloud does.
+    poll_until(lambda: not [r for r in vms.host_records(CLUSTER) if r["node"] == node.name], timeout_s=10,
+               interval_s=0.1, what="the preempted node's VMs to go")
     assert wait_no_leftovers(machines, None, timeout_s=10) == []
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -226,7 +228,7 @@ def test_replaced_slice_gets_new_agents(env):
     clock.advance(1.0)
     cloud.list_nodes(ZONE)  # the node is gone
     cloud.create_node(ZONE, old.name, NodeRequest("v4-16", "tpu-ubuntu2204-base", labels=dict(old.labels),
-                                                   metadata=controller.node_metadata()))
+                                                   metadata=env["metadata"]))
     clock.advance(1.0)
     node = cloud.get_node(ZONE, old.name)
     assert node.state is NodeState.READY

@@ -34,6 +34,7 @@ from podmanager.cloud.base import Node
 from podmanager.cloud.sim import rest
 from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
+from podmanager.core.clock import Clock
 from podmanager.core.files import write_atomic
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator import state_file, storage
@@ -50,14 +51,14 @@ class Emulator:
     """One simulated project, served: `start()`, then `stop()` (also on failure)."""
 
     def __init__(self, project: str, *, persist: bool, create_latency_s: float = 0.5,
-                 delete_latency_s: float = 0.1):
+                 delete_latency_s: float = 0.1, clock: Clock | None = None):
         """`persist`: carry on from the project's saved state and save it on change (the
         background emulator); else an in-memory project (`podmanager emulator`, tests)."""
         self.project = project
         self.persist = persist
         state = state_file.load(project) if persist else None
         self.sim = SimCloud(project, state=state, create_latency_s=create_latency_s,
-                            delete_latency_s=delete_latency_s, listeners=[self._heard])
+                            delete_latency_s=delete_latency_s, listeners=[self._heard], clock=clock)
         self.metadata = MetadataServers(self.sim)
         self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image)
         self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}))

@@ -49,8 +49,7 @@ log = logging.getLogger(__name__)
 
 HOSTS_DIR = "hosts"
 GONE_STATES = DEAD_STATES | {NodeState.DELETING}
-CONTROLLER_IMAGE, BARE_IMAGE = "controller", "bare"
-VM_IMAGES = (CONTROLLER_IMAGE, BARE_IMAGE)
+CONTROLLER_IMAGE = "controller"  # the other image, "bare", has nothing on it (`SimulationSpec.vm_image`)
 # What a TPU VM's guest agent does at boot: fetch the startup script from the metadata server, run it.
 GUEST_BOOT = (
     'mkdir -p "$PODMANAGER_ROOT/var/lib/google" && '
@@ -72,13 +71,13 @@ def record_path(cluster: str, node_name: str, worker_id: int) -> Path:
 
 
 def temp_dir(cluster: str, machine_id: str) -> str:
-    """Ray's temp dir for one simulated host.
+    """One simulated VM's root folder (its Ray temp dir is `tmp/ray` inside).
 
-    Hosts on one machine in one session dir race for the same socket names
-    (raylet.1, plasma_store.1) and crash with "Address already in use"; a dir per host
-    avoids that. One per machine, not per slot: a VM that stops (and removes its dir) never
-    takes the dir of a new VM in its place. Inside the cluster's (`procs.owner_temp_dir`),
-    and short: Unix socket paths inside it are limited to 107 bytes.
+    One per machine, not per slot: a VM that stops (and removes its root) never takes the
+    root of a new VM in its place, and hosts on one machine never share Ray's socket names
+    (raylet.1, plasma_store.1: "Address already in use"). Inside the cluster's
+    (`procs.owner_temp_dir`), so `down` removes them all, and short: Unix socket paths in the
+    Ray temp dir are limited to 107 bytes.
     """
     return f"{procs.owner_temp_dir(cluster)}/{machine_id[:8]}"
 
@@ -157,7 +156,7 @@ class SimHostBooter:
     def __init__(self, *, object_store_memory: int = OBJECT_STORE_BYTES, num_cpus: int = 1,
                  metadata: MetadataHost | None = None, image_of: Callable[[str], str] | None = None) -> None:
         """`metadata`: where each VM's metadata server runs (without it, no VM boots).
-        `image_of(cluster)`: the cluster's VM image (`VM_IMAGES`; default "controller")."""
+        `image_of(cluster)`: the cluster's VM image (default "controller")."""
         self.object_store_memory = object_store_memory
         self.num_cpus = num_cpus
         self.metadata = metadata
