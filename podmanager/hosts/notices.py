@@ -101,7 +101,7 @@ def parse_upcoming_maintenance(text: str | None) -> UpcomingMaintenance | None:
 
 def metadata_notice(base_url: str | None = None, timeout_s: float = 1.0, *, now: float | None = None) -> str | None:
     """Why this VM is about to be lost, or None. Off Google Cloud (no metadata server) None."""
-    base_url = base_url or os.environ.get("PODMANAGER_METADATA_URL") or metadata_url()
+    base_url = base_url or metadata_url()
     if (_read(base_url, "preempted", timeout_s) or "").upper() == "TRUE":
         return "preempted"
     maintenance = parse_upcoming_maintenance(_read(base_url, UPCOMING_MAINTENANCE, timeout_s))
