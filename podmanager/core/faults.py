@@ -119,6 +119,14 @@ class _Fault(BaseModel):
         values = [getattr(self, name) for name in TEXT_FIELDS[self.kind]]
         return ":".join([self.kind, *(f"{v:g}" if isinstance(v, float) else str(v) for v in values)])
 
+    def _cluster(self, cluster: str | None, what: str, command: str) -> str:
+        """The cluster a fault on one of its slices needs; refused, saying where to give it, without one."""
+        if cluster is None:
+            raise SpecError(f"{self.text()}: {what} names a slice of a cluster, and no cluster is given; "
+                            f"script it in the cluster's spec, use '{command}', or name the cluster to the "
+                            "emulator's control ('inject --cluster NAME', fault(text, cluster=NAME))")
+        return cluster
+
 
 class CreateFault(_Fault):
     """The next `times` creates in `zone` fail (the operation ends in this error)."""
@@ -193,11 +201,7 @@ class PreemptFault(_Fault):
     notice_s: Seconds = Field(0.0, description="seconds of notice the metadata server gives")
 
     def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
-        if cluster is None:
-            raise SpecError(f"{self.text()}: a preemption names a slice of a cluster, and no cluster is given; "
-                            "script it in the cluster's spec, use 'podmanager sim', or name the cluster to the "
-                            "emulator's control ('inject --cluster NAME', fault(text, cluster=NAME))")
-        sim.preempt_slice_later(cluster, self.slice, self.after_s, self.notice_s)
+        sim.preempt_slice_later(self._cluster(cluster, "a preemption", "podmanager sim"), self.slice, self.after_s, self.notice_s)
 
     def describe(self) -> str:
         return (f"slice {self.slice} is preempted " + (f"{self.after_s:g}s from now" if self.after_s else "now")
@@ -237,11 +241,7 @@ class DegradeFault(_Fault):
     for_s: Seconds = Field(0.0, description="seconds until it is HEALTHY again; 0: until it is replaced")
 
     def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
-        if cluster is None:
-            raise SpecError(f"{self.text()}: a degrade names a slice of a cluster, and no cluster is given; "
-                            "script it in the cluster's spec, use 'podmanager sim inject', or name the cluster to "
-                            "the emulator's control ('inject --cluster NAME', fault(text, cluster=NAME))")
-        sim.degrade_slice_later(cluster, self.slice, self.after_s, self.health, self.for_s or None)
+        sim.degrade_slice_later(self._cluster(cluster, "a degrade", "podmanager sim inject"), self.slice, self.after_s, self.health, self.for_s or None)
 
     def describe(self) -> str:
         return (f"slice {self.slice} turns {self.health} "
@@ -262,11 +262,7 @@ class MaintenanceFault(_Fault):
     duration_s: Seconds = Field(DEFAULT_MAINTENANCE_S, description="seconds the node is REPAIRING")
 
     def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
-        if cluster is None:
-            raise SpecError(f"{self.text()}: a maintenance names a slice of a cluster, and no cluster is given; "
-                            "script it in the cluster's spec, use 'podmanager sim inject', or name the cluster to "
-                            "the emulator's control ('inject --cluster NAME', fault(text, cluster=NAME))")
-        sim.maintain_slice_later(cluster, self.slice, self.after_s, self.notice_s, self.duration_s)
+        sim.maintain_slice_later(self._cluster(cluster, "a maintenance", "podmanager sim inject"), self.slice, self.after_s, self.notice_s, self.duration_s)
 
     def describe(self) -> str:
         return (f"maintenance of slice {self.slice} is announced "
