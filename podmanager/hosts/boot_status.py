@@ -24,8 +24,9 @@ JOINED = "joined"
 
 
 def metadata_root() -> str:
-    """This VM's metadata server (a simulated VM names its own in GCE_METADATA_HOST)."""
-    return f"http://{os.environ.get('GCE_METADATA_HOST') or 'metadata.google.internal'}/computeMetadata/v1"
+    """This VM's metadata server: `GCE_METADATA_IP` (host:port) where set, as Google's own
+    libraries and JAX honour it (a simulated VM points it at its own server)."""
+    return f"http://{os.environ.get('GCE_METADATA_IP') or 'metadata.google.internal'}/computeMetadata/v1"
 
 
 def read_metadata(path: str, *, timeout_s: float = 5.0, wait_for_change: bool = False) -> str | None:

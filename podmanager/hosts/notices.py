@@ -20,14 +20,15 @@ notice whose window cannot be read fires at once (better an early checkpoint tha
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
 
-METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/"
+from podmanager.hosts.boot_status import metadata_root
+
+METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/"  # off a simulated VM
 UPCOMING_MAINTENANCE = "upcoming-maintenance?alt=json"
 # How long before a maintenance window opens the program is told: time for a checkpoint and a
 # clean stop, then the slice is replaced (on other hosts) before the maintenance takes it.
@@ -55,10 +56,8 @@ class UpcomingMaintenance:
 
 
 def metadata_url() -> str:
-    """This VM's metadata server: `GCE_METADATA_IP` (host:port) where set, as Google's own
-    libraries and JAX honour it (a simulated VM points it at its own server)."""
-    address = os.environ.get("GCE_METADATA_IP")
-    return f"http://{address}/computeMetadata/v1/instance/" if address else METADATA_URL
+    """This VM's metadata server's `instance/` (`boot_status.metadata_root`: the one rule for where it is)."""
+    return f"{metadata_root()}/instance/"
 
 
 def _read(base_url: str, key: str, timeout_s: float) -> str | None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, ContextManager
 
-from podmanager.cloud.base import DEAD_STATES, InProcessSimulator, Node, SimulatedCloud, TpuCloud
+from podmanager.cloud.base import DEAD_STATES, InProcessSimulator, Node, Operation, SimulatedCloud, TpuCloud
 from podmanager.cloud.retry import RetryingCloud
 from podmanager.core import catalog, paths
 from podmanager.core.clock import Clock, RealClock, poll_until
@@ -229,10 +229,13 @@ class ClusterRuntime:
         self.record("metadata_update", f"telling {len(stale)} slice(s) the current head and startup script: "
                     + ", ".join(n.name for n in stale))
         operations = [self.cloud.update_node_metadata(n.zone, n.name, {**n.metadata, **metadata}) for n in stale]
+        def finished(name: str) -> Operation | None:
+            polled = self.cloud.get_operation(name)
+            return polled if polled.done else None
+
         poll = 0.05 if self.spec.simulated else 2.0
         for operation in operations:
-            done = poll_until(lambda: (lambda op: op if op.done else None)(self.cloud.get_operation(operation.name)),
-                              timeout_s=300.0, interval_s=poll, clock=self.clock,
+            done = poll_until(lambda: finished(operation.name), timeout_s=300.0, interval_s=poll, clock=self.clock,
                               what=f"updating the metadata of the slices of {self.name}")
             if done.error is not None:
                 raise done.error
