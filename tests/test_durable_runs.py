@@ -37,7 +37,7 @@ SPEC = {
     "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.0},
     "health": {"interval_s": 0.5},
     "recovery": {"backoff_s": 0.0},
-    "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot"}],
+    "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}],  # one chip a host: fast steps
 }
 STEPS = 150
 TRAIN = ["--steps", str(STEPS), "--checkpoint-every", "20", "--log-every", "1"]

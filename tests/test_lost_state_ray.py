@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 NAME = "lostfolder"
 SPEC = f"""
 name: {NAME}
-slices: [{{accelerator: v4-8, count: 1}}]
+slices: [{{accelerator: v5litepod-1, count: 1}}]
 simulation: {{create_latency_s: 0.2, delete_latency_s: 0.0}}
 health: {{interval_s: 0.5}}
 """
