@@ -73,6 +73,20 @@ def test_a_reservation_on_a_spot_slice_is_refused_with_the_field_and_exit_code_2
     assert sim_nodes("podmanager-sim") == []
 
 
+def test_a_boot_package_against_the_controllers_ray_is_refused_before_anything_starts(tmp_path):
+    from importlib import metadata
+
+    from podmanager.core import paths
+
+    path = tmp_path / "pins.yaml"  # hosts that boot: the VMs would install boot.packages
+    path.write_text("name: pins\nslices: [{accelerator: v4-8}]\nboot: {packages: [optax, ray==2.0.0]}\n")
+    result = invoke("up", "-f", path, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert f"boot.packages[1] ('ray==2.0.0') conflicts with ray=={metadata.version('ray')}" in result.output
+    assert invoke("status", "-c", "pins").exit_code == 2  # nothing was recorded
+    assert not list((paths.home() / "sim").glob("emulators/*.json"))  # nor an emulator started
+
+
 def test_missing_file_and_unknown_cluster(tmp_path):
     result = invoke("up", "-f", tmp_path / "nope.yaml", "--dry-run")
     assert result.exit_code == 2 and "--file: cannot read" in result.output
@@ -85,6 +99,8 @@ def test_gcp_without_credentials_fails_at_once_and_creates_nothing(spec_file, mo
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "some-project")
     monkeypatch.delenv("CLOUDSDK_CONFIG", raising=False)
+    # (A spec the VMs could boot with: a `boot:` without a stage would be refused first.)
+    spec_file.write_text(spec_file.read_text() + "boot: {stage: gs://my-bucket/boot}\n")
     result = invoke("up", "-f", spec_file)
     assert result.exit_code != 0
     assert "gcloud auth application-default login" in result.output
@@ -106,7 +122,7 @@ def test_accelerators_json_and_table():
 
 def test_help_lists_every_verb():
     output = invoke("--help").output
-    for verb in ("up", "run", "status", "logs", "events", "down", "emulator", "accelerators", "demo"):
+    for verb in ("up", "run", "serve", "status", "logs", "events", "down", "emulator", "accelerators", "demo"):
         assert verb in output
 
 
@@ -125,8 +141,8 @@ def test_version_and_short_help():
     assert invoke("run", "-h").exit_code == 0
 
 
-@pytest.mark.parametrize("verb", [["up"], ["status"], ["down"], ["run"], ["runs"], ["attach"], ["cancel"], ["logs"],
-                                  ["events"], ["ray-env"], ["demo"], ["accelerators"], ["emulator"],
+@pytest.mark.parametrize("verb", [["up"], ["serve"], ["status"], ["down"], ["run"], ["runs"], ["attach"], ["cancel"],
+                                  ["logs"], ["events"], ["ray-env"], ["demo"], ["accelerators"], ["emulator"],
                                   ["sim", "preempt"], ["sim", "hang"], ["sim", "fail-create"],
                                   ["sim", "inject"], []])
 def test_flags_show_no_placeholder_in_help(verb):

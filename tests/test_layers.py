@@ -16,8 +16,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "podmanager"
 
 # Lowest first. A module may import its own layer and the layers before it.
-LAYERS = ["runtime", "core", "state", "cloud", "provisioning", "hosts", "emulator", "running", "operations",
-          "supervision", "api", "cli"]
+LAYERS = ["runtime", "core", "state", "cloud", "provisioning", "hosts", "emulator", "running", "serving",
+          "operations", "supervision", "api", "cli"]
 # Folders inside a layer that the rest of that layer must not reach into: the cloud contract
 # knows no backend, and one backend knows no other; the real hosts know nothing of the simulated ones.
 PRIVATE = {"cloud.gcp": {"cloud.gcp"}, "cloud.sim": {"cloud.sim"}, "hosts.sim": {"hosts.sim"}}

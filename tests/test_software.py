@@ -7,8 +7,11 @@ import dataclasses
 import platform
 from importlib import metadata
 
+import pytest
+
 from podmanager.core.version import __version__
-from podmanager.hosts.software import Software, Versions, content_version, controller_versions
+from podmanager.core.errors import SpecError
+from podmanager.hosts.software import Software, Versions, check_packages, content_version, controller_versions
 
 
 def software(**changes: object) -> Software:
@@ -47,3 +50,23 @@ def test_pinned_to_the_controller_is_what_this_process_runs() -> None:
         running.python, running.ray, running.jax, metadata.version("uv"))
     assert pinned.packages == ("optax",)  # a tuple: the record is frozen and hashable
     hash(pinned)
+
+
+RUNNING = Versions(python="3.11.7", ray="2.60.0", jax="0.10.2", podmanager="0.1.0+h0123456789")
+
+
+def test_packages_that_agree_with_the_controllers_ray_and_jax_are_accepted() -> None:
+    check_packages(["optax==0.2.4", "ray[serve]", "Ray==2.60.0", "jax>=0.10", "flax"], RUNNING)
+
+
+@pytest.mark.parametrize(("package", "says"), [
+    ("ray==2.50.0", "boot.packages[1] ('ray==2.50.0') conflicts with ray==2.60.0"),
+    ("Ray[default]<2.60", "boot.packages[1] ('Ray[default]<2.60') conflicts with ray==2.60.0"),
+    ("jax==0.9.0", "boot.packages[1] ('jax==0.9.0') conflicts with jax==0.10.2"),
+    ("podmanager==0.2.0", "boot.packages[1] ('podmanager==0.2.0'): the VMs' podmanager is set by boot.podmanager"),
+])
+def test_a_package_against_the_pins_is_refused_naming_the_entry_and_the_fix(package: str, says: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        check_packages(["optax==0.2.4", package], RUNNING)
+    assert says in str(refused.value)
+    assert refused.value.hint

@@ -254,6 +254,7 @@ def test_a_local_wheel_is_checked_for_its_form_only(tmp_path):
     ({"packages": ["flax", "--index-url=https://evil.example"]},
      "boot.packages[1]: '--index-url=https://evil.example' is an installer option, not a requirement"),
     ({"packages": ["-r requirements.txt"]}, "boot.packages[0]: '-r requirements.txt' is an installer option"),
+    ({"packages": ["optax=0.2"]}, "boot.packages[0]: 'optax=0.2' is not a requirement (PEP 508); write one such as"),
     ({"stage": "/tmp/wheels"}, "boot.stage: '/tmp/wheels' is not a Cloud Storage folder; use gs://BUCKET/PATH"),
     ({"stage": "gs://"}, "boot.stage: 'gs://' is not a Cloud Storage folder"),
     ({"stage": "gs://Bad_Bucket/x"}, "boot.stage: 'gs://Bad_Bucket/x' is not a Cloud Storage folder"),

@@ -38,6 +38,12 @@ from workloads import common  # noqa: E402
 def parse_args(argv=None):
     p = common.base_parser(__doc__.splitlines()[0], default_parallelism="auto",
                            default_batch=32, default_lr=3e-3)
+    add_model_args(p)
+    return p.parse_args(argv)
+
+
+def add_model_args(p) -> None:
+    """The model's shape: what a server of its checkpoints must be given alike."""
     p.add_argument("--vocab", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=16)
     p.add_argument("--d-model", type=int, default=64)
@@ -45,7 +51,6 @@ def parse_args(argv=None):
     p.add_argument("--d-ff", type=int, default=256, help="must be divisible by the 'model' axis")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--max-stride", type=int, default=3)
-    return p.parse_args(argv)
 
 
 def host_batch(args, step: int) -> np.ndarray:
@@ -134,23 +139,24 @@ def loss_fn(params, tokens, dtype, mesh):
     return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
 
 
-def run(argv=None) -> int:
-    args = parse_args(argv)
-    runtime.install_preemption_handler()  # SIGTERM -> flag, from the earliest moment
-    runtime.initialize()  # before any other JAX call
+def model_mesh(args):
+    """The mesh for `args.parallelism`, checked against the model's shape. "auto": as much
+    tensor parallelism as the heads and MLP width allow, data for the rest."""
     if args.parallelism == "auto":
-        # As much tensor parallelism as the heads and MLP width allow, data for the rest.
         model = math.gcd(jax.device_count(), args.heads, args.d_ff)
         args.parallelism = f"data={jax.device_count() // model},model={model}"
     mesh = common.make_mesh(args.parallelism)
-    common.check_divisible("--global-batch", args.global_batch, "data", mesh.shape["data"])
     common.check_divisible("--heads", args.heads, "model", mesh.shape["model"])
     common.check_divisible("--d-ff", args.d_ff, "model", mesh.shape["model"])
     if args.d_model % args.heads:
         raise SystemExit(f"error: --d-model={args.d_model} is not divisible by --heads={args.heads}")
-    dtype = common.DTYPES[args.dtype]
+    return mesh
+
+
+def initial_state(args, mesh):
+    """The training state (params, Adam's moments, last loss), laid out on `mesh`; also the
+    template a checkpoint is restored into."""
     repl = common.replicated(mesh)
-    batch_sharding = NamedSharding(mesh, P("data", None))
     param_sharding = jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(args),
                                   is_leaf=lambda x: isinstance(x, P))
     state_sharding = {"params": param_sharding,
@@ -162,7 +168,19 @@ def run(argv=None) -> int:
         return {"params": params, "opt": common.adam_init(params),
                 "loss": jnp.zeros((), jnp.float32)}
 
-    state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(args.seed))
+    return jax.jit(init, out_shardings=state_sharding)(jax.random.key(args.seed)), state_sharding
+
+
+def run(argv=None) -> int:
+    args = parse_args(argv)
+    runtime.install_preemption_handler()  # SIGTERM -> flag, from the earliest moment
+    runtime.initialize()  # before any other JAX call
+    mesh = model_mesh(args)
+    common.check_divisible("--global-batch", args.global_batch, "data", mesh.shape["data"])
+    dtype = common.DTYPES[args.dtype]
+    repl = common.replicated(mesh)
+    batch_sharding = NamedSharding(mesh, P("data", None))
+    state, state_sharding = initial_state(args, mesh)
 
     def step_fn(state, tokens):
         loss, grads = jax.value_and_grad(loss_fn)(state["params"], tokens, dtype, mesh)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from podmanager.api.down import DownReport, down
     from podmanager.api.status import ClusterStatus, SliceStatus
     from podmanager.api.up_plan import UpPlan
-    from podmanager.api.history import cluster_events, run_history
+    from podmanager.api.history import cluster_events, run_history, service_history
     from podmanager.api.runs import RunHandle, latest_run_id, run_log_lines, run_summary
     from podmanager.operations.teardown import LabelDownReport, down_by_label, teardown
     from podmanager.state import StateStore
@@ -25,13 +25,13 @@ _WHERE = {
     "down": "podmanager.api.down", "resolve_cluster": "podmanager.api.cluster",
     "RunHandle": "podmanager.api.runs", "run_log_lines": "podmanager.api.runs", "run_summary": "podmanager.api.runs",
     "latest_run_id": "podmanager.api.runs", "cluster_events": "podmanager.api.history",
-    "run_history": "podmanager.api.history",
+    "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.operations.teardown", "down_by_label": "podmanager.operations.teardown",
     "teardown": "podmanager.operations.teardown", "StateStore": "podmanager.state",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "SliceStatus", "StateStore",
            "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster", "run_history",
-           "run_log_lines", "run_summary", "teardown"]
+           "run_log_lines", "run_summary", "service_history", "teardown"]
 
 
 def __getattr__(name: str) -> Any:

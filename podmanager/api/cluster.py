@@ -34,9 +34,12 @@ from podmanager.operations.teardown import stop_idle_emulator, teardown
 from podmanager.provisioning.plan import changes, desired_slices
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.services import ServiceRecord, ServiceStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.api.runs import InterruptCallback, RunHandle
+    from podmanager.api.serve import ServeOptions
+    from podmanager.api.service_handle import ServiceHandle
     from podmanager.running.results import OutputPrinter
     from podmanager.supervision.ledger import RunResult
 
@@ -62,6 +65,7 @@ class Cluster:
                                       simulator=simulator, on_event=on_event)
         self.down_on_exit = down_on_exit
         self._runs: RunStore | None = None
+        self._services: ServiceStore | None = None
 
     def __enter__(self) -> "Cluster":
         return self
@@ -119,6 +123,13 @@ class Cluster:
         return self.runtime.simulator
 
     @property
+    def services_store(self) -> ServiceStore:
+        """The services' records, in the same database as this cluster's store."""
+        if self._services is None:
+            self._services = ServiceStore(self.store.path)
+        return self._services
+
+    @property
     def runs_store(self) -> RunStore:
         """The runs' records, in the same database as this cluster's store."""
         if self._runs is None:
@@ -140,6 +151,8 @@ class Cluster:
         active run uses, it refuses (SpecError, nothing changed) unless `force`, which
         cancels those runs first."""
         with self.runtime.listening(on_event):
+            if self.runtime.hosts:
+                self.runtime.hosts.check()  # a boot: the VMs could not boot with costs nothing
             self.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
             with self.runtime.lock("up", timeout_s):
                 plan = self.plan_up()
@@ -177,6 +190,8 @@ class Cluster:
         """Cancel the cluster's running runs, then delete everything labelled with it; safe to
         run twice. Waits for an `up` or a recovery of the cluster in progress to finish first."""
         with self.runtime.listening(on_event):
+            for service in self.services_store.serving(self.name):  # its replicas are runs: it goes first
+                self.cancel_service(service.service_id)
             for run in self.runs_store.active(self.name):  # before the lock: a supervisor may need it to wind down
                 self._cancel_run(run, f"cancelling run {run.run_id} before tearing down")
             with self.runtime.lock("down", timeout_s):
@@ -229,6 +244,50 @@ class Cluster:
             finally:
                 if down_on_exit and not detached:
                     self.down()
+
+    def serve(self, workload: Workload, options: ServeOptions | None = None, *,
+              budgets: dict[str, int] | None = None) -> ServiceHandle:
+        """Start a service of `workload` (a program calling `runtime.serve`) and return once its
+        router listens at `ServiceHandle.endpoint` and every replica is submitted: one replica
+        per slice (or `options.replicas`), each a run of its own that is recovered like any
+        run; the router sends requests to the ready ones."""
+        from podmanager.api.serve import ServeOptions, start_service
+        from podmanager.api.service_handle import ServiceHandle
+
+        service_id = start_service(self.runtime, self.runs_store, self.services_store, workload,
+                                   options or ServeOptions(), budgets or {})
+        return ServiceHandle(self.name, service_id, services=self.services_store, runs=self.runs_store)
+
+    def service_handle(self, service_id: str) -> ServiceHandle:
+        from podmanager.api.service_handle import ServiceHandle
+
+        service = self.services_store.get(service_id)
+        if service is None or service.cluster != self.name:
+            known = ", ".join(s.service_id for s in self.services_store.list(self.name)[-5:]) or "none"
+            raise SpecError(f"SERVICE: no service {service_id!r} in cluster {self.name} (latest: {known})",
+                            hint="See them all with 'podmanager runs'.")
+        return ServiceHandle(self.name, service_id, services=self.services_store, runs=self.runs_store)
+
+    def cancel_service(self, service_id: str) -> ServiceRecord:
+        """Stop a service: each replica's run (it drains and stops), then its router."""
+        from podmanager.serving.router_actor import stop_router
+
+        handle = self.service_handle(service_id)
+        if handle.record().finished:
+            return handle.record()
+        service = handle.mark_cancelled()
+        for run_id in service.replica_runs:
+            run = self.runs_store.get(run_id)
+            if run is not None and run.active:
+                self._cancel_run(run, f"cancelling run {run_id}, replica of service {service_id}")
+        if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
+            stop_router(service_id)  # (no head: the router went with it)
+        self.runtime.record("service_cancelled", service.message, service_id=service_id)
+        return handle.record()
+
+    def services(self) -> list[ServiceRecord]:
+        """Every service of this cluster, oldest first."""
+        return self.services_store.list(self.name)
 
     def run_handle(self, run_id: str) -> RunHandle:
         from podmanager.api.runs import RunHandle

@@ -6,9 +6,13 @@ a typo in `-c` must not look like an empty history.
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.services import ServiceStore
 
 
 def cluster_events(name: str, *, store: StateStore | None = None) -> list[Event]:
@@ -33,3 +37,15 @@ def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:
     known = ", ".join(r.name for r in store.list_clusters()) or "none"
     return ClusterNotFoundError(f"--cluster: no cluster named {name!r} (known: {known})",
                                 hint="Check the name; 'podmanager up -f SPEC' creates one.")
+
+
+def service_history(name: str, *, services: ServiceStore | None = None,
+                    runs: RunStore | None = None) -> list[dict[str, Any]]:
+    """Every service of the cluster as `runs` lists it (kind: service), oldest first."""
+    from podmanager.api.service_handle import replica_states, service_summary
+
+    services = services or ServiceStore()
+    runs = runs or RunStore(services.path)
+    now = time.time()
+    return [service_summary(s, replica_states(s, [runs.get(r) for r in s.replica_runs], now))
+            for s in services.list(name)]

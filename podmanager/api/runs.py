@@ -18,6 +18,7 @@ from podmanager.core.records import HostRef
 from podmanager.running import logs
 from podmanager.running.logs import RunFolder, Tail
 from podmanager.running.results import OutputPrinter
+from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.supervision.ledger import RunResult
@@ -151,6 +152,9 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
         step = (result.get("metrics") or {}).get("last_step")
     return {
         "run_id": run.run_id,
+        "kind": "run",
+        # A replica of a service is a run of its own; this names its service.
+        "service": (run.workload.get("env") or {}).get(ENV_SERVICE_ID),
         "cluster": run.cluster,
         "status": run.status,
         "attempt": run.attempt,

@@ -12,6 +12,7 @@ from podmanager.operations.boot_watch import boot_statuses
 from podmanager.core.records import RayAccess
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.provisioning.plan import desired_slices
+from podmanager.state.services import ServiceStore
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,13 @@ class SliceStatus:
 
 
 @dataclass(frozen=True)
+class ServiceEndpoint:
+    service_id: str
+    endpoint: str
+    slices: list[int]
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     name: str
     backend: str
@@ -35,6 +43,7 @@ class ClusterStatus:
     hosts: list[dict[str, Any]] = field(default_factory=list)
     ray: RayAccess | None = None  # where Ray users find the cluster (None before the head starts)
     hosts_observed_at: float | None = None  # unix time the hosts were probed (by the cluster's monitor, or now)
+    services: list[ServiceEndpoint] = field(default_factory=list)  # the services serving on it
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,5 +72,7 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
     for host in found:
         boot = boots.get((host.node_name, host.worker_id), BootStatus())
         host_dicts.append({**asdict(host), "boot": boot.stage, "versions": boot.versions_dict()})
+    services = [ServiceEndpoint(s.service_id, s.endpoint, s.slices)
+                for s in ServiceStore(runtime.store.path).serving(spec.name)]
     return ClusterStatus(spec.name, spec.backend.value, spec.project or "", slices, host_dicts,
-                         hosts.ray_access() if hosts else None, observed_at)
+                         hosts.ray_access() if hosts else None, observed_at, services)

@@ -145,6 +145,7 @@ from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     rebuild_state,
     run,
     runs,
+    serve,
     sim,
     status,
     up,
@@ -154,6 +155,7 @@ for command in (up.up, status.status, down.down, events.events, demo.demo, logs.
                 runs.cancel, ray_env.ray_env):
     app.command(cls=PodmanagerCommand)(command)
 app.command(cls=ProgramCommand)(run.run)
+app.command(cls=ProgramCommand)(serve.serve)
 sim.register(app, group=PodmanagerGroup, command=PodmanagerCommand)
 app.command(cls=PodmanagerCommand,
             help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)

@@ -17,8 +17,9 @@ def runs(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -
     """Every run of the cluster: status, attempt, step, steps/s, goodput, setup time, cause of the last incident."""
     name = cluster or api.resolve_cluster(None).name  # a cluster that is down keeps its run history
     summaries = [api.run_summary(r) for r in api.run_history(name)]
+    services = api.service_history(name)
     if as_json:
-        print_json(summaries)
+        print_json(sorted(summaries + services, key=lambda s: s["started"]))
         return
     print_table(f"runs of {name}", ["run", "status", "attempt", "step", "steps/s", "goodput", "setup s",
                                            "started", "last incident"],
@@ -29,6 +30,16 @@ def runs(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -
     for s in summaries:
         for warning in s["warnings"]:
             console.print(f"warning: {s['run_id']}: {warning}", markup=False)
+    if services:
+        print_table(f"services of {name}", ["service", "status", "endpoint", "replicas", "requests", "failures",
+                                            "503s", "p50 ms", "p99 ms", "started"],
+                    [(s["run_id"], s["status"], s["endpoint"],
+                      ", ".join(f"{r['replica']}:{r['state']}" for r in s["replicas"]), s["requests"], s["failures"],
+                      s["rejected"], _ms(s["p50_ms"]), _ms(s["p99_ms"]), clock_time(s["started"])) for s in services])
+
+
+def _ms(value: float | None) -> str | None:
+    return None if value is None else f"{value:.0f}"
 
 
 def attach(
@@ -44,9 +55,14 @@ def attach(
 
 
 def cancel(
-    run_id: str = typer.Argument(..., metavar="RUN", help="The run id ('podmanager runs' lists them)."),
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run or service id ('podmanager runs' lists them)."),
     cluster: Optional[str] = CLUSTER_OPTION,
 ) -> None:
-    """Stop a run on every host and record it as cancelled: SIGTERM, then SIGKILL after 10 s (time to checkpoint)."""
-    record = api.resolve_cluster(cluster).run_handle(run_id).cancel()
+    """Stop a run on every host and record it as cancelled: SIGTERM, then SIGKILL after 10 s (time to checkpoint). A service drains its replicas, then stops its router."""  # noqa: E501
+    target = api.resolve_cluster(cluster)
+    if target.services_store.get(run_id) is not None:
+        service = target.cancel_service(run_id)
+        console.print(f"service {run_id} is {service.status}")
+        return
+    record = target.run_handle(run_id).cancel()
     console.print(f"run {run_id} is {record.status}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -268,6 +269,10 @@ def _requirement(value: str) -> str:
         # The installer would read it as a flag (-r, --index-url, ...), not as a package.
         raise ValueError(f"{value!r} is an installer option, not a requirement; list requirements only, "
                          "e.g. optax==0.2.4")
+    try:
+        Requirement(text)
+    except InvalidRequirement:
+        raise ValueError(f"{value!r} is not a requirement (PEP 508); write one such as optax==0.2.4") from None
     return text
 
 

@@ -48,6 +48,12 @@ class ClusterHosts:
             return None
         return cls(spec, machines, secrets_host)
 
+    def check(self) -> None:
+        """Refuse a `boot:` section the VMs could not boot with, before anything is recorded or created."""
+        from podmanager.hosts.staging import check_boot
+
+        check_boot(self.spec)
+
     def start(self) -> dict[str, str]:
         """Start (or find) the head; the metadata every node of the cluster is created with.
         The software every VM must run is settled first: a bad `boot:` costs nothing."""

@@ -17,10 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import metadata
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from podmanager.core.errors import SpecError
 from podmanager.core.version import __version__
 from podmanager.hosts.wheel import RUNNING_PACKAGE, files_hash, package_files
 
@@ -48,6 +53,27 @@ def controller_versions() -> Versions:
     """The versions this process runs."""
     return Versions(python=platform.python_version(), ray=metadata.version("ray"), jax=metadata.version("jax"),
                     podmanager=content_version())
+
+
+def check_packages(packages: Sequence[str], running: Versions) -> None:
+    """Refuse a `boot.packages` entry that asks for another Ray or JAX than `running` (the
+    controller's, which every VM gets: Ray refuses a worker of another version) or names
+    podmanager (`boot.podmanager` says which one), before anything is created."""
+    # (A jaxlib against jax's pin fails the VM's install, which its boot status then names.)
+    pinned = {"ray": running.ray, "jax": running.jax}
+    for index, text in enumerate(packages):
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        field = f"boot.packages[{index}] ({text!r})"
+        if name == "podmanager":
+            raise SpecError(f"{field}: the VMs' podmanager is set by boot.podmanager, not boot.packages",
+                            hint="move it to boot.podmanager (a version, a wheel's URL or path), or remove it "
+                                 "to ship the podmanager running here")
+        if name in pinned and not requirement.specifier.contains(pinned[name], prereleases=True):
+            raise SpecError(f"{field} conflicts with {name}=={pinned[name]}, which every VM gets because the "
+                            "controller runs it (Ray refuses a worker whose versions differ from the head's)",
+                            hint=f"remove the entry (or write {name}=={pinned[name]}), or run podmanager from an "
+                                 f"environment with the {name} you want")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from podmanager.core import paths
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.files import write_atomic
 from podmanager.core.spec import ClusterSpec, PodmanagerSource
-from podmanager.hosts.software import Software
+from podmanager.hosts.software import Software, check_packages, controller_versions
 from podmanager.hosts.wheel import build_wheel, wheel_version
 
 BOOT_FOLDER = "podmanager-boot"  # under a gs:// checkpoint root, when boot.stage is not given
@@ -55,13 +55,25 @@ def stage_wheel(spec: ClusterSpec, wheel: Path) -> str:
     return url
 
 
+def check_boot(spec: ClusterSpec) -> None:
+    """What can be wrong with the spec's `boot:` section, checked before `up` records or creates
+    anything: the packages against the controller's pins, where a wheel would be staged, and
+    that a local wheel is there."""
+    boot = spec.boot
+    check_packages(boot.packages, controller_versions())
+    if boot.source in (PodmanagerSource.BUILT, PodmanagerSource.LOCAL_WHEEL):
+        stage_root(spec)
+    if boot.source is PodmanagerSource.LOCAL_WHEEL and not Path(boot.podmanager or "").is_file():
+        raise SpecError(f"boot.podmanager: {boot.podmanager} is no file on this machine",
+                        hint="build the wheel first, or leave boot.podmanager out to ship the podmanager running here")
+
+
 def resolve_software(spec: ClusterSpec) -> Software:
     """What every VM of the spec's cluster installs: the controller's Python, Ray, JAX and uv,
     the podmanager `boot.podmanager` names (a wheel of the running one, built and staged, if
     it names none) and `boot.packages`."""
+    check_boot(spec)
     boot = spec.boot
-    if boot.source in (PodmanagerSource.BUILT, PodmanagerSource.LOCAL_WHEEL):
-        stage_root(spec)  # nowhere to stage it: refused before anything is built
     match boot.source:
         case PodmanagerSource.VERSION:
             version, source = boot.podmanager_version() or "", f"podmanager=={boot.podmanager}"
@@ -69,10 +81,6 @@ def resolve_software(spec: ClusterSpec) -> Software:
             version, source = boot.podmanager_version() or "", boot.podmanager or ""
         case PodmanagerSource.LOCAL_WHEEL:
             wheel = Path(boot.podmanager or "")
-            if not wheel.is_file():
-                raise SpecError(f"boot.podmanager: {wheel} is no file on this machine",
-                                hint="build the wheel first, or leave boot.podmanager out to ship the podmanager "
-                                     "running here")
             version, source = wheel_version(wheel), stage_wheel(spec, wheel)
         case PodmanagerSource.BUILT:
             wheel = build_wheel(paths.wheels_dir())

@@ -17,6 +17,10 @@ environment (see ``LaunchEnv``). A program built on this module does::
             ckpt.close()
             sys.exit(runtime.EXIT_PREEMPTED)
 
+A replica of a service (``podmanager serve``) loads its model, then hands a function of a
+batch to ``runtime.serve(predict, warmup=[example])``, which returns ``EXIT_PREEMPTED`` once
+a preemption notice drained it (see ``serving``).
+
 Exit codes (what the supervisor reads from a workload process):
 
 * ``0`` (``EXIT_OK``): finished all its steps.
@@ -63,11 +67,12 @@ from podmanager.runtime.preemption import (
     request_preemption,
 )
 from podmanager.runtime.progress import report_progress
+from podmanager.runtime.serving import serve
 
 __all__ = [
     "DEFAULT_INIT_TIMEOUT_S", "EXIT_OK", "EXIT_PREEMPTED", "MESH_AXES", "Checkpointer", "LaunchEnv",
     "device_grid", "initialize", "install_preemption_handler", "launch_env", "mesh", "parse_parallelism",
-    "preemption_requested", "preemption_requested_anywhere", "report_progress", "request_preemption",
+    "preemption_requested", "preemption_requested_anywhere", "report_progress", "request_preemption", "serve",
 ]
 
 

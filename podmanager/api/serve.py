@@ -1,0 +1,110 @@
+"""Starting a service: its router next to the head, then one replica run per slice.
+
+A replica is an ordinary run of the service's program on one slice (`submit_run`), with the
+router's address and token in its environment: its supervisor launches it, watches it and
+replaces its slice after a preemption exactly as for training, and the program's
+`runtime.serve` connects to the router once the model is loaded and warm.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from podmanager.api.submission import run_slices
+from podmanager.api.submit import submit_run
+from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.core.workload import Workload
+from podmanager.operations.cluster_runtime import ClusterRuntime
+from podmanager.runtime import replica_protocol as protocol
+from podmanager.serving.router import RouterConfig
+from podmanager.serving.router_actor import RouterPlace, start_router, stop_router
+from podmanager.state.runs import RunStore
+from podmanager.state.services import ServiceRecord, ServiceStore
+
+DEFAULT_QUEUE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How a service is served: replicas (None: one per slice of `Workload.slices`, else of the
+    cluster), where users reach it, how long a request waits for a ready replica."""
+
+    replicas: int | None = None
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port, chosen once (a restarted router keeps it)
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+
+
+def replica_slices(known: list[int], replicas: int | None) -> list[int]:
+    """The slices the replicas run on: the first `replicas` of `known` (all of them for None)."""
+    if replicas is None:
+        return known
+    if replicas < 1:
+        raise SpecError(f"--replicas {replicas}: a service needs at least one replica")
+    if replicas > len(known):
+        raise SpecError(f"--replicas {replicas}: each replica is one slice and there are {len(known)} "
+                        f"({known})", hint="Add slices to the spec and run 'podmanager up', or ask for fewer replicas.")
+    return known[:replicas]
+
+
+def new_service_id(workload: Workload) -> str:
+    return f"{workload.display_name}-svc-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStore, workload: Workload,
+                  options: ServeOptions, budgets: dict[str, int]) -> str:
+    """Start a service of `workload` and return its id once its router listens and every
+    replica's run is submitted (the replicas become ready as they load and warm up). Bad
+    input starts nothing; a failure after the router started stops it and cancels what was
+    submitted."""
+    if runtime.hosts is None:
+        raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to serve on")
+    if options.queue_timeout_s <= 0:
+        raise SpecError(f"--queue-timeout {options.queue_timeout_s}: give a number of seconds above 0")
+    slices = replica_slices(run_slices(runtime.spec, workload), options.replicas)
+    busy = [r for r in runs.active(runtime.name) if set(r.slices) & set(slices)]
+    if busy:
+        raise SpecError(f"serve: slice(s) {sorted(set(busy[0].slices) & set(slices))} are busy with run "
+                        f"{busy[0].run_id} ({busy[0].status})",
+                        hint="Cancel it, or serve on other slices with --slices / --replicas.")
+    if not runtime.hosts.controller.connect():
+        raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
+    service_id = new_service_id(workload)
+    place = _router_place(runtime, options)
+    token = secrets.token_urlsafe(24)
+    start_router(service_id, RouterConfig(token=token, queue_timeout_s=options.queue_timeout_s), place)
+    endpoint = f"http://{place.public_host}:{place.public_port}"
+    replica_url = f"ws://{place.replica_host}:{place.replica_port}{protocol.REPLICA_PATH}"
+    runtime.record("service_starting", f"service {service_id}: router at {endpoint}, {len(slices)} replica(s) on "
+                   f"slice(s) {slices}", service_id=service_id)
+    replica_runs: list[str] = []
+    try:
+        for index in slices:
+            env = {**workload.env, protocol.ENV_SERVE_URL: replica_url, protocol.ENV_SERVE_TOKEN: token,
+                   protocol.ENV_SERVICE_ID: service_id, protocol.ENV_REPLICA: str(index)}
+            replica = workload.model_copy(update={"slices": [index], "env": env})
+            replica_runs.append(submit_run(runtime, runs, replica, budgets))
+        services.create(ServiceRecord(service_id=service_id, cluster=runtime.name, program=workload.display_name,
+                                      slices=slices, replica_runs=replica_runs, endpoint=endpoint,
+                                      replica_url=replica_url))
+    except BaseException:
+        for run_id in replica_runs:
+            runs.request_cancel(run_id)
+        stop_router(service_id)
+        raise
+    return service_id
+
+
+def _router_place(runtime: ClusterRuntime, options: ServeOptions) -> RouterPlace:
+    """Users reach the router on `options.host`; the replicas on the head's address (the TPU
+    VMs reach the head, so they reach this too)."""
+    from podmanager.hosts.head import free_port, load_state
+
+    state = load_state(runtime.name)
+    if state is None:
+        raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
+    replica_host = state.address.rsplit(":", 1)[0]
+    public_port = options.port or free_port(options.host if options.host != "0.0.0.0" else "")
+    return RouterPlace(options.host, public_port, replica_host, free_port(replica_host))

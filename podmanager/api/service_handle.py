@@ -1,0 +1,117 @@
+"""A service as a client sees it: its record, its replicas' states, waiting until they are
+ready. Reads the store only (no Ray), like `RunHandle`; `Cluster.cancel_service` stops it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from podmanager.core.clock import poll_until
+from podmanager.core.errors import SpecError
+from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.services import ServiceRecord, ServiceStore
+
+FRESH_COUNTERS_S = 5.0  # counters older than this say nothing of which replicas are ready
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    replica: int  # its slice
+    run_id: str
+    state: str  # starting | ready | draining | replacing, or its run's end (failed, cancelled)
+    attempt: int
+    served: int | None  # results it returned since it last connected (None: not connected)
+
+
+def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: float) -> list[ReplicaStatus]:
+    """Each replica's state from its run's record and the router's counters (when fresh)."""
+    counters = service.counters
+    fresh = counters.at is not None and now - counters.at <= FRESH_COUNTERS_S
+    connected = {c.replica: c for c in counters.replicas} if fresh else {}
+    states = []
+    for index, run_id, run in zip(service.slices, service.replica_runs, runs):
+        seen = connected.get(index)
+        if run is None or run.finished:
+            state = run.status if run is not None else "missing"
+        elif run.status == "recovering":
+            state = "replacing"
+        elif seen is not None and seen.run_id == run_id:
+            state = seen.state
+        else:
+            state = "starting"
+        states.append(ReplicaStatus(index, run_id, state, run.attempt if run else 0,
+                                    seen.served if seen is not None else None))
+    return states
+
+
+def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus]) -> dict[str, Any]:
+    """One entry of `podmanager runs` for a service."""
+    counters = service.counters
+    return {
+        "run_id": service.service_id,
+        "kind": "service",
+        "cluster": service.cluster,
+        "status": service.status,
+        "program": service.program,
+        "endpoint": service.endpoint,
+        "replicas": [asdict(r) for r in replicas],
+        "requests": counters.requests,
+        "served": counters.served,
+        "failures": counters.failed,
+        "rejected": counters.rejected,
+        "p50_ms": counters.p50_ms,
+        "p99_ms": counters.p99_ms,
+        "started": service.created_at,
+    }
+
+
+class ServiceHandle:
+    def __init__(self, cluster: str, service_id: str, *, services: ServiceStore | None = None,
+                 runs: RunStore | None = None):
+        self.cluster = cluster
+        self.service_id = service_id
+        self.services = services or ServiceStore()
+        self.runs = runs or RunStore(self.services.path)
+
+    def record(self) -> ServiceRecord:
+        service = self.services.get(self.service_id)
+        if service is None:
+            raise SpecError(f"no service {self.service_id!r}", hint="See them with 'podmanager runs'.")
+        return service
+
+    @property
+    def endpoint(self) -> str:
+        return self.record().endpoint
+
+    def replicas(self) -> list[ReplicaStatus]:
+        service = self.record()
+        return replica_states(service, [self.runs.get(r) for r in service.replica_runs], time.time())
+
+    def summary(self) -> dict[str, Any]:
+        return service_summary(self.record(), self.replicas())
+
+    def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
+        """Wait until `replicas` (default: all) replicas are ready; a replica run that ended
+        meanwhile ends the wait with its state."""
+        wanted = len(self.record().slices) if replicas is None else replicas
+
+        def ready() -> list[ReplicaStatus] | None:
+            states = self.replicas()
+            ended = [r for r in states if r.state in ("failed", "cancelled", "succeeded", "missing")]
+            if ended:
+                raise SpecError(f"service {self.service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
+                                f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
+            return states if sum(r.state == "ready" for r in states) >= wanted else None
+
+        return poll_until(ready, timeout_s=timeout_s, interval_s=0.25,
+                          what=f"{wanted} replica(s) of {self.service_id} to be ready")
+
+    def mark_cancelled(self) -> ServiceRecord:
+        """Record that the service is to stop (before its replicas and router are stopped, so
+        nothing reading the record takes it for serving meanwhile)."""
+        service = self.record()
+        if not service.finished:
+            service.status, service.message = "cancelled", f"service {self.service_id} was cancelled"
+            self.services.save(service)
+        return service

@@ -1,0 +1,80 @@
+"""What a service's router and a replica's first host say to each other.
+
+One WebSocket per replica: the replica's host 0 connects to the router (so a replica needs no
+port of its own, and the router sees a replica's loss the moment its connection drops), and
+the two exchange these messages as JSON text frames, each with a `type`:
+
+- `hello` (replica -> router): the replica is ready (its checkpoint loaded, one batch run).
+- `request` (router -> replica): one request's inputs, under an id the router chose.
+- `result` (replica -> router): that request's outputs.
+- `draining` (replica -> router): a preemption notice came; send nothing more, the requests
+  already sent are still answered. The router answers with `draining` too, after which it
+  sends nothing: once the replica has it, every request sent to it has arrived, and when
+  those are answered the replica closes the connection.
+
+The replica authenticates with `Authorization: Bearer <token>` on the upgrade request.
+Plain dataclasses and the standard library: the program side imports this without JAX or
+podmanager's other layers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Union
+
+# Environment podmanager sets for every process of a service's replica.
+ENV_SERVE_URL = "PODMANAGER_SERVE_URL"  # ws://HOST:PORT/replica, the router's side for replicas
+ENV_SERVE_TOKEN = "PODMANAGER_SERVE_TOKEN"  # the bearer token the router expects
+ENV_SERVICE_ID = "PODMANAGER_SERVICE_ID"
+ENV_REPLICA = "PODMANAGER_REPLICA"  # the replica's index (its slice)
+
+REPLICA_PATH = "/replica"
+
+
+@dataclass(frozen=True)
+class Hello:
+    replica: int
+    run_id: str
+    attempt: int
+    max_batch: int  # the router keeps at most twice this many requests at the replica
+    type: str = "hello"
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    inputs: Any
+    type: str = "request"
+
+
+@dataclass(frozen=True)
+class Result:
+    id: int
+    outputs: Any
+    type: str = "result"
+
+
+@dataclass(frozen=True)
+class Draining:
+    type: str = "draining"
+
+
+Message = Union[Hello, Request, Result, Draining]
+_TYPES: dict[str, type] = {"hello": Hello, "request": Request, "result": Result, "draining": Draining}
+
+
+def encode(message: Message) -> str:
+    return json.dumps(asdict(message))
+
+
+def decode(text: str | bytes) -> Message:
+    """The message a frame holds; ValueError for anything else (unknown type, missing or
+    extra fields)."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("type") not in _TYPES:
+        raise ValueError(f"not a replica message: {str(text)[:80]!r}")
+    try:
+        return _TYPES[data["type"]](**data)
+    except TypeError as error:
+        raise ValueError(f"malformed {data['type']} message: {error}") from None

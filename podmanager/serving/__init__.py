@@ -1,0 +1,1 @@
+"""A service's serving side on the controller: the router that takes requests and hands them to replicas."""

@@ -1,0 +1,486 @@
+"""A service's router: users' HTTP requests in, handed to the replicas over their WebSockets.
+
+Each replica's host 0 holds one WebSocket to the router (`runtime/replica_protocol.py`).
+Requests wait in one FIFO queue and go to the ready replica with the fewest outstanding, at
+most twice its batch at a time. A preemption must lose no request: when a replica's socket
+closes, whatever it held goes back to the front of the queue, once; a request lost at two
+replicas is answered 502. Pure asyncio and aiohttp: a Ray actor elsewhere owns the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import itertools
+import json
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Callable
+
+from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
+
+from podmanager.runtime.replica_protocol import (REPLICA_PATH, Draining, Hello, Message, Request, Result, decode,
+                                                 encode)
+
+log = logging.getLogger(__name__)
+
+READY = "ready"
+DRAINING = "draining"
+LATENCY_WINDOW = 1000  # p50/p99 are over this many of the latest 200-responses
+HEARTBEAT_S = 5.0  # a replica that answers no ping for this long is closed, so its requests move on
+SHUTDOWN_TIMEOUT_S = 5.0  # by the time the sites close every request is answered; handlers only return
+EXPECTED_BODY = 'a JSON object with an "inputs" field, {"inputs": <any JSON>}'
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    token: str  # the bearer token replicas must present
+    queue_timeout_s: float = 60.0  # how long a request may wait for a ready replica before 503
+    retry_after_s: int = 5  # the Retry-After header of a 503
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    """One connected replica as the router sees it."""
+
+    replica: int
+    run_id: str
+    attempt: int
+    state: str  # READY or DRAINING
+    outstanding: int  # requests sent to it, not yet answered
+    served: int  # results it returned on this connection
+
+
+@dataclass(frozen=True)
+class RouterStats:
+    requests: int  # valid POST /predict received
+    served: int  # answered 200
+    failed: int  # answered 502: lost at two replicas
+    rejected: int  # answered 503 after the queue timeout
+    queued: int  # waiting for a replica now
+    p50_ms: float | None  # over the latest LATENCY_WINDOW 200-responses; None before the first
+    p99_ms: float | None
+    replicas: list[ReplicaView]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RouterStats:
+        return cls(requests=data["requests"], served=data["served"], failed=data["failed"],
+                   rejected=data["rejected"], queued=data["queued"], p50_ms=data["p50_ms"], p99_ms=data["p99_ms"],
+                   replicas=[ReplicaView(**view) for view in data["replicas"]])
+
+
+class _Verdict(Enum):
+    SERVED = "served"  # 200 with the replica's outputs
+    FAILED = "failed"  # 502: lost at two replicas
+    REJECTED = "rejected"  # 503: no ready replica within the queue timeout
+    STOPPED = "stopped"  # 503: the router is stopping
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    verdict: _Verdict
+    outputs: Any = None
+
+
+@dataclass(eq=False)
+class _Pending:
+    """One user's request, from its POST until it is answered."""
+
+    id: int
+    inputs: Any
+    answer: asyncio.Future[_Outcome]  # cancelled when the client hangs up
+    queued_at: float  # when it last entered the queue: its queue timeout counts from here
+    tries: int = 0  # how many replicas it has been sent to
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One replica's WebSocket, from its Hello until it closes."""
+
+    ws: web.WebSocketResponse
+    hello: Hello
+    state: str = READY
+    served: int = 0
+    outstanding: dict[int, _Pending] = field(default_factory=dict)
+    outbox: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)  # None ends the sender
+    lost: bool = False
+
+    def has_room(self) -> bool:
+        return self.state == READY and len(self.outstanding) < 2 * self.hello.max_batch
+
+    def view(self) -> ReplicaView:
+        return ReplicaView(replica=self.hello.replica, run_id=self.hello.run_id, attempt=self.hello.attempt,
+                           state=self.state, outstanding=len(self.outstanding), served=self.served)
+
+
+class _LatencyWindow:
+    """The latest `size` latencies, in ms, and their nearest-rank percentiles."""
+
+    def __init__(self, size: int):
+        self._samples: deque[float] = deque(maxlen=size)
+
+    def add(self, ms: float) -> None:
+        self._samples.append(ms)
+
+    def percentile(self, percent: float) -> float | None:
+        if not self._samples:
+            return None
+        ordered = sorted(self._samples)
+        return ordered[max(1, math.ceil(percent / 100 * len(ordered))) - 1]
+
+
+class _BadBody(ValueError):
+    pass
+
+
+class Router:
+    """Serves POST /predict and GET /healthz to users on one site, and the replicas' WebSocket
+    on another. Every method runs on the event loop that serves it; `clock` is monotonic seconds
+    and times both the queue timeout and the latencies."""
+
+    def __init__(self, config: RouterConfig, clock: Callable[[], float] = time.monotonic):
+        self._config = config
+        self._clock = clock
+        self._ids = itertools.count(1)
+        self._queue: deque[_Pending] = deque()
+        self._queue_filled = asyncio.Event()  # wakes the expiry task from an empty queue
+        self._replicas: dict[int, _Connection] = {}  # by replica index, after their Hello
+        self._sockets: set[web.WebSocketResponse] = set()  # every open replica socket, Hello or not
+        self._tasks: set[asyncio.Task[None]] = set()  # senders and closes, held so they are not collected
+        self._latency = _LatencyWindow(LATENCY_WINDOW)
+        self._requests = self._served = self._failed = self._rejected = 0
+        self._stopping = False
+        self._runners: list[web.AppRunner] = []
+
+        self._public = web.Application()
+        self._public.router.add_post("/predict", self._predict)
+        self._public.router.add_get("/healthz", self._healthz)
+        self._public.cleanup_ctx.append(self._expiry_task)
+        self._replica_side = web.Application()
+        self._replica_side.router.add_get(REPLICA_PATH, self._replica_socket)
+
+    # ------------------------------------------------------------------ public surface
+
+    def public_app(self) -> web.Application:
+        return self._public
+
+    def replica_app(self) -> web.Application:
+        return self._replica_side
+
+    async def start(self, public_host: str, public_port: int, replica_host: str, replica_port: int) -> tuple[int, int]:
+        """Serve the public app and the replica app, each on its own site; port 0 picks a free
+        port. Returns the two bound ports (public, replica)."""
+        if self._runners or self._stopping:
+            raise RuntimeError("a router starts once")
+        return (await self._serve(self._public, public_host, public_port),
+                await self._serve(self._replica_side, replica_host, replica_port))
+
+    async def stop(self) -> None:
+        """Answer 503 to every request waiting or at a replica, then close the replicas' sockets
+        and both sites. A stopped router stays stopped."""
+        if self._stopping:
+            return
+        self._stopping = True
+        for pending in self._queue:
+            self._settle(pending, _Outcome(_Verdict.STOPPED))
+        self._queue.clear()
+        for connection in list(self._replicas.values()):
+            for pending in connection.outstanding.values():
+                self._settle(pending, _Outcome(_Verdict.STOPPED))
+            connection.outstanding.clear()
+            self._lose(connection)
+        await asyncio.gather(*(ws.close(code=WSCloseCode.GOING_AWAY, message=b"router stopping")
+                               for ws in list(self._sockets)), return_exceptions=True)
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def stats(self) -> RouterStats:
+        return RouterStats(requests=self._requests, served=self._served, failed=self._failed,
+                           rejected=self._rejected, queued=len(self._queue), p50_ms=self._latency.percentile(50),
+                           p99_ms=self._latency.percentile(99), replicas=self._views())
+
+    def set_draining(self, replica: int) -> None:
+        """The supervisor saw a preemption notice for this replica's slice: as if it had sent
+        Draining. Nothing happens if it is not connected."""
+        connection = self._replicas.get(replica)
+        if connection is not None:
+            self._drain(connection)
+
+    # ------------------------------------------------------------------ users' side
+
+    async def _predict(self, request: web.Request) -> web.Response:
+        received_at = self._clock()
+        try:
+            inputs = _inputs_of(await request.read())
+        except _BadBody as error:
+            return web.json_response({"error": str(error)}, status=400)
+        if self._stopping:
+            return self._unavailable("the router is stopping; retry later")
+        self._requests += 1
+        pending = _Pending(id=next(self._ids), inputs=inputs, answer=asyncio.get_running_loop().create_future(),
+                           queued_at=received_at)
+        self._enqueue(pending)
+        self._dispatch()
+        try:
+            outcome = await pending.answer
+        finally:
+            # A client that hung up cancels this handler (handler_cancellation) and with it the answer.
+            if pending.answer.cancelled():
+                self._withdraw(pending)
+        return self._respond(outcome, received_at)
+
+    def _respond(self, outcome: _Outcome, received_at: float) -> web.Response:
+        if outcome.verdict is _Verdict.SERVED:
+            self._served += 1
+            self._latency.add((self._clock() - received_at) * 1000.0)
+            return web.json_response({"outputs": outcome.outputs})
+        if outcome.verdict is _Verdict.FAILED:
+            self._failed += 1
+            return web.json_response(
+                {"error": "the request was lost at two replicas in a row (each connection closed before it was "
+                          "answered); it is not retried again"}, status=502)
+        if outcome.verdict is _Verdict.REJECTED:
+            self._rejected += 1
+            return self._unavailable(f"no ready replica within {self._config.queue_timeout_s:g}s; retry later")
+        return self._unavailable("the router is stopping; retry later")
+
+    def _unavailable(self, message: str) -> web.Response:
+        return web.json_response({"error": message}, status=503,
+                                 headers={"Retry-After": str(self._config.retry_after_s)})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        views = self._views()
+        ready = sum(view.state == READY for view in views)
+        return web.json_response({"ready": ready, "replicas": [asdict(view) for view in views]},
+                                 status=200 if ready else 503)
+
+    # ------------------------------------------------------------------ the queue
+
+    def _enqueue(self, pending: _Pending) -> None:
+        pending.queued_at = self._clock()
+        self._queue.append(pending)
+        self._queue_filled.set()
+
+    def _requeue_first(self, lost: list[_Pending]) -> None:
+        """Put requests a replica lost before every newer one, oldest first; their wait starts over."""
+        now = self._clock()
+        for pending in sorted(lost, key=lambda p: p.id, reverse=True):
+            pending.queued_at = now
+            self._queue.appendleft(pending)
+        self._queue_filled.set()
+
+    def _withdraw(self, pending: _Pending) -> None:
+        """Its client is gone: out of the queue. At a replica it stays counted as outstanding (the
+        replica is still working on it) and its result is dropped when it comes."""
+        with contextlib.suppress(ValueError):
+            self._queue.remove(pending)
+
+    def _dispatch(self) -> None:
+        """Send queued requests, in order, while some ready replica has room."""
+        while self._queue:
+            open_replicas = [c for c in self._replicas.values() if c.has_room()]
+            if not open_replicas:
+                return
+            target = min(open_replicas, key=lambda c: (len(c.outstanding), c.served, c.hello.replica))
+            pending = self._queue.popleft()
+            pending.tries += 1
+            target.outstanding[pending.id] = pending
+            target.outbox.put_nowait(encode(Request(id=pending.id, inputs=pending.inputs)))
+
+    @staticmethod
+    def _settle(pending: _Pending, outcome: _Outcome) -> None:
+        if not pending.answer.done():
+            pending.answer.set_result(outcome)
+
+    async def _expiry_task(self, app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._expire_waiting())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _expire_waiting(self) -> None:
+        """Answer 503 to each request that has waited `queue_timeout_s` in the queue. It sleeps
+        until the earliest deadline; anything queued meanwhile has a later one, so only an
+        empty queue needs waking."""
+        timeout = self._config.queue_timeout_s
+        while True:
+            if not self._queue:
+                self._queue_filled.clear()
+                await self._queue_filled.wait()
+                continue
+            now = self._clock()
+            for pending in [p for p in self._queue if now - p.queued_at >= timeout]:
+                self._queue.remove(pending)
+                self._settle(pending, _Outcome(_Verdict.REJECTED))
+            if self._queue:
+                await asyncio.sleep(min(p.queued_at for p in self._queue) + timeout - now)
+
+    # ------------------------------------------------------------------ replicas' side
+
+    async def _replica_socket(self, request: web.Request) -> web.StreamResponse:
+        if not self._authorized(request):
+            return web.json_response({"error": "a replica must present Authorization: Bearer <the service's token>"},
+                                     status=401)
+        if self._stopping:
+            return web.json_response({"error": "the router is stopping"}, status=503)
+        ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S)
+        await ws.prepare(request)
+        self._sockets.add(ws)
+        connection: _Connection | None = None
+        try:
+            async for frame in ws:
+                try:
+                    message = _message_of(frame)
+                except ValueError as error:
+                    log.warning("closing the replica connection from %s: %s", request.remote, error)
+                    break
+                if connection is None and isinstance(message, Hello):
+                    connection = self._admit(ws, message)
+                elif connection is not None and isinstance(message, Result):
+                    self._resolve(connection, message)
+                elif connection is not None and isinstance(message, Draining):
+                    self._drain(connection)
+                else:
+                    log.warning("closing the replica connection from %s: unexpected %s message%s", request.remote,
+                                message.type, " before its hello" if connection is None else "")
+                    break
+        finally:
+            self._sockets.discard(ws)
+            if connection is not None:
+                self._lose(connection)
+            await ws.close()
+        return ws
+
+    def _authorized(self, request: web.Request) -> bool:
+        presented = request.headers.get("Authorization", "").encode()
+        return hmac.compare_digest(presented, f"Bearer {self._config.token}".encode())
+
+    def _admit(self, ws: web.WebSocketResponse, hello: Hello) -> _Connection:
+        older = self._replicas.get(hello.replica)
+        if older is not None:
+            # The same slice connected again (a restarted host 0): the old socket is as good as gone.
+            log.warning("replica %d connected again (run %s, attempt %d); closing its older connection",
+                        hello.replica, hello.run_id, hello.attempt)
+            self._lose(older)
+            self._spawn(older.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"replaced by a newer connection"))
+        connection = _Connection(ws=ws, hello=hello)
+        self._replicas[hello.replica] = connection
+        self._spawn(self._send_loop(connection))
+        log.info("replica %d ready (run %s, attempt %d, max batch %d)", hello.replica, hello.run_id, hello.attempt,
+                 hello.max_batch)
+        self._dispatch()
+        return connection
+
+    def _resolve(self, connection: _Connection, result: Result) -> None:
+        pending = connection.outstanding.pop(result.id, None)
+        if pending is None:
+            return  # not sent on this connection, or it was lost and moved on
+        connection.served += 1
+        self._settle(pending, _Outcome(_Verdict.SERVED, result.outputs))  # no-op if its client hung up
+        self._dispatch()
+
+    def _drain(self, connection: _Connection) -> None:
+        if connection.state != DRAINING:
+            log.info("replica %d is draining; %d requests still out", connection.hello.replica,
+                     len(connection.outstanding))
+            connection.state = DRAINING
+            # Said back after every request already dispatched to it (one ordered outbox): once
+            # the replica has this, nothing more is on its way and it may finish and leave.
+            connection.outbox.put_nowait(encode(Draining()))
+
+    def _lose(self, connection: _Connection) -> None:
+        """The connection is gone: each request it held goes back to the front of the queue if
+        this was its first replica, else it is answered 502."""
+        if connection.lost:
+            return
+        connection.lost = True
+        if self._replicas.get(connection.hello.replica) is connection:
+            del self._replicas[connection.hello.replica]
+        connection.outbox.put_nowait(None)
+        retries: list[_Pending] = []
+        for pending in connection.outstanding.values():
+            if pending.answer.done():
+                continue  # its client hung up
+            if pending.tries >= 2:
+                self._settle(pending, _Outcome(_Verdict.FAILED))
+            else:
+                retries.append(pending)
+        if connection.outstanding:
+            log.warning("replica %d lost with %d requests out; %d go back to the queue", connection.hello.replica,
+                        len(connection.outstanding), len(retries))
+        connection.outstanding.clear()
+        if retries:
+            self._requeue_first(retries)
+        self._dispatch()
+
+    async def _send_loop(self, connection: _Connection) -> None:
+        """Write the connection's requests in the order they were dispatched."""
+        while (text := await connection.outbox.get()) is not None:
+            try:
+                await connection.ws.send_str(text)
+            except (ConnectionError, RuntimeError) as error:
+                log.warning("replica %d: sending failed (%s); counting it lost", connection.hello.replica, error)
+                self._lose(connection)
+                await connection.ws.close()
+                return
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _serve(self, app: web.Application, host: str, port: int) -> int:
+        # handler_cancellation: a user who hangs up cancels the handler, which takes the request
+        # out of the queue.
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        await runner.setup()
+        self._runners.append(runner)
+        await web.TCPSite(runner, host, port).start()
+        return int(runner.addresses[0][1])
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _views(self) -> list[ReplicaView]:
+        return [self._replicas[index].view() for index in sorted(self._replicas)]
+
+
+def _inputs_of(body: bytes) -> Any:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise _BadBody(f"the body is not JSON; expected {EXPECTED_BODY}") from None
+    if not isinstance(data, dict) or "inputs" not in data:
+        raise _BadBody(f'the body has no "inputs" field; expected {EXPECTED_BODY}')
+    return data["inputs"]
+
+
+def _message_of(frame: WSMessage) -> Message:
+    """The replica message a frame holds; ValueError if it holds none (or a field of the wrong type)."""
+    if frame.type is WSMsgType.ERROR:
+        raise ValueError(f"the socket failed: {frame.data!r}")
+    if frame.type is not WSMsgType.TEXT:
+        raise ValueError(f"a {frame.type.name} frame where a text frame was expected")
+    message = decode(frame.data)
+    if isinstance(message, Hello):
+        if not (_is_int(message.replica) and _is_int(message.attempt) and isinstance(message.run_id, str)
+                and _is_int(message.max_batch) and message.max_batch >= 1):
+            raise ValueError(f"malformed hello: {message}")
+    elif isinstance(message, Result) and not _is_int(message.id):
+        raise ValueError(f"a result whose id is not an integer: {message.id!r}")
+    return message
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

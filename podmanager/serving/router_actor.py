@@ -1,0 +1,135 @@
+"""Where a service's router lives: a detached, named Ray actor on the head node, one per
+service, like a run's supervisor (it outlives the client that ran `serve`; Ray starts it
+again if its process dies, on the same ports, and the replicas connect again).
+
+Why not Ray Serve's proxy: a replica here is a gang of processes on every host of a slice,
+started, watched and replaced by podmanager's supervisor, which also sees the preemption
+notice first; Serve's replicas are single actors its own controller restarts, so it would
+fight the supervisor over the replicas' lifecycle. The router is a small aiohttp server
+(`router.py`) in a thread of this actor, with an event loop of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
+from podmanager.serving.router import Router, RouterConfig
+from podmanager.state.services import ServiceCounters, ServiceStore
+
+log = logging.getLogger(__name__)
+
+COUNTERS_EVERY_S = 1.0
+
+
+def actor_name(service_id: str) -> str:
+    return f"router-{service_id}"
+
+
+@dataclass(frozen=True)
+class RouterPlace:
+    """Where the router listens: users on `public`, replicas on `replica` (the head's address,
+    which the TPU VMs reach). Ports are fixed before the actor starts, so a restarted one
+    listens where the replicas and users already look."""
+
+    public_host: str
+    public_port: int
+    replica_host: str
+    replica_port: int
+
+
+class RouterActor:
+    """Plain class; `start_router` wraps it with `ray.remote` and its options."""
+
+    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace) -> None:
+        os.environ["PODMANAGER_HOME"] = home  # the submitting client's state folder: the service's record
+        self.service_id = service_id
+        self.router = Router(config)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"router-{service_id}", daemon=True)
+        self._thread.start()
+        self._call(self.router.start(place.public_host, place.public_port, place.replica_host, place.replica_port))
+        self._stopping = threading.Event()
+        self._writer = threading.Thread(target=self._write_counters, name="router-counters", daemon=True)
+        self._writer.start()
+
+    def _call(self, coroutine, timeout_s: float = 30.0):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
+
+    def ready(self) -> bool:
+        """Answers once the router listens (Ray returns only after __init__ did)."""
+        return True
+
+    def counters(self) -> ServiceCounters:
+        return self._counters()
+
+    def set_draining(self, replica: int) -> None:
+        self._loop.call_soon_threadsafe(self.router.set_draining, replica)
+
+    def stop(self) -> None:
+        """Answer what waits with 503 and close; the caller then kills the actor."""
+        self._stopping.set()
+        self._call(self.router.stop())
+        ServiceStore().save_counters(self.service_id, self._counters())
+
+    def _counters(self) -> ServiceCounters:
+        async def read():
+            return self.router.stats()
+
+        stats = self._call(read())
+        return ServiceCounters.model_validate({**stats.to_dict(), "at": time.time()})
+
+    def _write_counters(self) -> None:
+        """The router's counters into the service's record, for `runs` and `status` (which read
+        no Ray), about once a second."""
+        store = ServiceStore()
+        try:
+            while not self._stopping.wait(COUNTERS_EVERY_S):
+                try:
+                    store.save_counters(self.service_id, self._counters())
+                except Exception as error:  # noqa: BLE001 - counters are for people; serving goes on
+                    log.warning("router %s: counters not written: %s", self.service_id, error)
+        finally:
+            store.close()
+
+
+def start_router(service_id: str, config: RouterConfig, place: RouterPlace) -> None:
+    """Create the service's router actor on the head node (the caller is connected to the
+    cluster's Ray) and wait until it listens."""
+    import ray
+
+    from podmanager.core import paths
+
+    remote = ray.remote(RouterActor).options(
+        name=actor_name(service_id),
+        namespace=NAMESPACE,
+        lifetime="detached",
+        max_restarts=-1,
+        max_concurrency=4,  # counters and draining while a `stop` waits
+        num_cpus=0,
+        resources={HEAD_RESOURCE: 0.001},
+        runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},  # latency: not at Ray's nice 15
+    )
+    actor = remote.remote(str(paths.home().resolve()), service_id, config, place)
+    ray.get(actor.ready.remote(), timeout=60)
+
+
+def stop_router(service_id: str) -> bool:
+    """Stop the service's router if it is there; True if it was."""
+    import ray
+
+    try:
+        actor = ray.get_actor(actor_name(service_id), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    try:
+        ray.get(actor.stop.remote(), timeout=30)
+    except Exception as error:  # noqa: BLE001 - it goes either way
+        log.warning("router %s did not stop cleanly: %s", service_id, error)
+    ray.kill(actor, no_restart=True)
+    return True

@@ -1,0 +1,99 @@
+"""A service's durable record and how it is read without Ray: the store, each replica's state
+from its run and the router's counters, the replicas' slices, and `runs` listing it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from podmanager.api.serve import replica_slices
+from podmanager.api.service_handle import replica_states
+from podmanager.cli import app
+from podmanager.core.errors import SpecError
+from podmanager.state import StateStore
+from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.services import ReplicaCounters, ServiceCounters, ServiceRecord, ServiceStore
+
+NOW = 1_000_000.0
+
+
+def service(**changes: object) -> ServiceRecord:
+    base = ServiceRecord(service_id="svc-1", cluster="demo", program="doubler.py", slices=[0, 1],
+                         replica_runs=["r0", "r1"], endpoint="http://127.0.0.1:8123",
+                         replica_url="ws://127.0.0.1:8124/replica", created_at=NOW)
+    return base.model_copy(update=changes)
+
+
+def run(run_id: str, slice_index: int, status: str = "running", attempt: int = 0) -> RunRecord:
+    return RunRecord(run_id=run_id, cluster="demo", workload={"entrypoint": "doubler.py"}, slices=[slice_index],
+                     budgets={}, checkpoint_dir=None, status=status, attempt=attempt)
+
+
+def counters(*replicas: ReplicaCounters, at: float = NOW) -> ServiceCounters:
+    return ServiceCounters(requests=10, served=9, failed=0, rejected=1, p50_ms=3.0, p99_ms=9.0,
+                           replicas=list(replicas), at=at)
+
+
+def connected(replica: int, run_id: str, state: str = "ready") -> ReplicaCounters:
+    return ReplicaCounters(replica=replica, run_id=run_id, attempt=0, state=state, outstanding=0, served=4)
+
+
+def test_the_store_keeps_the_record_and_counters_never_overwrite_a_cancel(tmp_path) -> None:
+    store = ServiceStore(tmp_path / "state.db")
+    store.create(service())
+    cancelled = store.get("svc-1")
+    cancelled.status = "cancelled"
+    store.save(cancelled)
+    store.save_counters("svc-1", counters(connected(0, "r0")))  # the router, a moment later
+    kept = store.get("svc-1")
+    assert kept.status == "cancelled" and kept.finished
+    assert kept.counters.requests == 10 and kept.counters.replicas[0].run_id == "r0"
+    assert [s.service_id for s in store.list("demo")] == ["svc-1"] and store.serving("demo") == []
+    store.save_counters("nope", counters())  # a service that is gone: nothing written, no error
+    assert store.get("nope") is None
+
+
+@pytest.mark.parametrize(("runs", "seen", "expected"), [
+    ([run("r0", 0), run("r1", 1)], [connected(0, "r0"), connected(1, "r1", "draining")], ["ready", "draining"]),
+    ([run("r0", 0), run("r1", 1)], [connected(0, "r0")], ["ready", "starting"]),  # not connected yet
+    ([run("r0", 0), run("r1", 1, "recovering", 1)], [connected(0, "r0")], ["ready", "replacing"]),
+    ([run("r0", 0, "failed"), run("r1", 1, "cancelled")], [], ["failed", "cancelled"]),
+    ([run("r0", 0), None], [], ["starting", "missing"]),
+])
+def test_a_replicas_state_comes_from_its_run_and_the_routers_counters(runs, seen, expected) -> None:
+    states = replica_states(service(counters=counters(*seen)), runs, NOW + 1)
+    assert [s.state for s in states] == expected
+    assert [s.replica for s in states] == [0, 1]
+
+
+def test_stale_counters_say_no_replica_is_ready() -> None:
+    stale = service(counters=counters(connected(0, "r0"), connected(1, "r1"), at=NOW - 60))
+    assert [s.state for s in replica_states(stale, [run("r0", 0), run("r1", 1)], NOW)] == ["starting", "starting"]
+
+
+def test_replicas_take_the_first_slices_and_a_count_beyond_them_is_refused() -> None:
+    assert replica_slices([0, 1, 2], None) == [0, 1, 2]
+    assert replica_slices([0, 1, 2], 2) == [0, 1]
+    with pytest.raises(SpecError, match="--replicas 4: each replica is one slice and there are 3"):
+        replica_slices([0, 1, 2], 4)
+    with pytest.raises(SpecError, match="--replicas 0: a service needs at least one replica"):
+        replica_slices([0, 1, 2], 0)
+
+
+def test_runs_lists_a_service_with_its_replicas_and_counters(tmp_path) -> None:
+    store = StateStore()
+    store.save_cluster("demo", spec={"name": "demo"}, backend="simulated", status="up")
+    runs = RunStore(store.path)
+    for record in (run("r0", 0), run("r1", 1)):
+        runs.create(record)
+    ServiceStore(store.path).create(service(counters=counters(connected(0, "r0"), connected(1, "r1"), at=None)))
+    listed = CliRunner().invoke(app, ["runs", "-c", "demo", "--json"])
+    assert listed.exit_code == 0, listed.output
+    [entry] = [e for e in json.loads(listed.output) if e["kind"] == "service"]
+    assert entry["run_id"] == "svc-1" and entry["endpoint"] == "http://127.0.0.1:8123"
+    assert (entry["requests"], entry["failures"], entry["rejected"], entry["p99_ms"]) == (10, 0, 1, 9.0)
+    assert [r["state"] for r in entry["replicas"]] == ["starting", "starting"]  # counters of no time: stale
+    table = CliRunner().invoke(app, ["runs", "-c", "demo"])
+    assert "services of demo" in table.output and "svc-1" in table.output

@@ -1,0 +1,184 @@
+"""Services on a dry-run cluster of real local Ray hosts: `Cluster.serve` of a program in the
+user's own folder, one replica per slice, a load generator on 127.0.0.1, and preemptions.
+
+- Two replicas under a steady load: a preemption with a notice (the replica drains) and one
+  without (its requests are retried on the other) fail no request; the replaced replica
+  serves again. Latency before, during and after is printed.
+- One replica: while its slice is replaced, requests get 503 with Retry-After after the queue
+  timeout (never sooner, never a hang or a reset), and succeed again afterwards.
+"""
+
+from __future__ import annotations
+
+import statistics
+import textwrap
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+import requests
+from ray_fixtures import module_cluster
+
+from podmanager.api import simulation
+from podmanager.api.serve import ServeOptions
+from podmanager.core.clock import poll_until
+from podmanager.core.workload import Workload
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+NAME = "servetest"
+SPEC = {
+    "name": NAME,
+    "backend": "simulated",
+    "zones": ["sim-zone-a"],
+    "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.0},
+    "health": {"interval_s": 0.5},
+    "recovery": {"backoff_s": 0.0},
+    "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}],
+}
+
+PROGRAM = textwrap.dedent("""
+    import sys, time
+    import jax.numpy as jnp
+    from podmanager import runtime
+
+    runtime.install_preemption_handler()
+    runtime.initialize()
+
+    def predict(inputs):
+        time.sleep(0.01)  # a forward pass
+        return [int(x) for x in jnp.asarray(inputs) * 2]
+
+    sys.exit(runtime.serve(predict, warmup=[0], max_batch=8))
+""")
+
+home, cluster, _shared_home = module_cluster(SPEC)
+
+
+@dataclass(frozen=True)
+class Answer:
+    sent_at: float
+    status: int
+    latency_ms: float
+    error: str = ""
+
+
+class Load:
+    """`workers` clients sending one request after another to the endpoint until stopped."""
+
+    def __init__(self, endpoint: str, workers: int = 4) -> None:
+        self.endpoint, self.answers, self._stop = endpoint, [], threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(workers)]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=120)
+
+    def _client(self, worker: int) -> None:
+        value = worker * 1_000_000
+        with requests.Session() as session:
+            while not self._stop.is_set():
+                value += 1
+                sent = time.monotonic()
+                try:
+                    response = session.post(f"{self.endpoint}/predict", json={"inputs": value}, timeout=120)
+                    ok = response.status_code != 200 or response.json() == {"outputs": value * 2}
+                    answer = Answer(sent, response.status_code, (time.monotonic() - sent) * 1000,
+                                    "" if ok else f"wrong outputs {response.text}")
+                except requests.RequestException as error:  # a reset or a hang: what must never happen
+                    answer = Answer(sent, 0, (time.monotonic() - sent) * 1000, repr(error))
+                with self._lock:
+                    self.answers.append(answer)
+
+    def since(self, start: float, end: float | None = None) -> list[Answer]:
+        with self._lock:
+            return [a for a in self.answers if a.sent_at >= start and (end is None or a.sent_at < end)]
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.answers)
+
+
+def latency(answers: list[Answer]) -> str:
+    values = sorted(a.latency_ms for a in answers if a.status == 200)
+    if not values:
+        return "no answers"
+    p99 = values[min(len(values) - 1, int(len(values) * 0.99))]
+    return f"{len(values)} answers, p50 {statistics.median(values):.0f} ms, p99 {p99:.0f} ms"
+
+
+def states(handle) -> dict[int, str]:
+    return {r.replica: r.state for r in handle.replicas()}
+
+
+def replaced_and_ready(handle, replica: int, attempt_before: int) -> bool:
+    now = {r.replica: r for r in handle.replicas()}
+    return now[replica].attempt > attempt_before and all(r.state == "ready" for r in now.values())
+
+
+def test_two_replicas_lose_no_request_to_a_preemption_with_or_without_notice(cluster, tmp_path):
+    (tmp_path / "doubler.py").write_text(PROGRAM)
+    handle = cluster.serve(Workload(entrypoint="doubler.py", working_dir=str(tmp_path)))
+    try:
+        handle.wait_ready(timeout_s=120)
+        assert requests.get(f"{handle.endpoint}/healthz", timeout=10).status_code == 200
+        with Load(handle.endpoint) as load:
+            poll_until(lambda: load.count() >= 50, timeout_s=60, interval_s=0.05, what="the load to start")
+            phases = {"before": (0.0, time.monotonic())}
+
+            for replica, notice_s in ((1, 3.0), (0, 0.0)):  # with a notice, then a sudden loss
+                attempt = {r.replica: r.attempt for r in handle.replicas()}[replica]
+                started = time.monotonic()
+                simulation.preempt(cluster.runtime, replica, notice_s=notice_s)
+                poll_until(lambda: replaced_and_ready(handle, replica, attempt), timeout_s=150, interval_s=0.25,
+                           what=f"replica {replica} to be replaced and ready")
+                phases[f"replica {replica} {'noticed' if notice_s else 'sudden'}"] = (started, time.monotonic())
+            after = time.monotonic()
+            poll_until(lambda: len(load.since(after)) >= 50, timeout_s=60, interval_s=0.05, what="load afterwards")
+            phases["after"] = (after, time.monotonic())
+        bad = [a for a in load.answers if a.status != 200 or a.error]
+        assert bad == [], bad[:5]
+        for phase, (start, end) in phases.items():
+            print(f"{phase}: {latency(load.since(start, end))}")
+        # The router's counters reach the record about once a second.
+        summary = poll_until(lambda: (s := handle.summary())["requests"] >= len(load.answers) and s, timeout_s=10,
+                             interval_s=0.2, what="the router's counters to catch up")
+        assert summary["failures"] == 0
+        served = {r["replica"]: r["served"] for r in summary["replicas"]}
+        assert all(served[i] for i in (0, 1)), served  # both replaced replicas serve again
+    finally:
+        service = cluster.cancel_service(handle.service_id)
+    assert service.status == "cancelled"
+    assert all(cluster.runs_store.get(r).status == "cancelled" for r in service.replica_runs)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{handle.endpoint}/healthz", timeout=5)  # the router is gone
+
+
+def test_one_replica_answers_503_after_the_queue_timeout_while_it_is_replaced(cluster, tmp_path):
+    (tmp_path / "doubler.py").write_text(PROGRAM)
+    handle = cluster.serve(Workload(entrypoint="doubler.py", working_dir=str(tmp_path)),
+                           ServeOptions(replicas=1, queue_timeout_s=2.0))
+    try:
+        handle.wait_ready(timeout_s=120)
+        [replica] = handle.replicas()
+        simulation.preempt(cluster.runtime, 0)
+        poll_until(lambda: requests.get(f"{handle.endpoint}/healthz", timeout=10).status_code == 503,
+                   timeout_s=30, interval_s=0.05, what="the router to see the replica gone")
+        sent = time.monotonic()
+        response = requests.post(f"{handle.endpoint}/predict", json={"inputs": 5}, timeout=60)
+        waited = time.monotonic() - sent
+        assert response.status_code == 503 and response.headers["Retry-After"]
+        assert 2.0 <= waited < 10, waited
+        poll_until(lambda: replaced_and_ready(handle, 0, replica.attempt), timeout_s=150, interval_s=0.25,
+                   what="the replica to be replaced and ready")
+        again = requests.post(f"{handle.endpoint}/predict", json={"inputs": 5}, timeout=60)
+        assert (again.status_code, again.json()) == (200, {"outputs": 10})
+    finally:
+        cluster.cancel_service(handle.service_id)

@@ -1,0 +1,173 @@
+"""runtime/serving.py: a program's `runtime.serve` against the real router (in this process,
+on 127.0.0.1), the program in processes of its own as podmanager starts them.
+
+- One process: ready only after its warmup; answers every request; a SIGTERM (a preemption
+  notice) drains it: the requests it holds are answered, then it exits EXIT_PREEMPTED.
+- Two JAX processes (one replica over two hosts): both run `predict` on every batch in
+  lockstep; a notice to the second host drains both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from podmanager.core.clock import poll_until
+from podmanager.runtime import replica_protocol as protocol
+from podmanager.runtime.contract import EXIT_PREEMPTED
+from podmanager.serving.router import Router, RouterConfig
+
+REPO = Path(__file__).resolve().parent.parent
+TOKEN = "replica-token"
+pytestmark = pytest.mark.timeout(120)
+
+DOUBLER = textwrap.dedent("""
+    import sys, time
+    from podmanager import runtime
+
+    def predict(inputs):
+        time.sleep(0.05)  # a forward pass: requests are in flight when the notice comes
+        return [x * 2 for x in inputs]
+
+    runtime.install_preemption_handler()
+    sys.exit(runtime.serve(predict, warmup=[1], max_batch=4))
+""")
+
+# Every process gathers the batch from all processes: a collective that hangs unless the
+# processes run predict in lockstep, and fails unless they all hold the same inputs.
+COLLECTIVE = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from jax.experimental import multihost_utils
+    from podmanager import runtime
+
+    def predict(inputs):
+        gathered = multihost_utils.process_allgather(np.array(inputs, np.int64))
+        assert (gathered == gathered[0]).all(), gathered
+        return [int(x) * 2 + int(gathered.shape[0]) for x in inputs]  # + the process count
+
+    runtime.install_preemption_handler()
+    runtime.initialize()
+    sys.exit(runtime.serve(predict, warmup=[1], max_batch=4))
+""")
+
+
+class RouterThread:
+    """The router on an event loop of its own thread, as its Ray actor runs it."""
+
+    def __init__(self) -> None:
+        self.router = Router(RouterConfig(token=TOKEN, queue_timeout_s=20.0))
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        public, replica = self.call(self.router.start("127.0.0.1", 0, "127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{public}"
+        self.replica_url = f"ws://127.0.0.1:{replica}{protocol.REPLICA_PATH}"
+
+    def call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=30)
+
+    def stats(self):
+        async def read():
+            return self.router.stats()
+
+        return self.call(read())
+
+    def close(self) -> None:
+        self.call(self.router.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def router():
+    running = RouterThread()
+    yield running
+    running.close()
+
+
+def replica_env(router: RouterThread, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PODMANAGER_"))}
+    return {**env, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", protocol.ENV_SERVE_URL: router.replica_url,
+            protocol.ENV_SERVE_TOKEN: TOKEN, protocol.ENV_REPLICA: "0", "PODMANAGER_RUN_ID": "run-1", **extra}
+
+
+def predict(endpoint: str, value: int) -> tuple[int, object]:
+    response = requests.post(f"{endpoint}/predict", json={"inputs": value}, timeout=30)
+    return response.status_code, response.json()
+
+
+def ready_replicas(router: RouterThread) -> int:
+    return sum(r.state == "ready" for r in router.stats().replicas)
+
+
+def test_one_process_serves_and_a_notice_drains_it_without_losing_a_request(router, tmp_path):
+    program = tmp_path / "doubler.py"
+    program.write_text(DOUBLER)
+    proc = subprocess.Popen([sys.executable, str(program)], cwd=tmp_path, env=replica_env(router),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        poll_until(lambda: ready_replicas(router) == 1, timeout_s=60, interval_s=0.05, what="the replica's hello")
+        [view] = router.stats().replicas
+        assert (view.replica, view.run_id) == (0, "run-1")
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            assert list(pool.map(lambda v: predict(router.endpoint, v), range(12))) == \
+                [(200, {"outputs": v * 2}) for v in range(12)]
+
+            # Requests in flight when the notice comes (the router holds up to twice max_batch at a
+            # replica, so all eight are there once received): every one is answered by this replica.
+            held = [pool.submit(predict, router.endpoint, v) for v in range(100, 108)]
+            poll_until(lambda: router.stats().requests == 20, timeout_s=10, interval_s=0.005,
+                       what="the requests to reach the router")
+            assert sum(r.outstanding for r in router.stats().replicas) > 0
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == EXIT_PREEMPTED, proc.stdout.read()
+            assert [f.result(timeout=1) for f in held] == [(200, {"outputs": v * 2}) for v in range(100, 108)]
+        stats = router.stats()
+        assert stats.failed == 0 and stats.replicas == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.ray  # JAX's distributed runtime: with the suite's heavy part
+def test_a_replica_over_two_jax_processes_runs_each_batch_on_both_and_drains_together(router, tmp_path):
+    program = tmp_path / "collective.py"
+    program.write_text(COLLECTIVE)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        coordinator = f"127.0.0.1:{s.getsockname()[1]}"
+    procs = [subprocess.Popen([sys.executable, str(program)], cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=replica_env(router, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
+                                              JAX_COORDINATOR_ADDRESS=coordinator))
+             for i in range(2)]
+    try:
+        poll_until(lambda: ready_replicas(router) == 1, timeout_s=90, interval_s=0.05, what="the replica's hello")
+        assert len(router.stats().replicas) == 1  # one replica: only process 0 connects
+        with ThreadPoolExecutor(max_workers=10) as pool:
+            results = list(pool.map(lambda v: predict(router.endpoint, v), range(10)))
+        assert results == [(200, {"outputs": v * 2 + 2}) for v in range(10)]
+
+        started = time.monotonic()
+        procs[1].send_signal(signal.SIGTERM)  # the notice reaches the second host only
+        codes = [p.wait(timeout=30) for p in procs]
+        assert codes == [EXIT_PREEMPTED, EXIT_PREEMPTED], [p.stdout.read() for p in procs]
+        assert time.monotonic() - started < 10
+        assert router.stats().replicas == [] and router.stats().failed == 0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
