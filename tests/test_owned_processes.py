@@ -87,6 +87,20 @@ def test_stop_cluster_kills_its_owners_processes_with_no_record_and_spares_a_nam
         procs.remove_temp_dir(str(temp_dir))
 
 
+def test_down_of_a_cluster_without_any_record_stops_its_processes_and_says_how_it_found_them(
+        started, podmanager_home, tmp_path):
+    from typer.testing import CliRunner
+
+    from podmanager.cli import app
+
+    parent, child, _ = started(tmp_path, "head", procs.owner("gone"))  # the state folder has no trace of it
+    result = CliRunner().invoke(app, ["down", "-c", "gone", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "stopped 2 process(es) of gone on this machine (found by their owner tag in the process table)" \
+        in result.output
+    assert not live(parent) and not live(child)
+
+
 def test_a_process_that_keeps_only_its_machine_id_belongs_to_the_machines_owner(started, podmanager_home, tmp_path):
     """As a run's program does: its environment is filtered down to the machine id."""
     root, _, machine_id = started(tmp_path, "host", procs.owner("demo"))

@@ -151,6 +151,28 @@ def test_the_supervisors_replacement_of_a_suspended_spot_queued_slice(sim, clock
     assert node.state is NodeState.READY and [q.state.value for q in sim.all_queued_resources()] == ["ACTIVE"]
 
 
+def test_two_runs_recovering_their_slices_create_each_once_with_its_boot_metadata(sim, clock):
+    """Two runs, one slice each, both preempted at once: the first recovery deletes only what
+    it must and creates nothing while deleting (a slice created then would lack the metadata
+    its hosts boot with); the second finds its slice made again since its incident and keeps it."""
+    cluster = cluster_on(sim, clock, spec(count=2, capacity="spot"))
+    cluster.up()
+    incident_at = clock.now()
+    sim.preempt("zone-a", "c-s0")
+    sim.preempt("zone-a", "c-s1")
+    clock.advance(1.0)
+
+    cluster.runtime.delete_slices([0], reason="preemption", since=incident_at)  # run A's recovery
+    assert sim.all_nodes() == []  # both dead ones deleted, neither created
+    cluster.runtime.restore_slices(timeout_s=300)
+    created = {n.name: n.create_time for n in sim.all_nodes()}
+    assert sorted(created) == ["c-s0", "c-s1"]
+
+    cluster.runtime.delete_slices([1], reason="preemption", since=incident_at)  # run B's, a moment later
+    assert {n.name: n.create_time for n in sim.all_nodes()} == created  # kept, not replaced twice
+    assert "slices_kept" in kinds(cluster)
+
+
 def test_down_removes_everything_and_is_safe_twice(sim, clock):
     cluster = cluster_on(sim, clock, spec(count=2))
     cluster.up()

@@ -70,7 +70,7 @@ class FakeCluster:
     def delete_dead_slices(self):
         return []
 
-    def delete_slices(self, indexes, *, reason):
+    def delete_slices(self, indexes, *, reason, since=None):
         self.deleted.append(list(indexes))
         for i in indexes:
             self.cloud.delete_node(ZONE, f"c-s{i}")

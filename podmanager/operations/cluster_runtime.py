@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, ContextManager
 
-from podmanager.cloud.base import DEAD_STATES, InProcessSimulator, Node, Operation, SimulatedCloud, TpuCloud
+from podmanager.cloud.base import DEAD_STATES, InProcessSimulator, Node, NodeState, Operation, SimulatedCloud, TpuCloud
 from podmanager.cloud.retry import RetryingCloud
 from podmanager.core import catalog, paths
 from podmanager.core.clock import Clock, RealClock, poll_until
@@ -293,17 +293,32 @@ class ClusterRuntime:
         dead = sorted(n.slice_index for n in self.observe().nodes
                       if n.state in DEAD_STATES and n.slice_index is not None)
         if dead:
-            desired = [d for d in desired_slices(self.spec) if d.index not in dead]
-            self._converge(desired, timeout_s, reason="it is dead and holds quota; 'up' creates it again")
+            self._delete_only(dead, timeout_s, reason="it is dead and holds quota; 'up' creates it again")
         return dead
 
-    def delete_slices(self, indexes: list[int], *, reason: str, timeout_s: float = 1800.0) -> None:
-        """Delete these slices now; the first half of replacing them."""
+    def _delete_only(self, indexes: list[int], timeout_s: float, reason: str) -> None:
+        """Delete these slices (and any dead one) and create nothing: a slice missing now (another
+        run's, lost meanwhile) is left to `restore_slices`, which creates it with the metadata
+        its hosts boot with (a slice created without it would never join)."""
+        alive = {n.slice_index for n in self.observe().nodes if n.state not in DEAD_STATES}
+        desired = [d for d in desired_slices(self.spec) if d.index not in indexes and d.index in alive]
+        self._converge(desired, timeout_s, reason=reason)
+
+    def delete_slices(self, indexes: list[int], *, reason: str, since: float | None = None,
+                      timeout_s: float = 1800.0) -> None:
+        """Delete these slices now; the first half of replacing them. A slice READY and created
+        after `since` (the incident) was replaced meanwhile by another run's recovery (runs on
+        a cluster share its recovery lock): it is kept, not replaced twice."""
         with self._recovery_lock():
             self.refresh_spec()
-            desired = desired_slices(self.spec)
-            self._converge([d for d in desired if d.index not in indexes], timeout_s,
-                           reason=f"replacing it ({reason})")
+            if since is not None:
+                fresh = sorted(n.slice_index for n in self.observe().nodes if n.slice_index in indexes
+                               and n.state is NodeState.READY and (n.create_time or 0.0) > since)
+                if fresh:
+                    self.record("slices_kept", f"slice(s) {fresh} were created again since the incident; kept")
+                    indexes = [i for i in indexes if i not in fresh]
+            if indexes:
+                self._delete_only(indexes, timeout_s, reason=f"replacing it ({reason})")
 
     def restore_slices(self, phases: dict[str, float] | None = None, *, timeout_s: float = 1800.0) -> list[Node]:
         """Create every missing slice (next zones on capacity errors) and wait for all hosts;

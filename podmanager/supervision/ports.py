@@ -50,8 +50,9 @@ class SupervisedCluster(Protocol):
         """Delete preempted or terminated slices without replacing them; their indexes."""
         ...
 
-    def delete_slices(self, indexes: list[int], *, reason: str) -> None:
-        """Delete these slices now (the first half of replacing them)."""
+    def delete_slices(self, indexes: list[int], *, reason: str, since: float | None = None) -> None:
+        """Delete these slices now (the first half of replacing them), except any made again
+        after `since` (the incident) and READY."""
         ...
 
     def restore_slices(self, phases: dict[str, float]) -> None:

@@ -201,7 +201,8 @@ class RunSupervisor:
         if phase.slices:
             started = self.clock.now()
             if not phase.deleted:
-                self.cluster.delete_slices(phase.slices, reason=phase.reason)
+                self.cluster.delete_slices(phase.slices, reason=phase.reason,
+                                           since=incident.detected_at if incident is not None else None)
                 timings["delete"] = self.clock.now() - started
                 self.run.phase = phase = phase.model_copy(update={"deleted": True})
                 self._save()
