@@ -150,32 +150,32 @@ def test_rm_rf_during_a_run_then_up_and_down_in_the_lost_folder_leave_no_process
     assert_nothing_left(folder)  # the old head too, found by its owner tag
 
 
-def delete(path: Path) -> None:
-    path.unlink()
+VERBS = (["status", "-c", NAME], ["runs", "-c", NAME], ["events", "-c", NAME], ["cancel", "RUN"],
+         ["attach", "RUN"], ["run", "-c", NAME, "--detach", "workloads/train_mlp.py"])
 
 
-def garbage(path: Path) -> None:
-    path.write_bytes(os.urandom(3 * 4096))
-
-
-# Truncated is tested with every verb in test_state_damage.py; here, end to end, the two ways a
-# running supervisor meets a damaged store: it sees it (deleted) or SQLite reads on from its WAL.
-@pytest.mark.parametrize("damage", [delete, garbage])
-def test_a_store_damaged_during_a_run_stops_the_run_and_down_still_works(folder, tmp_path, damage):
-    run_id = folder.up_and_run(tmp_path)
-    damage(folder.home / "state.db")
-
-    for verb in (["status", "-c", NAME], ["runs", "-c", NAME], ["events", "-c", NAME], ["attach", run_id],
-                 ["cancel", run_id], ["up", "-f", str(tmp_path / "spec.yaml"), "--dry-run"],
-                 ["run", "-c", NAME, "--detach", "workloads/train_mlp.py"]):
-        said = cli(folder.home, *verb)
+def assert_refused_naming_the_store(folder: Folder, run_id: str, verbs) -> None:
+    for verb in verbs:
+        said = cli(folder.home, *[run_id if word == "RUN" else word for word in verb])
         assert said.returncode == 1, verb + [said.stdout + said.stderr]
         assert "state store" in said.stderr and "rebuild-state" in said.stderr and "Traceback" not in said.stderr
+
+
+def test_a_store_damaged_during_a_run_stops_the_run_and_down_still_works(folder, tmp_path):
+    """Truncated is tested with every verb in test_state_damage.py; here, end to end, the two
+    ways a running supervisor meets a damaged store: overwritten in place it goes unseen while
+    SQLite reads on from its WAL, then deleted it is seen."""
+    run_id = folder.up_and_run(tmp_path)
+    store = folder.home / "state.db"
+    store.write_bytes(os.urandom(3 * 4096))  # garbage over it
+    assert_refused_naming_the_store(folder, run_id, [*VERBS, ["up", "-f", str(tmp_path / "spec.yaml"), "--dry-run"]])
     logs = cli(folder.home, "logs", "-c", NAME)  # the run's output is in files: it needs no store
     assert logs.returncode == 0 and "step" in logs.stdout, logs.stderr
-    if damage is not garbage:  # (a file overwritten in place goes unseen while SQLite reads its WAL)
-        # Its supervisor can no longer record the run: it stops the program rather than run it unseen.
-        poll_until(lambda: folder.programs() == [], timeout_s=60, interval_s=0.2, what="the run's program to stop")
+
+    store.unlink()
+    # Its supervisor can no longer record the run: it stops the program rather than run it unseen.
+    poll_until(lambda: folder.programs() == [], timeout_s=60, interval_s=0.2, what="the run's program to stop")
+    assert_refused_naming_the_store(folder, run_id, VERBS[:1])
 
     down = cli(folder.home, "down", "-c", NAME, "--dry-run")
     assert down.returncode == 0, down.stdout + down.stderr

@@ -3,8 +3,8 @@
 In-process (CPU JAX, no Ray): the split of shards over processes, an interrupted run
 finished by a rerun gives byte for byte the outputs of an uninterrupted one with each
 shard written once, and a write killed before its rename leaves nothing behind after
-the rerun; shards on gs:// against a local Cloud Storage emulator. (A run preempted on a
-dry-run cluster is not tested yet: issue 23.)
+the rerun; shards on gs:// against a local Cloud Storage emulator. A run preempted on a
+dry-run cluster: tests/test_inference.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -204,50 +203,3 @@ def test_shards_on_gs_are_written_whole_in_one_upload_and_skipped_when_there(tmp
         assert os.listdir(tmp_path) == []  # nothing went to a local "gs:" folder
     finally:
         server.stop()
-
-
-# ---------------------------------------------------------------- on a dry-run cluster
-
-PODMANAGER = str(Path(sys.executable).parent / "podmanager")
-CLUSTER = {
-    "name": "predicttest",
-    "backend": "simulated",
-    "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
-    "health": {"interval_s": 0.5},
-    "recovery": {"backoff_s": 0.0},
-    "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot"}],
-}
-RUN_SHARDS = 20
-
-
-class InodeWatch:
-    """Notes each output's inode, every 50 ms from another thread: an output written again (a
-    new file renamed over it) shows up with a new inode, whichever attempt wrote it."""
-
-    def __init__(self, folder: Path):
-        self.folder, self.seen, self.rewritten = folder, {}, set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> InodeWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._look()
-
-    def _look(self) -> None:
-        try:
-            entries = list(os.scandir(self.folder))
-        except FileNotFoundError:
-            return
-        for entry in entries:
-            if not entry.name.startswith("."):
-                if self.seen.setdefault(entry.name, entry.inode()) != entry.inode():
-                    self.rewritten.add(entry.name)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.05):
-            self._look()

@@ -1,28 +1,40 @@
 """`Cluster.run` and `podmanager run` on a dry-run cluster of real local Ray hosts.
 
 One cluster for the module: slice 0 is a v4-16 (2 hosts x 4 chips), slices 1 and 2 are
-v4-8s (1 host each), so single-slice and multislice runs share the same hosts.
+v4-8s (1 host each), so single-slice and multislice runs share the same hosts. Also: a replica
+of a service over both hosts of the v4-16, every line of a host's output whatever its volume,
+and unmodified TPU programs (at the end: its last test leaves a notice on slice 2 that the
+module's `down` outruns).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
+import ray
+import requests
 from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
+from podmanager.api import simulation
 from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
 from podmanager.hosts import snapshot
+from podmanager.running.logs import RunFolder
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -91,12 +103,44 @@ def test_multislice_environment_and_global_devices(cluster, tmp_path):
     assert [p["TPU_WORKER_ID"] for p in seen] == ["0", "0"]
 
 
-def test_model_parallel_transformer(cluster):
-    workload = Workload(entrypoint="workloads/train_transformer.py", args=["--steps", "20", "--log-every", "1"],
-                        slices=[0], parallelism="data=2,model=4", working_dir=str(REPO))
+LOCAL_FORWARD = textwrap.dedent("""
+    import json, sys
+    from workloads import serve_transformer
+    args = serve_transformer.parse_args(["--checkpoint-dir", sys.argv[1]])
+    step, predict = serve_transformer.load_predict(args)
+    print(json.dumps(predict(json.loads(sys.argv[2]))))
+""")
+
+
+def test_model_parallel_transformer_trains_and_a_replica_over_both_hosts_serves_its_checkpoint(cluster, tmp_path):
+    checkpoints = tmp_path / "ck"
+    workload = Workload(entrypoint="workloads/train_transformer.py", slices=[0], parallelism="data=2,model=4",
+                        args=["--steps", "20", "--log-every", "1", "--checkpoint-every", "20"],
+                        checkpoint_dir=str(checkpoints), working_dir=str(REPO))
     result = cluster.run(workload)
     assert result.status == "succeeded", result.message
     assert result.metrics["last_loss"] < result.metrics["first_loss"]
+
+    # One replica on the v4-16: the model over all 8 chips of its 2 hosts ("model" axis of 8).
+    inputs = [[3, 5, 7], [1, 2, 3, 4, 5], [30, 31, 0, 1], [7], "not tokens"]
+    handle = cluster.serve(Workload(entrypoint="workloads/serve_transformer.py", slices=[0], parallelism="model",
+                                    checkpoint_dir=str(checkpoints), working_dir=str(REPO)))
+    try:
+        handle.wait_ready(timeout_s=180)
+        with ThreadPoolExecutor(max_workers=len(inputs)) as pool:  # at once: one batch, or a few
+            answers = list(pool.map(lambda x: requests.post(f"{handle.endpoint}/predict", json={"inputs": x},
+                                                            timeout=60), inputs))
+    finally:
+        cluster.cancel_service(handle.service_id)
+    assert [a.status_code for a in answers] == [200] * len(inputs)
+    served = [a.json()["outputs"] for a in answers]
+    # The same checkpoint, one process on one CPU device: the same next tokens.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PODMANAGER_"))}
+    local = subprocess.run([sys.executable, "-c", LOCAL_FORWARD, str(checkpoints), json.dumps(inputs)], cwd=REPO,
+                           env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=120)
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert served == json.loads(local.stdout.splitlines()[-1])
+    assert all(isinstance(t, int) for t in served[:4]) and "error" in served[4]
 
 
 def test_wrong_mesh_is_refused_before_anything_starts(cluster):
@@ -222,3 +266,189 @@ def test_status_shows_the_monitors_view_of_the_hosts_without_loading_ray(cluster
     assert seen["hosts"] == [[0, 0, "healthy"], [0, 1, "healthy"], [1, 0, "healthy"], [2, 0, "healthy"]]
     live = cluster.hosts()
     assert [(h.slice_index, h.worker_id, h.state) for h in live] == [tuple(h) for h in seen["hosts"]]
+
+
+# ---------------------------------------------------------------- output
+# A host's output is complete, whatever its volume and however the program ends, through the
+# CLI: `logs` has every line, the failure summary the traceback, and what a cancelled program
+# prints while stopping reaches the logs (on the v4-16: two hosts).
+
+LINE = "{rank} line {i:07d} " + "x" * 80  # ~100 bytes
+
+
+def expected(rank: int, count: int) -> list[str]:
+    return [LINE.format(rank=rank, i=i) for i in range(count)]
+
+
+def host_lines(output: str) -> dict[str, list[str]]:
+    """`podmanager logs` output, by host."""
+    by_host: dict[str, list[str]] = defaultdict(list)
+    for line in output.splitlines():
+        host, _, text = line.partition("] ")
+        by_host[host.removeprefix("[")].append(text)
+    return by_host
+
+
+def run_id_of(output: str) -> str:
+    return re.search(r"podmanager logs -c runtest --run (\S+)", output).group(1)
+
+
+def test_ten_megabytes_from_every_host_all_reach_the_logs(cluster, tmp_path):
+    (tmp_path / "big.py").write_text(textwrap.dedent(f"""
+        import os
+        rank = int(os.environ["JAX_PROCESS_ID"])
+        for i in range(100_000):
+            print({LINE!r}.format(rank=rank, i=i))
+    """))
+    runner = CliRunner()
+    run = runner.invoke(app, ["run", "-c", "runtest", "--slices", "0", "--working-dir", str(tmp_path), "big.py"])
+    assert run.exit_code == 0, run.output[-3000:]
+    # The live stream could not show 10 MB as it came: it says so, and where every line is.
+    run_id = run_id_of(run.output)
+    assert re.search(rf"podmanager: \d+ line\(s\) skipped here to keep up; every line is in "
+                     rf"'podmanager logs -c runtest --run {run_id} --host slice-0/host-0'", run.output)
+    logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", run_id])
+    assert logs.exit_code == 0
+    by_host = host_lines(logs.output)
+    assert set(by_host) == {"slice-0/host-0", "slice-0/host-1"}
+    assert by_host["slice-0/host-0"] == expected(0, 100_000)
+    assert by_host["slice-0/host-1"] == expected(1, 100_000)
+
+
+def test_three_megabytes_then_a_raise_keeps_every_line_and_shows_the_traceback(cluster, tmp_path):
+    marker = tmp_path / "host-0-wrote-all"
+    (tmp_path / "burst.py").write_text(textwrap.dedent(f"""
+        import os, pathlib, time
+        rank = int(os.environ["JAX_PROCESS_ID"])
+        for i in range(30_000):
+            print({LINE!r}.format(rank=rank, i=i))
+        if rank == 0:
+            print("host 0 waits", flush=True)
+            pathlib.Path({str(marker)!r}).touch()
+            time.sleep(600)
+        while not pathlib.Path({str(marker)!r}).exists():  # so host 0 has written all of it when stopped
+            time.sleep(0.05)
+        raise ValueError("boom after 3 MB")
+    """))
+    runner = CliRunner()
+    run = runner.invoke(app, ["run", "-c", "runtest", "--slices", "0", "--working-dir", str(tmp_path), "burst.py"])
+    assert run.exit_code == 1, run.output[-3000:]
+    summary = run.output[run.output.index("last output of slice-0/host-1:"):]
+    assert "  Traceback (most recent call last):" in summary and "  ValueError: boom after 3 MB" in summary
+    logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", run_id_of(run.output)])
+    by_host = host_lines(logs.output)
+    assert by_host["slice-0/host-0"] == expected(0, 30_000) + ["host 0 waits"]
+    failed = by_host["slice-0/host-1"]
+    assert failed[:30_000] == expected(1, 30_000)
+    assert failed[30_000] == "Traceback (most recent call last):" and failed[-1] == "ValueError: boom after 3 MB"
+
+
+def test_what_a_cancelled_program_prints_while_stopping_reaches_the_logs(cluster, tmp_path):
+    (tmp_path / "saver.py").write_text(textwrap.dedent("""
+        import signal, sys, time
+        def save(*_):
+            print("saving checkpoint...", flush=True)
+            time.sleep(0.5)
+            print("saved", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, save)
+        print("ready", flush=True)
+        time.sleep(600)
+    """))
+    runner = CliRunner()
+    submitted = runner.invoke(app, ["run", "-c", "runtest", "--slices", "0", "--detach", "--working-dir", str(tmp_path),
+                                    "saver.py"])
+    assert submitted.exit_code == 0, submitted.output
+    run_id = re.search(r"submitted run (\S+)", submitted.output).group(1)
+
+    def both_ready() -> bool:
+        logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", run_id])
+        return logs.exit_code == 0 and logs.output.count("] ready\n") == 2
+
+    poll_until(both_ready, timeout_s=120, interval_s=0.5, what="both hosts printing 'ready'")
+    cancelled = runner.invoke(app, ["cancel", run_id, "-c", "runtest"])
+    assert cancelled.exit_code == 0 and "is cancelled" in cancelled.output
+    by_host = host_lines(runner.invoke(app, ["logs", "-c", "runtest", "--run", run_id]).output)
+    assert by_host == {host: ["ready", "saving checkpoint...", "saved"]
+                       for host in ("slice-0/host-0", "slice-0/host-1")}
+
+
+# ---------------------------------------------------------------- unmodified TPU programs
+# A script whose only setup is `jax.distributed.initialize()` forms the right global mesh on one
+# slice and across two, each host answers its own metadata server like a TPU VM, and a preemption
+# notice reaches the program through the host's metadata watch.
+
+SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import jax
+    import jax.numpy as jnp
+
+    jax.distributed.initialize()  # nothing else: JAX finds its peers as on a TPU VM
+    ones = jnp.ones(jax.local_device_count())
+    summed = jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")(ones)
+    print("RESULT " + json.dumps({"process": jax.process_index(), "processes": jax.process_count(),
+                                  "devices": jax.device_count(), "psum": float(summed[0]),
+                                  "slice": os.environ.get("MEGASCALE_SLICE_ID")}), flush=True)
+''')
+
+
+def results(cluster, run_id: str) -> list[dict]:
+    found = []
+    for log in sorted(RunFolder(cluster.name, run_id).folder.glob("slice-*-host-*.log")):
+        found += [json.loads(line[len("RESULT "):]) for line in log.read_text().splitlines()
+                  if line.startswith("RESULT ")]
+    return sorted(found, key=lambda r: r["process"])
+
+
+def run_plain(cluster, tmp_path, slices: list[int]):
+    (tmp_path / "plain.py").write_text(SCRIPT)
+    result = cluster.run(Workload(command=["python", "plain.py"], slices=slices, working_dir=str(tmp_path)))
+    assert result.status == "succeeded", result.message
+    return results(cluster, result.run_id)
+
+
+def test_a_plain_initialize_forms_the_global_mesh_of_one_slice(cluster, tmp_path):
+    seen = run_plain(cluster, tmp_path, [0])
+    assert [(r["process"], r["processes"], r["devices"]) for r in seen] == [(0, 2, 8), (1, 2, 8)]
+    assert {r["psum"] for r in seen} == {8.0}  # summed across every device of both hosts
+
+
+def test_a_plain_initialize_forms_the_global_mesh_across_two_slices(cluster, tmp_path):
+    seen = run_plain(cluster, tmp_path, [1, 2])
+    assert [(r["process"], r["processes"], r["devices"], r["slice"]) for r in seen] == [
+        (0, 2, 8, "0"), (1, 2, 8, "1")]  # slice-major process ids
+    assert {r["psum"] for r in seen} == {8.0}
+
+
+def metadata_of(cluster, slice_index: int, worker: int) -> str:
+    """The GCE_METADATA_IP a simulated host's processes see."""
+    agents = {(s.slice_index, s.worker_id): a for s, a in cluster.runtime.agents([slice_index])}
+    agent = agents[(slice_index, worker)]
+
+    @ray.remote(num_cpus=0)
+    def environment_of_the_host() -> str:
+        return os.environ.get("GCE_METADATA_IP", "")
+
+    node = ray.get(agent.info.remote())["ray_node_id"]
+    strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
+    return ray.get(environment_of_the_host.options(scheduling_strategy=strategy).remote())
+
+
+def test_each_host_answers_its_own_metadata_like_a_tpu_vm(cluster):
+    address = metadata_of(cluster, 0, 1)
+    url = f"http://{address}/computeMetadata/v1/instance/attributes/agent-worker-number"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 403
+    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.read().decode() == "1"
+    assert metadata_of(cluster, 0, 0) != address  # one server per VM
+
+
+def test_a_preemption_notice_reaches_the_host_agents_through_their_metadata(cluster):
+    agents = cluster.runtime.agents([2])
+    assert ray.get([a.preemption_notice.remote() for _, a in agents]) == [None]
+    simulation.preempt(cluster.runtime, 2, notice_s=120)  # the last test here: `down` takes the slice before it goes
+    assert ray.get([a.preemption_notice.remote() for _, a in agents]) == ["preempted"]
+    [where] = cluster.runtime.slice_locations([2])

@@ -12,6 +12,7 @@ from podmanager.api.serve import replica_slices
 from podmanager.api.service_handle import replica_states
 from podmanager.cli import app
 from podmanager.core.errors import SpecError
+from podmanager.serving.goodput import FullReplicaTime
 from podmanager.state import StateStore
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import ReplicaCounters, ServiceCounters, ServiceRecord, ServiceStore
@@ -97,3 +98,13 @@ def test_runs_lists_a_service_with_its_replicas_and_counters(tmp_path) -> None:
     assert [r["state"] for r in entry["replicas"]] == ["starting", "starting"]  # counters of no time: stale
     table = CliRunner().invoke(app, ["runs", "-c", "demo"])
     assert "services of demo" in table.output and "svc-1" in table.output
+
+
+def test_serving_goodput_counts_from_the_first_full_moment_the_time_every_replica_was_ready() -> None:
+    time = FullReplicaTime(replicas=2)
+    for now, ready in ((0.0, 0), (5.0, 1), (10.0, 2), (11.0, 2), (12.0, 1), (14.0, 1), (15.0, 2), (16.0, 2)):
+        time.tick(ready, now)
+    # From 10 s (first full) to 16 s: full during (10,11], (14,15] and (15,16]; not (11,12] ... (12,14].
+    assert (time.full_s, time.since_full_s) == (3.0, 6.0)
+    assert ServiceCounters(full_s=time.full_s, since_full_s=time.since_full_s).goodput == 0.5
+    assert ServiceCounters().goodput is None

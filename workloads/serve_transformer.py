@@ -51,10 +51,9 @@ def next_tokens(logits: np.ndarray, lengths: list[int]) -> list[int]:
     return [int(np.argmax(logits[i, n - 1])) for i, n in enumerate(lengths)]
 
 
-def run(argv=None) -> int:
-    args = parse_args(argv)
-    runtime.install_preemption_handler()  # SIGTERM -> drain, from the earliest moment
-    runtime.initialize()
+def load_predict(args):
+    """(the checkpoint's step, predict) for the latest checkpoint of `args.checkpoint_dir`, laid
+    out on this job's devices; None if there is no checkpoint. Every process calls it."""
     mesh = train_transformer.model_mesh(args)
     data = mesh.shape["data"]
     batch = -(-args.max_batch // data) * data  # one compiled shape: a multiple of the data axis
@@ -64,9 +63,7 @@ def run(argv=None) -> int:
     restored = checkpoints.restore_latest(template)
     checkpoints.close()
     if restored is None:
-        common.say(f"error: no checkpoint in {args.checkpoint_dir or '$PODMANAGER_CHECKPOINT_DIR'}; "
-                   "train with workloads/train_transformer.py --checkpoint-dir DIR first")
-        return 1
+        return None
     step, state = restored
     params = state["params"]
     batch_sharding = NamedSharding(mesh, P("data", None))
@@ -86,8 +83,21 @@ def run(argv=None) -> int:
             answers = iter(next_tokens(np.asarray(logits.addressable_shards[0].data), [len(t) for t in good]))
         return [next(answers) if problem is None else {"error": problem} for problem in problems]
 
+    return step, predict
+
+
+def run(argv=None) -> int:
+    args = parse_args(argv)
+    runtime.install_preemption_handler()  # SIGTERM -> drain, from the earliest moment
+    runtime.initialize()
+    loaded = load_predict(args)
+    if loaded is None:
+        common.say(f"error: no checkpoint in {args.checkpoint_dir or '$PODMANAGER_CHECKPOINT_DIR'}; "
+                   "train with workloads/train_transformer.py --checkpoint-dir DIR first")
+        return 1
+    step, predict = loaded
     common.say(f"serving step {step}: processes={jax.process_count()} devices={jax.device_count()} "
-               f"mesh={dict(mesh.shape)} max_batch={args.max_batch}")
+               f"parallelism={args.parallelism} max_batch={args.max_batch}")
     return runtime.serve(predict, warmup=[[0, 1, 2]], max_batch=args.max_batch, max_wait_s=args.max_wait_ms / 1000)
 
 

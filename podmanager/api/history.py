@@ -42,10 +42,14 @@ def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:
 def service_history(name: str, *, services: ServiceStore | None = None,
                     runs: RunStore | None = None) -> list[dict[str, Any]]:
     """Every service of the cluster as `runs` lists it (kind: service), oldest first."""
-    from podmanager.api.service_handle import replica_states, service_summary
+    from podmanager.api.service_handle import replica_incidents, replica_states, service_summary
 
     services = services or ServiceStore()
     runs = runs or RunStore(services.path)
     now = time.time()
-    return [service_summary(s, replica_states(s, [runs.get(r) for r in s.replica_runs], now))
-            for s in services.list(name)]
+    summaries = []
+    for service in services.list(name):
+        replica_runs = [runs.get(r) for r in service.replica_runs]
+        summaries.append(service_summary(service, replica_states(service, replica_runs, now),
+                                         replica_incidents(service, replica_runs)))
+    return summaries

@@ -50,7 +50,7 @@ def replica_slices(known: list[int], replicas: int | None) -> list[int]:
 
 
 def new_service_id(workload: Workload) -> str:
-    return f"{workload.display_name}-svc-{time.strftime('%Y%m%d-%H%M%S')}"
+    return f"{workload.display_name}-svc-{time.strftime('%Y%m%d-%H%M%S')}-{int(time.time() * 1000) % 1000:03d}"
 
 
 def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStore, workload: Workload,
@@ -74,7 +74,7 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
     service_id = new_service_id(workload)
     place = _router_place(runtime, options)
     token = secrets.token_urlsafe(24)
-    start_router(service_id, RouterConfig(token=token, queue_timeout_s=options.queue_timeout_s), place)
+    start_router(service_id, RouterConfig(token=token, queue_timeout_s=options.queue_timeout_s), place, len(slices))
     endpoint = f"http://{place.public_host}:{place.public_port}"
     replica_url = f"ws://{place.replica_host}:{place.replica_port}{protocol.REPLICA_PATH}"
     runtime.record("service_starting", f"service {service_id}: router at {endpoint}, {len(slices)} replica(s) on "

@@ -45,8 +45,10 @@ def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: fl
     return states
 
 
-def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus]) -> dict[str, Any]:
-    """One entry of `podmanager runs` for a service."""
+def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus],
+                    incidents: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One entry of `podmanager runs` for a service; `incidents`: its replicas' runs' (each
+    with its replica), oldest first."""
     counters = service.counters
     return {
         "run_id": service.service_id,
@@ -62,8 +64,17 @@ def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus]) -> di
         "rejected": counters.rejected,
         "p50_ms": counters.p50_ms,
         "p99_ms": counters.p99_ms,
+        "goodput": counters.goodput,
+        "incidents": incidents or [],
         "started": service.created_at,
     }
+
+
+def replica_incidents(service: ServiceRecord, runs: list[RunRecord | None]) -> list[dict[str, Any]]:
+    """Every incident of the service's replicas (from their runs' ledgers), oldest first."""
+    found = [{**incident, "replica": index} for index, run in zip(service.slices, runs) if run is not None
+             for incident in run.ledger.get("incidents", [])]
+    return sorted(found, key=lambda i: i.get("detected_at") or 0.0)
 
 
 class ServiceHandle:
@@ -89,7 +100,9 @@ class ServiceHandle:
         return replica_states(service, [self.runs.get(r) for r in service.replica_runs], time.time())
 
     def summary(self) -> dict[str, Any]:
-        return service_summary(self.record(), self.replicas())
+        service = self.record()
+        runs = [self.runs.get(r) for r in service.replica_runs]
+        return service_summary(service, replica_states(service, runs, time.time()), replica_incidents(service, runs))
 
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
         """Wait until `replicas` (default: all) replicas are ready; a replica run that ended

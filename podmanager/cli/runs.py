@@ -32,10 +32,12 @@ def runs(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -
             console.print(f"warning: {s['run_id']}: {warning}", markup=False)
     if services:
         print_table(f"services of {name}", ["service", "status", "endpoint", "replicas", "requests", "failures",
-                                            "503s", "p50 ms", "p99 ms", "started"],
+                                            "503s", "p50 ms", "p99 ms", "goodput", "incidents", "started"],
                     [(s["run_id"], s["status"], s["endpoint"],
                       ", ".join(f"{r['replica']}:{r['state']}" for r in s["replicas"]), s["requests"], s["failures"],
-                      s["rejected"], _ms(s["p50_ms"]), _ms(s["p99_ms"]), clock_time(s["started"])) for s in services])
+                      s["rejected"], _ms(s["p50_ms"]), _ms(s["p99_ms"]),
+                      None if s["goodput"] is None else f"{s['goodput']:.0%}", len(s["incidents"]),
+                      clock_time(s["started"])) for s in services])
 
 
 def _ms(value: float | None) -> str | None:

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
+from podmanager.serving.goodput import FullReplicaTime
 from podmanager.serving.router import Router, RouterConfig
 from podmanager.state.services import ServiceCounters, ServiceStore
 
@@ -46,9 +47,10 @@ class RouterPlace:
 class RouterActor:
     """Plain class; `start_router` wraps it with `ray.remote` and its options."""
 
-    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace) -> None:
+    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace, replicas: int) -> None:
         os.environ["PODMANAGER_HOME"] = home  # the submitting client's state folder: the service's record
         self.service_id = service_id
+        self.full_time = FullReplicaTime(replicas)
         self.router = Router(config)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"router-{service_id}", daemon=True)
@@ -82,7 +84,9 @@ class RouterActor:
             return self.router.stats()
 
         stats = self._call(read())
-        return ServiceCounters.model_validate({**stats.to_dict(), "at": time.time()})
+        self.full_time.tick(sum(r.state == "ready" for r in stats.replicas), time.monotonic())
+        return ServiceCounters.model_validate({**stats.to_dict(), "at": time.time(), "full_s": self.full_time.full_s,
+                                               "since_full_s": self.full_time.since_full_s})
 
     def _write_counters(self) -> None:
         """The router's counters into the service's record, for `runs` and `status` (which read
@@ -98,7 +102,7 @@ class RouterActor:
             store.close()
 
 
-def start_router(service_id: str, config: RouterConfig, place: RouterPlace) -> None:
+def start_router(service_id: str, config: RouterConfig, place: RouterPlace, replicas: int) -> None:
     """Create the service's router actor on the head node (the caller is connected to the
     cluster's Ray) and wait until it listens."""
     import ray
@@ -115,7 +119,7 @@ def start_router(service_id: str, config: RouterConfig, place: RouterPlace) -> N
         resources={HEAD_RESOURCE: 0.001},
         runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},  # latency: not at Ray's nice 15
     )
-    actor = remote.remote(str(paths.home().resolve()), service_id, config, place)
+    actor = remote.remote(str(paths.home().resolve()), service_id, config, place, replicas)
     ray.get(actor.ready.remote(), timeout=60)
 
 

@@ -57,6 +57,14 @@ class ServiceCounters(_Record):
     p99_ms: float | None = None
     replicas: list[ReplicaCounters] = Field(default_factory=list)
     at: float | None = None  # unix seconds when the router wrote them
+    # Serving goodput: of the seconds since every replica was first ready, those with every
+    # replica ready (the router's own count: it starts again if the router is restarted).
+    full_s: float = 0.0
+    since_full_s: float = 0.0
+
+    @property
+    def goodput(self) -> float | None:
+        return self.full_s / self.since_full_s if self.since_full_s > 0 else None
 
 
 class ServiceRecord(_Record):

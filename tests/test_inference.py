@@ -1,20 +1,30 @@
-"""Services on a dry-run cluster of real local Ray hosts: `Cluster.serve` of a program in the
-user's own folder, one replica per slice, a load generator on 127.0.0.1, and preemptions.
+"""Inference on a dry-run cluster of real local Ray hosts, from the user's own folder:
+a service (`Cluster.serve`, one replica per slice, a load generator on 127.0.0.1) and a batch
+prediction run (`workloads/predict.py`), each preempted.
 
 - Two replicas under a steady load: a preemption with a notice (the replica drains) and one
   without (its requests are retried on the other) fail no request; the replaced replica
   serves again. Latency before, during and after is printed.
 - No replica ready (both slices lost at once): a request gets 503 with Retry-After after the
   queue timeout (never sooner, never a hang or a reset), and is served again afterwards.
+- Batch prediction started through the CLI, preempted with a notice mid-run: every output
+  shard once (none written twice: their inodes are watched) and byte for byte what an
+  uninterrupted run writes.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import textwrap
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import requests
@@ -24,9 +34,13 @@ from podmanager.api import simulation
 from podmanager.api.serve import ServeOptions
 from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
+from workloads import predict
+
+REPO = Path(__file__).resolve().parent.parent
+PODMANAGER = str(Path(sys.executable).parent / "podmanager")
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
-NAME = "servetest"
+NAME = "inference"
 SPEC = {
     "name": NAME,
     "backend": "simulated",
@@ -153,6 +167,9 @@ def test_replicas_lose_no_request_to_preemptions_and_none_ready_means_503_after_
         summary = poll_until(lambda: (s := handle.summary())["requests"] >= len(load.answers) and s, timeout_s=10,
                              interval_s=0.2, what="the router's counters to catch up")
         assert summary["failures"] == 0
+        assert [(i["replica"], i["cause"]) for i in summary["incidents"]] == [(1, "preemption"), (0, "preemption")]
+        assert 0 < summary["goodput"] < 1  # each replacement took a while at one replica
+        print(f"serving goodput {summary['goodput']:.0%}")
         served = {r["replica"]: r["served"] for r in summary["replicas"]}
         assert all(served[i] for i in (0, 1)), served  # both replaced replicas serve again
 
@@ -179,3 +196,81 @@ def test_replicas_lose_no_request_to_preemptions_and_none_ready_means_503_after_
     assert all(cluster.runs_store.get(r).status == "cancelled" for r in service.replica_runs)
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{handle.endpoint}/healthz", timeout=5)  # the router is gone
+
+
+# ---------------------------------------------------------------- batch prediction
+
+SHARDS, ROWS, SEED = 20, 40, 3
+
+
+class InodeWatch:
+    """Notes each output's inode, every 50 ms from another thread: an output written again (a
+    new file renamed over it) shows up with a new inode, whichever attempt wrote it."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.seen, self.rewritten = folder, {}, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> InodeWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._look()
+
+    def _look(self) -> None:
+        try:
+            entries = list(os.scandir(self.folder))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if not entry.name.startswith("."):
+                if self.seen.setdefault(entry.name, entry.inode()) != entry.inode():
+                    self.rewritten.add(entry.name)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            self._look()
+
+
+def shard_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_batch_prediction_preempted_mid_way_writes_every_shard_once_as_an_uninterrupted_run_does(cluster, tmp_path):
+    # The user's folder, outside the repository: the workload and what it imports.
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "workloads", project / "workloads", ignore=shutil.ignore_patterns("__pycache__"))
+    inputs = predict.Folder(tmp_path / "in")
+    names = predict.make_inputs(inputs, SHARDS, rows=ROWS, features=32, seed=SEED)
+    reference = predict.Folder(tmp_path / "reference")
+    model = predict.make_model(SEED, features=32, classes=10, batch_rows=16)
+    predict.predict_shards(names, inputs, reference, model, log=lambda _: None)
+    out = tmp_path / "out"
+
+    with InodeWatch(out) as watch:
+        submitted = subprocess.run(
+            [PODMANAGER, "run", "-c", NAME, "--detach", "--json", "workloads/predict.py",
+             "--input-dir", str(inputs.path), "--output-dir", str(out), "--seed", str(SEED),
+             "--batch-rows", "16", "--delay-per-shard", "1.0"],
+            cwd=project, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        run_id = json.loads(submitted.stdout)["run_id"]
+        poll_until(lambda: len(predict.Folder(out).names()) >= 2, timeout_s=120, interval_s=0.1,
+                   what="two output shards")
+        # Ten shards a second apart per process. The notice asks the programs to stop between
+        # shards (exit 75); should it not reach them in its 5 s, the slice goes all the same,
+        # maybe mid-write: either way the run is preempted well before it is done.
+        simulation.preempt(cluster.runtime, 1, notice_s=5.0)
+        result = cluster.run_handle(run_id).wait(timeout_s=180)
+
+    assert result.status == "succeeded", result.message
+    assert (result.attempts, result.preemptions, result.failures) == (2, 1, 0)
+    first, second = result.attempt_log
+    assert first.last_step is not None and first.last_step < SHARDS // 2  # stopped mid-run
+    assert second.last_step == SHARDS // 2  # each of the two processes has done its half
+    assert watch.rewritten == set()  # no output written twice, by either attempt
+    assert shard_bytes(out) == shard_bytes(reference.path)  # byte for byte, no temporary file left
