@@ -9,7 +9,7 @@ from typing import Any
 
 from podmanager.core.version import __version__  # noqa: F401  (the documented place to read it)
 
-__all__ = ["Cluster", "ClusterStatus", "Workload"]
+__all__ = ["Cluster", "ClusterStatus", "ServeOptions", "Workload"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from podmanager.core.workload import Workload
 
         return Workload
+    if name == "ServeOptions":
+        from podmanager.api.serve import ServeOptions
+
+        return ServeOptions
     raise AttributeError(name)

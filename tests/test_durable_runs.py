@@ -41,7 +41,9 @@ SPEC = {
     "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}],  # one chip a host: fast steps
 }
 STEPS = 150
-LONG_STEPS = 400  # a run that must still be going after a supervisor's restart and a preemption
+# Steps take ~35 ms on one-chip hosts: a run that must still be going after a client's or a
+# supervisor's end and a preemption takes this many.
+LONG_STEPS = 400
 
 
 home, cluster, _shared_home = module_cluster(SPEC)
@@ -101,7 +103,7 @@ def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
 def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster, home, tmp_path):
     client = subprocess.Popen(
         [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--parallelism", "data",
-         "--checkpoint-dir", str(tmp_path / "interrupted"), "workloads/train_mlp.py", *train_args()],
+         "--checkpoint-dir", str(tmp_path / "interrupted"), "workloads/train_mlp.py", *train_args(LONG_STEPS)],
         cwd=REPO, env={**os.environ, "PODMANAGER_HOME": str(home)}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     try:
@@ -123,8 +125,8 @@ def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster
     assert "attempts 2, preemptions 1" in attached.stdout
 
     result = cluster.run_handle(run_id).wait(timeout_s=10)
-    assert result.metrics["last_step"] == STEPS
-    uninterrupted = final_loss("workloads/train_mlp.py", ["--steps", str(STEPS)], devices=2)  # two slices of one chip
+    assert result.metrics["last_step"] == LONG_STEPS
+    uninterrupted = final_loss("workloads/train_mlp.py", ["--steps", str(LONG_STEPS)], devices=2)  # 2 one-chip slices
     assert result.metrics["last_loss"] == pytest.approx(uninterrupted, abs=1e-6)
 
 

@@ -31,7 +31,10 @@ SPEC = {
     "recovery": {"backoff_s": 0.0},
     "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}],  # one chip a host: fast steps
 }
-TRAIN = ["--steps", "120", "--checkpoint-every", "20", "--log-every", "1"]
+# Steps take ~35 ms on one-chip hosts: enough of them that a run is still going when a fault,
+# or a notice after a restarted emulator, reaches it.
+STEPS = 200
+TRAIN = ["--steps", str(STEPS), "--checkpoint-every", "20", "--log-every", "1"]
 
 
 home, cluster, _shared_home = module_cluster(SPEC)
@@ -50,9 +53,10 @@ def _each_test(cluster, home, _shared_home):
     assert all(n.cluster == NAME for n in nodes)
 
 
-def train(checkpoints: Path, **fields) -> Workload:
+def train(checkpoints: Path, steps: int = STEPS, **fields) -> Workload:
     """The MLP with checkpoints of its own: every run here starts from step 1."""
-    return Workload(entrypoint="workloads/train_mlp.py", args=TRAIN, working_dir=str(REPO), parallelism="data",
+    args = ["--steps", str(steps), *TRAIN[2:]]
+    return Workload(entrypoint="workloads/train_mlp.py", args=args, working_dir=str(REPO), parallelism="data",
                     checkpoint_dir=str(checkpoints), **fields)
 
 
@@ -81,7 +85,9 @@ def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, t
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions, result.failures) == (2, 1, 0)
     first, second = result.attempt_log
-    assert first.last_step >= 50 and second.last_step == 120
+    # Worker 0 printed step 50; the attempt's last step is the one every host had reported, and
+    # the lost host's last report lags its output by up to a poll (several ~35 ms steps).
+    assert first.last_step >= 25 and second.last_step == STEPS
     assert second.first_step - 1 >= first.last_step - 20  # resumed from a checkpoint at most 20 steps old
     uninterrupted = final_loss("workloads/train_mlp.py", TRAIN[:2], devices=2)  # two slices of one chip
     assert result.metrics["last_loss"] == pytest.approx(uninterrupted, abs=1e-6)
@@ -194,7 +200,7 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
 
     before = emulator_process.running("podmanager-sim")
     printer = KillEmulatorAt(cluster, step=10, notice_step=40)
-    result = cluster.run(train(tmp_path / "noticed"), printer=printer)
+    result = cluster.run(train(tmp_path / "noticed", steps=600), printer=printer)
     assert printer.killed == before.pid
     after = emulator_process.running("podmanager-sim")
     assert after.pid != before.pid and after.address == before.address  # restarted, where clients look
