@@ -13,6 +13,7 @@ from local_reference import final_loss
 from ray_fixtures import module_cluster
 
 from podmanager.api import Cluster, simulation
+from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
 from podmanager.hosts import procs
 from podmanager.hosts.sim import vms
@@ -192,6 +193,9 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     """`status` and `runs` change nothing; then the project's emulator is killed mid-run: the
     next call restarts it from its saved state, the VMs get their metadata servers back, and a
     preemption notice after that still lets the program checkpoint and stop at a step boundary."""
+    # (The slice the previous test's `up` made again may still be writing its last boot stage.)
+    poll_until(lambda: all(s.boot == ["joined"] for s in cluster.status().slices), timeout_s=60, interval_s=0.2,
+               what="every host to report its boot done")
     hosts, version = live_hosts(), cluster.simulator.version()
     reader = Cluster.from_name(NAME)
     reader.status()

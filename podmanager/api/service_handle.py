@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from podmanager.core.clock import poll_until
-from podmanager.core.errors import SpecError
+from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
@@ -113,8 +113,8 @@ class ServiceHandle:
             states = self.replicas()
             ended = [r for r in states if r.state in ("failed", "cancelled", "succeeded", "missing")]
             if ended:
-                raise SpecError(f"service {self.service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
-                                f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
+                raise PodmanagerError(f"service {self.service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
+                                      f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
             return states if sum(r.state == "ready" for r in states) >= wanted else None
 
         return poll_until(ready, timeout_s=timeout_s, interval_s=0.25,
