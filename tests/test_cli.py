@@ -192,6 +192,20 @@ def test_ray_env_without_ray_hosts_says_why(spec_file):
     assert invoke("down", "-c", "clitest").exit_code == 0
 
 
+def test_serve_refuses_bad_flags_with_exit_2_before_anything_starts(spec_file, tmp_path):
+    assert invoke("up", "-f", spec_file, "--dry-run").exit_code == 0
+    (tmp_path / "model.py").write_text("")
+    cases = [(["--follow-checkpoints"], "--follow-checkpoints: the service has no checkpoint dir"),
+             (["--replicas", "3"], "--replicas 3: each replica is one slice and there are 2"),
+             (["--queue-timeout", "0"], "--queue-timeout 0"),
+             ([], "boot_hosts is false")]
+    for flags, message in cases:
+        result = invoke("serve", "-c", "clitest", "--working-dir", tmp_path, *flags, "model.py")
+        assert result.exit_code == 2 and message in result.output, (flags, result.output)
+    assert json.loads(invoke("runs", "-c", "clitest", "--json").output) == []
+    assert invoke("down", "-c", "clitest").exit_code == 0
+
+
 def test_the_installed_command_flushes_its_output_and_exit_code_through_a_pipe(tmp_path):
     """`main` ends the process at once (os._exit): what it printed must still reach a pipe."""
     import subprocess

@@ -4,7 +4,8 @@ prediction run (`workloads/predict.py`), each preempted.
 
 - Two replicas under a steady load: a preemption with a notice (the replica drains) and one
   without (its requests are retried on the other) fail no request; the replaced replica
-  serves again. Latency before, during and after is printed.
+  serves again; a newer checkpoint is rolled in (`follow_checkpoints`) one replica at a time,
+  never with fewer than one ready, failing no request. Latency of each phase is printed.
 - No replica ready (both slices lost at once): a request gets 503 with Retry-After after the
   queue timeout (never sooner, never a hang or a reset), and is served again afterwards.
 - Batch prediction started through the CLI, preempted with a notice mid-run: every output
@@ -51,6 +52,7 @@ SPEC = {
     "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}],
 }
 
+# Doubles each input and adds the checkpoint's offset.
 PROGRAM = textwrap.dedent("""
     import sys, time
     import jax.numpy as jnp
@@ -59,11 +61,19 @@ PROGRAM = textwrap.dedent("""
     runtime.install_preemption_handler()
     runtime.initialize()
 
-    def predict(inputs):
-        time.sleep(0.01)  # a forward pass
-        return [int(x) for x in jnp.asarray(inputs) * 2]
+    def load(step):
+        checkpoints = runtime.Checkpointer(read_only=True)
+        offset = checkpoints.restore(step, {"offset": jnp.zeros((), jnp.int32)})["offset"]
+        checkpoints.close()
 
-    sys.exit(runtime.serve(predict, warmup=[0], max_batch=8))
+        def predict(inputs):
+            time.sleep(0.01)  # a forward pass
+            return [int(x) for x in jnp.asarray(inputs) * 2 + offset]
+
+        return predict
+
+    first = runtime.Checkpointer(read_only=True).latest_step()
+    sys.exit(runtime.serve(load(first), warmup=[0], max_batch=8, step=first, reload=load))
 """)
 
 QUEUE_TIMEOUT_S = 2.0  # while one replica is ready no request waits this long
@@ -76,6 +86,7 @@ class Answer:
     status: int
     latency_ms: float
     error: str = ""
+    offset: int | None = None  # outputs - 2 * inputs: the checkpoint that answered
 
 
 class Load:
@@ -83,6 +94,7 @@ class Load:
 
     def __init__(self, endpoint: str, workers: int = 4) -> None:
         self.endpoint, self.answers, self._stop = endpoint, [], threading.Event()
+        self.offsets = {0}  # the checkpoints' offsets an answer may have
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(workers)]
 
@@ -104,9 +116,10 @@ class Load:
                 sent = time.monotonic()
                 try:
                     response = session.post(f"{self.endpoint}/predict", json={"inputs": value}, timeout=120)
-                    ok = response.status_code != 200 or response.json() == {"outputs": value * 2}
+                    offset = response.json()["outputs"] - value * 2 if response.status_code == 200 else None
                     answer = Answer(sent, response.status_code, (time.monotonic() - sent) * 1000,
-                                    "" if ok else f"wrong outputs {response.text}")
+                                    "" if offset in self.offsets | {None} else f"wrong outputs {response.text}",
+                                    offset)
                 except requests.RequestException as error:  # a reset or a hang: what must never happen
                     answer = Answer(sent, 0, (time.monotonic() - sent) * 1000, repr(error))
                 with self._lock:
@@ -138,10 +151,22 @@ def replaced_and_ready(handle, replica: int, attempt_before: int) -> bool:
     return now[replica].attempt > attempt_before and all(r.state == "ready" for r in now.values())
 
 
-def test_replicas_lose_no_request_to_preemptions_and_none_ready_means_503_after_the_queue_timeout(cluster, tmp_path):
+def ready_count(endpoint: str) -> int:
+    return requests.get(f"{endpoint}/healthz", timeout=10).json()["ready"]
+
+
+def test_replicas_lose_no_request_to_preemptions_or_a_new_checkpoint_and_none_ready_means_503_after_the_timeout(
+        cluster, tmp_path):
+    import jax.numpy as jnp
+
+    from podmanager.runtime import Checkpointer
+
     (tmp_path / "doubler.py").write_text(PROGRAM)
-    handle = cluster.serve(Workload(entrypoint="doubler.py", working_dir=str(tmp_path)),
-                           ServeOptions(queue_timeout_s=QUEUE_TIMEOUT_S))
+    checkpoints = Checkpointer(tmp_path / "ck")
+    checkpoints.save(1, {"offset": jnp.int32(0)}, force=True)
+    handle = cluster.serve(Workload(entrypoint="doubler.py", working_dir=str(tmp_path),
+                                    checkpoint_dir=str(tmp_path / "ck")),
+                           ServeOptions(queue_timeout_s=QUEUE_TIMEOUT_S, follow_checkpoints=True))
     try:
         handle.wait_ready(timeout_s=120)
         assert requests.get(f"{handle.endpoint}/healthz", timeout=10).status_code == 200
@@ -159,6 +184,22 @@ def test_replicas_lose_no_request_to_preemptions_and_none_ready_means_503_after_
             after = time.monotonic()
             poll_until(lambda: len(load.since(after)) >= 50, timeout_s=60, interval_s=0.05, what="load afterwards")
             phases["after"] = (after, time.monotonic())
+
+            # A newer checkpoint: rolled in one replica at a time, the other serving meanwhile.
+            load.offsets.add(7)
+            started, fewest_ready = time.monotonic(), 2
+            checkpoints.save(2, {"offset": jnp.int32(7)}, force=True)
+            while [r["step"] for r in requests.get(f"{handle.endpoint}/healthz", timeout=10).json()["replicas"]] \
+                    != [2, 2]:
+                assert time.monotonic() - started < 60, "the replicas did not load step 2"
+                fewest_ready = min(fewest_ready, ready_count(handle.endpoint))
+                time.sleep(0.02)
+            rolled = time.monotonic()
+            phases["new checkpoint"] = (started, rolled)
+            poll_until(lambda: len(load.since(rolled)) >= 20, timeout_s=60, interval_s=0.05, what="load on step 2")
+        checkpoints.close()
+        assert fewest_ready >= 1  # one at a time: never both out
+        assert {a.offset for a in load.since(rolled)} == {7}
         bad = [a for a in load.answers if a.status != 200 or a.error]
         assert bad == [], bad[:5]
         for phase, (start, end) in phases.items():
@@ -189,7 +230,7 @@ def test_replicas_lose_no_request_to_preemptions_and_none_ready_means_503_after_
         poll_until(lambda: all(replaced_and_ready(handle, i, attempts[i]) for i in (0, 1)), timeout_s=150,
                    interval_s=0.25, what="both replicas to be replaced and ready")
         again = requests.post(f"{handle.endpoint}/predict", json={"inputs": 5}, timeout=60)
-        assert (again.status_code, again.json()) == (200, {"outputs": 10})
+        assert (again.status_code, again.json()) == (200, {"outputs": 10 + 7})  # new replicas load the latest
     finally:
         service = cluster.cancel_service(handle.service_id)
     assert service.status == "cancelled"

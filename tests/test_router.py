@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from podmanager.runtime.replica_protocol import (REPLICA_PATH, Draining, Hello, Request, Result, decode,
+from podmanager.runtime.replica_protocol import (REPLICA_PATH, Draining, Hello, Reload, Request, Result, decode,
                                                  encode)
 from podmanager.serving.router import Router, RouterConfig, RouterStats
 
@@ -47,8 +47,9 @@ class Service:
 
 
 @contextlib.asynccontextmanager
-async def running(queue_timeout_s: float = 10.0, retry_after_s: int = 5) -> AsyncIterator[Service]:
-    router = Router(RouterConfig(token=TOKEN, queue_timeout_s=queue_timeout_s, retry_after_s=retry_after_s))
+async def running(queue_timeout_s: float = 10.0, retry_after_s: int = 5, replicas: int = 1) -> AsyncIterator[Service]:
+    router = Router(RouterConfig(token=TOKEN, queue_timeout_s=queue_timeout_s, retry_after_s=retry_after_s,
+                                 replicas=replicas))
     public_port, replica_port = await router.start("127.0.0.1", 0, "127.0.0.1", 0)
     async with aiohttp.ClientSession() as session:
         try:
@@ -69,6 +70,8 @@ class FakeReplica:
     delay_s: float = 0.0
     held: bool = False
     received: list[int] = field(default_factory=list)  # request ids, in arrival order
+    granted: list[int] = field(default_factory=list)  # steps the router let it load
+    said: list[str] = field(default_factory=list)  # every message's type, in arrival order
     in_flight: int = 0
     max_in_flight: int = 0
     release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -89,7 +92,13 @@ class FakeReplica:
             if frame.type is not aiohttp.WSMsgType.TEXT:
                 break
             request = decode(frame.data)
-            assert isinstance(request, Request)
+            self.said.append(request.type)
+            if isinstance(request, Reload):
+                self.granted.append(request.step)
+            if not isinstance(request, Request):
+                async with self.changed:
+                    self.changed.notify_all()
+                continue
             self.received.append(request.id)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -112,6 +121,11 @@ class FakeReplica:
     async def wait_received(self, count: int) -> None:
         async with self.changed:
             await asyncio.wait_for(self.changed.wait_for(lambda: len(self.received) >= count), WAIT_S)
+
+    async def hello(self, step: int) -> None:
+        """Ready again after loading checkpoint `step`."""
+        await self.send(encode(Hello(replica=self.index, run_id="run-1", attempt=self.attempt,
+                                     max_batch=self.max_batch, step=step)))
 
     async def send(self, text: str) -> None:
         assert self.ws is not None
@@ -330,7 +344,8 @@ def test_tokens_bodies_and_health():
             async with service.session.get(f"{service.public_url}/healthz") as response:
                 assert response.status == 200
                 assert await response.json() == {"ready": 1, "replicas": [
-                    {"replica": 3, "run_id": "run-1", "attempt": 2, "state": "ready", "outstanding": 0, "served": 0}]}
+                    {"replica": 3, "run_id": "run-1", "attempt": 2, "state": "ready", "outstanding": 0, "served": 0,
+                     "step": None}]}
             service.router.set_draining(3)
             async with service.session.get(f"{service.public_url}/healthz") as response:
                 assert response.status == 503 and (await response.json())["ready"] == 0
@@ -395,5 +410,59 @@ def test_a_user_who_hangs_up_leaves_the_queue_and_a_late_result_is_dropped():
             stats = service.router.stats()
             assert (stats.requests, stats.served, stats.failed, stats.rejected) == (3, 1, 0, 0)
             assert [(view.outstanding, view.served) for view in stats.replicas] == [(0, 2)]
+
+    asyncio.run(scenario())
+
+
+def test_one_replica_at_a_time_reloads_and_only_while_every_other_is_ready():
+    async def scenario() -> None:
+        async with running(replicas=3) as service:
+            router = service.router
+            first = await service.replica(0, held=True)
+            second, third = await service.replica(1), await service.replica(2)
+            await eventually(connected(router, 3), "three ready replicas")
+            held = [service.predict_later(n) for n in range(3)]  # one at each replica
+            await first.wait_received(1)
+            await first.send(encode(Reload(step=7)))
+            await eventually(connected(router, 1, state="reloading"), "replica 0 let go")
+            await second.send(encode(Reload(step=7)))  # 0 is reloading: 1 waits
+            # The grant comes after the request 0 already held.
+            assert first.granted == [7] and first.said == ["request", "reload"]
+            rest = await asyncio.gather(*(service.predict(n) for n in range(3, 13)))
+            assert {body["outputs"]["replica"] for _, body, _ in rest} == {1, 2}  # nothing new to 0
+            first.release.set()
+            assert [status for status, _, _ in await asyncio.gather(*held)] == [200] * 3
+            assert second.granted == []
+            await first.hello(step=7)
+            await eventually(lambda: [(v.state, v.step) for v in router.stats().replicas]
+                             == [("ready", 7), ("reloading", None), ("ready", None)], "0 back, 1 let go")
+            assert second.granted == [7]
+            # With 1 reloading, 2 waits; when 1 is back but 0 is lost, 2 still waits: only 1 of the
+            # others would be ready.
+            await third.send(encode(Reload(step=7)))
+            await first.close()
+            await second.hello(step=7)
+            await eventually(lambda: [v.state for v in router.stats().replicas] == ["ready", "ready"], "1 back")
+            assert third.granted == []
+            await service.replica(0)  # the lost replica is back: now 2 may go
+            await eventually(connected(router, 1, state="reloading"), "replica 2 let go")
+            assert third.granted == [7]
+
+    asyncio.run(scenario())
+
+
+def test_a_lone_replica_reloads_at_once_and_requests_wait_for_it():
+    async def scenario() -> None:
+        async with running(replicas=1) as service:
+            replica = await service.replica(0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            await replica.send(encode(Reload(step=3)))
+            await eventually(connected(service.router, 1, state="reloading"), "replica 0 let go")
+            waiting = service.predict_later(4)
+            await eventually(queued(service.router, 1), "the request queued")
+            await replica.hello(step=3)
+            status, body, _ = await waiting
+            assert (status, body["outputs"]) == (200, {"value": 8, "replica": 0})
+            assert [v.step for v in service.router.stats().replicas] == [3]
 
     asyncio.run(scenario())

@@ -29,6 +29,7 @@ from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
 from podmanager.api import simulation
+from podmanager.api.serve import ServeOptions
 from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
@@ -103,16 +104,18 @@ def test_multislice_environment_and_global_devices(cluster, tmp_path):
     assert [p["TPU_WORKER_ID"] for p in seen] == ["0", "0"]
 
 
+# The answers of each checkpoint step given, one process on one CPU device.
 LOCAL_FORWARD = textwrap.dedent("""
     import json, sys
     from workloads import serve_transformer
     args = serve_transformer.parse_args(["--checkpoint-dir", sys.argv[1]])
-    step, predict = serve_transformer.load_predict(args)
-    print(json.dumps(predict(json.loads(sys.argv[2]))))
+    load = serve_transformer.predict_loader(args)
+    print(json.dumps([load(int(step))(json.loads(sys.argv[2])) for step in sys.argv[3:]]))
 """)
 
 
-def test_model_parallel_transformer_trains_and_a_replica_over_both_hosts_serves_its_checkpoint(cluster, tmp_path):
+def test_model_parallel_transformer_trains_and_a_replica_over_both_hosts_serves_and_follows_its_checkpoints(
+        cluster, tmp_path):
     checkpoints = tmp_path / "ck"
     workload = Workload(entrypoint="workloads/train_transformer.py", slices=[0], parallelism="data=2,model=4",
                         args=["--steps", "20", "--log-every", "1", "--checkpoint-every", "20"],
@@ -121,26 +124,40 @@ def test_model_parallel_transformer_trains_and_a_replica_over_both_hosts_serves_
     assert result.status == "succeeded", result.message
     assert result.metrics["last_loss"] < result.metrics["first_loss"]
 
-    # One replica on the v4-16: the model over all 8 chips of its 2 hosts ("model" axis of 8).
+    # One replica on the v4-16: the model over all 8 chips of its 2 hosts ("model" axis of 8),
+    # following the checkpoints of a training run that goes on meanwhile on slice 1.
     inputs = [[3, 5, 7], [1, 2, 3, 4, 5], [30, 31, 0, 1], [7], "not tokens"]
     handle = cluster.serve(Workload(entrypoint="workloads/serve_transformer.py", slices=[0], parallelism="model",
-                                    checkpoint_dir=str(checkpoints), working_dir=str(REPO)))
+                                    checkpoint_dir=str(checkpoints), working_dir=str(REPO)),
+                           ServeOptions(follow_checkpoints=True))
+
+    def answers() -> list:
+        with ThreadPoolExecutor(max_workers=len(inputs)) as pool:  # at once: one batch, or a few
+            got = list(pool.map(lambda x: requests.post(f"{handle.endpoint}/predict", json={"inputs": x},
+                                                        timeout=60), inputs))
+        assert [a.status_code for a in got] == [200] * len(got), [a.text for a in got]
+        return [a.json()["outputs"] for a in got]
+
     try:
         handle.wait_ready(timeout_s=180)
-        with ThreadPoolExecutor(max_workers=len(inputs)) as pool:  # at once: one batch, or a few
-            answers = list(pool.map(lambda x: requests.post(f"{handle.endpoint}/predict", json={"inputs": x},
-                                                            timeout=60), inputs))
+        assert [r.step for r in handle.replicas()] == [20]
+        served = {20: answers()}
+        more = cluster.run(workload.model_copy(update={"slices": [1], "parallelism": "model",
+                                                       "args": ["--steps", "40", "--checkpoint-every", "20"]}))
+        assert more.status == "succeeded", more.message
+        poll_until(lambda: [r.step for r in handle.replicas()] == [40], timeout_s=60, interval_s=0.25,
+                   what="the replica to load step 40")
+        served[40] = answers()
+        assert handle.summary()["failures"] == 0
     finally:
         cluster.cancel_service(handle.service_id)
-    assert [a.status_code for a in answers] == [200] * len(inputs)
-    served = [a.json()["outputs"] for a in answers]
-    # The same checkpoint, one process on one CPU device: the same next tokens.
+    # The same checkpoints, one process on one CPU device: the same next tokens.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PODMANAGER_"))}
-    local = subprocess.run([sys.executable, "-c", LOCAL_FORWARD, str(checkpoints), json.dumps(inputs)], cwd=REPO,
-                           env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=120)
+    local = subprocess.run([sys.executable, "-c", LOCAL_FORWARD, str(checkpoints), json.dumps(inputs), "20", "40"],
+                           cwd=REPO, env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=120)
     assert local.returncode == 0, local.stderr[-3000:]
-    assert served == json.loads(local.stdout.splitlines()[-1])
-    assert all(isinstance(t, int) for t in served[:4]) and "error" in served[4]
+    assert [served[20], served[40]] == json.loads(local.stdout.splitlines()[-1])
+    assert all(isinstance(t, int) for t in served[20][:4]) and "error" in served[20][4]
 
 
 def test_wrong_mesh_is_refused_before_anything_starts(cluster):

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from podmanager.api.serve import replica_slices
-from podmanager.api.service_handle import replica_states
+from podmanager.api.service_handle import replica_states, service_summary
 from podmanager.cli import app
 from podmanager.core.errors import SpecError
 from podmanager.serving.goodput import FullReplicaTime
@@ -69,6 +69,23 @@ def test_a_replicas_state_comes_from_its_run_and_the_routers_counters(runs, seen
     assert [s.replica for s in states] == [0, 1]
 
 
+def test_a_service_whose_every_replica_ended_reads_failed_and_says_how_to_stop_it() -> None:
+    ended = service()
+    replicas = replica_states(ended, [run("r0", 0, "failed"), run("r1", 1, "cancelled")], NOW)
+    summary = service_summary(ended, replicas)
+    assert summary["status"] == "failed"
+    assert "0: failed, 1: cancelled" in summary["message"] and "podmanager cancel svc-1" in summary["message"]
+    one_left = replica_states(ended, [run("r0", 0, "failed"), run("r1", 1)], NOW)
+    assert service_summary(ended, one_left)["status"] == "serving"
+    assert service_summary(ended.model_copy(update={"status": "cancelled"}), replicas)["status"] == "cancelled"
+
+
+def test_a_replica_shows_the_checkpoint_step_it_serves() -> None:
+    seen = connected(0, "r0").model_copy(update={"step": 400})
+    assert [s.step for s in replica_states(service(counters=counters(seen)), [run("r0", 0), run("r1", 1)],
+                                           NOW + 1)] == [400, None]
+
+
 def test_stale_counters_say_no_replica_is_ready() -> None:
     stale = service(counters=counters(connected(0, "r0"), connected(1, "r1"), at=NOW - 60))
     assert [s.state for s in replica_states(stale, [run("r0", 0), run("r1", 1)], NOW)] == ["starting", "starting"]
@@ -98,6 +115,7 @@ def test_runs_lists_a_service_with_its_replicas_and_counters(tmp_path) -> None:
     assert [r["state"] for r in entry["replicas"]] == ["starting", "starting"]  # counters of no time: stale
     table = CliRunner().invoke(app, ["runs", "-c", "demo"])
     assert "services of demo" in table.output and "svc-1" in table.output
+    assert "0:starting" in table.output
 
 
 def test_serving_goodput_counts_from_the_first_full_moment_the_time_every_replica_was_ready() -> None:

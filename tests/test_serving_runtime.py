@@ -4,7 +4,9 @@ on 127.0.0.1), the program in processes of its own as podmanager starts them.
 - One process: ready only after its warmup; answers every request; a SIGTERM (a preemption
   notice) drains it: the requests it holds are answered, then it exits EXIT_PREEMPTED.
 - Two JAX processes (one replica over two hosts): both run `predict` on every batch in
-  lockstep; a notice to the second host drains both.
+  lockstep; following checkpoints, both load a newer one in lockstep while requests keep
+  coming (none fails); a notice to the second host drains both.
+- Following checkpoints without a `reload` is refused at once, naming what to do.
 """
 
 from __future__ import annotations
@@ -46,21 +48,31 @@ DOUBLER = textwrap.dedent("""
 """)
 
 # Every process gathers the batch from all processes: a collective that hangs unless the
-# processes run predict in lockstep, and fails unless they all hold the same inputs.
+# processes run predict in lockstep, and fails unless they all hold the same inputs. The
+# checkpoint's `offset` is added to each output; each process restores it (a collective too).
 COLLECTIVE = textwrap.dedent("""
     import sys
+    import jax.numpy as jnp
     import numpy as np
     from jax.experimental import multihost_utils
     from podmanager import runtime
 
-    def predict(inputs):
-        gathered = multihost_utils.process_allgather(np.array(inputs, np.int64))
-        assert (gathered == gathered[0]).all(), gathered
-        return [int(x) * 2 + int(gathered.shape[0]) for x in inputs]  # + the process count
+    def load(step):
+        checkpoints = runtime.Checkpointer(read_only=True)
+        offset = int(checkpoints.restore(step, {"offset": jnp.zeros((), jnp.int32)})["offset"])
+        checkpoints.close()
+
+        def predict(inputs):
+            gathered = multihost_utils.process_allgather(np.array(inputs, np.int64))
+            assert (gathered == gathered[0]).all(), gathered
+            return [int(x) * 2 + int(gathered.shape[0]) + offset for x in inputs]  # + the process count
+
+        return predict
 
     runtime.install_preemption_handler()
     runtime.initialize()
-    sys.exit(runtime.serve(predict, warmup=[1], max_batch=4))
+    first = runtime.Checkpointer(read_only=True).latest_step()
+    sys.exit(runtime.serve(load(first), warmup=[1], max_batch=4, step=first, reload=load))
 """)
 
 
@@ -142,24 +154,55 @@ def test_one_process_serves_and_a_notice_drains_it_without_losing_a_request(rout
         proc.wait()
 
 
+def test_following_checkpoints_without_reload_is_refused_before_serving(router, tmp_path):
+    program = tmp_path / "doubler.py"
+    program.write_text(DOUBLER)
+    done = subprocess.run([sys.executable, str(program)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=replica_env(router, **{protocol.ENV_FOLLOW_CHECKPOINTS: "1"}))
+    assert done.returncode != 0
+    assert "--follow-checkpoints" in done.stderr and "reload=" in done.stderr, done.stderr
+    assert router.stats().replicas == []
+
+
 @pytest.mark.ray  # JAX's distributed runtime: with the suite's heavy part
-def test_a_replica_over_two_jax_processes_runs_each_batch_on_both_and_drains_together(router, tmp_path):
+def test_a_replica_over_two_jax_processes_runs_each_batch_on_both_follows_checkpoints_and_drains_together(
+        router, tmp_path):
+    import jax.numpy as jnp
+
+    from podmanager.runtime import Checkpointer
+
     program = tmp_path / "collective.py"
     program.write_text(COLLECTIVE)
+    checkpoints = Checkpointer(tmp_path / "ck")
+    checkpoints.save(1, {"offset": jnp.int32(1)}, force=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         coordinator = f"127.0.0.1:{s.getsockname()[1]}"
     procs = [subprocess.Popen([sys.executable, str(program)], cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
                               env=replica_env(router, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
-                                              JAX_COORDINATOR_ADDRESS=coordinator))
+                                              JAX_COORDINATOR_ADDRESS=coordinator,
+                                              PODMANAGER_CHECKPOINT_DIR=str(tmp_path / "ck"),
+                                              **{protocol.ENV_FOLLOW_CHECKPOINTS: "1"}))
              for i in range(2)]
     try:
         poll_until(lambda: ready_replicas(router) == 1, timeout_s=90, interval_s=0.05, what="the replica's hello")
-        assert len(router.stats().replicas) == 1  # one replica: only process 0 connects
+        assert [v.step for v in router.stats().replicas] == [1]  # one replica: only process 0 connects
         with ThreadPoolExecutor(max_workers=10) as pool:
             results = list(pool.map(lambda v: predict(router.endpoint, v), range(10)))
-        assert results == [(200, {"outputs": v * 2 + 2}) for v in range(10)]
+            assert results == [(200, {"outputs": v * 2 + 2 + 1}) for v in range(10)]
+
+            # A newer checkpoint while requests keep coming: each is answered by step 1 or by step 2.
+            checkpoints.save(2, {"offset": jnp.int32(100)}, force=True)
+            during, deadline = [], time.monotonic() + 60
+            while [v.step for v in router.stats().replicas] != [2]:
+                assert time.monotonic() < deadline, "the replica did not load step 2"
+                during += pool.map(lambda v: predict(router.endpoint, v), range(4))
+            after = list(pool.map(lambda v: predict(router.endpoint, v), range(4)))
+        assert all(answer in ((200, {"outputs": v * 2 + 3}), (200, {"outputs": v * 2 + 102}))
+                   for answer, v in zip(during, [0, 1, 2, 3] * len(during))), during
+        assert after == [(200, {"outputs": v * 2 + 102}) for v in range(4)]
+        checkpoints.close()
 
         started = time.monotonic()
         procs[1].send_signal(signal.SIGTERM)  # the notice reaches the second host only

@@ -42,14 +42,9 @@ def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:
 def service_history(name: str, *, services: ServiceStore | None = None,
                     runs: RunStore | None = None) -> list[dict[str, Any]]:
     """Every service of the cluster as `runs` lists it (kind: service), oldest first."""
-    from podmanager.api.service_handle import replica_incidents, replica_states, service_summary
+    from podmanager.api.service_handle import summarize
 
     services = services or ServiceStore()
     runs = runs or RunStore(services.path)
     now = time.time()
-    summaries = []
-    for service in services.list(name):
-        replica_runs = [runs.get(r) for r in service.replica_runs]
-        summaries.append(service_summary(service, replica_states(service, replica_runs, now),
-                                         replica_incidents(service, replica_runs)))
-    return summaries
+    return [summarize(service, runs, now) for service in services.list(name)]

@@ -18,6 +18,7 @@ from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.workload import Workload
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.runtime import replica_protocol as protocol
+from podmanager.runtime.contract import ENV_CHECKPOINT_DIR
 from podmanager.serving.router import RouterConfig
 from podmanager.serving.router_actor import RouterPlace, start_router, stop_router
 from podmanager.state.runs import RunStore
@@ -35,6 +36,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 0  # 0: a free port, chosen once (a restarted router keeps it)
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+    follow_checkpoints: bool = False  # roll each newer complete checkpoint in, one replica at a time
 
 
 def replica_slices(known: list[int], replicas: int | None) -> list[int]:
@@ -59,11 +61,14 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
     replica's run is submitted (the replicas become ready as they load and warm up). Bad
     input starts nothing; a failure after the router started stops it and cancels what was
     submitted."""
-    if runtime.hosts is None:
-        raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to serve on")
     if options.queue_timeout_s <= 0:
         raise SpecError(f"--queue-timeout {options.queue_timeout_s}: give a number of seconds above 0")
+    if options.follow_checkpoints and not (workload.checkpoint_dir or workload.env.get(ENV_CHECKPOINT_DIR)):
+        raise SpecError("--follow-checkpoints: the service has no checkpoint dir to follow",
+                        hint="Give --checkpoint-dir DIR, the training run's.")
     slices = replica_slices(run_slices(runtime.spec, workload), options.replicas)
+    if runtime.hosts is None:
+        raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to serve on")
     busy = [r for r in runs.active(runtime.name) if set(r.slices) & set(slices)]
     if busy:
         raise SpecError(f"serve: slice(s) {sorted(set(busy[0].slices) & set(slices))} are busy with run "
@@ -74,7 +79,8 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
     service_id = new_service_id(workload)
     place = _router_place(runtime, options)
     token = secrets.token_urlsafe(24)
-    start_router(service_id, RouterConfig(token=token, queue_timeout_s=options.queue_timeout_s), place, len(slices))
+    start_router(service_id, RouterConfig(token=token, queue_timeout_s=options.queue_timeout_s, replicas=len(slices)),
+                 place)
     endpoint = f"http://{place.public_host}:{place.public_port}"
     replica_url = f"ws://{place.replica_host}:{place.replica_port}{protocol.REPLICA_PATH}"
     runtime.record("service_starting", f"service {service_id}: router at {endpoint}, {len(slices)} replica(s) on "
@@ -84,6 +90,8 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
         for index in slices:
             env = {**workload.env, protocol.ENV_SERVE_URL: replica_url, protocol.ENV_SERVE_TOKEN: token,
                    protocol.ENV_SERVICE_ID: service_id, protocol.ENV_REPLICA: str(index)}
+            if options.follow_checkpoints:
+                env[protocol.ENV_FOLLOW_CHECKPOINTS] = "1"
             replica = workload.model_copy(update={"slices": [index], "env": env})
             replica_runs.append(submit_run(runtime, runs, replica, budgets))
         services.create(ServiceRecord(service_id=service_id, cluster=runtime.name, program=workload.display_name,

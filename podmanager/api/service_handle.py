@@ -10,18 +10,20 @@ from typing import Any
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.state.runs import RunRecord, RunStore
-from podmanager.state.services import ServiceRecord, ServiceStore
+from podmanager.state.services import SERVING, ServiceRecord, ServiceStore
 
 FRESH_COUNTERS_S = 5.0  # counters older than this say nothing of which replicas are ready
+REPLICA_ENDS = ("failed", "cancelled", "succeeded", "missing")  # a replica state that is its run's end
 
 
 @dataclass(frozen=True)
 class ReplicaStatus:
     replica: int  # its slice
     run_id: str
-    state: str  # starting | ready | draining | replacing, or its run's end (failed, cancelled)
+    state: str  # starting | ready | draining | reloading | replacing, or its run's end (failed, cancelled)
     attempt: int
     served: int | None  # results it returned since it last connected (None: not connected)
+    step: int | None = None  # the checkpoint it serves (None: not connected, or the program does not say)
 
 
 def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: float) -> list[ReplicaStatus]:
@@ -41,7 +43,7 @@ def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: fl
         else:
             state = "starting"
         states.append(ReplicaStatus(index, run_id, state, run.attempt if run else 0,
-                                    seen.served if seen is not None else None))
+                                    seen.served if seen is not None else None, seen.step if seen is not None else None))
     return states
 
 
@@ -50,11 +52,18 @@ def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus],
     """One entry of `podmanager runs` for a service; `incidents`: its replicas' runs' (each
     with its replica), oldest first."""
     counters = service.counters
+    status, message = service.status, service.message
+    if status == SERVING and replicas and all(r.state in REPLICA_ENDS for r in replicas):
+        # Nothing is left to serve; the router answers 503 until the service is cancelled.
+        status = "failed"
+        message = (f"every replica's run ended ({', '.join(f'{r.replica}: {r.state}' for r in replicas)}); "
+                   f"'podmanager cancel {service.service_id}' stops its router")
     return {
         "run_id": service.service_id,
         "kind": "service",
         "cluster": service.cluster,
-        "status": service.status,
+        "status": status,
+        "message": message,
         "program": service.program,
         "endpoint": service.endpoint,
         "replicas": [asdict(r) for r in replicas],
@@ -68,6 +77,13 @@ def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus],
         "incidents": incidents or [],
         "started": service.created_at,
     }
+
+
+def summarize(service: ServiceRecord, runs: RunStore, now: float) -> dict[str, Any]:
+    """`service_summary` of a service, its replicas' states and incidents read from their runs."""
+    replica_runs = [runs.get(r) for r in service.replica_runs]
+    return service_summary(service, replica_states(service, replica_runs, now),
+                           replica_incidents(service, replica_runs))
 
 
 def replica_incidents(service: ServiceRecord, runs: list[RunRecord | None]) -> list[dict[str, Any]]:
@@ -100,9 +116,7 @@ class ServiceHandle:
         return replica_states(service, [self.runs.get(r) for r in service.replica_runs], time.time())
 
     def summary(self) -> dict[str, Any]:
-        service = self.record()
-        runs = [self.runs.get(r) for r in service.replica_runs]
-        return service_summary(service, replica_states(service, runs, time.time()), replica_incidents(service, runs))
+        return summarize(self.record(), self.runs, time.time())
 
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
         """Wait until `replicas` (default: all) replicas are ready; a replica run that ended
@@ -111,7 +125,7 @@ class ServiceHandle:
 
         def ready() -> list[ReplicaStatus] | None:
             states = self.replicas()
-            ended = [r for r in states if r.state in ("failed", "cancelled", "succeeded", "missing")]
+            ended = [r for r in states if r.state in REPLICA_ENDS]
             if ended:
                 raise PodmanagerError(f"service {self.service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
                                       f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")

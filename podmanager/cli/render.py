@@ -42,6 +42,12 @@ def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequen
     console.print(table)
 
 
+def replicas_text(replicas: list[dict[str, Any]]) -> str:
+    """A service's replicas in one cell: `0:ready@400, 1:reloading@400` (@ the checkpoint step)."""
+    return ", ".join(f"{r['replica']}:{r['state']}" + ("" if r.get("step") is None else f"@{r['step']}")
+                     for r in replicas)
+
+
 def clock_time(when: float) -> str:
     return datetime.datetime.fromtimestamp(when).strftime("%H:%M:%S")
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import typer
 
 from podmanager import api
 from podmanager.cli.follow import detach_or_cancel, follow_run
-from podmanager.cli.options import CLUSTER_OPTION
+from podmanager.cli.options import CLUSTER_OPTION, env_pairs
 from podmanager.cli.render import console, print_json
 from podmanager.core import selectors
 from podmanager.core.errors import SpecError
@@ -57,7 +56,7 @@ def run(
     workload = Workload.from_argv(program or [],
                                   slices=None if slices is None else selectors.parse_slices(slices, target.name,
                                                                                             flag="--slices"),
-                                  parallelism=parallelism, env=_env_pairs(env), checkpoint_dir=checkpoint_dir,
+                                  parallelism=parallelism, env=env_pairs(env), checkpoint_dir=checkpoint_dir,
                                   working_dir=working_dir, requirements=requirements, hang_timeout_s=hang_timeout)
     budgets = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures),
                                  ("max_hangs", max_hangs)) if v is not None}
@@ -79,18 +78,3 @@ def run(
                           on_interrupt=on_interrupt, on_event=on_event)
 
     follow_run(run_and_follow, all_hosts=all_hosts, as_json=as_json, interrupt=detach_or_cancel(cancel_on_interrupt))
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _env_pairs(items: list[str] | None) -> dict[str, str]:
-    pairs = {}
-    for item in items or []:
-        name, sep, value = item.partition("=")
-        if not sep or not _ENV_NAME.fullmatch(name):
-            raise SpecError(f"--env: {item!r} is not NAME=VALUE with NAME letters, digits and _ "
-                            "(not starting with a digit)", hint="e.g. --env XLA_FLAGS=--xla_dump_to=/tmp/dump")
-        pairs[name] = value
-    return pairs
-

@@ -10,7 +10,7 @@ import typer
 from podmanager import api
 from podmanager.cli.follow import detach_or_cancel, follow_run
 from podmanager.cli.options import CLUSTER_OPTION, JSON_OPTION
-from podmanager.cli.render import clock_time, console, print_json, print_table
+from podmanager.cli.render import clock_time, console, print_json, print_table, replicas_text
 
 
 def runs(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -> None:
@@ -34,7 +34,7 @@ def runs(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -
         print_table(f"services of {name}", ["service", "status", "endpoint", "replicas", "requests", "failures",
                                             "503s", "p50 ms", "p99 ms", "goodput", "incidents", "started"],
                     [(s["run_id"], s["status"], s["endpoint"],
-                      ", ".join(f"{r['replica']}:{r['state']}" for r in s["replicas"]), s["requests"], s["failures"],
+                      replicas_text(s["replicas"]), s["requests"], s["failures"],
                       s["rejected"], _ms(s["p50_ms"]), _ms(s["p99_ms"]),
                       None if s["goodput"] is None else f"{s['goodput']:.0%}", len(s["incidents"]),
                       clock_time(s["started"])) for s in services])

@@ -9,9 +9,8 @@ from typing import Optional
 import typer
 
 from podmanager import api
-from podmanager.cli.options import CLUSTER_OPTION
-from podmanager.cli.render import console, print_json
-from podmanager.cli.run import _env_pairs
+from podmanager.cli.options import CLUSTER_OPTION, env_pairs
+from podmanager.cli.render import console, print_json, replicas_text
 from podmanager.core import selectors
 
 FOLLOW_EVERY_S = 2.0
@@ -34,6 +33,8 @@ def serve(
         None, "--env", "-e", metavar="NAME=VALUE", help="An environment variable for every process (repeat)."),
     checkpoint_dir: Optional[str] = typer.Option(
         None, "--checkpoint-dir", metavar="DIR", help="The checkpoints the replicas load (a training run's)."),
+    follow_checkpoints: bool = typer.Option(
+        False, "--follow-checkpoints", help="Roll each newer complete checkpoint of --checkpoint-dir into the replicas, one at a time (the program passes reload= to runtime.serve)."),
     working_dir: str = typer.Option(".", "--working-dir", metavar="DIR", help="Folder shipped to every host; the program runs in it."),
     requirements: Optional[str] = typer.Option(
         None, "--requirements", "-r", metavar="FILE", help="A requirements file installed on every host before the program starts."),
@@ -53,11 +54,12 @@ def serve(
     workload = Workload.from_argv(program or [],
                                   slices=None if slices is None else selectors.parse_slices(slices, target.name,
                                                                                             flag="--slices"),
-                                  parallelism=parallelism, env=_env_pairs(env), checkpoint_dir=checkpoint_dir,
+                                  parallelism=parallelism, env=env_pairs(env), checkpoint_dir=checkpoint_dir,
                                   working_dir=working_dir, requirements=requirements)
     budgets = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures))
                if v is not None}
-    options = ServeOptions(replicas=replicas, host=host, port=port, queue_timeout_s=queue_timeout)
+    options = ServeOptions(replicas=replicas, host=host, port=port, queue_timeout_s=queue_timeout,
+                           follow_checkpoints=follow_checkpoints)
     try:
         handle = target.serve(workload, options, budgets=budgets)
     finally:
@@ -83,14 +85,15 @@ def _follow(handle) -> None:  # type: ignore[no-untyped-def]
     said = None
     while True:
         summary = handle.summary()
-        states = ", ".join(f"{r['replica']}:{r['state']}" for r in summary["replicas"])
+        states = replicas_text(summary["replicas"])
         line = (f"replicas {states} | requests {summary['requests']}, failures {summary['failures']}, "
                 f"503s {summary['rejected']}, p50 {_ms(summary['p50_ms'])}, p99 {_ms(summary['p99_ms'])}")
         if line != said:
             console.print(f"{time.strftime('%H:%M:%S')} {line}", markup=False)
             said = line
         if summary["status"] != "serving":
-            console.print(f"service {handle.service_id} is {summary['status']}", markup=False)
+            console.print(f"service {handle.service_id} is {summary['status']}"
+                          + (f": {summary['message']}" if summary["message"] else ""), markup=False)
             return
         time.sleep(FOLLOW_EVERY_S)
 

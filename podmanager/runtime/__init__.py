@@ -67,7 +67,6 @@ from podmanager.runtime.preemption import (
     request_preemption,
 )
 from podmanager.runtime.progress import report_progress
-from podmanager.runtime.serving import serve
 
 __all__ = [
     "DEFAULT_INIT_TIMEOUT_S", "EXIT_OK", "EXIT_PREEMPTED", "MESH_AXES", "Checkpointer", "LaunchEnv",
@@ -83,3 +82,12 @@ def _reset_for_tests() -> None:
         for fd in progress._progress_fds.values():
             os.close(fd)
         progress._progress_fds.clear()
+
+
+def __getattr__(name: str):
+    # `serve` loads on first use: its asyncio would cost every program ~60 ms at import.
+    if name == "serve":
+        from podmanager.runtime.serving import serve
+
+        return serve
+    raise AttributeError(f"module 'podmanager.runtime' has no attribute {name!r}")

@@ -46,6 +46,8 @@ class Checkpointer:
     A URL (``gs://bucket/ck``) is kept as is and must be storage every host
     shares; a local path is made absolute.
     ``every_n_steps=0`` disables periodic saves; ``force=True`` still saves.
+    ``read_only=True`` (a service reading a training run's checkpoints) never writes, creates
+    or cleans up anything: the trainer's half-written step is its own.
     """
 
     def __init__(
@@ -54,14 +56,15 @@ class Checkpointer:
         every_n_steps: int = 0,
         *,
         max_to_keep: int | None = 3,
+        read_only: bool = False,
     ) -> None:
         if every_n_steps < 0:
             raise ValueError(f"every_n_steps must be >= 0, got {every_n_steps}")
         directory = directory or os.environ.get("PODMANAGER_CHECKPOINT_DIR") or None
         self.directory = resolve_directory(directory) if directory else None
-        self.every_n_steps = every_n_steps
+        self.every_n_steps = 0 if read_only else every_n_steps
         self._manager = None
-        if self.directory is not None and not is_url(self.directory):
+        if self.directory is not None and not is_url(self.directory) and not read_only:
             # Every process fails here, at once, on a folder it cannot use: orbax would fail on
             # the primary host only, with the others waiting for it in a barrier.
             os.makedirs(self.directory, exist_ok=True)
@@ -72,9 +75,11 @@ class Checkpointer:
 
             options = ocp.CheckpointManagerOptions(
                 max_to_keep=max_to_keep,
-                create=True,
-                # Remove leftovers of saves that crashed before finalizing.
-                cleanup_tmp_directories=True,
+                create=not read_only,
+                read_only=read_only,
+                # Remove leftovers of saves that crashed before finalizing (a writer's job only:
+                # a reader would delete the step a live trainer is writing).
+                cleanup_tmp_directories=not read_only,
                 # Synchronous: when save() returns, the step is final. A
                 # preempted program must not exit with a save in flight.
                 enable_async_checkpointing=False,
@@ -125,12 +130,16 @@ class Checkpointer:
         step = self.latest_step()
         if step is None:
             return None
+        return step, self.restore(step, template_pytree)
+
+    def restore(self, step: int, template_pytree: Any) -> Any:
+        """Restore checkpoint ``step`` (every process the same step) into the template's layout."""
+        if self._manager is None:
+            raise ValueError("no checkpoint dir: give one, or set PODMANAGER_CHECKPOINT_DIR")
         import orbax.checkpoint as ocp
 
-        restored = self._manager.restore(
-            step, args=ocp.args.StandardRestore(_abstract(template_pytree))
-        )
-        return step, restored
+        self._manager.reload()
+        return self._manager.restore(step, args=ocp.args.StandardRestore(_abstract(template_pytree)))
 
     def close(self) -> None:
         if self._manager is not None:
@@ -143,3 +152,11 @@ class Checkpointer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def latest_complete_step(directory: str) -> int | None:
+    """The newest finalized checkpoint step in ``directory``, read by one process alone (a
+    CheckpointManager would wait for the others in a barrier); None if there is none."""
+    from orbax.checkpoint import utils
+
+    return max(utils.checkpoint_steps(resolve_directory(directory)), default=None)

@@ -4,13 +4,18 @@ One WebSocket per replica: the replica's host 0 connects to the router (so a rep
 port of its own, and the router sees a replica's loss the moment its connection drops), and
 the two exchange these messages as JSON text frames, each with a `type`:
 
-- `hello` (replica -> router): the replica is ready (its checkpoint loaded, one batch run).
+- `hello` (replica -> router): the replica is ready (its checkpoint loaded, one batch run),
+  serving checkpoint `step`. Said again on the same connection after a reload.
 - `request` (router -> replica): one request's inputs, under an id the router chose.
 - `result` (replica -> router): that request's outputs.
 - `draining` (replica -> router): a preemption notice came; send nothing more, the requests
   already sent are still answered. The router answers with `draining` too, after which it
   sends nothing: once the replica has it, every request sent to it has arrived, and when
   those are answered the replica closes the connection.
+- `reload` (replica -> router): a newer checkpoint (`step`) is complete; may the replica load
+  it? The router grants it by saying `reload` back, when every other replica is ready and none
+  is reloading (so at most one of N is out), after every request already sent; it sends
+  nothing more until the replica's next `hello`.
 
 The replica authenticates with `Authorization: Bearer <token>` on the upgrade request.
 Plain dataclasses and the standard library: the program side imports this without JAX or
@@ -28,6 +33,7 @@ ENV_SERVE_URL = "PODMANAGER_SERVE_URL"  # ws://HOST:PORT/replica, the router's s
 ENV_SERVE_TOKEN = "PODMANAGER_SERVE_TOKEN"  # the bearer token the router expects
 ENV_SERVICE_ID = "PODMANAGER_SERVICE_ID"
 ENV_REPLICA = "PODMANAGER_REPLICA"  # the replica's index (its slice)
+ENV_FOLLOW_CHECKPOINTS = "PODMANAGER_FOLLOW_CHECKPOINTS"  # "1": roll newer checkpoints in (serve --follow-checkpoints)
 
 REPLICA_PATH = "/replica"
 
@@ -38,6 +44,7 @@ class Hello:
     run_id: str
     attempt: int
     max_batch: int  # the router keeps at most twice this many requests at the replica
+    step: int | None = None  # the checkpoint step it serves, if it says
     type: str = "hello"
 
 
@@ -60,8 +67,15 @@ class Draining:
     type: str = "draining"
 
 
-Message = Union[Hello, Request, Result, Draining]
-_TYPES: dict[str, type] = {"hello": Hello, "request": Request, "result": Result, "draining": Draining}
+@dataclass(frozen=True)
+class Reload:
+    step: int
+    type: str = "reload"
+
+
+Message = Union[Hello, Request, Result, Draining, Reload]
+_TYPES: dict[str, type] = {"hello": Hello, "request": Request, "result": Result, "draining": Draining,
+                           "reload": Reload}
 
 
 def encode(message: Message) -> str:

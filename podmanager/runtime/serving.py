@@ -17,6 +17,11 @@ over all hosts:
    which sends nothing more and says so; the replica answers what it holds and `serve` returns
    `EXIT_PREEMPTED`, so the supervisor replaces the slice as it does for a training run.
 
+5. With `podmanager serve --follow-checkpoints`, the serving process watches the checkpoint
+   dir; for a newer complete step it asks the router, which lets one replica at a time go
+   (`replica_protocol.Reload`). The replica answers what it holds, every process calls
+   `reload(step)` in lockstep and runs the warmup again, and it says hello with the new step.
+
 The serving process also reports progress about once a second (the loop's iteration), which
 is how the supervisor's hang check sees a replica that stopped turning.
 """
@@ -31,58 +36,79 @@ import queue
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from podmanager.runtime import replica_protocol as protocol
-from podmanager.runtime.contract import ENV_ATTEMPT, ENV_RUN_ID, EXIT_PREEMPTED
+from podmanager.runtime.contract import ENV_ATTEMPT, ENV_CHECKPOINT_DIR, ENV_RUN_ID, EXIT_PREEMPTED
 from podmanager.runtime.preemption import preemption_requested_anywhere
-from podmanager.runtime.progress import report_progress
+from podmanager.runtime.progress import _process_index, report_progress
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # how long an idle loop waits for a first request before turning again
 REPORT_EVERY_S = 1.0
 RECONNECT_S = (0.2, 5.0)  # first and longest pause between tries to reach the router
+FOLLOW_EVERY_S = 1.0  # how often a replica that follows checkpoints looks for a newer one
+
+Predict = Callable[[list[Any]], Sequence[Any]]
 
 
 class ServeConfigError(RuntimeError):
     """The process was not started as a replica of a service."""
 
 
-def serve(predict: Callable[[list[Any]], Sequence[Any]], *, warmup: Sequence[Any], max_batch: int = 8,
-          max_wait_s: float = 0.005, serving_process: int = 0) -> int:
+def serve(predict: Predict, *, warmup: Sequence[Any], max_batch: int = 8, max_wait_s: float = 0.005,
+          serving_process: int = 0, step: int | None = None, reload: Callable[[int], Predict] | None = None) -> int:
     """Serve `predict` (inputs of a batch -> their outputs, in order) as this replica until a
     preemption notice; return the exit code to leave with (`EXIT_PREEMPTED`).
 
-    `warmup`: example inputs, run once before the replica is ready. Inputs and outputs are
-    what JSON holds (outputs may also be NumPy arrays or scalars, sent as lists and numbers).
+    `warmup`: example inputs, run once before the replica is ready (and after each reload).
+    Inputs and outputs are what JSON holds (outputs may also be NumPy arrays or scalars, sent
+    as lists and numbers). `step`: the checkpoint `predict` serves (`runs` shows it).
+    `reload(step)`: the predict function of checkpoint `step`, for `serve --follow-checkpoints`.
     """
     if max_batch < 1:
         raise ValueError(f"max_batch={max_batch} must be at least 1")
     if not warmup:
         raise ValueError("warmup: give at least one example input (it compiles the model before serving)")
+    follow = os.environ.get(protocol.ENV_FOLLOW_CHECKPOINTS) == "1"
+    if follow and reload is None:
+        raise ServeConfigError("serve --follow-checkpoints: this program passes no reload= to runtime.serve, so it "
+                               "cannot load a newer checkpoint; serve without the flag or give reload=")
     _check_outputs(list(warmup), predict(list(warmup)))
     process = _process_index()
-    link = _RouterLink.from_environment(max_batch) if process == serving_process else None
+    link = _RouterLink.from_environment(max_batch, step) if process == serving_process else None
+    watch = _CheckpointWatch.from_environment() if follow and link is not None else None
     lockstep = _Lockstep(serving_process)
     iteration, reported_at, draining = 0, 0.0, False
     try:
         if link is not None:
             link.start()
+        if watch is not None:
+            watch.start()
         while True:
             batch = link.take_batch(max_batch, max_wait_s) if link is not None else []
             if preemption_requested_anywhere() and not draining:
                 draining = True  # every process sees the same answer at the same iteration
                 if link is not None:
                     link.drain()
+            if watch is not None and not draining and (newer := watch.newer_than(step)) is not None:
+                link.ask_reload(newer)
             done = draining and link is not None and link.drained() and not batch
+            reload_to = link.reload_due() if link is not None and not draining and not batch else None
             payload = json.dumps([inputs for _, inputs in batch]).encode() if batch else b""
-            payload, done = lockstep.share(payload, done)
+            payload, done, reload_to = lockstep.share(payload, done, reload_to)
             if payload:
                 inputs = json.loads(payload)
                 outputs = _check_outputs(inputs, predict(inputs))
                 if link is not None:
                     link.answer([(request_id, output) for (request_id, _), output in zip(batch, outputs)])
+            if reload_to is not None and not done:
+                predict, step = reload(reload_to), reload_to
+                _check_outputs(list(warmup), predict(list(warmup)))
+                if link is not None:
+                    link.reloaded(step)
             iteration += 1
             if time.monotonic() - reported_at >= REPORT_EVERY_S:
                 report_progress(iteration)
@@ -90,15 +116,10 @@ def serve(predict: Callable[[list[Any]], Sequence[Any]], *, warmup: Sequence[Any
             if done:
                 return EXIT_PREEMPTED
     finally:
+        if watch is not None:
+            watch.stop()
         if link is not None:
             link.close()
-
-
-def _process_index() -> int:
-    jax = sys.modules.get("jax")
-    if jax is not None and jax.distributed.is_initialized():
-        return jax.process_index()
-    return 0
 
 
 def _check_outputs(inputs: list[Any], outputs: Sequence[Any]) -> list[Any]:
@@ -119,34 +140,75 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class _CheckpointWatch:
+    """The newest complete step in the checkpoint dir, looked up by a thread of the serving
+    process about once a second (a listing of remote storage must not hold up serving)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.latest: int | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._look, name="replica-checkpoint-watch", daemon=True)
+
+    @classmethod
+    def from_environment(cls) -> _CheckpointWatch:
+        directory = os.environ.get(ENV_CHECKPOINT_DIR)
+        if not directory:
+            raise ServeConfigError(f"serve --follow-checkpoints: {ENV_CHECKPOINT_DIR} is not set; give the service "
+                                   "--checkpoint-dir DIR (the training run's)")
+        return cls(directory)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+
+    def newer_than(self, step: int | None) -> int | None:
+        latest = self.latest
+        return latest if latest is not None and (step is None or latest > step) else None
+
+    def _look(self) -> None:
+        from podmanager.runtime.checkpoints import latest_complete_step
+
+        while not self._stopping.is_set():
+            try:
+                self.latest = latest_complete_step(self.directory)
+            except Exception as error:  # noqa: BLE001 - storage hiccups: the replica serves on
+                log.warning("cannot list checkpoints in %s: %s", self.directory, error)
+            self._stopping.wait(FOLLOW_EVERY_S)
+
+
 class _Lockstep:
-    """Hands the serving process's batch (bytes) and its `done` to every process of the job.
-    Payloads are padded to a power of two so the broadcast compiles for a few sizes only."""
+    """Hands the serving process's batch (bytes), its `done` and the step to reload (if any) to
+    every process of the job. Payloads are padded to a power of two so the broadcast compiles
+    for a few sizes only."""
 
     def __init__(self, source: int) -> None:
         self.source = source
         jax = sys.modules.get("jax")
         self.distributed = jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
 
-    def share(self, payload: bytes, done: bool) -> tuple[bytes, bool]:
+    def share(self, payload: bytes, done: bool, reload_to: int | None) -> tuple[bytes, bool, int | None]:
         if not self.distributed:
-            return payload, done
+            return payload, done, reload_to
         import jax
         import numpy as np
         from jax.experimental import multihost_utils
 
         is_source = jax.process_index() == self.source
-        header = np.array([len(payload), int(done)], np.int64)
+        header = np.array([len(payload), int(done), -1 if reload_to is None else reload_to], np.int64)
         header = multihost_utils.broadcast_one_to_all(header, is_source=is_source)
-        size, done = int(header[0]), bool(header[1])
+        size, done, reload_to = int(header[0]), bool(header[1]), (None if header[2] < 0 else int(header[2]))
         if size == 0:
-            return b"", done
+            return b"", done, reload_to
         padded = max(1024, 1 << (size - 1).bit_length())
         buffer = np.zeros(padded, np.uint8)
         if is_source:
             buffer[:size] = np.frombuffer(payload, np.uint8)
         buffer = multihost_utils.broadcast_one_to_all(buffer, is_source=is_source)
-        return np.asarray(buffer[:size]).tobytes(), done
+        return np.asarray(buffer[:size]).tobytes(), done, reload_to
 
 
 class _RouterLink:
@@ -165,10 +227,12 @@ class _RouterLink:
         self._drained = threading.Event()  # the router confirmed: nothing more will come
         self._closing = False
         self._fatal: ServeConfigError | None = None  # the router refused us: no use trying again
+        self._reload_asked: int | None = None  # the step asked for, until it is granted
+        self._reload_granted: int | None = None  # set by the receiving thread after every request before it
         self._thread = threading.Thread(target=self._loop.run_forever, name="replica-router-link", daemon=True)
 
     @classmethod
-    def from_environment(cls, max_batch: int) -> _RouterLink:
+    def from_environment(cls, max_batch: int, step: int | None) -> _RouterLink:
         env = os.environ
         missing = [name for name in (protocol.ENV_SERVE_URL, protocol.ENV_SERVE_TOKEN, protocol.ENV_REPLICA)
                    if not env.get(name)]
@@ -176,7 +240,7 @@ class _RouterLink:
             raise ServeConfigError(f"runtime.serve: {', '.join(missing)} not set; start the program with "
                                    "'podmanager serve', which makes each slice a replica of a service")
         hello = protocol.Hello(replica=int(env[protocol.ENV_REPLICA]), run_id=env.get(ENV_RUN_ID, ""),
-                               attempt=int(env.get(ENV_ATTEMPT, "0") or 0), max_batch=max_batch)
+                               attempt=int(env.get(ENV_ATTEMPT, "0") or 0), max_batch=max_batch, step=step)
         return cls(env[protocol.ENV_SERVE_URL], env[protocol.ENV_SERVE_TOKEN], hello)
 
     def start(self) -> None:
@@ -216,6 +280,26 @@ class _RouterLink:
     def drained(self) -> bool:
         return self._drained.is_set() and self.inbox.empty()
 
+    def ask_reload(self, step: int) -> None:
+        """Ask the router to let this replica load checkpoint `step` (once per step)."""
+        if step != self._reload_asked and self._reload_granted is None:
+            self._reload_asked = step
+            asyncio.run_coroutine_threadsafe(self._send([protocol.encode(protocol.Reload(step=step))]),
+                                             self._loop).result()
+
+    def reload_due(self) -> int | None:
+        """The step the router let this replica load, once every request sent before is taken."""
+        granted = self._reload_granted
+        if granted is None or not self.inbox.empty():
+            return None
+        self._reload_granted = self._reload_asked = None
+        return granted
+
+    def reloaded(self, step: int) -> None:
+        """Ready again, serving `step`: hello on the same connection."""
+        self.hello = replace(self.hello, step=step)
+        asyncio.run_coroutine_threadsafe(self._send([protocol.encode(self.hello)]), self._loop).result()
+
     def close(self) -> None:
         self._closing = True
 
@@ -251,6 +335,8 @@ class _RouterLink:
                         await socket.send_str(protocol.encode(self.hello))
                         if self._draining:
                             await socket.send_str(protocol.encode(protocol.Draining()))
+                        elif self._reload_asked is not None and self._reload_granted is None:
+                            await socket.send_str(protocol.encode(protocol.Reload(step=self._reload_asked)))
                         pause = RECONNECT_S[0]
                         await self._receive(socket)
                 except aiohttp.WSServerHandshakeError as error:
@@ -279,3 +365,5 @@ class _RouterLink:
                 self.inbox.put((self._connection, message.id, message.inputs))
             elif isinstance(message, protocol.Draining):
                 self._drained.set()
+            elif isinstance(message, protocol.Reload):
+                self._reload_granted = message.step

@@ -4,7 +4,9 @@ Each replica's host 0 holds one WebSocket to the router (`runtime/replica_protoc
 Requests wait in one FIFO queue and go to the ready replica with the fewest outstanding, at
 most twice its batch at a time. A preemption must lose no request: when a replica's socket
 closes, whatever it held goes back to the front of the queue, once; a request lost at two
-replicas is answered 502. Pure asyncio and aiohttp: a Ray actor elsewhere owns the loop.
+replicas is answered 502. A replica that asks to load a newer checkpoint is let go only while
+every other replica is ready and none reloads, so N replicas never have fewer than N-1 ready.
+Pure asyncio and aiohttp: a Ray actor elsewhere owns the loop.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from typing import Any, Callable
 
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 
-from podmanager.runtime.replica_protocol import (REPLICA_PATH, Draining, Hello, Message, Request, Result, decode,
-                                                 encode)
+from podmanager.runtime.replica_protocol import (REPLICA_PATH, Draining, Hello, Message, Reload, Request, Result,
+                                                 decode, encode)
 
 log = logging.getLogger(__name__)
 
 READY = "ready"
 DRAINING = "draining"
+RELOADING = "reloading"
 LATENCY_WINDOW = 1000  # p50/p99 are over this many of the latest 200-responses
 HEARTBEAT_S = 5.0  # a replica that answers no ping for this long is closed, so its requests move on
 SHUTDOWN_TIMEOUT_S = 5.0  # by the time the sites close every request is answered; handlers only return
@@ -43,6 +46,7 @@ class RouterConfig:
     token: str  # the bearer token replicas must present
     queue_timeout_s: float = 60.0  # how long a request may wait for a ready replica before 503
     retry_after_s: int = 5  # the Retry-After header of a 503
+    replicas: int = 1  # the service's replica count: a reload leaves at least replicas-1 ready
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,10 @@ class ReplicaView:
     replica: int
     run_id: str
     attempt: int
-    state: str  # READY or DRAINING
+    state: str  # READY, DRAINING or RELOADING
     outstanding: int  # requests sent to it, not yet answered
     served: int  # results it returned on this connection
+    step: int | None = None  # the checkpoint it serves, as its latest hello said
 
 
 @dataclass(frozen=True)
@@ -113,13 +118,15 @@ class _Connection:
     outstanding: dict[int, _Pending] = field(default_factory=dict)
     outbox: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)  # None ends the sender
     lost: bool = False
+    reload_wanted: int | None = None  # the step it asked to load, until it is let go
 
     def has_room(self) -> bool:
         return self.state == READY and len(self.outstanding) < 2 * self.hello.max_batch
 
     def view(self) -> ReplicaView:
         return ReplicaView(replica=self.hello.replica, run_id=self.hello.run_id, attempt=self.hello.attempt,
-                           state=self.state, outstanding=len(self.outstanding), served=self.served)
+                           state=self.state, outstanding=len(self.outstanding), served=self.served,
+                           step=self.hello.step)
 
 
 class _LatencyWindow:
@@ -348,10 +355,16 @@ class Router:
                     break
                 if connection is None and isinstance(message, Hello):
                     connection = self._admit(ws, message)
+                elif connection is not None and isinstance(message, Hello) \
+                        and message.replica == connection.hello.replica:
+                    self._reloaded(connection, message)
                 elif connection is not None and isinstance(message, Result):
                     self._resolve(connection, message)
                 elif connection is not None and isinstance(message, Draining):
                     self._drain(connection)
+                elif connection is not None and isinstance(message, Reload):
+                    connection.reload_wanted = message.step
+                    self._let_one_reload()
                 else:
                     log.warning("closing the replica connection from %s: unexpected %s message%s", request.remote,
                                 message.type, " before its hello" if connection is None else "")
@@ -378,10 +391,42 @@ class Router:
         connection = _Connection(ws=ws, hello=hello)
         self._replicas[hello.replica] = connection
         self._spawn(self._send_loop(connection))
-        log.info("replica %d ready (run %s, attempt %d, max batch %d)", hello.replica, hello.run_id, hello.attempt,
-                 hello.max_batch)
+        log.info("replica %d ready (run %s, attempt %d, max batch %d, step %s)", hello.replica, hello.run_id,
+                 hello.attempt, hello.max_batch, hello.step)
         self._dispatch()
+        self._let_one_reload()
         return connection
+
+    def _reloaded(self, connection: _Connection, hello: Hello) -> None:
+        """A hello on an open connection: the replica loaded a newer checkpoint and is ready
+        again (a draining one stays draining)."""
+        connection.hello = hello
+        if connection.state == RELOADING:
+            connection.state = READY
+            log.info("replica %d ready again, serving step %s", hello.replica, hello.step)
+        self._dispatch()
+        self._let_one_reload()
+
+    def _let_one_reload(self) -> None:
+        """Let the lowest replica that asked load its checkpoint, if none is reloading and
+        every other replica is ready (so at least replicas-1 stay ready). The grant is said
+        after every request already sent to it, which it answers first."""
+        connections = list(self._replicas.values())
+        if any(c.state == RELOADING for c in connections):
+            return
+        asking = sorted((c for c in connections if c.state == READY and c.reload_wanted is not None),
+                        key=lambda c: c.hello.replica)
+        if not asking:
+            return
+        chosen = asking[0]
+        others_ready = sum(c.state == READY for c in connections if c is not chosen)
+        if others_ready < self._config.replicas - 1:
+            return
+        log.info("replica %d may load step %d; %d requests still out", chosen.hello.replica, chosen.reload_wanted,
+                 len(chosen.outstanding))
+        chosen.state = RELOADING
+        chosen.outbox.put_nowait(encode(Reload(step=chosen.reload_wanted)))
+        chosen.reload_wanted = None
 
     def _resolve(self, connection: _Connection, result: Result) -> None:
         pending = connection.outstanding.pop(result.id, None)
@@ -424,6 +469,7 @@ class Router:
         if retries:
             self._requeue_first(retries)
         self._dispatch()
+        self._let_one_reload()
 
     async def _send_loop(self, connection: _Connection) -> None:
         """Write the connection's requests in the order they were dispatched."""
@@ -477,8 +523,12 @@ def _message_of(frame: WSMessage) -> Message:
         if not (_is_int(message.replica) and _is_int(message.attempt) and isinstance(message.run_id, str)
                 and _is_int(message.max_batch) and message.max_batch >= 1):
             raise ValueError(f"malformed hello: {message}")
+        if message.step is not None and not _is_int(message.step):
+            raise ValueError(f"malformed hello: step {message.step!r} is not an integer")
     elif isinstance(message, Result) and not _is_int(message.id):
         raise ValueError(f"a result whose id is not an integer: {message.id!r}")
+    elif isinstance(message, Reload) and not _is_int(message.step):
+        raise ValueError(f"a reload whose step is not an integer: {message.step!r}")
     return message
 
 

@@ -47,10 +47,10 @@ class RouterPlace:
 class RouterActor:
     """Plain class; `start_router` wraps it with `ray.remote` and its options."""
 
-    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace, replicas: int) -> None:
+    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace) -> None:
         os.environ["PODMANAGER_HOME"] = home  # the submitting client's state folder: the service's record
         self.service_id = service_id
-        self.full_time = FullReplicaTime(replicas)
+        self.full_time = FullReplicaTime(config.replicas)
         self.router = Router(config)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"router-{service_id}", daemon=True)
@@ -102,7 +102,7 @@ class RouterActor:
             store.close()
 
 
-def start_router(service_id: str, config: RouterConfig, place: RouterPlace, replicas: int) -> None:
+def start_router(service_id: str, config: RouterConfig, place: RouterPlace) -> None:
     """Create the service's router actor on the head node (the caller is connected to the
     cluster's Ray) and wait until it listens."""
     import ray
@@ -119,7 +119,7 @@ def start_router(service_id: str, config: RouterConfig, place: RouterPlace, repl
         resources={HEAD_RESOURCE: 0.001},
         runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},  # latency: not at Ray's nice 15
     )
-    actor = remote.remote(str(paths.home().resolve()), service_id, config, place, replicas)
+    actor = remote.remote(str(paths.home().resolve()), service_id, config, place)
     ray.get(actor.ready.remote(), timeout=60)
 
 

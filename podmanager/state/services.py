@@ -40,9 +40,10 @@ class ReplicaCounters(_Record):
     replica: int  # its slice
     run_id: str
     attempt: int
-    state: str  # ready | draining
+    state: str  # ready | draining | reloading
     outstanding: int
     served: int
+    step: int | None = None  # the checkpoint it serves
 
 
 class ServiceCounters(_Record):
