@@ -2,7 +2,9 @@
 
 One cluster for the module: slice 0 is a v4-16 (2 hosts x 4 chips), slices 1 and 2 are
 v4-8s (1 host each), so single-slice and multislice runs share the same hosts. Also: a replica
-of a service over both hosts of the v4-16, every line of a host's output whatever its volume,
+of a service over both hosts of the v4-16 answering as a one-process forward pass, and loading
+the next checkpoint of a training run resumed on a v4-8 with another layout (which continues
+as an uninterrupted run), every line of a host's output whatever its volume,
 and unmodified TPU programs (at the end: its last test leaves a notice on slice 2 that the
 module's `down` outruns).
 """
@@ -25,6 +27,7 @@ import psutil
 import pytest
 import ray
 import requests
+from local_reference import final_loss
 from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
@@ -142,9 +145,14 @@ def test_model_parallel_transformer_trains_and_a_replica_over_both_hosts_serves_
         handle.wait_ready(timeout_s=180)
         assert [r.step for r in handle.replicas()] == [20]
         served = {20: answers()}
+        # Resumed on one process of a v4-8, laid out anew (model=4): it continues exactly like an
+        # uninterrupted run of one process.
         more = cluster.run(workload.model_copy(update={"slices": [1], "parallelism": "model",
                                                        "args": ["--steps", "40", "--checkpoint-every", "20"]}))
         assert more.status == "succeeded", more.message
+        assert more.metrics["first_step"] == 21
+        assert more.metrics["last_loss"] == pytest.approx(
+            final_loss("workloads/train_transformer.py", ["--steps", "40"], devices=8), rel=1e-4)
         poll_until(lambda: [r.step for r in handle.replicas()] == [40], timeout_s=60, interval_s=0.25,
                    what="the replica to load step 40")
         served[40] = answers()
