@@ -16,9 +16,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from podmanager.runtime.replica_protocol import (REPLICA_PATH, Draining, Hello, Reload, Request, Result, decode,
-                                                 encode)
-from podmanager.serving.router import Router, RouterConfig, RouterStats
+from podmanager.runtime.replica_protocol import (MAX_BODY_BYTES, REPLICA_PATH, Draining, Hello, Reload, Request,
+                                                 Result, decode, encode)
+from podmanager.serving.router import Router, RouterConfig
+from podmanager.state.services import ServiceCounters
 
 TOKEN = "s3cret"
 WAIT_S = 5.0  # the longest any test waits for a condition before failing
@@ -155,7 +156,7 @@ def queued(router: Router, count: int) -> Callable[[], bool]:
 
 
 def test_two_replicas_share_forty_concurrent_requests():
-    async def scenario() -> RouterStats:
+    async def scenario() -> ServiceCounters:
         async with running() as service:
             first = await service.replica(0, max_batch=2, delay_s=0.01)
             second = await service.replica(1, max_batch=2, delay_s=0.01)
@@ -173,7 +174,7 @@ def test_two_replicas_share_forty_concurrent_requests():
     stats = asyncio.run(scenario())
     assert (stats.requests, stats.served, stats.failed, stats.rejected, stats.queued) == (40, 40, 0, 0, 0)
     assert stats.p50_ms is not None and stats.p99_ms is not None and 0 < stats.p50_ms <= stats.p99_ms
-    assert RouterStats.from_dict(stats.to_dict()) == stats
+    assert ServiceCounters.model_validate_json(stats.model_dump_json()) == stats  # as the record stores it
 
 
 def test_dispatch_goes_to_the_fewest_outstanding_then_the_fewest_served():
@@ -349,6 +350,22 @@ def test_tokens_bodies_and_health():
             service.router.set_draining(3)
             async with service.session.get(f"{service.public_url}/healthz") as response:
                 assert response.status == 503 and (await response.json())["ready"] == 0
+
+    asyncio.run(scenario())
+
+
+def test_bodies_beyond_aiohttps_defaults_are_served_and_beyond_the_limit_refused_413():
+    async def scenario() -> None:
+        async with running() as service:
+            await service.replica(0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            big = "x" * (3 * 1024 * 1024)  # a 3 MiB body, its answer twice that: both over aiohttp's defaults
+            status, body, _ = await service.predict(big)
+            assert (status, body["outputs"]["value"] == big * 2) == (200, True)
+            async with service.session.post(f"{service.public_url}/predict",
+                                            data=b'{"inputs": "' + b"x" * MAX_BODY_BYTES + b'"}') as response:
+                assert response.status == 413
+            assert service.router.stats().requests == 1
 
     asyncio.run(scenario())
 

@@ -126,3 +126,25 @@ def test_serving_goodput_counts_from_the_first_full_moment_the_time_every_replic
     assert (time.full_s, time.since_full_s) == (3.0, 6.0)
     assert ServiceCounters(full_s=time.full_s, since_full_s=time.since_full_s).goodput == 0.5
     assert ServiceCounters().goodput is None
+
+
+def test_attach_follows_a_service_until_it_stops_serving(tmp_path) -> None:
+    store = StateStore()
+    store.save_cluster("demo", spec={"name": "demo", "backend": "simulated", "zones": ["sim-zone-a"],
+                                     "slices": [{"accelerator": "v4-8", "count": 2}]},
+                       backend="simulated", status="up")
+    runs = RunStore(store.path)
+    for record in (run("r0", 0, "failed"), run("r1", 1, "cancelled")):
+        runs.create(record)
+    services = ServiceStore(store.path)
+    services.create(service(counters=counters(at=None)))
+    ended = CliRunner().invoke(app, ["attach", "svc-1", "-c", "demo"])
+    assert ended.exit_code == 1, ended.output  # every replica ended: nothing serves
+    assert "replicas 0:failed, 1:cancelled | requests 10, failures 0, 503s 1" in ended.output
+    assert "service svc-1 is failed: every replica's run ended" in ended.output
+    cancelled = services.get("svc-1")
+    cancelled.status = "cancelled"
+    services.save(cancelled)
+    as_json = CliRunner().invoke(app, ["attach", "svc-1", "-c", "demo", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["status"] == "cancelled"

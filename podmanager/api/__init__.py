@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from podmanager.api.up_plan import UpPlan
     from podmanager.api.history import cluster_events, run_history, service_history
     from podmanager.api.runs import RunHandle, latest_run_id, run_log_lines, run_summary
+    from podmanager.api.service_handle import ServiceHandle
     from podmanager.operations.teardown import LabelDownReport, down_by_label, teardown
     from podmanager.state import StateStore
 
@@ -24,14 +25,15 @@ _WHERE = {
     "DownReport": "podmanager.api.down", "SliceStatus": "podmanager.api.status", "UpPlan": "podmanager.api.up_plan",
     "down": "podmanager.api.down", "resolve_cluster": "podmanager.api.cluster",
     "RunHandle": "podmanager.api.runs", "run_log_lines": "podmanager.api.runs", "run_summary": "podmanager.api.runs",
+    "ServiceHandle": "podmanager.api.service_handle",
     "latest_run_id": "podmanager.api.runs", "cluster_events": "podmanager.api.history",
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.operations.teardown", "down_by_label": "podmanager.operations.teardown",
     "teardown": "podmanager.operations.teardown", "StateStore": "podmanager.state",
 }
-__all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "SliceStatus", "StateStore",
-           "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster", "run_history",
-           "run_log_lines", "run_summary", "service_history", "teardown"]
+__all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "ServiceHandle", "SliceStatus",
+           "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
+           "run_history", "run_log_lines", "run_summary", "service_history", "teardown"]
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError
@@ -117,6 +117,16 @@ class ServiceHandle:
 
     def summary(self) -> dict[str, Any]:
         return summarize(self.record(), self.runs, time.time())
+
+    def follow(self, on_summary: Callable[[dict[str, Any]], None], *, every_s: float = 2.0) -> dict[str, Any]:
+        """Call `on_summary` with the service's summary every `every_s` until it is no longer
+        serving (cancelled, or every replica ended); return the last summary."""
+        while True:
+            summary = self.summary()
+            on_summary(summary)
+            if summary["status"] != SERVING:
+                return summary
+            time.sleep(every_s)
 
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
         """Wait until `replicas` (default: all) replicas are ready; a replica run that ended

@@ -1,5 +1,6 @@
 """Following a run from the terminal: its output and events as they come, then the summary
-and the exit code. Shared by `run` and `attach`."""
+and the exit code; or a service: a line whenever its replicas or counters change. Shared by
+`run`, `serve` and `attach`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Callable
 import typer
 
 from podmanager import api
-from podmanager.cli.render import console, print_json, print_summary, printer
+from podmanager.cli.render import console, errors, print_json, print_summary, printer, replicas_text
 
 # Events worth a line while a run is followed (the rest are in `podmanager events`).
 RUN_EVENTS = frozenset({"attempt_started", "setup_started", "setup_progress", "setup_done", "setup_failed", "warning", "incident", "slices_replaced", "resumed", "preemption_notice",
@@ -69,3 +70,35 @@ def detach_or_cancel(cancel: bool):  # type: ignore[no-untyped-def]
         return True
 
     return interrupted
+
+
+def follow_service(handle: api.ServiceHandle, *, as_json: bool = False) -> None:
+    """Print a line whenever the service's replicas or counters change, until it is no longer
+    serving (then its summary with --json); Ctrl-C detaches (exit 130), the service goes on."""
+    said: list[str] = []
+
+    def show(summary: dict) -> None:
+        line = (f"replicas {replicas_text(summary['replicas'])} | requests {summary['requests']}, "
+                f"failures {summary['failures']}, 503s {summary['rejected']}, p50 {_ms(summary['p50_ms'])}, "
+                f"p99 {_ms(summary['p99_ms'])}")
+        if not said or line != said[-1]:
+            (errors if as_json else console).print(f"{time.strftime('%H:%M:%S')} {line}", markup=False)
+            said.append(line)
+
+    try:
+        summary = handle.follow(show)
+    except KeyboardInterrupt:
+        (errors if as_json else console).print(f"\ndetached; service {handle.service_id} goes on at "
+                                               f"{handle.endpoint}", markup=False)
+        raise typer.Exit(130) from None
+    if as_json:
+        print_json(summary)
+    else:
+        console.print(f"service {handle.service_id} is {summary['status']}"
+                      + (f": {summary['message']}" if summary["message"] else ""), markup=False)
+    if summary["status"] == "failed":
+        raise typer.Exit(1)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"

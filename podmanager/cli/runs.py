@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from podmanager import api
-from podmanager.cli.follow import detach_or_cancel, follow_run
+from podmanager.cli.follow import detach_or_cancel, follow_run, follow_service
 from podmanager.cli.options import CLUSTER_OPTION, JSON_OPTION
 from podmanager.cli.render import clock_time, console, print_json, print_table, replicas_text
 
@@ -50,8 +50,12 @@ def attach(
     all_hosts: bool = typer.Option(False, "--all-hosts", help="Stream every host's output, not only worker 0's."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object at the end."),
 ) -> None:
-    """Follow a run from its start (output, events) to its summary; Ctrl-C detaches again (a second within 2 s cancels)."""
-    handle = api.resolve_cluster(cluster).run_handle(run_id)
+    """Follow a run from its start (output, events) to its summary; Ctrl-C detaches again (a second within 2 s cancels). A service: its replicas and counters until it stops; Ctrl-C detaches."""  # noqa: E501
+    target = api.resolve_cluster(cluster)
+    if target.services_store.get(run_id) is not None:
+        follow_service(target.service_handle(run_id), as_json=as_json)
+        return
+    handle = target.run_handle(run_id)
     follow_run(lambda printer, on_event, on_interrupt: handle.follow(printer, on_event, on_interrupt=on_interrupt),
                all_hosts=all_hosts, as_json=as_json, interrupt=detach_or_cancel(False))
 

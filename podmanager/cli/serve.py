@@ -3,17 +3,15 @@ behind one HTTP endpoint."""
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 import typer
 
 from podmanager import api
+from podmanager.cli.follow import follow_service
 from podmanager.cli.options import CLUSTER_OPTION, env_pairs
-from podmanager.cli.render import console, print_json, replicas_text
+from podmanager.cli.render import console, print_json
 from podmanager.core import selectors
-
-FOLLOW_EVERY_S = 2.0
 
 
 def serve(
@@ -71,32 +69,5 @@ def serve(
     console.print(f"service {handle.service_id} at {handle.endpoint}  (POST /predict, GET /healthz)\n"
                   f"  list it:   podmanager runs -c {handle.cluster}\n"
                   f"  cancel it: podmanager cancel {handle.service_id}", markup=False)
-    if detach:
-        return
-    try:
-        _follow(handle)
-    except KeyboardInterrupt:
-        console.print(f"\ndetached; service {handle.service_id} goes on at {handle.endpoint}", markup=False)
-        raise typer.Exit(130) from None
-
-
-def _follow(handle) -> None:  # type: ignore[no-untyped-def]
-    """A line whenever the replicas' states or the counters change, until the service ends."""
-    said = None
-    while True:
-        summary = handle.summary()
-        states = replicas_text(summary["replicas"])
-        line = (f"replicas {states} | requests {summary['requests']}, failures {summary['failures']}, "
-                f"503s {summary['rejected']}, p50 {_ms(summary['p50_ms'])}, p99 {_ms(summary['p99_ms'])}")
-        if line != said:
-            console.print(f"{time.strftime('%H:%M:%S')} {line}", markup=False)
-            said = line
-        if summary["status"] != "serving":
-            console.print(f"service {handle.service_id} is {summary['status']}"
-                          + (f": {summary['message']}" if summary["message"] else ""), markup=False)
-            return
-        time.sleep(FOLLOW_EVERY_S)
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f} ms"
+    if not detach:
+        follow_service(handle)

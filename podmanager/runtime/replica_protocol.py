@@ -36,6 +36,10 @@ ENV_REPLICA = "PODMANAGER_REPLICA"  # the replica's index (its slice)
 ENV_FOLLOW_CHECKPOINTS = "PODMANAGER_FOLLOW_CHECKPOINTS"  # "1": roll newer checkpoints in (serve --follow-checkpoints)
 
 REPLICA_PATH = "/replica"
+# The largest body a user may POST (a 413 beyond), and so the largest frame either side takes:
+# aiohttp's defaults (1 MiB bodies, 4 MiB frames) would refuse an image or a long prompt.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_FRAME_BYTES = 2 * MAX_BODY_BYTES  # a body's inputs, or its outputs, as JSON within a frame
 
 
 @dataclass(frozen=True)

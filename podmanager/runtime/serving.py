@@ -328,7 +328,7 @@ class _RouterLink:
         async with aiohttp.ClientSession() as session:
             while not self._closing:
                 try:
-                    async with session.ws_connect(self.url, heartbeat=5.0,
+                    async with session.ws_connect(self.url, heartbeat=5.0, max_msg_size=protocol.MAX_FRAME_BYTES,
                                                   headers={"Authorization": f"Bearer {self.token}"}) as socket:
                         self._connection += 1
                         self._socket = socket

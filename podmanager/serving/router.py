@@ -21,14 +21,15 @@ import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 
-from podmanager.runtime.replica_protocol import (REPLICA_PATH, Draining, Hello, Message, Reload, Request, Result,
-                                                 decode, encode)
+from podmanager.runtime.replica_protocol import (MAX_BODY_BYTES, MAX_FRAME_BYTES, REPLICA_PATH, Draining, Hello,
+                                                 Message, Reload, Request, Result, decode, encode)
+from podmanager.state.services import ReplicaCounters, ServiceCounters
 
 log = logging.getLogger(__name__)
 
@@ -47,40 +48,6 @@ class RouterConfig:
     queue_timeout_s: float = 60.0  # how long a request may wait for a ready replica before 503
     retry_after_s: int = 5  # the Retry-After header of a 503
     replicas: int = 1  # the service's replica count: a reload leaves at least replicas-1 ready
-
-
-@dataclass(frozen=True)
-class ReplicaView:
-    """One connected replica as the router sees it."""
-
-    replica: int
-    run_id: str
-    attempt: int
-    state: str  # READY, DRAINING or RELOADING
-    outstanding: int  # requests sent to it, not yet answered
-    served: int  # results it returned on this connection
-    step: int | None = None  # the checkpoint it serves, as its latest hello said
-
-
-@dataclass(frozen=True)
-class RouterStats:
-    requests: int  # valid POST /predict received
-    served: int  # answered 200
-    failed: int  # answered 502: lost at two replicas
-    rejected: int  # answered 503 after the queue timeout
-    queued: int  # waiting for a replica now
-    p50_ms: float | None  # over the latest LATENCY_WINDOW 200-responses; None before the first
-    p99_ms: float | None
-    replicas: list[ReplicaView]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RouterStats:
-        return cls(requests=data["requests"], served=data["served"], failed=data["failed"],
-                   rejected=data["rejected"], queued=data["queued"], p50_ms=data["p50_ms"], p99_ms=data["p99_ms"],
-                   replicas=[ReplicaView(**view) for view in data["replicas"]])
 
 
 class _Verdict(Enum):
@@ -123,10 +90,10 @@ class _Connection:
     def has_room(self) -> bool:
         return self.state == READY and len(self.outstanding) < 2 * self.hello.max_batch
 
-    def view(self) -> ReplicaView:
-        return ReplicaView(replica=self.hello.replica, run_id=self.hello.run_id, attempt=self.hello.attempt,
-                           state=self.state, outstanding=len(self.outstanding), served=self.served,
-                           step=self.hello.step)
+    def view(self) -> ReplicaCounters:
+        return ReplicaCounters(replica=self.hello.replica, run_id=self.hello.run_id, attempt=self.hello.attempt,
+                               state=self.state, outstanding=len(self.outstanding), served=self.served,
+                               step=self.hello.step)
 
 
 class _LatencyWindow:
@@ -168,7 +135,7 @@ class Router:
         self._stopping = False
         self._runners: list[web.AppRunner] = []
 
-        self._public = web.Application()
+        self._public = web.Application(client_max_size=MAX_BODY_BYTES)
         self._public.router.add_post("/predict", self._predict)
         self._public.router.add_get("/healthz", self._healthz)
         self._public.cleanup_ctx.append(self._expiry_task)
@@ -212,10 +179,11 @@ class Router:
         self._runners.clear()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def stats(self) -> RouterStats:
-        return RouterStats(requests=self._requests, served=self._served, failed=self._failed,
-                           rejected=self._rejected, queued=len(self._queue), p50_ms=self._latency.percentile(50),
-                           p99_ms=self._latency.percentile(99), replicas=self._views())
+    def stats(self) -> ServiceCounters:
+        """What it counted since it started (`at` and the goodput are its actor's to fill in)."""
+        return ServiceCounters(requests=self._requests, served=self._served, failed=self._failed,
+                               rejected=self._rejected, queued=len(self._queue), p50_ms=self._latency.percentile(50),
+                               p99_ms=self._latency.percentile(99), replicas=self._views())
 
     def set_draining(self, replica: int) -> None:
         """The supervisor saw a preemption notice for this replica's slice: as if it had sent
@@ -269,7 +237,7 @@ class Router:
     async def _healthz(self, request: web.Request) -> web.Response:
         views = self._views()
         ready = sum(view.state == READY for view in views)
-        return web.json_response({"ready": ready, "replicas": [asdict(view) for view in views]},
+        return web.json_response({"ready": ready, "replicas": [view.model_dump() for view in views]},
                                  status=200 if ready else 503)
 
     # ------------------------------------------------------------------ the queue
@@ -342,7 +310,7 @@ class Router:
                                      status=401)
         if self._stopping:
             return web.json_response({"error": "the router is stopping"}, status=503)
-        ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S)
+        ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, max_msg_size=MAX_FRAME_BYTES)
         await ws.prepare(request)
         self._sockets.add(ws)
         connection: _Connection | None = None
@@ -498,7 +466,7 @@ class Router:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _views(self) -> list[ReplicaView]:
+    def _views(self) -> list[ReplicaCounters]:
         return [self._replicas[index].view() for index in sorted(self._replicas)]
 
 

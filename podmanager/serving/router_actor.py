@@ -85,8 +85,8 @@ class RouterActor:
 
         stats = self._call(read())
         self.full_time.tick(sum(r.state == "ready" for r in stats.replicas), time.monotonic())
-        return ServiceCounters.model_validate({**stats.to_dict(), "at": time.time(), "full_s": self.full_time.full_s,
-                                               "since_full_s": self.full_time.since_full_s})
+        return stats.model_copy(update={"at": time.time(), "full_s": self.full_time.full_s,
+                                        "since_full_s": self.full_time.since_full_s})
 
     def _write_counters(self) -> None:
         """The router's counters into the service's record, for `runs` and `status` (which read
