@@ -108,7 +108,10 @@ def booting_emulator(spec: "ClusterSpec", clock) -> Iterator[tuple["Emulator", d
     try:
         emulator.serve_rest()
         address = f"127.0.0.1:{emulator.start()}"
-        yield emulator, ClusterHosts(spec, vms.SimulatedMachines(), secrets_host=lambda: address).start()
+        hosts = ClusterHosts(spec, vms.SimulatedMachines(), secrets_host=lambda: address)
+        metadata = hosts.start()
+        hosts.head_ready()
+        yield emulator, metadata
     finally:
         emulator.stop()
 

@@ -38,6 +38,7 @@ ACCESSOR = "roles/secretmanager.secretAccessor"
 
 @dataclass
 class Rig:
+    emulator: TpuEmulator
     secrets: SecretManagerEmulator
     address: str
     client: SecretManagerServiceClient
@@ -46,12 +47,13 @@ class Rig:
 @pytest.fixture
 def rig() -> Iterator[Rig]:
     secrets = SecretManagerEmulator()
-    server, port = TpuEmulator(SimCloud(PROJECT, clock=FakeClock()), secrets).serve()
+    emulator = TpuEmulator(SimCloud(PROJECT, clock=FakeClock()), secrets)
+    server, port = emulator.serve()
     address = f"127.0.0.1:{port}"
     channel = grpc.insecure_channel(address)
     try:
         client = SecretManagerServiceClient(transport=SecretManagerServiceGrpcTransport(channel=channel))
-        yield Rig(secrets, address, client)
+        yield Rig(emulator, secrets, address, client)
     finally:
         channel.close()
         server.stop(grace=None).wait()
@@ -264,3 +266,27 @@ def test_a_vms_token_reads_the_secret_only_once_its_account_is_granted(rig: Rig,
     status, body = get(url, vm_token)
     assert status == 200 and base64.b64decode(body["payload"]["data"]).decode() == TOKEN
     assert get(url, {"Authorization": f"Bearer {VM_TOKEN_PREFIX}other@p.iam.gserviceaccount.com"})[0] == 403
+
+
+def test_a_secret_denied_fault_refuses_the_next_reads_by_vms_and_nothing_else(rig: Rig, rest: str) -> None:
+    """`secret-denied:TIMES` (an IAM deny policy, a grant not yet in effect): a granted VM is
+    refused TIMES reads, then reads again; podmanager's own reads are never refused."""
+    account = "123-compute@developer.gserviceaccount.com"
+    vm_token = {"Authorization": f"Bearer {VM_TOKEN_PREFIX}{account}"}
+    with TokenSecrets(PROJECT, client=rig.client, clock=FakeClock()) as secrets:
+        secrets.ensure("demo", TOKEN)
+        secrets.grant_access("demo", account)
+    url = f"{rest}/{SECRET}/versions/latest:access"
+    rig.emulator.control("fault", spec="secret-denied:2")
+
+    assert get(url, {"Authorization": "Bearer ya29.a-person"})[0] == 200  # not a VM: not counted
+    for _ in range(2):
+        status, body = get(url, vm_token)
+        assert (status, body["error"]["status"]) == (403, "PERMISSION_DENIED") and TOKEN not in json.dumps(body)
+    assert rig.emulator.sim.pending_faults().secret_denied == 0
+    status, body = get(url, vm_token)
+    assert status == 200 and base64.b64decode(body["payload"]["data"]).decode() == TOKEN
+
+    rig.emulator.control("fault", spec="secret-denied:5")
+    rig.emulator.control("fault", spec="clear")
+    assert get(url, vm_token)[0] == 200

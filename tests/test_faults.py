@@ -16,7 +16,17 @@ from podmanager.core import faults
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import SpecError
 from podmanager.core.fault_text import DEFAULT_QUOTA
-from podmanager.core.faults import ClearFault, CreateFault, DegradeFault, HangFault, MaintenanceFault, PreemptFault, QuotaFault, TransientFault
+from podmanager.core.faults import (
+    ClearFault,
+    CreateFault,
+    DegradeFault,
+    HangFault,
+    MaintenanceFault,
+    PreemptFault,
+    QuotaFault,
+    SecretDeniedFault,
+    TransientFault,
+)
 from podmanager.core.spec import parse_spec
 
 SPEC = {"name": "c", "backend": "simulated", "zones": ["zone-a", "zone-b"],
@@ -35,6 +45,7 @@ FORMS = [
     ("quota:TPUV5sLitepodPerZone:2", {"kind": "quota", "quota": "TPUV5sLitepodPerZone", "times": 2},
      QuotaFault(kind="quota", quota="TPUV5sLitepodPerZone", times=2)),
     ("transient", {"kind": "transient"}, TransientFault(kind="transient", times=1)),
+    ("secret-denied:6", {"kind": "secret-denied", "times": 6}, SecretDeniedFault(kind="secret-denied", times=6)),
     ("clear", {"kind": "clear"}, ClearFault(kind="clear")),
     ("preempt:1:30s:10", {"kind": "preempt", "slice": 1, "after_s": 30, "notice_s": 10},
      PreemptFault(kind="preempt", slice=1, after_s=30.0, notice_s=10.0)),

@@ -31,6 +31,7 @@ from podmanager.core.spec import parse_spec
 from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.hosts import auth
 from podmanager.hosts.cluster_hosts import ClusterHosts
+from podmanager.hosts.head import HeadStart, HeadState
 
 PROJECT = "my-project"
 NUMBER = "123456789012"
@@ -240,8 +241,8 @@ def test_without_the_projects_number_nothing_is_granted_and_it_says_why(unnumber
 class NoRay:
     """The Ray half of `start`: a head at a fixed address, its metadata entry."""
 
-    def start_head(self) -> str:
-        return "10.128.0.2:6379"
+    def begin_head(self) -> HeadStart:
+        return HeadStart("demo", HeadState(address="10.128.0.2:6379", started=False))
 
     def node_metadata(self) -> dict[str, str]:
         return {"podmanager-head": "10.128.0.2:6379"}

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster
+from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeState
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from sim_view import sim_control, sim_nodes
 from podmanager.cli import app
@@ -141,6 +142,17 @@ def test_the_plan_of_an_empty_cloud_creates_every_slice_in_the_first_zone():
     assert [(c.kind, c.node, c.zone) for c in planned] == [("create", "p-s0", "z")]
     assert describe_changes(planned) == "create slice 0 (v4-8, missing)"
     assert describe_changes([]) == "nothing"
+
+
+def test_a_ready_slice_whose_host_failed_to_boot_is_replaced_and_the_others_kept():
+    spec = parse_spec({"name": "p", "backend": "simulated", "zones": ["z"],
+                       "slices": [{"accelerator": "v4-8", "count": 2}]})
+    ready = [Node(f"p-s{i}", "z", "v4-8", NodeState.READY, {CLUSTER_LABEL: "p", SLICE_LABEL: str(i)})
+             for i in range(2)]
+    planned = changes(desired_slices(spec), Observed(nodes=ready), {1: "worker 0 failed to boot: download x failed"})
+    assert [(c.kind, c.slice_index, c.failed_boot) for c in planned] == [("keep", 0, False), ("replace", 1, True)]
+    assert describe_changes(planned) == ("replace slice 1 (v4-8, worker 0 failed to boot: download x failed); "
+                                         "keep slice 0 (v4-8, READY)")
 
 
 def test_the_api_refuses_with_a_spec_error(tmp_path):

@@ -31,7 +31,6 @@ from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
 from podmanager.operations.cluster_runtime import ClusterRuntime, EventCallback
 from podmanager.operations.teardown import stop_idle_emulator, teardown
-from podmanager.provisioning.plan import changes, desired_slices
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
@@ -174,7 +173,7 @@ class Cluster:
 
     def plan_up(self) -> UpPlan:
         """What `up` of this spec would do to the cloud now (nothing is changed)."""
-        return UpPlan(self.name, changes(desired_slices(self.spec), self.runtime.observe()))
+        return UpPlan(self.name, self.runtime.plan_changes())
 
     def status(self) -> ClusterStatus:
         """Slices as the cloud reports them now; hosts as the cluster's monitor probed them

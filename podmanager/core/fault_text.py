@@ -5,7 +5,7 @@ the command line needs without loading pydantic (`--help` shows `FAULT_HELP`): t
 grammar, the defaults, durations.
 
     capacity:ZONE[:TIMES]   reservation:ZONE[:TIMES]   preempt-while-creating:ZONE[:TIMES]
-    quota[:QUOTA[:TIMES]]   transient[:TIMES]   clear
+    quota[:QUOTA[:TIMES]]   transient[:TIMES]   secret-denied[:TIMES]   clear
     preempt:SLICE[:AFTER_S[:NOTICE_S]]   hang:SLICE[:WORKER[:AFTER_S]]
     degrade:SLICE[:HEALTH[:AFTER_S[:FOR_S]]]   maintenance:SLICE[:AFTER_S[:NOTICE_S[:DURATION_S]]]
 
@@ -35,6 +35,7 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     **{kind: ("zone", "times") for kind in CREATE_KINDS},
     "quota": ("quota", "times"),
     "transient": ("times",),
+    "secret-denied": ("times",),
     "clear": (),
     "preempt": ("slice", "after_s", "notice_s"),
     "hang": ("slice", "worker", "after_s"),
@@ -47,6 +48,7 @@ TEXT_FORMS: dict[str, str] = {
     **{kind: f"{kind}:ZONE[:TIMES]" for kind in CREATE_KINDS},
     "quota": "quota[:QUOTA[:TIMES]]",
     "transient": "transient[:TIMES]",
+    "secret-denied": "secret-denied[:TIMES]",
     "clear": "clear",
     "preempt": "preempt:SLICE[:AFTER_S[:NOTICE_S]]",
     "hang": "hang:SLICE[:WORKER[:AFTER_S]]",
@@ -57,7 +59,7 @@ TEXT_FORMS: dict[str, str] = {
 FAULT_HELP = (
     "capacity:ZONE[:TIMES] | reservation:ZONE[:TIMES] | preempt-while-creating:ZONE[:TIMES] | "
     "invalid-request:ZONE[:TIMES] | "
-    "quota[:QUOTA[:TIMES]] | transient[:TIMES] | preempt:SLICE[:AFTER_S[:NOTICE_S]] | "
+    "quota[:QUOTA[:TIMES]] | transient[:TIMES] | secret-denied[:TIMES] | preempt:SLICE[:AFTER_S[:NOTICE_S]] | "
     "hang:SLICE[:WORKER[:AFTER_S]] | degrade:SLICE[:HEALTH[:AFTER_S[:FOR_S]]] | "
     "maintenance:SLICE[:AFTER_S[:NOTICE_S[:DURATION_S]]] | clear; "
     f"TIMES defaults to {DEFAULT_TIMES} "

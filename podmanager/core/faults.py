@@ -74,6 +74,8 @@ class FaultTarget(Protocol):
 
     def inject_transient(self, calls: int) -> None: ...
 
+    def deny_secret_reads(self, reads: int) -> None: ...
+
     def clear_faults(self) -> None: ...
 
     def preempt_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0) -> None: ...
@@ -179,8 +181,23 @@ class TransientFault(_Fault):
         return f"the next {self.times} API call(s) fail with UNAVAILABLE"
 
 
+class SecretDeniedFault(_Fault):
+    """The next `times` reads of a secret by a VM (its startup script fetching the Ray token)
+    are refused with PERMISSION_DENIED, as an IAM deny policy or a grant not yet in effect
+    would refuse them; podmanager's own calls are not."""
+
+    kind: Literal["secret-denied"]
+    times: Count = Field(DEFAULT_TIMES, description="how many reads by VMs are refused")
+
+    def apply(self, sim: FaultTarget, *, cluster: str | None = None) -> None:
+        sim.deny_secret_reads(self.times)
+
+    def describe(self) -> str:
+        return f"the next {self.times} read(s) of a secret by a VM are refused with PERMISSION_DENIED"
+
+
 class ClearFault(_Fault):
-    """Every pending create, quota and transient fault and scripted preemption is dropped."""
+    """Every pending create, quota, transient and secret fault and scripted preemption is dropped."""
 
     kind: Literal["clear"]
 
@@ -270,8 +287,8 @@ class MaintenanceFault(_Fault):
                 + f", its window opening {self.notice_s:g}s later, REPAIRING for {self.duration_s:g}s")
 
 
-FaultKind = Union[CreateFault, QuotaFault, TransientFault, ClearFault, PreemptFault, HangFault, DegradeFault,
-                  MaintenanceFault]
+FaultKind = Union[CreateFault, QuotaFault, TransientFault, SecretDeniedFault, ClearFault, PreemptFault, HangFault,
+                  DegradeFault, MaintenanceFault]
 MODELS: dict[str, type[_Fault]] = {kind: model for model in FaultKind.__args__  # type: ignore[attr-defined]
                                    for kind in model.model_fields["kind"].annotation.__args__}
 
@@ -347,5 +364,5 @@ def validate(data: Any) -> FaultKind:
 
 __all__ = [
     "CREATE_KINDS", "ClearFault", "CreateFault", "DegradeFault", "Fault", "FaultKind", "FaultTarget", "HangFault", "MaintenanceFault", "PreemptFault",
-    "QuotaFault", "TransientFault", "explain", "from_flags", "parse", "validate",
+    "QuotaFault", "SecretDeniedFault", "TransientFault", "explain", "from_flags", "parse", "validate",
 ]

@@ -70,6 +70,9 @@ class EmulatorControl:
     def inject_transient(self, calls: int) -> None:
         self.call("inject_transient", calls=calls)
 
+    def deny_secret_reads(self, reads: int) -> None:
+        self.call("deny_secret_reads", reads=reads)
+
     def clear_faults(self) -> None:
         self.call("clear_faults")
 

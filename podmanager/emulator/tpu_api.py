@@ -204,6 +204,7 @@ class TpuEmulator:
         self.sim = sim
         # Always served: the real path creates the token secret wherever it creates nodes.
         self.secrets = secrets if secrets is not None else SecretManagerEmulator()
+        self.secrets.refuses_vm_read = sim.take_secret_denial  # the simulator holds the fault, with the others
         # (method, request message), in arrival order; the newest 10,000 (a long-running emulator is polled).
         self.requests: deque[tuple[str, Any]] = deque(maxlen=10_000)
         self._operations: dict[str, tuple[str, str]] = {}  # operation name -> (verb, resource path)
@@ -507,7 +508,8 @@ class TpuEmulator:
         raise ValueError(f"unknown control method {method!r}; known: {', '.join(known)}")
 
 
-_SIM_CONTROLS = frozenset({"inject_create_fault", "inject_quota", "inject_transient", "clear_faults", "preempt",
+_SIM_CONTROLS = frozenset({"inject_create_fault", "inject_quota", "inject_transient", "deny_secret_reads",
+                           "clear_faults", "preempt",
                            "preempt_slice_later", "degrade_slice_later", "maintain_slice_later", "repair",
                            "schedule_maintenance", "terminate", "configure_cluster"})
 # Reads of the simulator's own view (no API call: no injected fault hits them), as the client's records.

@@ -22,6 +22,7 @@ from podmanager.hosts.host_info import HostInfo, mark_vanished
 
 if TYPE_CHECKING:
     from podmanager.hosts.controller import HostController, LocalMachines
+    from podmanager.hosts.head import HeadStart
     from podmanager.hosts.software import Software
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class ClusterHosts:
         self.spec = spec
         self.machines = machines
         self.secrets_host = secrets_host or (lambda: None)
+        self._starting: HeadStart | None = None  # the head `start` launched, until `head_ready`
 
     @cached_property
     def controller(self) -> HostController:
@@ -55,15 +57,25 @@ class ClusterHosts:
         check_boot(self.spec)
 
     def start(self) -> dict[str, str]:
-        """Start (or find) the head; the metadata every node of the cluster is created with.
-        The software every VM must run is settled first: a bad `boot:` costs nothing."""
+        """Start (or find) the head, without waiting for it (`head_ready` does); the metadata
+        every node of the cluster is created with. The software every VM must run is settled
+        first: a bad `boot:` costs nothing."""
         from podmanager.hosts.staging import resolve_software
 
         software = resolve_software(self.spec)
-        self.controller.start_head()
+        self._starting = self.controller.begin_head()
         metadata = self.controller.node_metadata()
         metadata.update(self._boot_metadata(software))
         return metadata
+
+    def head_ready(self) -> bool:
+        """Wait for the head `start` launched to answer; True if it launched one (False: the head
+        was running already, or was named by the spec)."""
+        starting, self._starting = self._starting, None
+        if starting is None or not starting.pending:
+            return False
+        starting.wait()
+        return True
 
     def _boot_metadata(self, software: Software) -> dict[str, str]:
         """Every TPU VM, real or simulated, runs the startup script; it fetches the Ray token from

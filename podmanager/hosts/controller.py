@@ -1,8 +1,9 @@
 """`HostController`: the one interface the API uses for everything Ray.
 
     controller = HostController(spec)
-    address = controller.start_head()
+    starting = controller.begin_head()         # or start_head(): begin, then wait
     metadata = controller.node_metadata()      # put on every created node
+    starting.wait()
     infos = controller.wait_for_hosts(nodes, timeout_s=300)
     controller.hosts(); controller.stop(); controller.close()
 """
@@ -51,12 +52,16 @@ class HostController:
 
     # ------------------------------------------------------------ head
 
-    def start_head(self) -> str:
+    def begin_head(self) -> head.HeadStart:
         """Start the cluster's head (or reuse the live one it started before, or use
-        spec.head.address); returns its address."""
-        state = head.start_head(self.spec)
-        self._address = state.address
-        return state.address
+        spec.head.address) without waiting for it: its address is known at once."""
+        starting = head.begin_head(self.spec)
+        self._address = starting.state.address
+        return starting
+
+    def start_head(self) -> str:
+        """`begin_head`, then wait until the head answers; returns its address."""
+        return self.begin_head().wait().address
 
     def head_address(self) -> str | None:
         """The head's address if one is recorded and answering, else None."""

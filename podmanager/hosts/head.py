@@ -107,19 +107,57 @@ def ray_cli() -> list[str]:
     return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
-def start_head(spec: ClusterSpec) -> HeadState:
-    """Reuse a live head this cluster started earlier, use spec.head.address, or start one."""
+class HeadStart:
+    """A head on its way up. Its address is known from the start, so slices can be created
+    with it while the head comes up (their hosts wait until it answers); `wait()` returns once
+    it answers, or raises with its log and stops it."""
+
+    def __init__(self, cluster: str, state: HeadState, proc: subprocess.Popen | None = None,
+                 log_path: Path | None = None):
+        self.cluster, self.state, self._proc, self._log_path = cluster, state, proc, log_path
+
+    @property
+    def pending(self) -> bool:
+        """True until `wait()` saw a head this start launched answer."""
+        return self._proc is not None
+
+    def wait(self) -> HeadState:
+        if self._proc is None:
+            return self.state
+        try:
+            code = self._proc.wait(timeout=START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code != 0 or not reachable(self.state.address):
+            stop_head(self.cluster)
+            raise PodmanagerError(
+                f"the Ray head for {self.cluster} did not start ({'timed out' if code is None else f'exit {code}'})",
+                hint=f"see {self._log_path}:\n{_tail(self._log_path)}" if self._log_path else None,
+            )
+        log.info("started the Ray head of %s at %s", self.cluster, self.state.address)
+        self._proc = None
+        return self.state
+
+
+def begin_head(spec: ClusterSpec) -> HeadStart:
+    """Reuse a live head this cluster started earlier, use spec.head.address, or launch one
+    (without waiting for it: see `HeadStart`)."""
     if spec.head.address:
         state = HeadState(address=spec.head.address, started=False)
         procs.write_record(state_path(spec.name), **asdict(state))
-        return state
+        return HeadStart(spec.name, state)
     previous = load_state(spec.name)
     if previous is not None and previous.started and is_live(previous):
         log.info("reusing the Ray head of %s at %s", spec.name, previous.address)
-        return previous
+        return HeadStart(spec.name, previous)
     if previous is not None and previous.started:
         stop_head(spec.name)  # a half-dead head from a crash: clear it before starting anew
     return _launch(spec)
+
+
+def start_head(spec: ClusterSpec) -> HeadState:
+    """`begin_head`, then wait until the head answers."""
+    return begin_head(spec).wait()
 
 
 def head_command(
@@ -142,7 +180,7 @@ def head_command(
     ]
 
 
-def _launch(spec: ClusterSpec) -> HeadState:
+def _launch(spec: ClusterSpec) -> HeadStart:
     token = auth.ensure_token(spec.name)
     simulated = spec.simulated
     ip = loopback.LOOPBACK_IP if simulated else _node_ip()
@@ -165,18 +203,7 @@ def _launch(spec: ClusterSpec) -> HeadState:
         temp_dir=head_temp_dir(spec.name),
     )
     procs.write_record(state_path(spec.name), **asdict(state))
-    try:
-        code = proc.wait(timeout=START_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        code = None
-    if code != 0 or not reachable(address):
-        stop_head(spec.name)
-        raise PodmanagerError(
-            f"the Ray head for {spec.name} did not start ({'timed out' if code is None else f'exit {code}'})",
-            hint=f"see {log_path}:\n{_tail(log_path)}",
-        )
-    log.info("started the Ray head of %s at %s", spec.name, address)
-    return state
+    return HeadStart(spec.name, state, proc, log_path)
 
 
 def stop_head(cluster: str) -> bool:

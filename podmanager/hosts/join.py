@@ -69,7 +69,7 @@ def ray_start_args(
     return args
 
 
-def wait_for_head(address: str, deadline_s: float, *, interval_s: float = 1.0) -> bool:
+def wait_for_head(address: str, deadline_s: float, *, interval_s: float = 0.25) -> bool:
     """Poll the head's GCS port until it accepts connections or `deadline_s` passes."""
     start = time.monotonic()
     last_said = [-1e9]

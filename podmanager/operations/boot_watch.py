@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from podmanager.cloud.base import Node, TpuCloud
+from podmanager.cloud.base import Node, NodeState, TpuCloud
 from podmanager.core.clock import Clock
 from podmanager.core.errors import PodmanagerError
 from podmanager.hosts.boot_status import NAMESPACE, BootStatus
@@ -22,6 +22,21 @@ def boot_statuses(cloud: TpuCloud, node: Node) -> dict[int, BootStatus]:
     for attribute in cloud.guest_attributes(node.zone, node.name, f"{NAMESPACE}/"):
         by_worker.setdefault(attribute.worker, {})[attribute.key] = attribute.value
     return {worker: BootStatus.from_attributes(values) for worker, values in by_worker.items()}
+
+
+def failed_boots(cloud: TpuCloud, nodes: list[Node]) -> dict[int, str]:
+    """slice index -> what its first failed host reported, for READY nodes with a host whose
+    boot failed: its startup script ran once, at boot, so only a new slice boots it again."""
+    failed: dict[int, str] = {}
+    for node in nodes:
+        if node.state is not NodeState.READY or node.slice_index is None:
+            continue
+        errors = [(worker, status) for worker, status in sorted(boot_statuses(cloud, node).items()) if status.failed]
+        if errors:
+            worker, status = errors[0]
+            failed[node.slice_index] = f"worker {worker} failed to boot: " + (
+                status.detail.splitlines()[0] if status.detail else "no detail reported")
+    return failed
 
 
 class BootWatch:

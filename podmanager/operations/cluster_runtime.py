@@ -21,7 +21,7 @@ from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.operations.backends import local_machines, make_cloud
-from podmanager.operations.boot_watch import BootWatch
+from podmanager.operations.boot_watch import BootWatch, failed_boots
 from podmanager.operations.shared_listing import SharedZoneListing
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import Observed, SliceChange, changes, describe_changes, desired_slices
@@ -174,6 +174,13 @@ class ClusterRuntime:
         """The cluster's nodes and queued resources as the cloud has them now."""
         return self.provisioner().observe()
 
+    def plan_changes(self) -> list[SliceChange]:
+        """What converging to the spec would do to each slice now, and the READY slices whose
+        hosts failed to boot replaced (their startup script runs only at boot)."""
+        observed = self.observe()
+        failed = failed_boots(self.cloud, observed.nodes) if self.hosts else {}
+        return changes(desired_slices(self.spec), observed, failed)
+
     def bring_up(self, changes: list[SliceChange], timeout_s: float, *,
                  before_converge: Callable[[], None] | None = None) -> list[Node]:
         """Store the spec, record the plan (`changes`), start the head, converge the cloud to
@@ -190,6 +197,9 @@ class ClusterRuntime:
         if before_converge is not None:
             before_converge()
         metadata = self._start_head() if self.hosts else {}
+        failed = [c.slice_index for c in changes if c.failed_boot and c.slice_index is not None]
+        if failed:
+            self._delete_only(failed, timeout_s, reason="a host failed to boot; a new slice boots again")
         nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
         self.record("slices_ready", f"all {len(nodes)} slice(s) READY")
         self._refresh_metadata(nodes, metadata)
@@ -209,15 +219,13 @@ class ClusterRuntime:
         self._hosts, self._hosts_built = None, False  # built from the old spec's slices
 
     def _start_head(self) -> dict[str, str]:
-        """Start (or reuse) the Ray head, saying so first: starting one takes seconds."""
+        """Start (or reuse) the Ray head, saying so first. A new one comes up while the slices
+        are created (their hosts wait for it); `_wait_for_hosts` waits for it first."""
         assert self.hosts is not None
         running = self.spec.head.address or self.hosts.controller.head_address()
         self.record("head_starting", f"using the Ray head at {running}" if running
-                    else "starting the Ray head (takes a few seconds)")
-        metadata = self.hosts.start()
-        if not running:
-            self.record("head_ready", f"Ray head is up at {self.hosts.controller.head_address()}")
-        return metadata
+                    else "starting the Ray head (it comes up while the slices are made)")
+        return self.hosts.start()
 
     def _refresh_metadata(self, nodes: list[Node], metadata: dict[str, str]) -> None:
         """Give slices made before this head (or this startup script) the metadata a new one
@@ -243,6 +251,8 @@ class ClusterRuntime:
     def _wait_for_hosts(self, nodes: list[Node]) -> None:
         """Wait until every host of these slices has a healthy agent, saying how many have."""
         assert self.hosts is not None
+        if self.hosts.head_ready():
+            self.record("head_ready", f"Ray head is up at {self.hosts.controller.head_address()}")
         expected = sum(len(node.endpoints) or catalog.lookup(node.accelerator_type).hosts for node in nodes)
         self.record("hosts_joining", f"waiting for {expected} host(s) to join Ray "
                     f"(up to {self.spec.head.join_timeout_s:.0f}s)", expected=expected)

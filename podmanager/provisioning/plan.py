@@ -216,15 +216,22 @@ class SliceChange:
     # The spec asks for it (a slice dropped or changed), not the cloud (a dead node): a
     # run on this slice would lose it to the edit, not to a preemption.
     edited: bool = False
+    # A READY slice whose hosts failed to boot: `up` deletes it before it converges (which
+    # sees only the node's state) and creates it again.
+    failed_boot: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "slice": self.slice_index, "node": self.node, "accelerator": self.accelerator,
                 "zone": self.zone, "reason": self.reason, "edited": self.edited}
 
 
-def changes(desired: list[DesiredSlice], observed: Observed) -> list[SliceChange]:
+def changes(desired: list[DesiredSlice], observed: Observed,
+            failed_boots: Mapping[int, str] | None = None) -> list[SliceChange]:
     """The whole of what reconciling `observed` to `desired` will do, per slice (where
-    `plan` gives only the next pass's actions). Ordered by slice."""
+    `plan` gives only the next pass's actions). Ordered by slice. `failed_boots` (slice index
+    -> what failed) are READY slices whose hosts failed to boot: replaced, since a VM runs
+    its startup script only at boot."""
+    failed_boots = failed_boots or {}
     nodes = {n.name: n for n in observed.nodes}
     queued = {qr.node_name: qr for qr in observed.queued if decide_queued(qr) is not Decision.GOING}
     wanted = {d.node_name for d in desired}
@@ -233,8 +240,10 @@ def changes(desired: list[DesiredSlice], observed: Observed) -> list[SliceChange
         node, qr = nodes.get(want.node_name), queued.get(want.node_name)
         accelerator = want.request.accelerator_type
 
-        def change(kind: str, zone: str | None, reason: str, edited: bool = False) -> SliceChange:
-            return SliceChange(kind, want.node_name, want.index, accelerator, zone, reason, edited)  # noqa: B023
+        def change(kind: str, zone: str | None, reason: str, edited: bool = False,
+                   failed_boot: bool = False) -> SliceChange:
+            return SliceChange(kind, want.node_name, want.index, accelerator, zone, reason, edited,  # noqa: B023
+                               failed_boot)
 
         if qr is not None and not want.queued:
             out.append(change("replace", qr.zone, "queued: false in the spec", edited=True))
@@ -251,6 +260,8 @@ def changes(desired: list[DesiredSlice], observed: Observed) -> list[SliceChange
                               f"{accelerator}", edited=True))
         elif decide(node) is Decision.REPLACE:
             out.append(change("replace", node.zone, f"node is {node.state.value}"))
+        elif want.index in failed_boots:
+            out.append(change("replace", node.zone, failed_boots[want.index], failed_boot=True))
         elif decide(node) is Decision.WAIT_BOUNDED:
             out.append(change("keep", node.zone, f"{condition(node)}; replaced if not back within "
                               f"{BOUNDED_WAIT_S:.0f}s"))

@@ -609,6 +609,22 @@ class SimCloud:
             state.faults.transient = calls
             self._touch()
 
+    def deny_secret_reads(self, reads: int) -> None:
+        """The next `reads` reads of a secret by a VM are refused (the emulator's Secret Manager asks
+        `take_secret_denial` on each)."""
+        with self._transaction() as state:
+            state.faults.secret_denied = reads
+            self._touch()
+
+    def take_secret_denial(self) -> bool:
+        """Whether this read of a secret by a VM is refused: one of the denials `deny_secret_reads` set."""
+        with self._transaction() as state:
+            if state.faults.secret_denied <= 0:
+                return False
+            state.faults.secret_denied -= 1
+            self._touch()
+            return True
+
     def clear_faults(self) -> None:
         with self._transaction() as state:
             state.faults = Faults()

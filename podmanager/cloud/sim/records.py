@@ -121,6 +121,7 @@ class Faults(BaseModel):
     create: dict[str, dict[str, int]] = Field(default_factory=dict)  # zone -> kind -> times left (-1: always)
     quota: QuotaFault | None = None
     transient: int = 0  # API calls left to fail with UNAVAILABLE
+    secret_denied: int = 0  # reads of a secret by VMs left to refuse with PERMISSION_DENIED
     timed: list[TimedPreemption] = Field(default_factory=list)
     degrades: list[TimedDegrade] = Field(default_factory=list)
     maintenances: list[TimedMaintenance] = Field(default_factory=list)

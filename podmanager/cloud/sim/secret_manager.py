@@ -103,6 +103,8 @@ class SecretManagerEmulator:
         # (method, request), in arrival order; the newest 10,000, as the TPU emulator keeps its own.
         self.requests: deque[tuple[str, Any]] = deque(maxlen=10_000)
         self._lock = threading.RLock()
+        # Asked on each read by a VM: True refuses it (the TPU emulator's `secret-denied` fault).
+        self.refuses_vm_read: Callable[[], bool] = lambda: False
 
     # ------------------------------------------------------------------ serving
 
@@ -173,7 +175,8 @@ class SecretManagerEmulator:
         if refused is not None:
             return refused
         account = _vm_account(headers)
-        if account is not None and not self.may_access(match["name"], f"serviceAccount:{account}"):
+        member = f"serviceAccount:{account}"
+        if account is not None and (self.refuses_vm_read() or not self.may_access(match["name"], member)):
             return rest.error_answer(403, "PERMISSION_DENIED", f"Permission 'secretmanager.versions.access' denied "
                                      f"for resource '{match['name']}' (or it may not exist).")
         request = service.AccessSecretVersionRequest(name=match["name"])
