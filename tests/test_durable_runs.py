@@ -17,7 +17,7 @@ from typing import Any, Callable
 import psutil
 import pytest
 import ray
-from local_reference import final_loss
+from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
 
 from podmanager.running.logs import RunFolder
@@ -101,6 +101,16 @@ def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
 
 
 def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster, home, tmp_path):
+    # The reference: one process with as many devices as the two one-chip slices, meanwhile.
+    with final_loss_meanwhile("workloads/train_mlp.py", ["--steps", str(LONG_STEPS)], devices=2) as uninterrupted:
+        result = client_killed_then_preempted(cluster, home, tmp_path)
+        reference = uninterrupted()
+    assert result.metrics["last_step"] == LONG_STEPS
+    assert result.metrics["last_loss"] == pytest.approx(reference, abs=1e-6)
+
+
+def client_killed_then_preempted(cluster, home, tmp_path):
+    """A run whose client is SIGKILLed, then one of its slices preempted: its result."""
     client = subprocess.Popen(
         [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--parallelism", "data",
          "--checkpoint-dir", str(tmp_path / "interrupted"), "workloads/train_mlp.py", *train_args(LONG_STEPS)],
@@ -124,10 +134,7 @@ def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster
     assert f"run {run_id} succeeded" in attached.stdout
     assert "attempts 2, preemptions 1" in attached.stdout
 
-    result = cluster.run_handle(run_id).wait(timeout_s=10)
-    assert result.metrics["last_step"] == LONG_STEPS
-    uninterrupted = final_loss("workloads/train_mlp.py", ["--steps", str(LONG_STEPS)], devices=2)  # 2 one-chip slices
-    assert result.metrics["last_loss"] == pytest.approx(uninterrupted, abs=1e-6)
+    return cluster.run_handle(run_id).wait(timeout_s=10)
 
 
 def test_a_killed_supervisor_reattaches_and_one_killed_during_a_recovery_finishes_it_exactly_once(cluster, tmp_path):

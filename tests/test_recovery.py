@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from local_reference import final_loss
+from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
 
 from podmanager.api import Cluster, simulation
@@ -50,7 +50,7 @@ def _each_test(cluster, home, _shared_home):
     left = [p.pid for p in psutil.process_iter(["cwd"]) if (p.info["cwd"] or "").startswith(runs)]
     assert left == [], f"workload processes left: {left}"
     nodes = sim_nodes("podmanager-sim")
-    assert sorted(n.name for n in nodes) == [f"{NAME}-s0", f"{NAME}-s1"]
+    assert {n.name for n in nodes} <= {f"{NAME}-s0", f"{NAME}-s1"}
     assert all(n.cluster == NAME for n in nodes)
 
 
@@ -81,7 +81,9 @@ def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, t
     sim = cluster.simulator
     sim.inject_create_fault("sim-zone-a", "capacity", times=1)
     sim.inject_create_fault("sim-zone-b", "preempt-while-creating", times=1)
-    result = cluster.run(train(tmp_path / "recovered"), printer=PreemptAt(cluster, 1, step=50))
+    with final_loss_meanwhile("workloads/train_mlp.py", TRAIN[:2], devices=2) as uninterrupted:  # 2 one-chip slices
+        result = cluster.run(train(tmp_path / "recovered"), printer=PreemptAt(cluster, 1, step=50))
+        reference = uninterrupted()
 
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions, result.failures) == (2, 1, 0)
@@ -90,8 +92,7 @@ def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, t
     # the lost host's last report lags its output by up to a poll (several ~35 ms steps).
     assert first.last_step >= 25 and second.last_step == STEPS
     assert second.first_step - 1 >= first.last_step - 20  # resumed from a checkpoint at most 20 steps old
-    uninterrupted = final_loss("workloads/train_mlp.py", TRAIN[:2], devices=2)  # two slices of one chip
-    assert result.metrics["last_loss"] == pytest.approx(uninterrupted, abs=1e-6)
+    assert result.metrics["last_loss"] == pytest.approx(reference, abs=1e-6)
     [incident] = result.incidents
     assert incident["cause"] == "preemption" and incident["slices"] == [1]
     # The attempt's last step is the one every host had reported; the checkpoint it resumed
@@ -144,17 +145,6 @@ def test_a_hang_is_detected_and_restarted(cluster, tmp_path):
     assert result.metrics["last_step"] == 30
 
 
-def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices(cluster, tmp_path):
-    result = cluster.run(train(tmp_path / "spent"), printer=PreemptAt(cluster, 0, step=5),
-                         budgets={"max_preemptions": 0})
-    assert result.status == "failed"
-    assert "max_preemptions budget is spent: 1 preemption incident(s), 0 allowed" in result.message
-    # The healthy slice stays up for inspection; the preempted one is deleted at once (it
-    # holds quota), and the next `up` creates it again.
-    assert {n.name: n.state.value for n in sim_nodes("podmanager-sim")} == {f"{NAME}-s1": "READY"}
-    cluster.up(timeout_s=120)
-
-
 class NoticeAt(PreemptAt):
     """Announces a preemption of `slice_index` with a notice period at step `step`."""
 
@@ -193,7 +183,7 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     """`status` and `runs` change nothing; then the project's emulator is killed mid-run: the
     next call restarts it from its saved state, the VMs get their metadata servers back, and a
     preemption notice after that still lets the program checkpoint and stop at a step boundary."""
-    # (The slice the previous test's `up` made again may still be writing its last boot stage.)
+    # (A slice an earlier test's recovery made again may still be writing its last boot stage.)
     poll_until(lambda: all(s.boot == ["joined"] for s in cluster.status().slices), timeout_s=60, interval_s=0.2,
                what="every host to report its boot done")
     hosts, version = live_hosts(), cluster.simulator.version()
@@ -204,7 +194,7 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
 
     before = emulator_process.running("podmanager-sim")
     printer = KillEmulatorAt(cluster, step=10, notice_step=40)
-    result = cluster.run(train(tmp_path / "noticed", steps=600), printer=printer)
+    result = cluster.run(train(tmp_path / "noticed", steps=400), printer=printer)
     assert printer.killed == before.pid
     after = emulator_process.running("podmanager-sim")
     assert after.pid != before.pid and after.address == before.address  # restarted, where clients look
@@ -215,3 +205,14 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     assert result.incidents[0]["lost_steps"] == 0  # resumed exactly where it stopped
     assert second.first_step == first.last_step + 1
     assert "preemption_notice" in [e.kind for e in cluster.events()]
+
+
+def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices(cluster, tmp_path):
+    result = cluster.run(train(tmp_path / "spent"), printer=PreemptAt(cluster, 0, step=5),
+                         budgets={"max_preemptions": 0})
+    assert result.status == "failed"
+    assert "max_preemptions budget is spent: 1 preemption incident(s), 0 allowed" in result.message
+    # The healthy slice stays up for inspection; the preempted one is deleted at once (it
+    # holds quota), and the next `up` creates it again.
+    assert {n.name: n.state.value for n in sim_nodes("podmanager-sim")} == {f"{NAME}-s1": "READY"}
+    # (The last test of the module: the next `up` would create slice 0 again; `down` follows.)

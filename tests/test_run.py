@@ -27,7 +27,7 @@ import psutil
 import pytest
 import ray
 import requests
-from local_reference import final_loss
+from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
@@ -119,6 +119,13 @@ LOCAL_FORWARD = textwrap.dedent("""
 
 def test_model_parallel_transformer_trains_and_a_replica_over_both_hosts_serves_and_follows_its_checkpoints(
         cluster, tmp_path):
+    with final_loss_meanwhile("workloads/train_transformer.py", ["--steps", "40"], devices=8) as uninterrupted:
+        trained_and_served(cluster, tmp_path, uninterrupted)
+
+
+def trained_and_served(cluster, tmp_path, uninterrupted) -> None:
+    """Train on slice 0, serve its checkpoint while a run resumed on slice 1 goes on; the resumed
+    run must end at `uninterrupted()`, the loss of 40 steps without a stop."""
     checkpoints = tmp_path / "ck"
     workload = Workload(entrypoint="workloads/train_transformer.py", slices=[0], parallelism="data=2,model=4",
                         args=["--steps", "20", "--log-every", "1", "--checkpoint-every", "20"],
@@ -151,8 +158,7 @@ def test_model_parallel_transformer_trains_and_a_replica_over_both_hosts_serves_
                                                        "args": ["--steps", "40", "--checkpoint-every", "20"]}))
         assert more.status == "succeeded", more.message
         assert more.metrics["first_step"] == 21
-        assert more.metrics["last_loss"] == pytest.approx(
-            final_loss("workloads/train_transformer.py", ["--steps", "40"], devices=8), rel=1e-4)
+        assert more.metrics["last_loss"] == pytest.approx(uninterrupted(), rel=1e-4)
         poll_until(lambda: [r.step for r in handle.replicas()] == [40], timeout_s=60, interval_s=0.25,
                    what="the replica to load step 40")
         served[40] = answers()

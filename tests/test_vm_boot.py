@@ -1,14 +1,15 @@
 """A simulated TPU VM boots the way a real one does, driven as a user drives podmanager: the CLI
 from a temporary folder outside the repository.
 
+- A boot error (a podmanager wheel that does not exist; a token the VM may not read) fails `up`
+  within a minute, naming the host and the script's error; `up` again with the spec fixed makes
+  the slice again.
 - A host's processes run from its own root folder, started by the node's startup script
   (fetched from its own metadata server and run with bash); its token comes from Secret
   Manager into that root; `status --json` shows `boot: joined` and the controller's versions.
 - `sim head-crash`, then `up`: the head starts anew, the nodes' metadata names it, the host
-  rejoins, no slice is created again, and a run afterwards succeeds.
-- A boot error (a podmanager wheel that does not exist; a token the VM may not read) fails `up`
-  within a minute, naming the host and the script's error; `up` again with the spec fixed makes
-  the slice again, and its host joins; `down` leaves nothing.
+  rejoins, no slice is created again, and a run afterwards succeeds; `down` leaves nothing.
+- A bare VM installs everything with uv and runs a program.
 """
 
 from __future__ import annotations
@@ -56,13 +57,56 @@ def host_processes(cluster: str) -> list[psutil.Process]:
     return procs.members(records[0]["machine_id"])
 
 
-def test_a_host_boots_through_its_script_from_its_own_root_and_rejoins_a_new_head(tmp_path) -> None:
-    folder = tmp_path / "user"
-    folder.mkdir()
-    cluster_file = spec(folder, "vmboot")
-    (folder / "hello.py").write_text("import os, jax\nprint('HELLO', jax.device_count(), os.environ['HOME'])\n")
+def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_own_root_and_rejoins_a_new_head(
+        tmp_path) -> None:
+    """Two clusters brought up at once, each with a host that cannot boot: one's podmanager
+    wheel does not exist; the other's VM may not read the Ray token (a `secret-denied` fault
+    outlasting the script's retries, as an IAM deny policy would). Then the first's spec is
+    fixed and it is brought up again, as a user would: its slice is made again and its host
+    boots from its own root; after a head crash, `up` again and the host rejoins."""
+    missing = "gs://podmanager-sim-podmanager/boot/podmanager-9.9.9-py3-none-any.whl"
+    folders = {name: tmp_path / name for name in ("vmboot", "tokenfail")}
+    for folder in folders.values():
+        folder.mkdir()
+    spec(folders["vmboot"], "vmboot", boot={"podmanager": missing})
+    spec(folders["tokenfail"], "tokenfail", simulation={"create_latency_s": 0.0, "delete_latency_s": 0.0,
+                                                         "faults": [{"kind": "secret-denied", "times": 100}]})
+    root = None
     try:
-        cli(folder, "up", "-f", cluster_file.name, "--dry-run")
+        started = time.monotonic()
+        ups = {name: subprocess.Popen([PODMANAGER, "up", "-f", "cluster.yaml", "--dry-run"], cwd=folder, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for name, folder in folders.items()}
+        failed = {}
+        for name, process in ups.items():
+            _, stderr = process.communicate(timeout=240)
+            failed[name] = (process.returncode, stderr, time.monotonic() - started)
+        print({name: f"{took:.1f}s" for name, (_, _, took) in failed.items()})
+
+        code, stderr, took = failed["vmboot"]
+        assert code == 1, stderr
+        assert "slice 0 worker 0 (vmboot-s0) failed to boot" in stderr
+        assert f"download {missing} failed" in stderr and "404" in stderr
+        assert took < 60, took
+
+        code, stderr, took = failed["tokenfail"]
+        assert code == 1, stderr
+        assert "slice 0 worker 0 (tokenfail-s0) failed to boot" in stderr
+        assert "cannot read the Ray token secret podmanager-tokenfail-ray-token" in stderr
+        assert "roles/secretmanager.secretAccessor" in stderr and "403" in stderr
+        assert took < 60, took
+
+        # The spec fixed, `up` again: the VM ran its script once, at boot, so the slice is made
+        # again (a new boot), and its host joins.
+        cli(tmp_path, "sim", "inject", "-c", "tokenfail", "clear")  # the denial holds for every VM of the project
+        cli(tmp_path, "down", "-c", "tokenfail")
+        folder = folders["vmboot"]
+        created = {n.name: n.create_time for n in sim_nodes()}
+        spec(folder, "vmboot")
+        again = cli(folder, "up", "-f", "cluster.yaml", "--dry-run")
+        assert "replace slice 0 (v4-8, worker 0 failed to boot: download" in again.stdout + again.stderr
+        assert {n.name: n.create_time for n in sim_nodes()}["vmboot-s0"] != created["vmboot-s0"]
+
         status = json.loads(cli(folder, "status", "-c", "vmboot", "--json").stdout)
         [host] = status["hosts"]
         mine = controller_versions()
@@ -84,10 +128,12 @@ def test_a_host_boots_through_its_script_from_its_own_root_and_rejoins_a_new_hea
         console = Path(record["log"]).read_text()
         assert "podmanager-startup[vmboot]" in console and token.read_text().strip() not in console
 
+        # The head crashes; `up` starts another and tells the nodes: the host rejoins, nothing is made again.
+        (folder / "hello.py").write_text("import os, jax\nprint('HELLO', jax.device_count(), os.environ['HOME'])\n")
         created = {n.name: n.create_time for n in sim_nodes()}
         cli(folder, "sim", "head-crash", "-c", "vmboot")
         started = time.monotonic()
-        again = cli(folder, "up", "-f", cluster_file.name, "--dry-run")
+        again = cli(folder, "up", "-f", "cluster.yaml", "--dry-run")
         rejoin_s = time.monotonic() - started
         assert "metadata_update" in again.stdout + again.stderr
         assert {n.name: n.create_time for n in sim_nodes()} == created  # no slice made again
@@ -95,63 +141,14 @@ def test_a_host_boots_through_its_script_from_its_own_root_and_rejoins_a_new_hea
         ran = cli(folder, "run", "-c", "vmboot", "hello.py")
         assert f"HELLO 4 {root / 'root'}" in ran.stdout
     finally:
-        cli(folder, "down", "-c", "vmboot", check=False)
-    assert not vms.host_records("vmboot") and not root.exists()
-
-
-def test_boot_errors_fail_up_within_a_minute_naming_the_host(tmp_path) -> None:
-    """Two clusters brought up at once, each with a host that cannot boot: one's podmanager
-    wheel does not exist; the other's VM may not read the Ray token (a `secret-denied` fault
-    outlasting the script's retries, as an IAM deny policy would)."""
-    missing = "gs://podmanager-sim-podmanager/boot/podmanager-9.9.9-py3-none-any.whl"
-    folders = {name: tmp_path / name for name in ("bootfail", "tokenfail")}
-    for folder in folders.values():
-        folder.mkdir()
-    spec(folders["bootfail"], "bootfail", boot={"podmanager": missing})
-    spec(folders["tokenfail"], "tokenfail", simulation={"create_latency_s": 0.0, "delete_latency_s": 0.0,
-                                                         "faults": [{"kind": "secret-denied", "times": 100}]})
-    try:
-        started = time.monotonic()
-        ups = {name: subprocess.Popen([PODMANAGER, "up", "-f", "cluster.yaml", "--dry-run"], cwd=folder, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-               for name, folder in folders.items()}
-        failed = {}
-        for name, process in ups.items():
-            _, stderr = process.communicate(timeout=240)
-            failed[name] = (process.returncode, stderr, time.monotonic() - started)
-        print({name: f"{took:.1f}s" for name, (_, _, took) in failed.items()})
-
-        code, stderr, took = failed["bootfail"]
-        assert code == 1, stderr
-        assert "slice 0 worker 0 (bootfail-s0) failed to boot" in stderr
-        assert f"download {missing} failed" in stderr and "404" in stderr
-        assert took < 60, took
-
-        code, stderr, took = failed["tokenfail"]
-        assert code == 1, stderr
-        assert "slice 0 worker 0 (tokenfail-s0) failed to boot" in stderr
-        assert "cannot read the Ray token secret podmanager-tokenfail-ray-token" in stderr
-        assert "roles/secretmanager.secretAccessor" in stderr and "403" in stderr
-        assert took < 60, took
-
-        # The spec fixed, `up` again: the VM ran its script once, at boot, so the slice is made
-        # again (a new boot), and its host joins.
-        cli(tmp_path, "sim", "inject", "-c", "tokenfail", "clear")  # the denial holds for every VM of the project
-        created = {n.name: n.create_time for n in sim_nodes()}
-        spec(folders["bootfail"], "bootfail")
-        again = cli(folders["bootfail"], "up", "-f", "cluster.yaml", "--dry-run")
-        assert "replace slice 0 (v4-8, worker 0 failed to boot: download" in again.stdout + again.stderr
-        assert {n.name: n.create_time for n in sim_nodes()}["bootfail-s0"] != created["bootfail-s0"]
-        [host] = json.loads(cli(tmp_path, "status", "-c", "bootfail", "--json").stdout)["hosts"]
-        assert host["boot"] == "joined"
-    finally:
-        cli(tmp_path, "sim", "inject", "-c", "tokenfail", "clear", check=False)
+        cli(tmp_path, "sim", "inject", "-c", "vmboot", "clear", check=False)
         for name in folders:
             cli(tmp_path, "down", "-c", name, check=False)
     for name in folders:
         assert not vms.host_records(name)
         assert not [n for n in sim_nodes() if n.cluster == name]
         assert not procs.owned(procs.owner(name))
+    assert root is None or not root.exists()
 
 
 @pytest.mark.timeout(600)
