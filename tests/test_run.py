@@ -64,16 +64,22 @@ def losses(result) -> list[float]:
 def test_data_parallel_on_one_multi_host_slice(cluster):
     workload = Workload(entrypoint="workloads/train_mlp.py", args=["--steps", "30", "--log-every", "1"],
                         slices=[0], parallelism="data", working_dir=str(REPO))
-    result = cluster.run(workload)
+    # The same program on one local process with the same global batch gives the same losses
+    # (run meanwhile).
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    local = subprocess.Popen([sys.executable, "workloads/train_mlp.py", "--steps", "30", "--log-every", "1"],
+                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        result = cluster.run(workload)
+        stdout, stderr = local.communicate(timeout=120)
+    finally:
+        local.kill()
+        local.communicate()
     assert result.status == "succeeded", result.message
     assert [(h.slice, h.worker_id, h.exit_code) for h in result.hosts] == [(0, 0, 0), (0, 1, 0)]
     assert result.metrics["last_step"] == 30 and result.metrics["last_loss"] < result.metrics["first_loss"]
-
-    # The same program on one local process with the same global batch gives the same losses.
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    local = subprocess.run([sys.executable, "workloads/train_mlp.py", "--steps", "30", "--log-every", "1"],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True)
-    reference = [float(line.split()[3]) for line in local.stdout.splitlines() if line.startswith("step ")]
+    assert local.returncode == 0, stderr[-3000:]
+    reference = [float(line.split()[3]) for line in stdout.splitlines() if line.startswith("step ")]
     assert losses(result) == pytest.approx(reference, rel=1e-4)
 
 

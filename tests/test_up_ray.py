@@ -1,12 +1,15 @@
-"""Two `podmanager up` of one spec at once, with real local Ray hosts: they take turns (the
-second says whom it waits for), one Ray head starts and the second finds the work done.
-Then a script's `with Cluster(..., down_on_exit=True)` whose run raises leaves nothing."""
+"""`up` of a dry-run cluster with real local Ray hosts, as two `podmanager up` of one spec
+started at once: they take turns (the second says whom it waits for), one Ray head starts and
+the second finds the work done; every wait is announced in order (head, slices, hosts joining
+N/M); a slice under repair is waited out, not timed out. Then a script's
+`with Cluster(..., down_on_exit=True)` whose run raises leaves nothing."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ SPEC = {
     "backend": "simulated",
     "zones": ["sim-zone-a"],
     "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.0},
+    "head": {"join_timeout_s": 60},
     "slices": [{"accelerator": "v4-8", "count": 2}],
 }
 
@@ -93,6 +97,41 @@ def test_two_ups_at_once_take_turns_and_start_one_head(two_ups):
     everything = "".join(out for _, _, out, _ in two_ups)
     assert everything.count("starting the Ray head") == 1 and everything.count("Ray head is up") == 1
     assert sorted(n.name for n in sim_nodes("podmanager-sim")) == ["twoups-s0", "twoups-s1"]
+
+
+def test_up_announces_each_wait_in_order(two_ups):
+    cluster = Cluster.from_name(NAME)
+    events = cluster.events()  # the first `up`'s, then the second's, which took its turn after it
+    kinds = [e.kind for e in events]
+    # The head comes up while the slices are made: it answers before the hosts are waited for.
+    order = ["up", "head_starting", "slice_creating", "slice_ready", "slices_ready", "head_ready",
+             "hosts_joining", "hosts_joined"]
+    positions = [kinds.index(kind) for kind in order]
+    assert positions == sorted(positions), kinds
+    assert "starting the Ray head" in events[kinds.index("head_starting")].message
+    first = kinds.index("hosts_joined")
+    joining = [e.message for e in events[:first] if e.kind == "hosts_joining"]
+    assert joining[0] == "waiting for 2 host(s) to join Ray (up to 60s)"
+    assert joining[-1] == "2/2 host(s) joined Ray"  # counted up to all of them
+
+
+def test_up_waits_for_a_repairing_slice_to_come_back(two_ups):
+    cluster = Cluster.from_name(NAME)
+    sim = cluster.simulator
+    node = next(n for n in sim.all_nodes() if n.slice_index == 0)
+    sim.repair(node.zone, node.name, duration_s=3.0)
+    after = cluster.events()[-1].id
+    started = time.monotonic()
+
+    status = cluster.up(timeout_s=60)
+    took = time.monotonic() - started
+    assert [s.state for s in status.slices] == ["READY", "READY"]
+    assert took < 30, f"up took {took:.0f}s: it waited for the join timeout, not the repair"
+    kinds = [e.kind for e in cluster.events(after_id=after)]
+    assert kinds.index("head_starting") < kinds.index("slice_repairing") < kinds.index("slice_repaired")
+    assert kinds.index("slice_repaired") < kinds.index("hosts_joined")
+    reused = [e.message for e in cluster.events(after_id=after) if e.kind == "head_starting"]
+    assert reused and reused[0].startswith("using the Ray head at ")
 
 
 def test_a_failing_script_in_a_down_on_exit_context_leaves_nothing(two_ups, home, tmp_path):
