@@ -174,23 +174,6 @@ def test_a_killed_supervisor_reattaches_and_one_killed_during_a_recovery_finishe
     assert steps[:restart] == list(range(1, steps[restart - 1] + 1)) and steps[restart - 1] > stepping_at
 
 
-def test_a_busy_slice_refuses_a_second_run_and_cancel_stops_every_process(cluster, tmp_path):
-    first = cluster.submit(train(tmp_path / "first"))
-    with pytest.raises(SpecError, match=f"busy with run {first.run_id}"):
-        cluster.submit(train(tmp_path / "second"))
-    wait_for(lambda: step_of(first.run_id) >= 5, 120, "training to start")
-
-    record = first.cancel(timeout_s=60)
-    assert record.status == "cancelled"
-    statuses = [ray.get(agent.workload_status.remote(first.run_id), timeout=10)
-                for _, agent in cluster.runtime.agents([0, 1])]
-    assert [s.running for s in statuses] == [False, False]
-    assert not any(psutil.pid_exists(s.pid) and psutil.Process(s.pid).status() != psutil.STATUS_ZOMBIE
-                   for s in statuses)
-    assert first.result().status == "cancelled"
-    assert run_events(cluster, first.run_id, "run_cancelled")
-
-
 def test_a_missing_program_is_refused_before_anything_starts(cluster, home):
     before = len(cluster.runs())
     done = cli("run", "-c", NAME, "workloads/nope.py", home=home)
@@ -199,45 +182,61 @@ def test_a_missing_program_is_refused_before_anything_starts(cluster, home):
     assert len(cluster.runs()) == before  # nothing submitted, so nothing retried or replaced
 
 
-def test_ctrl_c_detaches_and_a_second_ctrl_c_within_two_seconds_cancels(cluster, home, tmp_path):
-    def start_and_interrupt(times: int) -> tuple[subprocess.CompletedProcess, str]:
-        before = {r.run_id for r in cluster.runs()}
-        client = subprocess.Popen(
-            [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--checkpoint-dir",
-             str(tmp_path / f"ck{times}"), "workloads/train_mlp.py", "--steps", "100000", "--log-every", "1"],
-            cwd=REPO, env={**os.environ, "PODMANAGER_HOME": str(home)}, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
-        run_id = wait_for(lambda: [r.run_id for r in cluster.runs() if r.run_id not in before
-                                   and step_of(r.run_id) >= 3], 120, "the run to step")[0]
-        for _ in range(times):
-            client.send_signal(signal.SIGINT)
-            time.sleep(0.3)  # two key presses, a moment apart
-        out, _ = client.communicate(timeout=90)
-        return subprocess.CompletedProcess(client.args, client.returncode, out), run_id
+def interrupted_client(cluster: Cluster, home: Path, folder: Path,
+                       times: int) -> tuple[subprocess.CompletedProcess, str]:
+    """`podmanager run` of a long training run, Ctrl-C pressed `times` once it steps."""
+    before = {r.run_id for r in cluster.runs()}
+    client = subprocess.Popen(
+        [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--checkpoint-dir",
+         str(folder / f"ck{times}"), "workloads/train_mlp.py", *train_args(100_000)],
+        cwd=REPO, env={**os.environ, "PODMANAGER_HOME": str(home)}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    run_id = wait_for(lambda: [r.run_id for r in cluster.runs() if r.run_id not in before
+                               and step_of(r.run_id) >= 3], 120, "the run to step")[0]
+    for _ in range(times):
+        client.send_signal(signal.SIGINT)
+        time.sleep(0.3)  # two key presses, a moment apart
+    out, _ = client.communicate(timeout=90)
+    return subprocess.CompletedProcess(client.args, client.returncode, out), run_id
 
-    detached, run_id = start_and_interrupt(1)
-    assert detached.returncode == 130
-    assert f"podmanager attach {run_id}" in detached.stdout and f"podmanager cancel {run_id}" in detached.stdout
-    assert RunStore().get(run_id).status == "running"
-    assert cluster.run_handle(run_id).cancel().status == "cancelled"
 
-    cancelled, run_id = start_and_interrupt(2)
+def stopped(pids: list[int]) -> bool:
+    return not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+
+
+def test_a_run_holds_its_slices_until_cancelled_ctrl_c_detaches_or_cancels_and_down_cancels_it_first(
+        cluster, home, tmp_path):
+    # --detach returns once the run is submitted; the run holds its slices until it is cancelled.
+    started = time.monotonic()
+    done = cli("run", "-c", NAME, "--detach", "--json", "--working-dir", str(REPO), "--checkpoint-dir",
+               str(tmp_path / "first"), "workloads/train_mlp.py", *train_args(100_000), home=home)
+    assert done.returncode == 0, done.stderr
+    first = cluster.run_handle(json.loads(done.stdout)["run_id"])
+    assert time.monotonic() - started < 30
+    with pytest.raises(SpecError, match=f"busy with run {first.run_id}"):
+        cluster.submit(train(tmp_path / "second"))
+    wait_for(lambda: step_of(first.run_id) >= 5, 120, "the detached run to step")
+    pids = program_pids(cluster, first.run_id)
+    assert first.cancel(timeout_s=60).status == "cancelled"
+    statuses = [ray.get(agent.workload_status.remote(first.run_id), timeout=10)
+                for _, agent in cluster.runtime.agents([0, 1])]
+    assert [s.running for s in statuses] == [False, False] and stopped(pids)
+    assert first.result().status == "cancelled"
+    assert run_events(cluster, first.run_id, "run_cancelled")
+
+    # Ctrl-C twice within two seconds cancels the run.
+    cancelled, run_id = interrupted_client(cluster, home, tmp_path, times=2)
     assert cancelled.returncode == 1
     assert f"run {run_id} was cancelled" in cancelled.stdout
     assert RunStore().get(run_id).status == "cancelled"
 
-
-def test_detach_returns_at_once_and_down_cancels_the_run_first(cluster, home, tmp_path):
-    started = time.monotonic()
-    done = cli("run", "-c", NAME, "--detach", "--json", "--working-dir", str(REPO), "--checkpoint-dir",
-               str(tmp_path / "ck"), "workloads/train_mlp.py", *train_args(), home=home)
-    assert done.returncode == 0, done.stderr
-    run_id = json.loads(done.stdout)["run_id"]
-    assert time.monotonic() - started < 30
-    wait_for(lambda: step_of(run_id) >= 5, 120, "the detached run to step")
+    # Ctrl-C once detaches: the run goes on, and `down` cancels it before anything else.
+    detached, run_id = interrupted_client(cluster, home, tmp_path, times=1)
+    assert detached.returncode == 130
+    assert f"podmanager attach {run_id}" in detached.stdout and f"podmanager cancel {run_id}" in detached.stdout
+    assert RunStore().get(run_id).status == "running"
     pids = program_pids(cluster, run_id)
-
     cluster.down()  # the last test of the module: the fixture's own `down` then has nothing left to do
     assert RunStore().get(run_id).status == "cancelled"
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+    assert stopped(pids)
     assert run_events(cluster, run_id, "run_cancelled")

@@ -1,8 +1,10 @@
 """`up` of a dry-run cluster with real local Ray hosts, as two `podmanager up` of one spec
 started at once: they take turns (the second says whom it waits for), one Ray head starts and
 the second finds the work done; every wait is announced in order (head, slices, hosts joining
-N/M); a slice under repair is waited out, not timed out. Then a script's
-`with Cluster(..., down_on_exit=True)` whose run raises leaves nothing."""
+N/M); a slice under repair is waited out, not timed out. On that cluster, the races and edits a
+user meets through the CLI: `run --detach` three times at once on one slice, a submit refused
+after its claim, an exception escaping `Cluster.run`, `up` of a spec that drops a slice a run
+uses. Last, a script's `with Cluster(..., down_on_exit=True)` whose run raises leaves nothing."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ import pytest
 import yaml
 import psutil
 from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
+from typer.testing import CliRunner
 
 from podmanager.api import Cluster
+from podmanager.cli import app
+from podmanager.core.clock import poll_until
 from sim_view import sim_nodes
 from podmanager.core.workload import Workload
 from podmanager.state.runs import RunStore
@@ -30,8 +35,12 @@ SPEC = {
     "zones": ["sim-zone-a"],
     "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.0},
     "head": {"join_timeout_s": 60},
+    "health": {"interval_s": 0.5},
+    "recovery": {"max_failures": 0, "max_hangs": 0, "max_preemptions": 0},
     "slices": [{"accelerator": "v4-8", "count": 2}],
 }
+LOOP = "import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.2)\n"
+runner = CliRunner()
 
 
 def left_behind(machines: set[str], before: set[int], home: Path) -> list[str]:
@@ -134,10 +143,115 @@ def test_up_waits_for_a_repairing_slice_to_come_back(two_ups):
     assert reused and reused[0].startswith("using the Ray head at ")
 
 
+@pytest.fixture
+def cluster(two_ups) -> Cluster:
+    """The two `up`s' cluster, as a script holds it."""
+    return Cluster.from_name(NAME)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """The user's folder: a program that runs until stopped, and one .gitignore leaves out."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "loop.py").write_text(LOOP)
+    (folder / "secret.py").write_text(LOOP)
+    (folder / ".gitignore").write_text("secret.py\n")
+    return folder
+
+
+def cli(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "podmanager", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args), prog_name="podmanager")
+
+
+def spec_file(folder: Path, count: int) -> Path:
+    path = folder / f"spec-{count}.yaml"
+    path.write_text(yaml.safe_dump({**SPEC, "slices": [{"accelerator": "v4-8", "count": count}]}))
+    return path
+
+
+def active_runs() -> list[str]:
+    return [r.run_id for r in RunStore().active(NAME)]
+
+
+def nodes() -> list[str]:
+    return sorted(n.name for n in sim_nodes("podmanager-sim"))
+
+
+def test_three_detached_runs_on_one_slice_at_once_start_exactly_one(cluster, project):
+    # A project with some data, as most have: packing and uploading it takes a moment, which
+    # a busy check made before the upload and a claim written after it would let all three through.
+    (project / "data.bin").write_bytes(os.urandom(16 << 20))
+    for _ in range(3):  # each try is seconds of real processes; the 20-try race is in test_run_claims.py
+        clients = [cli("run", "-c", NAME, "--slices", "0", "--detach", "loop.py", cwd=project) for _ in range(3)]
+        outcomes = [(client.wait(timeout=120), *client.communicate()) for client in clients]
+        accepted = [out for code, out, _ in outcomes if code == 0]
+        assert len(accepted) == 1, outcomes
+        run_id = accepted[0].split()[2]  # "submitted run RUN ..."
+        refused = [(code, err) for code, out, err in outcomes if code != 0]
+        assert [code for code, _ in refused] == [2, 2], outcomes
+        assert all(f"slice(s) [0] are busy with run {run_id}" in err for _, err in refused), refused
+        assert active_runs() == [run_id]
+        assert cluster.run_handle(run_id).cancel().status == "cancelled"
+
+
+def test_a_program_refused_after_the_claim_spends_nothing_and_the_slice_stays_free(cluster, project, monkeypatch):
+    monkeypatch.chdir(project)
+    refused = invoke("run", "-c", NAME, "--slices", "1", "--detach", "secret.py")
+    assert refused.exit_code == 2, refused.output
+    assert "secret.py is left out of what is shipped to the hosts" in refused.stderr
+    assert active_runs() == []
+
+    accepted = invoke("run", "-c", NAME, "--slices", "1", "--detach", "loop.py")
+    assert accepted.exit_code == 0, accepted.output
+    run_id = accepted.stdout.split()[2]
+    assert active_runs() == [run_id]
+    assert cluster.run_handle(run_id).cancel().status == "cancelled"
+
+
+def test_an_exception_escaping_run_cancels_the_run(cluster, project):
+    def printer(host, text):  # type: ignore[no-untyped-def]
+        raise ValueError("the terminal went away")
+
+    with pytest.raises(ValueError, match="the terminal went away"):
+        cluster.run(Workload(entrypoint="loop.py", working_dir=str(project), slices=[0]), printer=printer)
+    run = cluster.runs()[-1]
+    assert run.status == "cancelled" and active_runs() == []
+    assert nodes() == ["twoups-s0", "twoups-s1"]  # without down_on_exit the cluster stays
+
+
+def test_up_that_drops_a_slice_of_a_run_refuses_and_with_force_cancels_the_run_first(cluster, project, tmp_path):
+    handle = cluster.submit(Workload(entrypoint="loop.py", working_dir=str(project)))  # on slices 0 and 1
+    poll_until(lambda: RunStore().get(handle.run_id).phase.name == "running", timeout_s=120, interval_s=0.2,
+               what="the run to start")
+    refused = invoke("up", "-f", str(spec_file(tmp_path, 1)), "--dry-run")
+    assert refused.exit_code == 2, refused.output
+    assert f"run {handle.run_id} (running) runs on slice 1 (twoups-s1), which the spec deletes: not in the spec" \
+        in refused.stderr
+    assert "--force" in refused.stderr
+    assert nodes() == ["twoups-s0", "twoups-s1"] and handle.status().status == "running"
+
+    forced = invoke("up", "-f", str(spec_file(tmp_path, 1)), "--dry-run", "--force")
+    assert forced.exit_code == 0, forced.output
+    said = forced.stdout
+    assert said.index(f"cancelling run {handle.run_id}: 'up --force' takes slice(s) [1]") \
+        < said.index("plan for twoups: delete slice 1 (v4-8, not in the spec); keep slice 0 (v4-8, READY)") \
+        < said.index("slice_deleting")
+    assert handle.status().status == "cancelled"  # stopped on its hosts, not taken for a preemption
+    assert nodes() == ["twoups-s0"]
+    assert [e.kind for e in cluster.events() if e.data.get("run_id") == handle.run_id].count("incident") == 0
+
+
 def test_a_failing_script_in_a_down_on_exit_context_leaves_nothing(two_ups, home, tmp_path):
     (tmp_path / "loop.py").write_text("import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.2)\n")
     machines = cluster_machines(NAME)
     before = ray_like()
+    earlier = {run.run_id for run in RunStore().list(NAME)}
 
     def printer(host, text):  # type: ignore[no-untyped-def]
         raise ValueError("the script broke")
@@ -145,7 +259,7 @@ def test_a_failing_script_in_a_down_on_exit_context_leaves_nothing(two_ups, home
     with pytest.raises(ValueError, match="the script broke"):
         with Cluster.from_name(NAME, down_on_exit=True) as cluster:
             cluster.run(Workload(entrypoint="loop.py", working_dir=str(tmp_path), slices=[0]), printer=printer)
-    [run] = RunStore().list(NAME)
+    [run] = [run for run in RunStore().list(NAME) if run.run_id not in earlier]
     assert run.status == "cancelled"
     assert sim_nodes("podmanager-sim") == []
     assert left_behind(machines, before, home) == []  # the head, both hosts and their workers are stopped
