@@ -18,6 +18,7 @@ from podmanager.hosts import (
     HostController,
     auth,
     fleet,
+    head,
     join,
     loopback,
     probe,
@@ -126,6 +127,36 @@ def head_health_checks(spec) -> dict:
 
     command = head.head_command(spec, "10.0.0.2", 6379, 8265, 10001, 52365)
     return json.loads(next(c for c in command if c.startswith("--system-config=")).split("=", 1)[1])
+
+
+def test_the_heads_ports_are_all_different_whatever_the_kernel_hands_out(monkeypatch):
+    # Probes on different addresses, each closed before the next, may be handed one port twice
+    # (seen: the dashboard's and the dashboard agent's), and Ray then refuses to start.
+    handed = iter([40001, 40001, 6379, 40002, 40003])
+
+    class Probe:
+        def __init__(self) -> None:
+            self.port = 0
+
+        def __enter__(self):  # type: ignore[no-untyped-def]
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def bind(self, address: tuple[str, int]) -> None:
+            self.port = next(handed)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(head.socket, "socket", Probe)
+    assert head.free_ports("127.0.0.1", "", "127.0.0.1", avoid=(6379,)) == [40001, 40002, 40003]
+
+
+def test_free_ports_hold_their_probes_until_every_port_is_chosen():
+    ports = head.free_ports("127.0.0.1", "", "127.0.0.1", "")
+    assert len(set(ports)) == 4
 
 
 def test_head_command_has_a_small_store_and_no_token(home):

@@ -108,11 +108,15 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
 def _router_place(runtime: ClusterRuntime, options: ServeOptions) -> RouterPlace:
     """Users reach the router on `options.host`; the replicas on the head's address (the TPU
     VMs reach the head, so they reach this too)."""
-    from podmanager.hosts.head import free_port, load_state
+    from podmanager.hosts.head import free_ports, load_state
 
     state = load_state(runtime.name)
     if state is None:
         raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
     replica_host = state.address.rsplit(":", 1)[0]
-    public_port = options.port or free_port(options.host if options.host != "0.0.0.0" else "")
-    return RouterPlace(options.host, public_port, replica_host, free_port(replica_host))
+    public_bind = options.host if options.host != "0.0.0.0" else ""
+    if options.port:
+        [replica_port] = free_ports(replica_host, avoid=(options.port,))
+        return RouterPlace(options.host, options.port, replica_host, replica_port)
+    public_port, replica_port = free_ports(public_bind, replica_host)
+    return RouterPlace(options.host, public_port, replica_host, replica_port)

@@ -5,6 +5,7 @@ only our own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -82,9 +83,24 @@ def head_temp_dir(cluster: str) -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+    return free_ports(host)[0]
+
+
+def free_ports(*hosts: str, avoid: tuple[int, ...] = ()) -> list[int]:
+    """A free port on each host, all different and none in `avoid`. Each probe stays bound
+    until all are chosen: probes on different addresses (127.0.0.1 and all interfaces) closed
+    one by one can be handed the same port, and Ray refuses a port given to two components."""
+    chosen: list[int] = []
+    with contextlib.ExitStack() as probes:
+        for host in hosts:
+            while True:
+                probe = probes.enter_context(socket.socket())
+                probe.bind((host, 0))
+                port = probe.getsockname()[1]
+                if port not in avoid and port not in chosen:
+                    break
+            chosen.append(port)
+    return chosen
 
 
 def reachable(address: str, timeout_s: float = 1.0) -> bool:
@@ -185,9 +201,13 @@ def _launch(spec: ClusterSpec) -> HeadStart:
     simulated = spec.simulated
     ip = loopback.LOOPBACK_IP if simulated else _node_ip()
     bind = ip if simulated else ""
-    port = spec.head.port or free_port(bind)
-    dashboard_port = free_port(spec.head.dashboard_host if spec.head.dashboard_host != "0.0.0.0" else "")
-    command = head_command(spec, ip, port, dashboard_port, free_port(bind), free_port(bind))
+    dashboard_bind = spec.head.dashboard_host if spec.head.dashboard_host != "0.0.0.0" else ""
+    if spec.head.port:
+        port = spec.head.port
+        dashboard_port, client_port, agent_port = free_ports(dashboard_bind, bind, bind, avoid=(port,))
+    else:
+        port, dashboard_port, client_port, agent_port = free_ports(bind, dashboard_bind, bind, bind)
+    command = head_command(spec, ip, port, dashboard_port, client_port, agent_port)
     env = auth.child_env(token)
     if simulated:
         env.update(loopback.HEAD_ENV)
