@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import psutil
 import pytest
 
 from podmanager.api import Cluster, simulation
+from podmanager.cloud.base import NodeState
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.core import paths
 from podmanager.core.clock import poll_until
 from podmanager.emulator import record as emulator_record
-from podmanager.operations import emulator_process
+from podmanager.operations import cloud_view, emulator_process
 
 pytestmark = pytest.mark.timeout(120)
 NO_HOSTS = {"boot_hosts": False, "create_latency_s": 0.01, "delete_latency_s": 0.01}
@@ -108,6 +110,31 @@ def test_status_and_runs_change_nothing_in_the_simulated_cloud():
     assert asked and set(asked) <= {"ListNodes", "ListQueuedResources", "GetNode"}, asked  # reads only
     assert control.version() == version and control.all_nodes() == nodes
     cluster.down()
+
+
+def test_status_shows_the_monitors_view_of_the_slices_until_podmanager_changes_the_cluster():
+    """A cluster's monitor keeps the cloud's view of its slices (operations/cloud_view.py):
+    `status` shows a fresh one without asking the cloud, and asks the cloud when the view is
+    older than the cluster's last event or than a few of the monitor's periods."""
+    cluster = spot_cluster("viewer")
+    cluster.up()
+    control = cluster.simulator
+    live = cloud_view.observe(cluster.runtime)
+    seen = replace(live, observed_at=time.time(), nodes=[  # what a monitor saw a moment ago, not what is
+        replace(n, state=NodeState.PREEMPTED) if n.slice_index == 1 else n for n in live.nodes])
+    cloud_view.write("viewer", seen)
+    calls = len(control.requests())
+    shown = Cluster.from_name("viewer").status()
+    assert [s.state for s in shown.slices] == ["READY", "PREEMPTED"] and shown.slices_observed_at == seen.observed_at
+    assert control.requests()[calls:] == []  # the cloud was asked nothing
+
+    cluster.store.add_event("viewer", "note", "podmanager changed something")
+    asked = Cluster.from_name("viewer").status()
+    assert [s.state for s in asked.slices] == ["READY", "READY"] and asked.slices_observed_at > seen.observed_at
+    cloud_view.write("viewer", replace(seen, observed_at=time.time() - 3.5 * cloud_view.SIMULATED_PERIOD_S))
+    assert [s.state for s in Cluster.from_name("viewer").status().slices] == ["READY", "READY"]  # nobody kept it
+    cluster.down()
+    assert not cloud_view.path("viewer").exists()
 
 
 def test_an_emulator_that_cannot_start_says_why(monkeypatch):

@@ -1,13 +1,15 @@
 """`up` of a dry-run cluster with real local Ray hosts, as two `podmanager up` of one spec
 started at once: they take turns (the second says whom it waits for), one Ray head starts and
 the second finds the work done; every wait is announced in order (head, slices, hosts joining
-N/M); a slice under repair is waited out, not timed out. On that cluster, the races and edits a
+N/M); a slice under repair is waited out, not timed out; `status` then reads the monitor's view of
+the slices, loading neither Google's client nor Ray. On that cluster, the races and edits a
 user meets through the CLI: `run --detach` three times at once on one slice, a submit refused
 after its claim, an exception escaping `Cluster.run`, `up` of a spec that drops a slice a run
 uses. Last, a script's `with Cluster(..., down_on_exit=True)` whose run raises leaves nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from sim_view import sim_nodes
 from podmanager.core.workload import Workload
+from podmanager.operations import cloud_view
 from podmanager.state.runs import RunStore
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -141,6 +144,24 @@ def test_up_waits_for_a_repairing_slice_to_come_back(two_ups):
     assert kinds.index("slice_repaired") < kinds.index("hosts_joined")
     reused = [e.message for e in cluster.events(after_id=after) if e.kind == "head_starting"]
     assert reused and reused[0].startswith("using the Ray head at ")
+
+
+def test_status_shows_the_monitors_view_and_loads_neither_googles_client_nor_ray(two_ups):
+    """The cluster's monitor keeps the cloud's view of the slices: a `status` a moment after
+    the last change shows every host joined from that view, without the cloud's client or Ray."""
+    last = Cluster.from_name(NAME).store.last_event_time(NAME)
+    poll_until(lambda: cloud_view.read_fresh(NAME, simulated=True, newer_than=last), timeout_s=10, interval_s=0.1,
+               what="the monitor's view of the slices after the last event")
+    script = ("import json, sys\nfrom podmanager.api import Cluster\n"
+              "status = Cluster.from_name(sys.argv[1]).status()\n"
+              "loaded = sorted(m for m in sys.modules if m.startswith(('google.cloud.tpu', 'ray.')) or m == 'ray')\n"
+              "print(json.dumps({'slices': [[s.state, s.boot] for s in status.slices], 'hosts': len(status.hosts),"
+              " 'at': status.slices_observed_at, 'loaded': loaded}))")
+    done = subprocess.run([sys.executable, "-c", script, NAME], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["slices"] == [["READY", ["joined"]]] * 2 and shown["hosts"] == 2
+    assert shown["loaded"] == [] and shown["at"] > last
 
 
 @pytest.fixture

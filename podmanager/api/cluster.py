@@ -176,8 +176,9 @@ class Cluster:
         return UpPlan(self.name, self.runtime.plan_changes())
 
     def status(self) -> ClusterStatus:
-        """Slices as the cloud reports them now; hosts as the cluster's monitor probed them
-        a moment ago (`hosts_observed_at`), or probed now when it has not."""
+        """Slices as the cloud reported them to the cluster's monitor a moment ago and after
+        podmanager's last change to the cluster (`slices_observed_at`), else as it reports them
+        now; hosts as the monitor probed them (`hosts_observed_at`), or probed now."""
         return cluster_status(self.runtime)
 
     def ray_access(self) -> RayAccess | None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podmanager.cloud.base import NodeState
 from podmanager.core import catalog
-from podmanager.hosts.boot_status import BootStatus
-from podmanager.operations.boot_watch import boot_statuses
 from podmanager.core.records import RayAccess
+from podmanager.hosts.boot_status import BootStatus
+from podmanager.operations import cloud_view
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.provisioning.plan import desired_slices
 from podmanager.state.services import ServiceStore
@@ -44,24 +43,30 @@ class ClusterStatus:
     ray: RayAccess | None = None  # where Ray users find the cluster (None before the head starts)
     hosts_observed_at: float | None = None  # unix time the hosts were probed (by the cluster's monitor, or now)
     services: list[ServiceEndpoint] = field(default_factory=list)  # the services serving on it
+    slices_observed_at: float | None = None  # unix time the cloud reported the slices (the monitor's view, or now)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
-    """Slices as the cloud reports them now; hosts as the cluster's monitor probed them a
-    moment ago (`hosts_observed_at`), or probed now when it has not."""
+    """Slices as the cloud reported them to the cluster's monitor a moment ago, after anything
+    podmanager last changed (`slices_observed_at`), or as it reports them now when it has not;
+    hosts as the monitor probed them (`hosts_observed_at`), or probed now."""
     spec = runtime.spec
-    observed = {n.name: n for n in runtime.observe().nodes}
+    view = cloud_view.read_fresh(spec.name, simulated=spec.simulated,
+                                 newer_than=runtime.store.last_event_time(spec.name))
+    if view is None:
+        view = cloud_view.observe(runtime)
+    observed = {n.name: n for n in view.nodes}
     slices = []
     boots: dict[tuple[str, int], BootStatus] = {}
     hosts = runtime.hosts
     for want in desired_slices(spec):
         node = observed.get(want.node_name)
         accelerator = catalog.lookup(want.request.accelerator_type)
-        if hosts is not None and node is not None and node.state is NodeState.READY:
-            boots.update({(node.name, w): b for w, b in boot_statuses(runtime.cloud, node).items()})
+        if node is not None:
+            boots.update({(node.name, w): b for w, b in view.boots_of(node).items()})
         slices.append(SliceStatus(index=want.index, name=want.node_name, accelerator=accelerator.name,
                                   zone=node.zone if node else None, state=node.state.value if node else "MISSING",
                                   hosts=accelerator.hosts, chips=accelerator.chips,
@@ -75,4 +80,4 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
     services = [ServiceEndpoint(s.service_id, s.endpoint, s.slices)
                 for s in ServiceStore(runtime.store.path).serving(spec.name)]
     return ClusterStatus(spec.name, spec.backend.value, spec.project or "", slices, host_dicts,
-                         hosts.ray_access() if hosts else None, observed_at, services)
+                         hosts.ray_access() if hosts else None, observed_at, services, view.observed_at)

@@ -64,7 +64,9 @@ def print_error(message: str) -> None:
 
 def print_status(result: Any) -> None:
     print_table(
-        f"cluster {result.name} ({result.backend}, project {result.project})",
+        f"cluster {result.name} ({result.backend}, project {result.project})"
+        + (f", as the cloud reported it at {clock_time(result.slices_observed_at)}"
+           if result.slices_observed_at else ""),
         ["slice", "node", "accelerator", "zone", "state", "hosts", "chips", "boot"],
         [(s.index, s.name, s.accelerator, s.zone, s.state, s.hosts, s.chips, _boot_summary(s.boot))
          for s in result.slices],

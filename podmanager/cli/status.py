@@ -1,4 +1,4 @@
-"""`podmanager status`: slices and hosts as they are now."""
+"""`podmanager status`: slices and hosts as the cloud and the hosts last reported them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from podmanager.cli.render import print_json, print_status
 
 
 def status(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -> None:
-    """Slices (and hosts) of a cluster as the cloud reports them now."""
+    """Slices (and hosts) of a cluster as the cloud reports them (its monitor's view, a second old on a dry run)."""
     result = api.resolve_cluster(cluster).status()
     if as_json:
         print_json(result.as_dict())

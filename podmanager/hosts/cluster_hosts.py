@@ -113,9 +113,9 @@ class ClusterHosts:
         return RayAccess(state.address, state.dashboard_url, str(token), env)
 
     def wait(self, nodes: list[Node], on_progress: Callable[[int, int], None] | None = None,
-             check: Callable[[], None] | None = None) -> list[Any]:
+             check: Callable[[], None] | None = None, watch: Callable[[], None] | None = None) -> list[Any]:
         return self.controller.wait_for_hosts(nodes, timeout_s=self.spec.head.join_timeout_s, on_progress=on_progress,
-                                              check=check)
+                                              check=check, watch=watch)
 
     def hosts(self) -> list[HostInfo]:
         """Every host, probed now."""

@@ -122,10 +122,12 @@ class HostController:
 
     def wait_for_hosts(self, nodes: list[Node], timeout_s: float,
                        on_progress: Callable[[int, int], None] | None = None,
-                       check: Callable[[], None] | None = None) -> list[HostInfo]:
+                       check: Callable[[], None] | None = None,
+                       watch: Callable[[], None] | None = None) -> list[HostInfo]:
         """Place one agent per host of every node and wait until all are healthy;
         `on_progress(healthy, expected)` hears each change of the count; `check()` runs on
-        every poll until then and may end the wait by raising (a host reported a boot error).
+        every poll until then and may end the wait by raising (a host reported a boot error);
+        `watch` is handed to the cluster's monitor, started here (it runs once a round there).
 
         Raises TimeoutExceededError naming every host still missing at the deadline.
         """
@@ -156,7 +158,7 @@ class HostController:
             f"hosts not ready after {timeout_s:.0f}s: " + _missing(seen, not_ready), hint=self._hint()))
         state = head.load_state(self.cluster)
         if state is not None and state.started:  # the monitor writes to this machine's state folder
-            monitor.ensure_monitor(self.cluster)
+            monitor.ensure_monitor(self.cluster, watch)
         return joined
 
     def hosts(self) -> list[HostInfo]:

@@ -3,6 +3,8 @@ host about once a second and keeps `cluster_dir/hosts.json` (snapshot.py) up to 
 
 It exists so that `status` can show the hosts without connecting to Ray itself. It only
 observes: health checks during a run and the launch of a run still probe the hosts live.
+Each round it also runs `also` (the caller's: the operations layer keeps the cloud's view of
+the slices this way, `operations/cloud_view.py`).
 It runs where the client's state folder is, so it is started only for a head podmanager
 started on this machine (for a head the spec names, `status` probes the hosts live).
 """
@@ -14,6 +16,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import ray
 
@@ -33,9 +36,10 @@ def monitor_name(cluster: str) -> str:
 class HostMonitor:
     """Plain class; `ensure_monitor` wraps it with `ray.remote` and its options."""
 
-    def __init__(self, home: str, cluster: str) -> None:
+    def __init__(self, home: str, cluster: str, also: Callable[[], None] | None = None) -> None:
         os.environ["PODMANAGER_HOME"] = home  # the snapshot goes to the client's state folder
         self.cluster = cluster
+        self._also = also
         self._head_record = Path(home) / "clusters" / cluster / head.HEAD_FILE
         self._thread = threading.Thread(target=self._watch, name=f"monitor-{cluster}", daemon=True)
         self._thread.start()
@@ -55,11 +59,17 @@ class HostMonitor:
                 snapshot.write(self.cluster, fleet.probe_hosts(self.cluster, timeout_s=PROBE_TIMEOUT_S), started)
             except Exception:  # noqa: BLE001 - one failed round must not end the monitoring
                 log.exception("probing the hosts of %s failed", self.cluster)
+            if self._also is not None:
+                try:
+                    self._also()
+                except Exception:  # noqa: BLE001 - nor a failed look at the cloud (status then asks it)
+                    log.exception("watching the cloud for %s failed", self.cluster)
             time.sleep(max(0.0, PERIOD_S - (time.time() - started)))
 
 
-def ensure_monitor(cluster: str) -> None:
-    """Start the cluster's monitor unless it runs (the caller is connected to the cluster's Ray)."""
+def ensure_monitor(cluster: str, also: Callable[[], None] | None = None) -> None:
+    """Start the cluster's monitor unless it runs (the caller is connected to the cluster's Ray);
+    `also` runs in the monitor once a round."""
     try:
         ray.get_actor(monitor_name(cluster), namespace=fleet.NAMESPACE)
         return
@@ -73,7 +83,7 @@ def ensure_monitor(cluster: str) -> None:
             max_restarts=-1,  # a crashed monitor comes back; meanwhile status probes live
             num_cpus=0,
             resources={fleet.HEAD_RESOURCE: 0.001},
-        ).remote(str(paths.home()), cluster)
+        ).remote(str(paths.home()), cluster, also)
     except ValueError:  # another process started it a moment ago
         pass
 

@@ -22,6 +22,7 @@ from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.operations.backends import local_machines, make_cloud
 from podmanager.operations.boot_watch import BootWatch, failed_boots
+from podmanager.operations.cloud_view import CloudWatcher
 from podmanager.operations.shared_listing import SharedZoneListing
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import Observed, SliceChange, changes, describe_changes, desired_slices
@@ -258,7 +259,8 @@ class ClusterRuntime:
                     f"(up to {self.spec.head.join_timeout_s:.0f}s)", expected=expected)
         joined = self.hosts.wait(nodes, on_progress=lambda healthy, of: self.record(
             "hosts_joining", f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of),
-            check=BootWatch(self.cloud, nodes, self.record, self.clock, simulated=self.spec.simulated))
+            check=BootWatch(self.cloud, nodes, self.record, self.clock, simulated=self.spec.simulated),
+            watch=CloudWatcher(self.name, ClusterRuntime.from_name))
         self.record("hosts_joined", f"{len(joined)} host(s) joined Ray, each with a healthy agent")
 
     def _converge(self, desired: list[Any], timeout_s: float, reason: str = "not in the spec") -> list[Node]:

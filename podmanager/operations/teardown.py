@@ -11,7 +11,7 @@ from podmanager.core import paths
 from podmanager.core.clock import Clock
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import SIMULATED_PROJECT, SIMULATED_ZONES, ClusterSpec, parse_spec
-from podmanager.operations import emulator_process
+from podmanager.operations import cloud_view, emulator_process
 from podmanager.operations.backends import local_machines, make_cloud
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.hosts import procs
@@ -36,7 +36,8 @@ def teardown(spec: ClusterSpec, cloud: TpuCloud, store: StateStore, *,
     Provisioner(cloud, name, zones, record=record, clock=clock, poll_interval_s=poll).converge(
         [], timeout_s, unwanted_reason="the cluster is being torn down")
     if hosts is not None:
-        hosts.stop()
+        hosts.stop()  # its monitor too, so nothing writes the slices' view any more
+    cloud_view.remove(name)
     strays = procs.stop_cluster(name)
     if strays:
         record("strays_stopped", f"stopped {strays} local process(es) of {name} that no record named")

@@ -140,6 +140,11 @@ class StateStore:
         )
         return Event(event_id, cluster, when, kind, slice_index, message, data)
 
+    def last_event_time(self, cluster: str) -> float | None:
+        """When the cluster's latest event was recorded; None if it has none."""
+        rows = self._execute("SELECT time FROM events WHERE cluster=? ORDER BY id DESC LIMIT 1", (cluster,))
+        return rows[0][0] if rows else None
+
     def events(self, cluster: str, *, after_id: int = 0, kind: str | None = None,
                run_id: str | None = None) -> list[Event]:
         """The cluster's events after `after_id`, oldest first; only those of one kind, or
