@@ -7,6 +7,8 @@ cluster (`status`, `runs`) changes nothing in it. Control plane only: no Ray hos
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -135,6 +137,21 @@ def test_status_shows_the_monitors_view_of_the_slices_until_podmanager_changes_t
     assert [s.state for s in Cluster.from_name("viewer").status().slices] == ["READY", "READY"]  # nobody kept it
     cluster.down()
     assert not cloud_view.path("viewer").exists()
+
+
+def test_the_emulator_outlives_a_starter_that_kills_its_children_as_a_ray_worker_does():
+    """A run's supervisor or a cluster's monitor (Ray workers) may be the one to start the
+    project's emulator after it died, and Ray kills a worker's children when the worker exits:
+    the emulator must be no one's child, or the next `down` finds no cloud."""
+    starter = ("import psutil\nfrom podmanager.operations import emulator_process\n"
+               f"print(emulator_process.ensure({PROJECT!r}))\n"
+               "for child in psutil.Process().children(recursive=True):\n    child.kill()\n")
+    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    emulator = emulator_process.running(PROJECT)
+    assert emulator is not None and emulator.address == done.stdout.strip()
+    assert emulator_process.ensure(PROJECT) == emulator.address  # still serving: found, not started again
+    assert emulator_process.stop(PROJECT)
 
 
 def test_an_emulator_that_cannot_start_says_why(monkeypatch):

@@ -123,7 +123,10 @@ def test_a_machine_never_inherits_the_owner_of_the_process_that_starts_it(monkey
                                     tmp_path / "log")
     try:
         assert procs.OWNER_ENV not in psutil.Process(proc.pid).environ()
-        assert procs.members(machine_id) and not procs.owned("someone@/else")
+        # Found by its machine tag. One CI run's scan missed the process just started (cause not
+        # found; the note of 2026-11-24 says so), so the scan is asked until it finds it.
+        poll_until(lambda: procs.members(machine_id), timeout_s=5, interval_s=0.05, what="the machine's process")
+        assert not procs.owned("someone@/else")
     finally:
         procs.kill(machine_id)
         proc.wait(10)

@@ -15,7 +15,6 @@ import fcntl
 import os
 import subprocess
 import sys
-import threading
 import time
 from typing import Iterator
 
@@ -118,25 +117,46 @@ def _start(project: str, previous: EmulatorRecord | None) -> EmulatorRecord:
     env.pop(procs.MACHINE_ENV, None)
     env[procs.OWNER_ENV] = owner(project)
     log_path = emulator_record.log_path(project)
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", MODULE, "--project", project, "--port", port],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=paths.home(),
-            start_new_session=True,  # Ctrl-C in the terminal that started it does not stop the cloud
-        )
-    threading.Thread(target=process.wait, daemon=True).start()  # reaped when it exits: no zombie
+    launched = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, str(log_path), sys.executable, "-m", MODULE, "--project", project,
+         "--port", port],
+        env=env, cwd=paths.home(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+    if launched.returncode != 0:
+        raise PodmanagerError(f"the local Cloud TPU emulator of the simulated project {project} could not be "
+                              f"launched: {launched.stderr.strip()[-500:]}", hint=f"Its log: {log_path}")
+    pid = int(launched.stdout)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         found = emulator_record.read(project)
-        if found is not None and found.pid == process.pid:
+        if found is not None and found.pid == pid:
             return found
-        if process.poll() is not None:
-            raise PodmanagerError(f"the local Cloud TPU emulator of the simulated project {project} did not start "
-                                  f"(exit {process.returncode}): {_tail(log_path)}", hint=f"Its log: {log_path}")
+        if not _running(pid):
+            raise PodmanagerError(f"the local Cloud TPU emulator of the simulated project {project} did not start: "
+                                  f"{_tail(log_path)}", hint=f"Its log: {log_path}")
         time.sleep(0.02)
-    process.kill()
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(pid).kill()
     raise PodmanagerError(f"the local Cloud TPU emulator of the simulated project {project} did not start within "
                           f"{START_TIMEOUT_S:.0f}s", hint=f"Its log: {log_path}")
+
+
+# Starts the emulator and exits at once, printing its pid: the emulator must outlive whoever
+# needed it first, and a Ray worker (a run's supervisor, a cluster's monitor) kills its children
+# when it exits. Orphaned, in a session of its own, it is no one's child or group.
+_LAUNCHER = (
+    "import subprocess, sys\n"
+    "with open(sys.argv[1], 'ab') as log:\n"
+    "    child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,\n"
+    "                             start_new_session=True)\n"
+    "print(child.pid)\n"
+)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _tail(path: os.PathLike[str], lines: int = 5) -> str:
