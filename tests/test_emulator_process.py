@@ -2,7 +2,9 @@
 first command starts it, later ones find it, a dead one comes back from its saved state on
 its old port, `down` of the project's last cluster stops it, and it alone moves simulated
 time (a preemption after its notice happens with nobody reading the cloud). Reading a
-cluster (`status`, `runs`) changes nothing in it. Control plane only: no Ray hosts."""
+cluster (`status`, `runs`) changes nothing in it, and `status` shows the monitor's view of the
+slices while nothing happened since. The emulator outlives whoever started it, even a process
+that kills its children on the way out. Control plane only: no Ray hosts."""
 
 from __future__ import annotations
 
