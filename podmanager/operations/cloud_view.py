@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 from pydantic import TypeAdapter
 
@@ -24,7 +24,9 @@ from podmanager.core import paths
 from podmanager.core.files import write_atomic
 from podmanager.core.spec import ClusterSpec
 from podmanager.hosts.boot_status import JOINED, BootStatus
+from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.operations.boot_watch import boot_statuses
+from podmanager.provisioning.plan import Observed
 
 VIEW_FILE = "slices.json"
 SIMULATED_PERIOD_S = 1.0
@@ -60,10 +62,10 @@ class WatchedCluster(Protocol):
     """What the view is read through: `ClusterRuntime` (which builds the watcher)."""
 
     spec: ClusterSpec
-    hosts: Any  # None for a control-plane-only dry run: no VM reports a boot stage
+    hosts: ClusterHosts | None  # None for a control-plane-only dry run: no VM reports a boot stage
     cloud: TpuCloud
 
-    def observe(self) -> Any: ...  # its `.nodes`
+    def observe(self) -> Observed: ...
 
     def refresh_spec(self) -> None: ...
 
