@@ -11,6 +11,7 @@ from podmanager.core.workload import Workload
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.running import package
 from podmanager.running.attempt import new_run_id
+from podmanager.state import run_secrets
 from podmanager.state.runs import RunStore
 from podmanager.supervision.supervisor import new_run
 
@@ -46,6 +47,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
                  f"{holder.run_id}'), or run on other slices with --slices.")
     submitted = False
     try:
+        run_secrets.save(runtime.name, run_id, workload.env)
         code = package.upload(workload.working_dir) if workload.working_dir is not None else None
         workload.check_program(code.files if code else None)
         runtime.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
@@ -57,6 +59,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
     except BaseException as error:
         # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
         runs.release(run_id)
+        run_secrets.remove(runtime.name, run_id)
         if submitted:
             runtime.record("run_not_started", f"run {run_id} did not start ({type(error).__name__}: {error}); "
                            f"slice(s) {slices} are free again", run_id=run_id)

@@ -9,8 +9,24 @@ from pathlib import Path
 def home() -> Path:
     # Absolute: the supervisors and hosts that read it run in other folders.
     path = Path(os.environ.get("PODMANAGER_HOME") or Path.home() / ".podmanager").expanduser().absolute()
-    path.mkdir(parents=True, exist_ok=True)
+    return private_dir(path)
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a folder only its owner may enter (0700), made if missing. The home holds the
+    state store, tokens and secrets: a folder others cannot enter protects every file in it,
+    whatever mode the file was made with (SQLite's, Ray's, a log's)."""
+    if path in _private and path.is_dir():
+        return path
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    status = path.stat()
+    if status.st_mode & 0o077 and status.st_uid == os.getuid():
+        os.chmod(path, 0o700)  # made by an older podmanager, or under a loose umask
+    _private.add(path)
     return path
+
+
+_private: set[Path] = set()  # folders this process made private (checked again if they vanish)
 
 
 def cluster_dir(cluster: str) -> Path:

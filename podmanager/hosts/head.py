@@ -198,6 +198,8 @@ def head_command(
 
 def _launch(spec: ClusterSpec) -> HeadStart:
     token = auth.ensure_token(spec.name)
+    # Ray's sockets, session files and logs: only the owner may enter (paths.private_dir).
+    paths.private_dir(Path(procs.owner_temp_dir(spec.name)))
     simulated = spec.simulated
     ip = loopback.LOOPBACK_IP if simulated else _node_ip()
     bind = ip if simulated else ""

@@ -114,6 +114,10 @@ class Database:
         with _connections_lock:
             if size and not _connections.get(key):
                 self._check_header()
+            if size is None and not memory:
+                # Owner-only, as SQLite gives its WAL and shared-memory files the database's mode:
+                # the store holds every run's and service's record.
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
             self._db = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
             _connections[key] = _connections.get(key, 0) + 1
         # Closes the connection when this object goes, unless `close` did.

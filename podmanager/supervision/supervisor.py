@@ -34,6 +34,7 @@ from podmanager.running.results import AttemptResult, OutputPrinter
 from podmanager.running.gang import Gang
 from podmanager.running.progress import combine
 from podmanager.running.remote import RAY, Remote
+from podmanager.state import run_secrets
 from podmanager.state.run_state import Finished, Launching, Replacing, RunProgress, Running, SupervisorProcess
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.supervision.classify import Cause, Incident, classify
@@ -58,7 +59,11 @@ class RunSupervisor:
         self.runs = runs
         self.run = run
         self.run_id = run_id
-        self.workload = Workload.model_validate(run.workload)
+        # The record keeps the environment's names; its values are the run's secrets.
+        env = run.workload.get("env") or {}
+        if run.active:
+            env = run_secrets.load(cluster.name, run_id, env)
+        self.workload = Workload.model_validate({**run.workload, "env": env})
         self.policy = RecoveryPolicy.from_spec(cluster.spec.recovery.model_copy(update=run.budgets))
         self.runner = AttemptRunner(cluster.name, self.workload, run_id, simulated=cluster.spec.simulated,
                                     checkpoint_dir=run.checkpoint_dir, code_dir=code_dir, printer=printer,
@@ -326,6 +331,7 @@ class RunSupervisor:
         self.run.result = result.as_dict()
         self.runner.logs.save_result(result.as_dict())
         self._save()
+        run_secrets.remove(self.cluster.name, self.run_id)  # no attempt will need them again
         return result
 
     # ------------------------------------------------------------------ state
@@ -379,5 +385,6 @@ class _SupervisedMonitor:
 def new_run(cluster: SupervisedCluster, workload: Workload, run_id: str, slices: list[int],
             checkpoint_dir: str | None, budgets: dict[str, int], *, warnings: list[str] | None = None) -> RunRecord:
     """The record a run starts from."""
-    return RunRecord(run_id=run_id, cluster=cluster.name, workload=workload.model_dump(mode="json"),
+    recorded = workload.model_dump(mode="json") | {"env": run_secrets.redacted(workload.env)}
+    return RunRecord(run_id=run_id, cluster=cluster.name, workload=recorded,
                      slices=slices, budgets=budgets, checkpoint_dir=checkpoint_dir, warnings=warnings or [])

@@ -206,6 +206,7 @@ class SimHostBooter:
         assert node.cluster is not None
         machine_id = procs.new_machine_id()
         root = Path(temp_dir(node.cluster, machine_id))  # the VM's disk
+        paths.private_dir(root.parent)  # the cluster's VMs' disks: only the owner may enter
         for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log"):
             (root / folder).mkdir(parents=True, exist_ok=True)
         image = self.image_of(node.cluster)
