@@ -38,7 +38,9 @@ def test_vanished_slice_and_dead_node_are_preemptions():
 
 def test_notice_exit_is_a_preemption_of_that_slice():
     incident = classify(Observation(hosts(75, 75), READY, notices=frozenset({1})))
-    assert incident.cause is Cause.PREEMPTION and incident.slices == {0, 1}
+    assert incident.cause is Cause.PREEMPTION and incident.slices == {1}  # slice 0 stopped with it, unnoticed
+    unseen = classify(Observation(hosts(75, 0), READY))  # the program saw a notice the watch did not
+    assert unseen.cause is Cause.PREEMPTION and unseen.slices == {0}
 
 
 def test_program_failure_names_the_failing_host_not_the_aborted_peer():

@@ -51,6 +51,31 @@ def cli(folder: Path, *args: str, check: bool = True, timeout: float = 240) -> s
     return done
 
 
+# 60 steps of a quarter second, resuming from the step its checkpoint file holds.
+STEPS = """
+import os, pathlib, time
+from podmanager import runtime
+mark = pathlib.Path(os.environ["PODMANAGER_CHECKPOINT_DIR"]) / "step"
+start = int(mark.read_text()) if mark.exists() else 0
+for step in range(start + 1, 61):
+    time.sleep(0.25)
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(str(step))
+    runtime.report_progress(step, loss=1.0 / step)
+"""
+
+
+def wait_for_step(folder: Path, run_id: str, step: int, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        runs = json.loads(cli(folder, "runs", "-c", "vmboot", "--json").stdout)
+        [run] = [r for r in runs if r["run_id"] == run_id]
+        if (run["step"] or 0) >= step:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} did not reach step {step} in {timeout_s:.0f}s")
+
+
 def host_processes(cluster: str) -> list[psutil.Process]:
     records = vms.host_records(cluster)
     assert len(records) == 1
@@ -87,6 +112,9 @@ def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_ow
         assert code == 1, stderr
         assert "slice 0 worker 0 (vmboot-s0) failed to boot" in stderr
         assert f"download {missing} failed" in stderr and "404" in stderr
+        # What the failed `up` leaves billing, and the command that deletes it.
+        assert "Left running and billing: vmboot-s0 (v4-8, READY for " in stderr and "the Ray head" in stderr
+        assert "'podmanager down -c vmboot' deletes them" in stderr
         assert took < 60, took
 
         code, stderr, took = failed["tokenfail"]
@@ -128,9 +156,13 @@ def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_ow
         console = Path(record["log"]).read_text()
         assert "podmanager-startup[vmboot]" in console and token.read_text().strip() not in console
 
-        # The head crashes; `up` starts another and tells the nodes: the host rejoins, nothing is made again.
+        # The head crashes with a run going; `up` starts another and tells the nodes: the host
+        # rejoins, nothing is made again, and the run's supervisor carries on from its record.
         (folder / "hello.py").write_text("import os, jax\nprint('HELLO', jax.device_count(), os.environ['HOME'])\n")
+        (folder / "steps.py").write_text(STEPS)
         created = {n.name: n.create_time for n in sim_nodes()}
+        run_id = json.loads(cli(folder, "run", "-c", "vmboot", "--detach", "--json", "steps.py").stdout)["run_id"]
+        wait_for_step(folder, run_id, 5)
         cli(folder, "sim", "head-crash", "-c", "vmboot")
         started = time.monotonic()
         again = cli(folder, "up", "-f", "cluster.yaml", "--dry-run")
@@ -138,6 +170,25 @@ def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_ow
         assert "metadata_update" in again.stdout + again.stderr
         assert {n.name: n.create_time for n in sim_nodes()} == created  # no slice made again
         print(f"up after a head crash, host rejoined: {rejoin_s:.1f}s")
+        attached = cli(folder, "attach", run_id, "--json", timeout=180)
+        result = json.loads(attached.stdout)
+        assert result["status"] == "succeeded" and result["metrics"]["last_step"] == 60, attached.stdout
+        events = cli(folder, "events", "-c", "vmboot").stdout
+        assert f"run {run_id}: its supervisor was lost with the Ray head" in events
+
+        # Only the head's raylet dies (its GCS still answers): `status` says so, `run` refuses at
+        # once instead of waiting in `starting` for ever, and `up` starts the head again.
+        head_record = json.loads((Path(os.environ["PODMANAGER_HOME"]) / "clusters/vmboot/head.json").read_text())
+        [raylet] = [p for p in procs.members(head_record["machine_id"]) if p.name() == "raylet"]
+        raylet.kill()
+        raylet.wait(10)
+        status = json.loads(cli(folder, "status", "-c", "vmboot", "--json").stdout)
+        assert "raylet not running" in status["head_problem"]
+        assert [h["state"] for h in status["hosts"]] == ["unreachable"]
+        refused = cli(folder, "run", "-c", "vmboot", "hello.py", check=False, timeout=30)
+        assert refused.returncode != 0 and "raylet not running" in refused.stderr and "podmanager up" in refused.stderr
+        cli(folder, "up", "-f", "cluster.yaml", "--dry-run")
+        assert json.loads(cli(folder, "status", "-c", "vmboot", "--json").stdout)["head_problem"] is None
         ran = cli(folder, "run", "-c", "vmboot", "hello.py")
         assert f"HELLO 4 {root / 'root'}" in ran.stdout
     finally:

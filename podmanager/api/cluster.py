@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.api import simulation
+from podmanager.api.resume import restart_lost_supervisors
 from podmanager.api.status import ClusterStatus, cluster_status
+from podmanager.api.up_failure import left_running
 from podmanager.api.up_plan import UpPlan, in_the_way, runs_in_the_way
 from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
 from podmanager.core.clock import Clock
@@ -168,7 +170,16 @@ class Cluster:
                     if first_time and self.spec.simulated and self.spec.simulation.faults:
                         simulation.arm_scripted_faults(self.runtime)
 
-                self.runtime.bring_up(plan.changes, timeout_s, before_converge=before_converge)
+                try:
+                    self.runtime.bring_up(plan.changes, timeout_s, before_converge=before_converge)
+                except PodmanagerError as failed:
+                    if not isinstance(failed, SpecError):
+                        note = left_running(self.runtime)
+                        failed.hint = "\n".join(filter(None, [failed.hint, note]))
+                    raise
+                if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
+                    # A new head (after a crash) has none of the old one's supervisors.
+                    restart_lost_supervisors(self.runtime, self.runs_store)
             return self.status()
 
     def plan_up(self) -> UpPlan:

@@ -28,6 +28,9 @@ InterruptCallback = Callable[["RunHandle"], bool]
 # Each host's output shown while following, per read (every 0.2 s): about 600 KB/s, what a
 # terminal shows without falling behind the run.
 LIVE_BYTES = 128 << 10
+# A dead supervisor's process is started again by Ray within a second or two; past this, the
+# run has none (its head went down), and `cancel` ends it itself.
+ORPHAN_S = 3.0
 
 
 class RunHandle:
@@ -119,13 +122,38 @@ class RunHandle:
             self.runs.request_cancel(self.run_id)
             if wait:
                 try:
-                    self.wait(timeout_s=timeout_s)
+                    self._wait_cancelled(timeout_s)
                 except TimeoutExceededError:
                     raise TimeoutExceededError(
                         f"run {self.run_id} did not stop within {timeout_s:.0f}s of the cancel",
                         hint="Its supervisor may be down; 'podmanager down' stops every process of the cluster.",
                     ) from None
         return self.status()
+
+    def _wait_cancelled(self, timeout_s: float) -> None:
+        """Until the supervisor has stopped the run; a run whose supervisor is gone (lost with
+        a Ray head, and not started again by Ray within `ORPHAN_S`) is ended here at once,
+        since no one else would: its processes went with the hosts' agents."""
+        from podmanager.api.resume import supervisor_gone
+        from podmanager.api.service import end_run
+
+        gone_since: float | None = None
+        deadline = time.monotonic() + timeout_s
+        while not self.status().finished:
+            now = time.monotonic()
+            if not supervisor_gone(self.status()):
+                gone_since = None
+            elif gone_since is None:
+                gone_since = now
+            elif now - gone_since >= ORPHAN_S:
+                end_run(self.runs, self.run_id, f"run {self.run_id} was cancelled (its supervisor was gone)",
+                        status="cancelled")
+                self.store.add_event(self.cluster, "run_cancelled",
+                                  f"run {self.run_id} cancelled; its supervisor was gone", run_id=self.run_id)
+                return
+            if now >= deadline:
+                raise TimeoutExceededError(f"run {self.run_id} still {self.status().status} after {timeout_s:.0f}s")
+            time.sleep(0.25)
 
     def submit_event_id(self) -> int:
         """The id of this run's `run_submitted` event (0 if it has none), found by the run's

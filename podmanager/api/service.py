@@ -80,19 +80,25 @@ class SupervisorActor:
 
 
 def _record_crash(runs: RunStore, run_id: str, trace: str) -> None:
+    last = trace.strip().splitlines()[-1]
+    if end_run(runs, run_id, f"run {run_id} failed: its supervisor stopped with {last}"):
+        log.error("supervisor of %s failed:\n%s", run_id, trace)
+
+
+def end_run(runs: RunStore, run_id: str, message: str, status: str = "failed") -> bool:
+    """End an unfinished run (`failed` or `cancelled`) with `message`, where no supervisor is
+    left to do it; False if it had finished already."""
     from podmanager.state.run_state import Finished
     from podmanager.supervision.ledger import RunResult
 
     run = runs.get(run_id)
     if run is None or not run.active:
-        return
-    last = trace.strip().splitlines()[-1]
-    result = RunResult.without_attempts(run_id, run.cluster, "failed",
-                                        f"run {run_id} failed: its supervisor stopped with {last}")
+        return False
+    result = RunResult.without_attempts(run_id, run.cluster, status, message)
     result.attempts = run.attempt
-    run.status, run.phase, run.result = "failed", Finished(), result.as_dict()
+    run.status, run.phase, run.result = status, Finished(), result.as_dict()
     runs.save(run)
-    log.error("supervisor of %s failed:\n%s", run_id, trace)
+    return True
 
 
 def start_supervisor(cluster: str, run_id: str, code_uri: str | None) -> None:

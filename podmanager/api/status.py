@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from podmanager.core import catalog
 from podmanager.core.records import RayAccess
 from podmanager.hosts.boot_status import BootStatus
+from podmanager.hosts.host_info import UNREACHABLE
 from podmanager.operations import cloud_view
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.provisioning.plan import desired_slices
@@ -44,6 +46,7 @@ class ClusterStatus:
     hosts_observed_at: float | None = None  # unix time the hosts were probed (by the cluster's monitor, or now)
     services: list[ServiceEndpoint] = field(default_factory=list)  # the services serving on it
     slices_observed_at: float | None = None  # unix time the cloud reported the slices (the monitor's view, or now)
+    head_problem: str | None = None  # what keeps the Ray head from serving (None: live, or no head yet)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,11 +76,16 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
                                   boot=[boots.get((want.node_name, w), BootStatus()).stage
                                         for w in range(accelerator.hosts)] if node else []))
     observed_at, found = hosts.observed_hosts() if hosts else (None, [])
+    # The monitor probes the hosts from the head: with the head down its last probe is no news.
+    head_problem = hosts.head_problem() if hosts and found else None
     host_dicts = []
     for host in found:
         boot = boots.get((host.node_name, host.worker_id), BootStatus())
+        if head_problem is not None:
+            host = dataclasses.replace(host, healthy=False, state=UNREACHABLE, detail=head_problem)
         host_dicts.append({**asdict(host), "boot": boot.stage, "versions": boot.versions_dict()})
     services = [ServiceEndpoint(s.service_id, s.endpoint, s.slices)
                 for s in ServiceStore(runtime.store.path).serving(spec.name)]
     return ClusterStatus(spec.name, spec.backend.value, spec.project or "", slices, host_dicts,
-                         hosts.ray_access() if hosts else None, observed_at, services, view.observed_at)
+                         hosts.ray_access() if hosts else None, observed_at, services, view.observed_at,
+                         head_problem)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from podmanager.api import service
@@ -30,8 +31,13 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
     unknown = set(budgets) - set(BUDGETS)
     if unknown:
         raise SpecError(f"budgets: unknown {sorted(unknown)}; use {', '.join(BUDGETS)}")
-    if not runtime.hosts.controller.connect():
-        raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
+    # A head whose raylet died answers on its port but places no supervisor: the run would
+    # wait in `starting` for ever, holding its slices.
+    head_problem = runtime.hosts.head_problem()
+    if head_problem is not None or not runtime.hosts.controller.connect():
+        raise PodmanagerError(f"cluster {runtime.name}: {head_problem or 'the cluster has no Ray head'}",
+                              hint="Run 'podmanager up': it starts the head again, the hosts rejoin and "
+                                   "runs carry on.")
     warnings = [w for w in (checkpoints.warning, check_bucket(checkpoints.directory)) if w]
     # "Slices free? Then they are this run's" is one transaction: of runs submitted at
     # the same moment on a slice, exactly one gets it.
@@ -48,7 +54,8 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
     submitted = False
     try:
         run_secrets.save(runtime.name, run_id, workload.env)
-        code = package.upload(workload.working_dir) if workload.working_dir is not None else None
+        keep = package.kept_folder(runtime.name, run_id)  # for a supervisor started again on a new head
+        code = package.upload(workload.working_dir, keep) if workload.working_dir is not None else None
         workload.check_program(code.files if code else None)
         runtime.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
                        run_id=run_id)
@@ -60,6 +67,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
         # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
         runs.release(run_id)
         run_secrets.remove(runtime.name, run_id)
+        shutil.rmtree(package.kept_folder(runtime.name, run_id), ignore_errors=True)
         if submitted:
             runtime.record("run_not_started", f"run {run_id} did not start ({type(error).__name__}: {error}); "
                            f"slice(s) {slices} are free again", run_id=run_id)

@@ -75,6 +75,9 @@ def print_status(result: Any) -> None:
         console.print(f"Ray: {result.ray.address}  dashboard: {result.ray.dashboard_url or '-'}  "
                       f"(podmanager ray-env -c {result.name} prints the exports for ray and ray.init)",
                       markup=False, highlight=False)
+    if result.head_problem is not None:
+        console.print(f"{result.head_problem}: 'podmanager up -c {result.name}' starts it again "
+                      "(the hosts rejoin, runs carry on)", style="bold red", markup=False, highlight=False)
     for service in result.services:
         console.print(f"service {service.service_id}: {service.endpoint} (replicas on slice(s) {service.slices})",
                       markup=False, highlight=False)

@@ -97,6 +97,16 @@ class ClusterHosts:
                         access.reason, grant_command(name, self.spec.project or "", example))
         return startup_metadata(self.spec.name, software, token_secret_id(self.spec.name))
 
+    def head_problem(self) -> str | None:
+        """What keeps the cluster's head from serving, in a sentence: down, not answering, or
+        never started; None when it is live. Asks no one but this machine and the head's port."""
+        from podmanager.hosts import head
+
+        state = head.load_state(self.spec.name)
+        if state is None:
+            return "the cluster has no Ray head"
+        return head.problem(state)
+
     def ray_access(self) -> RayAccess | None:
         """Where the cluster's head is, from its record; None before the first `up`."""
         from podmanager.hosts import auth, head, loopback

@@ -14,6 +14,8 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import psutil
+
 from podmanager.core import paths
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import ClusterSpec
@@ -112,10 +114,34 @@ def reachable(address: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
+# The head's own Ray node: the GCS answering is not enough, since supervisors, routers and the
+# monitor are placed on the head's raylet; without it a run waits for ever in `starting`.
+HEAD_DAEMONS = frozenset({"gcs_server", "raylet"})
+
+
+def missing_daemons(state: HeadState) -> set[str]:
+    """Which of the head's Ray daemons are not running (only for a head podmanager started)."""
+    if not state.started:
+        return set()
+    names = set()
+    for proc in procs.members(state.machine_id):
+        with contextlib.suppress(psutil.Error):
+            names.add(proc.name())
+    return set(HEAD_DAEMONS - names)
+
+
+def problem(state: HeadState) -> str | None:
+    """What is wrong with the head, in a sentence; None when it is live."""
+    missing = missing_daemons(state)
+    if missing:
+        return f"the Ray head at {state.address} is down ({' and '.join(sorted(missing))} not running)"
+    if not reachable(state.address):
+        return f"the Ray head at {state.address} does not answer"
+    return None
+
+
 def is_live(state: HeadState) -> bool:
-    if state.started and not procs.alive(state.machine_id):
-        return False
-    return reachable(state.address)
+    return problem(state) is None
 
 
 def ray_cli() -> list[str]:

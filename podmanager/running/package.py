@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import io
 import logging
+import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from podmanager.core import paths
 from podmanager.core.errors import SpecError
 
 # Ray's packaging logs every file it skips at INFO through the logger it is given: ours stays quiet.
@@ -41,9 +43,11 @@ class CodePackage:
     size_bytes: int  # zipped
 
 
-def upload(folder: str | Path) -> CodePackage:
+def upload(folder: str | Path, keep: Path | None = None) -> CodePackage:
     """Pack `folder` and store it in the connected Ray cluster (a no-op when a package with
-    the same content is there already). Raises SpecError for a missing or too large folder."""
+    the same content is there already). Raises SpecError for a missing or too large folder.
+    `keep`: a folder that gets a copy of the package, so that `restore` can store it again in
+    a new head's GCS (the old one's is gone with it)."""
     from ray._private.runtime_env import packaging
 
     root = Path(folder).resolve()
@@ -66,7 +70,34 @@ def upload(folder: str | Path) -> CodePackage:
         packaging.pin_runtime_env_uri(uri)
         if not packaging.package_exists(uri):
             packaging.upload_package_to_gcs(uri, zipped.read_bytes())
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(zipped, keep / _package_file(uri))
     return CodePackage(uri, files, size)
+
+
+def kept_folder(cluster: str, run_id: str) -> Path:
+    """Where a run's package is kept on the controller while the run is unfinished."""
+    return paths.cluster_dir(cluster) / "code" / run_id
+
+
+def _package_file(uri: str) -> str:
+    return uri.split("://", 1)[1]  # gcs://_ray_pkg_<hash>.zip -> _ray_pkg_<hash>.zip
+
+
+def restore(keep: Path) -> str | None:
+    """Store the package kept in `keep` (by `upload`) in the connected cluster again, under its
+    old URI; the URI, or None when nothing was kept."""
+    from ray._private.runtime_env import packaging
+
+    kept = sorted(keep.glob("_ray_pkg_*.zip")) if keep.is_dir() else []
+    if not kept:
+        return None
+    uri = f"gcs://{kept[-1].name}"
+    packaging.pin_runtime_env_uri(uri)
+    if not packaging.package_exists(uri):
+        packaging.upload_package_to_gcs(uri, kept[-1].read_bytes())
+    return uri
 
 
 

@@ -71,7 +71,10 @@ def classify(seen: Observation) -> Incident:
     if dead_nodes:
         return Incident(Cause.PREEMPTION, frozenset(dead_nodes),
                         f"host node(s) of slice(s) {sorted(dead_nodes)} died")
-    noticed = set(seen.notices) | {h.slice for h in seen.hosts if h.exit_code == EXIT_PREEMPTED}
+    # A notice on one slice stops the whole gang, and every host's program exits 75 at its
+    # checkpoint: the exits say "stopped for a notice", the notices say whose. Exits alone
+    # count only when no notice was seen (the program saw one the watch did not).
+    noticed = set(seen.notices) or {h.slice for h in seen.hosts if h.exit_code == EXIT_PREEMPTED}
     if noticed:
         # The VMs are about to go: replace the slices rather than relaunch on them.
         return Incident(Cause.PREEMPTION, frozenset(noticed), f"preemption notice for slice(s) {sorted(noticed)}")

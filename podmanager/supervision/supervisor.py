@@ -20,6 +20,7 @@ the program and never replaces a slice twice.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
 from podmanager.hosts.runs import HeldRun
+from podmanager.running import package
 from podmanager.running.attempt import CANCELLED, AttemptRunner
 from podmanager.running.results import AttemptResult, OutputPrinter
 from podmanager.running.gang import Gang
@@ -331,7 +333,9 @@ class RunSupervisor:
         self.run.result = result.as_dict()
         self.runner.logs.save_result(result.as_dict())
         self._save()
-        run_secrets.remove(self.cluster.name, self.run_id)  # no attempt will need them again
+        # No attempt will need them again.
+        run_secrets.remove(self.cluster.name, self.run_id)
+        shutil.rmtree(package.kept_folder(self.cluster.name, self.run_id), ignore_errors=True)
         return result
 
     # ------------------------------------------------------------------ state
