@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -179,9 +180,9 @@ def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_ow
         # Only the head's raylet dies (its GCS still answers): `status` says so, `run` refuses at
         # once instead of waiting in `starting` for ever, and `up` starts the head again.
         head_record = json.loads((Path(os.environ["PODMANAGER_HOME"]) / "clusters/vmboot/head.json").read_text())
-        [raylet] = [p for p in procs.members(head_record["machine_id"]) if p.name() == "raylet"]
-        raylet.kill()
-        raylet.wait(10)
+        [raylet] = [psutil.Process(p.pid) for p in procs.members(head_record["machine_id"]) if p.name() == "raylet"]
+        os.kill(raylet.pid, signal.SIGKILL)
+        psutil.wait_procs([raylet], timeout=10)
         status = json.loads(cli(folder, "status", "-c", "vmboot", "--json").stdout)
         assert "raylet not running" in status["head_problem"]
         assert [h["state"] for h in status["hosts"]] == ["unreachable"]

@@ -115,6 +115,7 @@ class SimulatedVm:
             "project/numeric-project-id": lambda: SIMULATED_PROJECT_NUMBER,
             "instance/service-accounts/default/email": self.service_account_email,
             "instance/service-accounts/default/token": self.access_token,
+            "instance/attributes/instance-id": lambda: self.node,  # the TPU node's name, as Ray reads it
             "instance/attributes/agent-worker-number": lambda: str(self.worker),
             "instance/attributes/worker-network-endpoints": lambda: ",".join(self.endpoints),
             "instance/attributes/accelerator-type": lambda: self.accelerator,

@@ -30,7 +30,7 @@ import time
 
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import TimeoutExceededError
-from podmanager.hosts import auth, boot_status, loopback
+from podmanager.hosts import auth, boot_status, loopback, tpu_identity
 from podmanager.hosts.head import HEAD_METADATA_KEY, OBJECT_STORE_BYTES, reachable
 
 log = logging.getLogger("podmanager.hosts.join")
@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     if not wait_for_head(address, opts.deadline):
         log.error("the Ray head at %s did not answer within %.0fs; giving up", address, opts.deadline)
         return EXIT_HEAD_UNREACHABLE
+    if opts.head_from_metadata:
+        os.environ.update(tpu_identity.from_metadata())  # Ray reads it at `ray start` (hosts/tpu_identity.py)
     identity = {k: os.environ[k] for k in ("TPU_NAME", "TPU_WORKER_ID", "TPU_ACCELERATOR_TYPE") if k in os.environ}
     log.info("joining the Ray head at %s as %s", address, identity or "this TPU VM")
     if opts.report_boot:

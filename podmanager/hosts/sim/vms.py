@@ -83,17 +83,9 @@ def temp_dir(cluster: str, machine_id: str) -> str:
 
 
 def host_env(node: Node, worker_id: int) -> dict[str, str]:
-    """The TPU identity a real VM of this slice would expose to Ray."""
-    accelerator = lookup(node.accelerator_type)
-    hostnames = list(node.endpoints) or ["127.0.0.1"] * accelerator.hosts
-    return {
-        "TPU_NAME": node.name,
-        "TPU_WORKER_ID": str(worker_id),
-        "TPU_ACCELERATOR_TYPE": node.accelerator_type,
-        "TPU_TOPOLOGY": accelerator.topology,
-        "TPU_WORKER_HOSTNAMES": ",".join(hostnames),
-        "PODMANAGER_SIM_HOST": f"{node.cluster}/{node.name}/{worker_id}",
-    }
+    """Which simulated host this is, for podmanager's own bookkeeping. No TPU identity: the join
+    reads that from the VM's metadata server, as on a real VM (hosts/tpu_identity.py)."""
+    return {"PODMANAGER_SIM_HOST": f"{node.cluster}/{node.name}/{worker_id}"}
 
 
 def system_path() -> str:
