@@ -36,6 +36,7 @@ from podmanager.hosts.head import HEAD_METADATA_KEY, OBJECT_STORE_BYTES, reachab
 log = logging.getLogger("podmanager.hosts.join")
 
 EXIT_HEAD_UNREACHABLE = 3
+EXIT_VERSION_MISMATCH = 4  # the head refused this host's Ray or Python (check_version_info)
 JOIN_ARGS_ENV = "PODMANAGER_JOIN_ARGS"  # a simulated VM's extra options (see the docstring)
 HEAD_PATH = f"instance/attributes/{HEAD_METADATA_KEY}"
 
@@ -90,8 +91,10 @@ def wait_for_head(address: str, deadline_s: float, *, interval_s: float = 0.25) 
         return False
 
 
-def run_ray_start(args: list[str], address: str) -> int:
-    """`ray start ...` in this process (so a loopback head address is used as given)."""
+def run_ray_start(args: list[str], address: str, *, report_boot: bool = False) -> int:
+    """`ray start ...` in this process (so a loopback head address is used as given). A host
+    the head refuses for its Ray or Python version says so as its boot error, with Ray's own
+    words: retrying cannot help, and without it the host would sit in `joining` for ever."""
     from ray.scripts.scripts import cli
 
     with loopback.as_given(address):
@@ -99,6 +102,14 @@ def run_ray_start(args: list[str], address: str) -> int:
             cli.main(args=args, prog_name="ray", standalone_mode=True)
         except SystemExit as done:
             return int(done.code or 0) if not isinstance(done.code, str) else 1
+        except RuntimeError as refused:
+            if "Version mismatch" not in str(refused):
+                raise
+            reason = "; ".join(line.strip() for line in str(refused).splitlines() if line.strip())
+            log.error("the Ray head at %s refused this host: %s", address, reason)
+            if report_boot:
+                boot_status.report("error", f"the Ray head refused this host: {reason}")
+            return EXIT_VERSION_MISMATCH
     return 0
 
 
@@ -213,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         agent_port=opts.agent_port,
         block=opts.head_from_metadata,
     )
-    return run_ray_start(args, address)
+    return run_ray_start(args, address, report_boot=opts.report_boot)
 
 
 if __name__ == "__main__":
