@@ -56,6 +56,9 @@ class _Controller:
 class _Hosts:
     controller = _Controller()
 
+    def head_problem(self) -> None:
+        return None  # a live head
+
 
 class _Gate:
     """Holds every submit in its upload until all submits have either got there or ended,
@@ -82,7 +85,7 @@ def faked_ray(monkeypatch, tmp_path):
     state: dict = {"gate": None, "started": [], "fail_start": None}
     ids = itertools.count()
 
-    def upload(folder):  # type: ignore[no-untyped-def]
+    def upload(folder, keep=None):  # type: ignore[no-untyped-def]
         if state["gate"] is not None:
             state["gate"].arrive()
             state["gate"].wait_for_all()

@@ -100,8 +100,10 @@ def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_ow
     root = None
     try:
         started = time.monotonic()
-        ups = {name: subprocess.Popen([PODMANAGER, "up", "-f", "cluster.yaml", "--dry-run"], cwd=folder, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # The token-denied cluster's first `up` deletes what it made when it fails.
+        ups = {name: subprocess.Popen([PODMANAGER, "up", "-f", "cluster.yaml", "--dry-run",
+                                       *(["--delete-on-failure"] if name == "tokenfail" else [])],
+                                      cwd=folder, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                for name, folder in folders.items()}
         failed = {}
         for name, process in ups.items():
@@ -124,11 +126,14 @@ def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_ow
         assert "cannot read the Ray token secret podmanager-tokenfail-ray-token" in stderr
         assert "roles/secretmanager.secretAccessor" in stderr and "403" in stderr
         assert took < 60, took
+        assert "--delete-on-failure: the cluster was deleted" in stderr
+        assert not [n for n in sim_nodes() if n.cluster == "tokenfail"] and not vms.host_records("tokenfail")
+        assert not procs.owned(procs.owner("tokenfail"))
 
         # The spec fixed, `up` again: the VM ran its script once, at boot, so the slice is made
         # again (a new boot), and its host joins.
-        cli(tmp_path, "sim", "inject", "-c", "tokenfail", "clear")  # the denial holds for every VM of the project
-        cli(tmp_path, "down", "-c", "tokenfail")
+        # The denial holds for every VM of the project (tokenfail, deleted by its failed up, is no more).
+        cli(tmp_path, "sim", "inject", "-c", "vmboot", "clear")
         folder = folders["vmboot"]
         created = {n.name: n.create_time for n in sim_nodes()}
         spec(folder, "vmboot")

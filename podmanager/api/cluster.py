@@ -140,7 +140,7 @@ class Cluster:
     # ------------------------------------------------------------------ verbs
 
     def up(self, *, timeout_s: float = 1800.0, force: bool = False, on_plan: Callable[[UpPlan], None] | None = None,
-           on_event: EventCallback | None = None) -> ClusterStatus:
+           on_event: EventCallback | None = None, delete_on_failure: bool = False) -> ClusterStatus:
         """Make the cloud match the spec — create missing slices, delete those the spec no
         longer has, replace changed or dead ones — and wait until every slice is READY and
         every host has joined. Resumes a partial `up`.
@@ -150,7 +150,21 @@ class Cluster:
         changing anything it records the plan (an `up_plan` event) and hands it to
         `on_plan`. If the plan deletes or replaces, because of the spec, a slice that an
         active run uses, it refuses (SpecError, nothing changed) unless `force`, which
-        cancels those runs first."""
+        cancels those runs first.
+
+        A failure names what is left running (and billing). With `delete_on_failure` it is
+        deleted first: the slices this `up` created, or, for a cluster's first `up`,
+        everything, as `down` does."""
+        try:
+            return self._up(timeout_s, force, on_plan, on_event, delete_on_failure)
+        except _FirstUpFailed as failed:
+            self.down(on_event=on_event)
+            failed.error.hint = "\n".join(filter(None, [failed.error.hint, "--delete-on-failure: the cluster was "
+                                                         "deleted, as 'podmanager down' does"]))
+            raise failed.error from None
+
+    def _up(self, timeout_s: float, force: bool, on_plan: Callable[[UpPlan], None] | None,
+            on_event: EventCallback | None, delete_on_failure: bool) -> ClusterStatus:
         with self.runtime.listening(on_event):
             if self.runtime.hosts:
                 self.runtime.hosts.check()  # a boot: the VMs could not boot with costs nothing
@@ -173,9 +187,17 @@ class Cluster:
                 try:
                     self.runtime.bring_up(plan.changes, timeout_s, before_converge=before_converge)
                 except PodmanagerError as failed:
-                    if not isinstance(failed, SpecError):
-                        note = left_running(self.runtime)
-                        failed.hint = "\n".join(filter(None, [failed.hint, note]))
+                    if isinstance(failed, SpecError):
+                        raise
+                    if delete_on_failure and first_time:
+                        raise _FirstUpFailed(failed) from None  # `down` takes the lock this holds
+                    if delete_on_failure:
+                        made = sorted(c.slice_index for c in plan.changes
+                                      if c.kind in ("create", "replace") and c.slice_index is not None)
+                        self.runtime.delete_created(made)
+                        failed.hint = "\n".join(filter(None, [failed.hint, f"--delete-on-failure: deleted the "
+                                                                          f"slice(s) this up created: {made}"]))
+                    failed.hint = "\n".join(filter(None, [failed.hint, left_running(self.runtime)]))
                     raise
                 if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
                     # A new head (after a crash) has none of the old one's supervisors.
@@ -336,6 +358,14 @@ class Cluster:
             if stuck_run is not None:
                 stuck_run.status = "cancelled"
                 self.runs_store.save(stuck_run)
+
+
+class _FirstUpFailed(Exception):
+    """A cluster's first `up` failed and is to be deleted whole (`delete_on_failure`)."""
+
+    def __init__(self, error: PodmanagerError):
+        super().__init__(str(error))
+        self.error = error
 
 
 def resolve_cluster(name: str | None, *, store: StateStore | None = None, **kwargs: Any) -> Cluster:

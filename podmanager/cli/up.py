@@ -61,6 +61,9 @@ def up(
         False, "--force", help="Delete or replace slices that active runs use (an edited spec); those runs are cancelled first."),
     as_json: bool = typer.Option(
         False, "--json", help="Print the plan and the final status as one JSON object (progress goes to stderr)."),
+    delete_on_failure: bool = typer.Option(
+        False, "--delete-on-failure",
+        help="If up fails, delete the slices it created (a cluster's first up: everything, as down does)."),
 ) -> None:
     """Make the cloud match the spec (create, delete or replace slices; or finish a partial `up`) and wait until every slice is READY.
 
@@ -69,13 +72,14 @@ def up(
     cluster = api.Cluster.from_yaml(file, dry_run=dry_run)
     if as_json:
         plans: list[api.UpPlan] = []
-        status = cluster.up(timeout_s=timeout, force=force, on_plan=plans.append, on_event=_to_stderr)
+        status = cluster.up(timeout_s=timeout, force=force, on_plan=plans.append, on_event=_to_stderr,
+                            delete_on_failure=delete_on_failure)
         print_json({"plan": plans[-1].as_dict(), "status": status.as_dict()})
         return
     with console.status(f"bringing up {cluster.name} ...") as spinner:
         feed = EventFeed(spinner)
         try:
-            status = cluster.up(timeout_s=timeout, force=force, on_event=feed)
+            status = cluster.up(timeout_s=timeout, force=force, on_event=feed, delete_on_failure=delete_on_failure)
         finally:
             feed.flush()
     print_status(status)

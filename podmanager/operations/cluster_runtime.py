@@ -316,6 +316,11 @@ class ClusterRuntime:
         desired = [d for d in desired_slices(self.spec) if d.index not in indexes and d.index in alive]
         self._converge(desired, timeout_s, reason=reason)
 
+    def delete_created(self, indexes: list[int], timeout_s: float = 600.0) -> None:
+        """Delete the slices a failed `up` created (its caller holds the cluster's lock)."""
+        if indexes:
+            self._delete_only(indexes, timeout_s, reason="the up that created it failed (--delete-on-failure)")
+
     def delete_slices(self, indexes: list[int], *, reason: str, since: float | None = None,
                       timeout_s: float = 1800.0) -> None:
         """Delete these slices now; the first half of replacing them. A slice READY and created
