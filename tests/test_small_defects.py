@@ -142,3 +142,13 @@ def _follows(pid: int) -> bool:
                    (os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")))
     except OSError:
         return False
+
+
+def test_down_searches_a_simulated_project_whose_emulator_has_not_saved_yet(podmanager_home):
+    from podmanager.operations.teardown import simulated_projects
+
+    (podmanager_home / "sim" / "emulators").mkdir(parents=True)
+    (podmanager_home / "sim" / "saved-project.json").write_text("{}")
+    (podmanager_home / "sim" / "emulators" / "serving-project.json").write_text("{}")  # serves, saved nothing yet
+    (podmanager_home / "sim" / "emulators" / "serving-project.log").write_text("")
+    assert simulated_projects() == ["saved-project", "serving-project"]
