@@ -31,6 +31,9 @@ def test_a_missing_program_or_module_is_refused(tmp_path):
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "train.py").write_text("")
     Workload(entrypoint="train.py", working_dir=str(tmp_path)).check_program()
+    with pytest.raises(SpecError, match="run: -m pkg: .* is a package without __main__.py"):
+        Workload(entrypoint="-m pkg", working_dir=str(tmp_path)).check_program()  # python -m cannot run it
+    (tmp_path / "pkg" / "__main__.py").write_text("")
     Workload(entrypoint="-m pkg", working_dir=str(tmp_path)).check_program()
     Workload(entrypoint="-m json.tool", working_dir=str(tmp_path)).check_program()  # installed
     with pytest.raises(SpecError, match="nope.py is not a file in the working dir"):
@@ -49,3 +52,19 @@ def test_the_run_command_line_becomes_a_workload_with_the_flag_named_on_error():
         Workload.from_argv(["train.py"], hang_timeout_s=-1)
     with pytest.raises(SpecError, match="name a program"):
         Workload.from_argv([])
+
+
+def test_a_folder_or_a_data_file_as_the_program_is_refused_at_submit(tmp_path):
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n")
+    with pytest.raises(SpecError, match="run: mypkg is a folder, not a program; PROGRAM is a .py file, -m module"):
+        Workload.from_argv(["mypkg"], working_dir=str(tmp_path)).check_program()
+    with pytest.raises(SpecError, match="run: requirements.txt is not a program") as data_file:
+        Workload.from_argv(["requirements.txt"], working_dir=str(tmp_path)).check_program()
+    assert "-r requirements.txt" in str(data_file.value)
+    with pytest.raises(SpecError, match="run: job.sh is not a program"):
+        Workload.from_argv(["job.sh"], working_dir=str(tmp_path)).check_program()
+    (tmp_path / "job.sh").chmod(0o755)
+    Workload.from_argv(["./job.sh"], working_dir=str(tmp_path)).check_program()
+    Workload.from_argv(["python", "-c", "pass"], working_dir=str(tmp_path)).check_program()  # not in the folder

@@ -152,3 +152,25 @@ def test_down_searches_a_simulated_project_whose_emulator_has_not_saved_yet(podm
     (podmanager_home / "sim" / "emulators" / "serving-project.json").write_text("{}")  # serves, saved nothing yet
     (podmanager_home / "sim" / "emulators" / "serving-project.log").write_text("")
     assert simulated_projects() == ["saved-project", "serving-project"]
+
+
+def test_a_verbs_argument_errors_name_the_verb_typed(tmp_path, monkeypatch):
+    """serve's program errors say serve:, cancel's run id errors say cancel: (the API says run:/RUN:)."""
+    from podmanager.api.submission import run_slices
+
+    spec = parse_spec(SPEC)
+    real_resolve = podmanager.api.resolve_cluster
+    stand_in = SimpleNamespace(name="c", close=lambda: None,
+                               serve=lambda workload, options, budgets: run_slices(spec, workload))
+    monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: stand_in)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    served = invoke("serve", "-c", "c", "--detach", "requirements.txt")
+    assert served.exit_code == 2
+    assert "serve: requirements.txt is not a program" in served.output and "run:" not in served.output
+    assert invoke("serve", "-c", "c").output.startswith("error: serve: name a program")
+    monkeypatch.setattr(podmanager.api, "resolve_cluster", real_resolve)
+    StateStore().save_cluster("c", spec.model_dump(mode="json"), "simulated", "up")
+    cancelled = invoke("cancel", "-c", "c", "nope")
+    assert cancelled.exit_code == 2
+    assert "cancel: no run 'nope' in cluster c" in cancelled.output and "RUN:" not in cancelled.output

@@ -93,6 +93,18 @@ def _arity(ctx: typer.Context, name: str, values: dict[str, int]) -> int:
     ctx.fail(f"No such option: {name}. {fix}")
 
 
+# The API names a verb's positional argument (the program, the run id) by the verb it knows
+# best, `run`; the command that was typed is the name a person reads (`serve:`, `cancel:`).
+_ARGUMENT_PREFIXES = ("run: ", "RUN: ")
+
+
+def _named_for(command: str | None, message: str) -> str:
+    for prefix in _ARGUMENT_PREFIXES:
+        if command and message.startswith(prefix):
+            return f"{command}: {message[len(prefix):]}"
+    return message
+
+
 class PodmanagerGroup(TyperGroup):
     def get_params(self, ctx):  # type: ignore[no-untyped-def]
         return _flags_without_placeholders(super().get_params(ctx))
@@ -101,7 +113,7 @@ class PodmanagerGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except PodmanagerError as error:
-            print_error(str(error))
+            print_error(_named_for(ctx.invoked_subcommand, str(error)))
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
             print_error("interrupted. Run the same command again to resume, or 'podmanager down' to remove the cluster.")

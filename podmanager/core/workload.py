@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -92,10 +93,17 @@ class Workload(BaseModel):
         """Fail before anything starts when the program is not where it will run: a typo must
         not cost an attempt, let alone a slice. A `.py` entrypoint must be a file of the
         working dir that is shipped (`shipped`: the package's file names; .gitignore can leave
-        one out). A `-m` module or a command is checked on the hosts, after their setup."""
-        if self.entrypoint is None or self.module is not None:
-            return
+        one out). A command or `-m` module naming something of the working dir that cannot run
+        (a folder, a data file, a package without `__main__.py`) is refused too; one that is
+        not there is checked on the hosts, after their setup (it may be installed there)."""
         root = Path(self.working_dir or ".")
+        if self.command is not None:
+            _check_command(root, self.command[0])
+            return
+        if self.module is not None:
+            _check_module(root, self.module)
+            return
+        assert self.entrypoint is not None
         if not (root / self.entrypoint).is_file():
             raise SpecError(f"run: {self.entrypoint} is not a file in the working dir {root.resolve()}",
                             hint="Check the path, or pass --working-dir to the folder that holds it.")
@@ -118,6 +126,33 @@ class Workload(BaseModel):
         if self.entrypoint.startswith("-m "):
             return [python, "-u", "-m", self.entrypoint[3:].strip(), *self.args]
         return [python, "-u", self.entrypoint, *self.args]
+
+
+_WHAT_RUNS = "PROGRAM is a .py file, -m module, or a command after --"
+
+
+def _check_command(root: Path, program: str) -> None:
+    """A command's program, if the working dir holds it, is a file that can be executed."""
+    where = Path(program).expanduser()
+    where = where if where.is_absolute() else root / where
+    if where.is_dir():
+        raise SpecError(f"run: {program} is a folder, not a program; {_WHAT_RUNS}",
+                        hint=f"Run a file in it (podmanager run {program}/main.py) or it as a package "
+                             f"(podmanager run -m {Path(program).name}).")
+    if where.is_file() and not os.access(where, os.X_OK):
+        fix = (f"A requirements file goes with -r {program}, before the program." if where.suffix == ".txt"
+               else f"Run it with its interpreter after --, e.g. podmanager run -- bash {program}, or make it "
+                    "executable.")
+        raise SpecError(f"run: {program} is not a program (a file that is neither .py nor executable); {_WHAT_RUNS}",
+                        hint=fix)
+
+
+def _check_module(root: Path, module: str) -> None:
+    """A `-m` package of the working dir has a `__main__.py` to run."""
+    package = root.joinpath(*module.split("."))
+    if package.is_dir() and not (package / "__main__.py").is_file() and not package.with_suffix(".py").is_file():
+        raise SpecError(f"run: -m {module}: {package} is a package without __main__.py, so python cannot run it",
+                        hint=f"Run one of its modules (podmanager run -m {module}.train) or add {package}/__main__.py.")
 
 
 def read_requirements(path: Path) -> list[str]:
