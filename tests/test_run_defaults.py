@@ -1,6 +1,8 @@
 """What a run gets when the user says nothing: where it checkpoints (so running the same
 program again resumes), and which programs are refused before anything starts."""
 
+import re
+
 import pytest
 
 from podmanager.api.submission import default_checkpoint_dir
@@ -68,3 +70,14 @@ def test_a_folder_or_a_data_file_as_the_program_is_refused_at_submit(tmp_path):
     (tmp_path / "job.sh").chmod(0o755)
     Workload.from_argv(["./job.sh"], working_dir=str(tmp_path)).check_program()
     Workload.from_argv(["python", "-c", "pass"], working_dir=str(tmp_path)).check_program()  # not in the folder
+
+
+@pytest.mark.parametrize("argv, name", [(["$(id).py"], "id"), (["Train `whoami`.py"], "train-whoami"),
+                                        (["-m", "pkg.train"], "pkg"), (["--", "./run it;rm -rf x.sh"], "run-it-rm--rf-x.sh"),
+                                        (["..py"], "program")])
+def test_the_program_name_in_run_ids_keeps_only_a_safe_charset(argv, name):
+    from podmanager.running.attempt import new_run_id
+
+    workload = Workload.from_argv(argv[1:] if argv[0] == "--" else argv)
+    assert workload.display_name == name
+    assert re.fullmatch(r"[a-z0-9_.-]+", new_run_id(workload))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from shlex import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -46,11 +47,15 @@ class Workload(BaseModel):
 
     @property
     def display_name(self) -> str:
+        """The program's name as run ids, service ids and checkpoint folders take it: only
+        [a-z0-9-_.], so a file named `$(id).py` never reaches a printed command line."""
         if self.name:
-            return self.name
-        if self.entrypoint:
-            return Path(self.entrypoint.removeprefix("-m ")).stem
-        return Path(self.command[0]).name  # type: ignore[index]
+            given = self.name
+        elif self.entrypoint:
+            given = Path(self.entrypoint.removeprefix("-m ")).stem
+        else:
+            given = Path(self.command[0]).name  # type: ignore[index]
+        return safe_name(given)
 
     @classmethod
     def from_argv(cls, argv: list[str], **options: object) -> "Workload":
@@ -128,6 +133,16 @@ class Workload(BaseModel):
         return [python, "-u", self.entrypoint, *self.args]
 
 
+_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
+NAME_MAX = 48  # leaves a run id (name, time, a suffix) well inside a file name's 255 bytes
+
+
+def safe_name(text: str) -> str:
+    """`text` in [a-z0-9-_.] ('Train $(id).py' -> 'train-id-.py'), never empty, never '.' or '..'."""
+    name = re.sub(r"\.{2,}", ".", _UNSAFE.sub("-", text.lower()))[:NAME_MAX].strip("-.")
+    return name or "program"
+
+
 _WHAT_RUNS = "PROGRAM is a .py file, -m module, or a command after --"
 
 
@@ -137,11 +152,11 @@ def _check_command(root: Path, program: str) -> None:
     where = where if where.is_absolute() else root / where
     if where.is_dir():
         raise SpecError(f"run: {program} is a folder, not a program; {_WHAT_RUNS}",
-                        hint=f"Run a file in it (podmanager run {program}/main.py) or it as a package "
-                             f"(podmanager run -m {Path(program).name}).")
+                        hint=f"Run a file in it (podmanager run {quote(program + '/main.py')}) or it as a package "
+                             f"(podmanager run -m {quote(Path(program).name)}).")
     if where.is_file() and not os.access(where, os.X_OK):
-        fix = (f"A requirements file goes with -r {program}, before the program." if where.suffix == ".txt"
-               else f"Run it with its interpreter after --, e.g. podmanager run -- bash {program}, or make it "
+        fix = (f"A requirements file goes with -r {quote(program)}, before the program." if where.suffix == ".txt"
+               else f"Run it with its interpreter after --, e.g. podmanager run -- bash {quote(program)}, or make it "
                     "executable.")
         raise SpecError(f"run: {program} is not a program (a file that is neither .py nor executable); {_WHAT_RUNS}",
                         hint=fix)
@@ -152,7 +167,7 @@ def _check_module(root: Path, module: str) -> None:
     package = root.joinpath(*module.split("."))
     if package.is_dir() and not (package / "__main__.py").is_file() and not package.with_suffix(".py").is_file():
         raise SpecError(f"run: -m {module}: {package} is a package without __main__.py, so python cannot run it",
-                        hint=f"Run one of its modules (podmanager run -m {module}.train) or add {package}/__main__.py.")
+                        hint=f"Run one of its modules (podmanager run -m {quote(module + '.train')}) or add {package}/__main__.py.")
 
 
 def read_requirements(path: Path) -> list[str]:
