@@ -116,7 +116,9 @@ class PodmanagerGroup(TyperGroup):
             print_error(_named_for(ctx.invoked_subcommand, str(error)))
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
-            print_error("interrupted. Run the same command again to resume, or 'podmanager down' to remove the cluster.")
+            # Only `up` leaves something half made to resume or remove; other verbs just stop.
+            print_error("interrupted. Run the same command again to resume, or 'podmanager down' to remove the "
+                        "cluster." if ctx.invoked_subcommand == "up" else "interrupted")
             raise typer.Exit(130) from None
 
 
@@ -169,8 +171,8 @@ for command in (up.up, status.status, down.down, events.events, demo.demo, logs.
 app.command(cls=ProgramCommand)(run.run)
 app.command(cls=ProgramCommand)(serve.serve)
 sim.register(app, group=PodmanagerGroup, command=PodmanagerCommand)
-app.command(cls=PodmanagerCommand,
-            help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)
+app.command(cls=PodmanagerCommand, help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).",
+            epilog=emulator.FAULTS_EPILOG)(emulator.emulator)
 app.command(cls=PodmanagerCommand, help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)
 app.command("rebuild-state", cls=PodmanagerCommand)(rebuild_state.rebuild_state)
 
@@ -193,6 +195,8 @@ def main() -> None:
     try:
         app()
         code = 0
+    except KeyboardInterrupt:  # between the imports and typer's own handler
+        code = 130
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         if isinstance(done.code, str):
