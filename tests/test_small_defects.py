@@ -233,3 +233,11 @@ def test_ctrl_c_in_a_verb_other_than_up_stops_it_quietly(monkeypatch):
     result = invoke("runs", "-c", "c")
     assert result.exit_code == 130
     assert result.output.strip() == "error: interrupted"  # no traceback, no talk of resuming or 'down'
+
+
+@pytest.mark.parametrize("verb", [["events"], ["logs"], ["runs"], ["status"], ["attach", "r"], ["cancel", "r"],
+                                  ["ray-env"]])
+def test_a_read_only_verb_on_an_unknown_cluster_makes_no_folder(verb, podmanager_home):
+    result = invoke(*verb, "-c", "nope")
+    assert result.exit_code == 2
+    assert not (podmanager_home / "clusters" / "nope").exists()
