@@ -102,11 +102,14 @@ class Workload(BaseModel):
         (a folder, a data file, a package without `__main__.py`) is refused too; one that is
         not there is checked on the hosts, after their setup (it may be installed there)."""
         root = Path(self.working_dir or ".")
+        # Without a working dir nothing of this folder is shipped: the hosts run what they have.
         if self.command is not None:
-            _check_command(root, self.command[0])
+            if self.working_dir is not None:
+                _check_command(root, self.command[0])
             return
         if self.module is not None:
-            _check_module(root, self.module)
+            if self.working_dir is not None:
+                _check_module(root, self.module)
             return
         assert self.entrypoint is not None
         if not (root / self.entrypoint).is_file():
