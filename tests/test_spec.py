@@ -353,3 +353,17 @@ def test_a_key_given_twice_is_refused_naming_it(tmp_path):
     spec.write_text("name: a\nname: b\nslices:\n  - accelerator: v4-8\n")
     with pytest.raises(SpecError, match="the key 'name' is given twice"):
         load_spec(spec, dry_run=True)
+
+
+def test_a_spec_nested_too_deeply_is_refused_naming_the_file(tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: a\nslices: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SpecError, match="deep.yaml: nested too deeply"):
+        load_spec(deep)
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    tabbed = tmp_path / "tabbed.yaml"
+    tabbed.write_text("name: a\n\tslices: []\n")
+    with pytest.raises(SpecError, match=f'in "{re.escape(str(tabbed))}", line 2'):
+        load_spec(tabbed)

@@ -7,6 +7,7 @@ path (`slices[1].accelerator`) and what is allowed, before anything is created.
 from __future__ import annotations
 
 import difflib
+import io
 import os
 import re
 import typing
@@ -605,9 +606,13 @@ def load_spec(path: str | Path, *, dry_run: bool = False) -> ClusterSpec:
     except UnicodeDecodeError as binary:
         raise SpecError(f"--file: {path} is not a text file (byte {binary.start} is not UTF-8); "
                         "give the cluster's YAML spec, e.g. infra/examples/v4-16.yaml") from None
+    named = io.StringIO(text)
+    named.name = str(path)  # YAML's error marks name the file, not "<unicode string>"
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        data = yaml.load(named, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        return parse_spec(data, source=str(path), dry_run=dry_run)
     except yaml.YAMLError as bad:
         raise SpecError(f"{path}: not valid YAML: {bad}") from None
-    return parse_spec(data, source=str(path), dry_run=dry_run)
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a cluster spec; see infra/examples/ for its shape") from None
 
