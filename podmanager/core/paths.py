@@ -15,15 +15,6 @@ def home() -> Path:
     return path
 
 
-def one_name(name: str, what: str) -> str:
-    """`name` as one file name under $PODMANAGER_HOME. The spec checks every name first; this
-    is the second line: a name from a flag, a record or an older version never leads out."""
-    if not name or "/" in name or "\\" in name or ".." in name or "\0" in name or name.startswith("."):
-        raise SpecError(f"{what}: {name!r} cannot name a file (it is empty, starts with '.', or holds '/' or '..'); "
-                        "use lowercase letters, digits and '-'")
-    return name
-
-
 def cluster_dir(cluster: str, *, create: bool = True) -> Path:
     """Per-cluster files: the Ray token, the head's and simulated hosts' pids, run logs.
     `create=False` for readers: a look at a cluster that does not exist leaves no folder."""
@@ -56,3 +47,12 @@ def storage_object(bucket: str, name: str) -> Path:
     if not bucket or "/" in bucket or bucket in (".", "..") or not name or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"gs://{bucket}/{name} is no object a simulated bucket keeps")
     return storage_dir() / bucket / Path(*parts)
+
+
+def one_name(name: str, what: str) -> str:
+    """`name` as one file name under $PODMANAGER_HOME. The spec checks every name first; this
+    is the second line: a name from a flag, a record or an older version never leads out."""
+    if not name or "/" in name or "\\" in name or ".." in name or "\0" in name or name.startswith("."):
+        raise SpecError(f"{what}: {name!r} cannot name a file (it is empty, starts with '.', or holds '/' or '..'); "
+                        "use lowercase letters, digits and '-'")
+    return name
