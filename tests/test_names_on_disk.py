@@ -31,13 +31,13 @@ def test_up_of_a_project_that_climbs_out_is_exit_2_before_anything_is_written(tm
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "", "a\0b"])
 def test_a_path_from_a_name_refuses_one_that_leads_out(name):
-    for build in (paths.cluster_dir, paths.sim_state_path, record.record_path, record.log_path):
+    for build in (paths.cluster_dir, paths.cluster_path, paths.sim_state_path, record.record_path, record.log_path):
         with pytest.raises(SpecError, match="cannot name a file"):
             build(name)
 
 
 def test_a_plain_name_gives_its_folder_and_a_reader_makes_none(podmanager_home):
-    assert paths.cluster_dir("demo", create=False) == podmanager_home / "clusters" / "demo"
+    assert paths.cluster_path("demo") == podmanager_home / "clusters" / "demo"
     assert not (podmanager_home / "clusters" / "demo").exists()
     assert paths.cluster_dir("demo").is_dir()
     assert paths.sim_state_path("my-project") == podmanager_home / "sim" / "my-project.json"

@@ -15,12 +15,10 @@ def home() -> Path:
     return path
 
 
-def cluster_dir(cluster: str, *, create: bool = True) -> Path:
-    """Per-cluster files: the Ray token, the head's and simulated hosts' pids, run logs.
-    `create=False` for readers: a look at a cluster that does not exist leaves no folder."""
-    path = home() / "clusters" / one_name(cluster, "cluster")
-    if create:
-        path.mkdir(parents=True, exist_ok=True)
+def cluster_dir(cluster: str) -> Path:
+    """Per-cluster files: the Ray token, the head's and simulated hosts' pids, run logs."""
+    path = cluster_path(cluster)
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -56,3 +54,8 @@ def one_name(name: str, what: str) -> str:
         raise SpecError(f"{what}: {name!r} cannot name a file (it is empty, starts with '.', or holds '/' or '..'); "
                         "use lowercase letters, digits and '-'")
     return name
+
+
+def cluster_path(cluster: str) -> Path:
+    """Where `cluster_dir` is, not made: a reader's look at a cluster that does not exist leaves no folder."""
+    return home() / "clusters" / one_name(cluster, "cluster")
