@@ -22,7 +22,7 @@ from podmanager.runtime.checkpoints import is_url, resolve_directory
 
 
 def gcp(*slices: str, **fields: object):  # type: ignore[no-untyped-def]
-    return parse_spec({"name": "c", "project": "p", "zones": ["z"],
+    return parse_spec({"name": "c", "project": "my-project", "zones": ["z"],
                        "slices": [{"accelerator": a} for a in slices], **fields})
 
 

@@ -202,7 +202,9 @@ def test_the_cli_rejects_bad_fault_text_with_exit_code_2():
 
 def test_scripted_hangs_wait_for_a_run_and_freeze_the_host_they_name(clock):
     sim = SimCloud(clock=clock)
-    cluster = Cluster.from_dict(with_faults("hang:1:1:60", {"kind": "hang", "slice": 0, "after_s": "2m"}), simulator=sim, clock=clock)
+    two_hosts_each = {**with_faults("hang:1:1:60", {"kind": "hang", "slice": 0, "after_s": "2m"}),
+                      "slices": [{"accelerator": "v4-16", "count": 2}]}  # host 1/1 exists
+    cluster = Cluster.from_dict(two_hosts_each, simulator=sim, clock=clock)
     simulation.arm_scripted_faults(cluster.runtime)  # at `up`: nothing reaches the cloud
     assert sim.pending_faults() == SimCloud(clock=clock).pending_faults()
     assert [e.message for e in cluster.events() if e.kind == "fault_armed"] == [

@@ -162,7 +162,7 @@ def test_free_ports_hold_their_probes_until_every_port_is_chosen():
 def test_head_command_has_a_small_store_and_no_token(home):
     from podmanager.hosts import head
 
-    spec = parse_spec({"name": "h", "project": "p", "zones": ["z"], "slices": [{"accelerator": "v4-8"}],
+    spec = parse_spec({"name": "h", "project": "my-project", "zones": ["z"], "slices": [{"accelerator": "v4-8"}],
                        "head": {"dashboard_host": "127.0.0.1"}})
     command = head.head_command(spec, "10.0.0.2", 6379, 8265, 10001, 52365)
     assert command[3:5] == ["start", "--head"]
@@ -180,7 +180,7 @@ def test_a_simulated_head_detects_a_dead_host_in_about_a_second_and_a_half(home)
 
 def test_a_gcp_head_keeps_rays_safe_defaults_so_a_pause_kills_no_slice(home):
     """Ray's own defaults (ray_config_def.h): 5 missed checks, every 3 s, each allowed 10 s."""
-    spec = parse_spec({"name": "h", "project": "p", "zones": ["z"], "slices": [{"accelerator": "v4-8"}]})
+    spec = parse_spec({"name": "h", "project": "my-project", "zones": ["z"], "slices": [{"accelerator": "v4-8"}]})
     # A host whose process died is declared dead after ~15 s, one that went silent after ~1 min:
     # far past a GC pause or a network blip.
     assert head_health_checks(spec) == {"health_check_period_ms": 3000, "health_check_failure_threshold": 5,

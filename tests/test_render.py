@@ -47,3 +47,9 @@ def test_figures_are_rounded():
     metrics = {"first_step": 1, "last_step": 300, "first_loss": 2.3923275470733643, "last_loss": 0.4711698889732361}
     figures = "; ".join(render.summary_figures(result(metrics=metrics, goodput=0.7012)))
     assert figures == "attempts 1, preemptions 0, failures 0, hangs 0; goodput 70%; steps 1 -> 300; loss 2.392 -> 0.4712"
+
+
+def test_a_printed_command_line_quotes_what_came_from_the_user(capsys):
+    render.print_summary(result(run_id="odd $(id) name", cluster="c"))
+    out = capsys.readouterr().out
+    assert "logs: podmanager logs -c c --run 'odd $(id) name'" in out

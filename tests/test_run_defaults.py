@@ -1,6 +1,8 @@
 """What a run gets when the user says nothing: where it checkpoints (so running the same
 program again resumes), and which programs are refused before anything starts."""
 
+import re
+
 import pytest
 
 from podmanager.api.submission import default_checkpoint_dir
@@ -31,6 +33,9 @@ def test_a_missing_program_or_module_is_refused(tmp_path):
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "train.py").write_text("")
     Workload(entrypoint="train.py", working_dir=str(tmp_path)).check_program()
+    with pytest.raises(SpecError, match="run: -m pkg: .* is a package without __main__.py"):
+        Workload(entrypoint="-m pkg", working_dir=str(tmp_path)).check_program()  # python -m cannot run it
+    (tmp_path / "pkg" / "__main__.py").write_text("")
     Workload(entrypoint="-m pkg", working_dir=str(tmp_path)).check_program()
     Workload(entrypoint="-m json.tool", working_dir=str(tmp_path)).check_program()  # installed
     with pytest.raises(SpecError, match="nope.py is not a file in the working dir"):
@@ -49,3 +54,30 @@ def test_the_run_command_line_becomes_a_workload_with_the_flag_named_on_error():
         Workload.from_argv(["train.py"], hang_timeout_s=-1)
     with pytest.raises(SpecError, match="name a program"):
         Workload.from_argv([])
+
+
+def test_a_folder_or_a_data_file_as_the_program_is_refused_at_submit(tmp_path):
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n")
+    with pytest.raises(SpecError, match="run: mypkg is a folder, not a program; PROGRAM is a .py file, -m module"):
+        Workload.from_argv(["mypkg"], working_dir=str(tmp_path)).check_program()
+    with pytest.raises(SpecError, match="run: requirements.txt is not a program") as data_file:
+        Workload.from_argv(["requirements.txt"], working_dir=str(tmp_path)).check_program()
+    assert "-r requirements.txt" in str(data_file.value)
+    with pytest.raises(SpecError, match="run: job.sh is not a program"):
+        Workload.from_argv(["job.sh"], working_dir=str(tmp_path)).check_program()
+    (tmp_path / "job.sh").chmod(0o755)
+    Workload.from_argv(["./job.sh"], working_dir=str(tmp_path)).check_program()
+    Workload.from_argv(["python", "-c", "pass"], working_dir=str(tmp_path)).check_program()  # not in the folder
+
+
+@pytest.mark.parametrize("argv, name", [(["$(id).py"], "id"), (["Train `whoami`.py"], "train-whoami"),
+                                        (["-m", "pkg.train"], "pkg"), (["--", "./run it;rm -rf x.sh"], "run-it-rm--rf-x.sh"),
+                                        (["..py"], "program")])
+def test_the_program_name_in_run_ids_keeps_only_a_safe_charset(argv, name):
+    from podmanager.running.attempt import new_run_id
+
+    workload = Workload.from_argv(argv[1:] if argv[0] == "--" else argv)
+    assert workload.display_name == name
+    assert re.fullmatch(r"[a-z0-9_.-]+", new_run_id(workload))

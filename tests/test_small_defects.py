@@ -142,3 +142,102 @@ def _follows(pid: int) -> bool:
                    (os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")))
     except OSError:
         return False
+
+
+def test_down_searches_a_simulated_project_whose_emulator_has_not_saved_yet(podmanager_home):
+    from podmanager.operations.teardown import simulated_projects
+
+    (podmanager_home / "sim" / "emulators").mkdir(parents=True)
+    (podmanager_home / "sim" / "saved-project.json").write_text("{}")
+    (podmanager_home / "sim" / "emulators" / "serving-project.json").write_text("{}")  # serves, saved nothing yet
+    (podmanager_home / "sim" / "emulators" / "serving-project.log").write_text("")
+    assert simulated_projects() == ["saved-project", "serving-project"]
+
+
+def test_a_verbs_argument_errors_name_the_verb_typed(tmp_path, monkeypatch):
+    """serve's program errors say serve:, cancel's run id errors say cancel: (the API says run:/RUN:)."""
+    from podmanager.api.submission import run_slices
+
+    spec = parse_spec(SPEC)
+    real_resolve = podmanager.api.resolve_cluster
+    stand_in = SimpleNamespace(name="c", close=lambda: None,
+                               serve=lambda workload, options, budgets: run_slices(spec, workload))
+    monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: stand_in)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    served = invoke("serve", "-c", "c", "--detach", "requirements.txt")
+    assert served.exit_code == 2
+    assert "serve: requirements.txt is not a program" in served.output and "run:" not in served.output
+    assert invoke("serve", "-c", "c").output.startswith("error: serve: name a program")
+    monkeypatch.setattr(podmanager.api, "resolve_cluster", real_resolve)
+    StateStore().save_cluster("c", spec.model_dump(mode="json"), "simulated", "up")
+    cancelled = invoke("cancel", "-c", "c", "nope")
+    assert cancelled.exit_code == 2
+    assert "cancel: no run 'nope' in cluster c" in cancelled.output and "RUN:" not in cancelled.output
+
+
+def test_one_outage_of_the_api_is_one_retry_event(sim, clock):
+    from podmanager.api import Cluster
+
+    spec = {"name": "c", "backend": "simulated", "simulation": {"boot_hosts": False},
+            "slices": [{"accelerator": "v4-8"}]}
+    cluster = Cluster.from_dict(spec, simulator=sim, clock=clock)
+    sim.inject_transient(12)  # as a dead emulator answers every call for a while
+    assert cluster.up().slices[0].state == "READY"
+    retries = [e.message for e in cluster.events() if e.kind == "retry"]
+    assert len(retries) == 1 and "retrying until the API answers" in retries[0]
+    clock.advance(120)  # a later outage is news again
+    sim.inject_transient(3)
+    cluster.up()
+    assert [e.kind for e in cluster.events()].count("retry") == 2
+
+
+def test_ctrl_c_while_the_cli_loads_exits_130_without_a_traceback(tmp_path):
+    """The entry point catches Ctrl-C from its first moment: here it arrives as the CLI's modules load."""
+    interrupted_import = (
+        "import sys\n"
+        "class CtrlC:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'podmanager.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, CtrlC())\n"
+        "from podmanager.__main__ import main\n"
+        "main()\n")
+    done = subprocess.run([sys.executable, "-c", interrupted_import, "status"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert done.returncode == 130
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+
+
+def test_the_console_script_is_the_entry_point_that_catches_ctrl_c():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert 'podmanager = "podmanager.__main__:main"' in (root / "pyproject.toml").read_text()
+
+
+def test_the_emulators_help_shows_every_fault_form_whole():
+    from podmanager.core.fault_text import TEXT_FORMS
+
+    shown = CliRunner().invoke(app, ["emulator", "-h"], terminal_width=80)
+    assert shown.exit_code == 0
+    for form in TEXT_FORMS.values():  # each whole, in the one list of them
+        assert form in shown.output.split("Faults (--fault):")[1], form
+
+
+def test_ctrl_c_in_a_verb_other_than_up_stops_it_quietly(monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(podmanager.api, "run_history", interrupted)
+    result = invoke("runs", "-c", "c")
+    assert result.exit_code == 130
+    assert result.output.strip() == "error: interrupted"  # no traceback, no talk of resuming or 'down'
+
+
+@pytest.mark.parametrize("verb", [["events"], ["logs"], ["runs"], ["status"], ["attach", "r"], ["cancel", "r"],
+                                  ["ray-env"]])
+def test_a_read_only_verb_on_an_unknown_cluster_makes_no_folder(verb, podmanager_home):
+    result = invoke(*verb, "-c", "nope")
+    assert result.exit_code == 2
+    assert not (podmanager_home / "clusters" / "nope").exists()

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from podmanager.core.errors import SpecError
@@ -73,6 +75,26 @@ def test_dry_run_forces_simulated_backend():
         ({"network": {"enable_external_ip": True}}, "network.enable_external_ip: unknown field; did you mean "
                                                     "enable_external_ips?"),
         ({"network": {"enable_external_ips": "sometimes"}}, "network.enable_external_ips"),
+        # Fields that become file or resource names (issue 34, item 4).
+        ({"project": "../../../escape"}, "project: '../../../escape' is not a Google Cloud project id; an id is "
+                                         "6-30 lowercase letters, digits or '-', starting with a letter"),
+        ({"project": "short"}, "project: 'short' is not a Google Cloud project id"),
+        ({"project": "my-project-"}, "project: 'my-project-' is not a Google Cloud project id"),
+        ({"project": "1-starts-with-digit"}, "is not a Google Cloud project id"),
+        ({"zones": ["../sim-zone-a"]}, "zones[0]: '../sim-zone-a' is not a zone name"),
+        ({"zones": ["sim-zone-a", "us central"]}, "zones[1]: 'us central' is not a zone name"),
+        ({"name": "demo\n"}, "name: 'demo\\n' must be"),
+        ({"slices": [{"accelerator": "v4-8", "queued": True, "reservation": "projects/../locations/z/reservations/r"}]},
+         "slices[0].reservation: 'projects/../locations/z/reservations/r' is not a reservation name"),
+        ({"slices": [{"accelerator": "v4-8", "runtime_version": "../base"}]},
+         "slices[0].runtime_version: '../base' is not a TPU software version"),
+        ({"slices": [{"accelerator": "v4-8", "labels": {f"k{i}": "v" for i in range(63)}}]},
+         "slices[0].labels: 63 labels; a Cloud TPU node takes at most 62"),
+        ({"slices": [{"accelerator": "v4-8", "labels": {"team": "x" * 64}}]}, "slices[0].labels: label team="),
+        ({"boot": {"stage": "gs://my-bucket/../../elsewhere"}}, "boot.stage: 'gs://my-bucket/../../elsewhere' has a "
+                                                                "'.' or '..' segment"),
+        ({"checkpoints": "gs://my-bucket/./ck"}, "checkpoints: 'gs://my-bucket/./ck' has a '.' or '..' segment"),
+        ({"checkpoints": "gs://my-bucket/two words"}, "checkpoints: 'gs://my-bucket/two words' is not a URL of a folder"),
     ],
 )
 def test_bad_specs_name_the_field(change, expected):
@@ -88,7 +110,7 @@ def test_gcp_backend_needs_project_and_zones(monkeypatch):
     with pytest.raises(SpecError, match="project: no GCP project given"):
         parse_spec({"name": "a", "zones": ["z"], "slices": [{"accelerator": "v4-8"}]})
     with pytest.raises(SpecError, match="zones: list at least one zone"):
-        parse_spec({"name": "a", "project": "p", "slices": [{"accelerator": "v4-8"}]})
+        parse_spec({"name": "a", "project": "my-project", "slices": [{"accelerator": "v4-8"}]})
 
 
 def test_load_spec_errors_name_the_file(tmp_path):
@@ -271,3 +293,77 @@ def test_boot_packages_and_stage_are_kept_tidy():
                                         "stage": "gs://my-bucket/podmanager/"}}).boot
     assert boot.packages == ["optax==0.2.4", "flax>=0.10; python_version>='3.11'"]
     assert boot.stage == "gs://my-bucket/podmanager"
+
+
+@pytest.mark.parametrize("project", ["my-project", "podmanager-sim", "a23456", "a" * 30, "example.com:my-project"])
+def test_real_project_ids_are_accepted(project):
+    assert parse_spec({**GOOD, "project": project}).project == project
+
+
+def test_a_project_from_the_environment_is_checked_too(monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "../up")
+    with pytest.raises(SpecError, match="project: '../up' is not a Google Cloud project id"):
+        parse_spec({"name": "a", "zones": ["us-central2-b"], "slices": [{"accelerator": "v4-8"}]})
+
+
+def test_the_slice_count_is_bounded_over_all_entries():
+    two_entries = {**GOOD, "slices": [{"accelerator": "v4-8", "count": 600}, {"accelerator": "v4-8", "count": 600}]}
+    with pytest.raises(SpecError, match="slices: 1200 slices over all entries; a cluster has at most 1024"):
+        parse_spec(two_entries)
+    at_the_bound = {**GOOD, "slices": [{"accelerator": "v4-8", "count": 1000}, {"accelerator": "v4-8", "count": 24}]}
+    assert len(parse_spec(at_the_bound).slice_list()) == 1024
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("preempt:3", "simulation.faults[0] (preempt:3:0:0): there is no slice 3; this cluster's slices are 0 to 2"),
+    ({"kind": "degrade", "slice": 9}, "simulation.faults[0] (degrade:9:"),
+    ("hang:2:1", "simulation.faults[0] (hang:2:1:0): slice 2 has no host 1; its hosts are 0 to 0"),
+])
+def test_a_fault_on_a_slice_or_host_that_does_not_exist_is_refused_naming_it(fault, expected):
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**GOOD, "simulation": {"faults": [fault]}})
+    assert expected in str(raised.value)
+    assert parse_spec({**GOOD, "simulation": {"faults": ["preempt:2", "hang:0:1"]}}).simulation.faults
+
+
+@pytest.mark.parametrize("simulation, field", [
+    ({"create_latency_s": -1}, "simulation.create_latency_s"),
+    ({"create_latency_s": 86401}, "simulation.create_latency_s: Input should be less than or equal to 86400"),
+    ({"delete_latency_s": 1e9}, "simulation.delete_latency_s"),
+    ({"faults": ["preempt:0:100000"]}, "simulation.faults[0].after_s"),
+    ({"faults": [{"kind": "maintenance", "slice": 0, "duration_s": 1e7}]}, "simulation.faults[0].duration_s"),
+])
+def test_absurd_latencies_are_refused(simulation, field):
+    with pytest.raises(SpecError, match=re.escape(field)):
+        parse_spec({**GOOD, "simulation": simulation})
+
+
+def test_a_binary_spec_is_refused_naming_the_file(tmp_path):
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"name: a\n\xff\xfe\x00\x81 slices")
+    with pytest.raises(SpecError, match=f"--file: {re.escape(str(binary))} is not a text file"):
+        load_spec(binary)
+
+
+def test_a_key_given_twice_is_refused_naming_it(tmp_path):
+    spec = tmp_path / "twice.yaml"
+    spec.write_text("name: a\nslices:\n  - accelerator: v4-8\n    count: 2\n    count: 1\n")
+    with pytest.raises(SpecError, match="the key 'count' is given twice"):
+        load_spec(spec, dry_run=True)
+    spec.write_text("name: a\nname: b\nslices:\n  - accelerator: v4-8\n")
+    with pytest.raises(SpecError, match="the key 'name' is given twice"):
+        load_spec(spec, dry_run=True)
+
+
+def test_a_spec_nested_too_deeply_is_refused_naming_the_file(tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: a\nslices: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SpecError, match="deep.yaml: nested too deeply"):
+        load_spec(deep)
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    tabbed = tmp_path / "tabbed.yaml"
+    tabbed.write_text("name: a\n\tslices: []\n")
+    with pytest.raises(SpecError, match=f'in "{re.escape(str(tabbed))}", line 2'):
+        load_spec(tabbed)

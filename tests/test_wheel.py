@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -60,7 +61,9 @@ def test_the_wheel_holds_the_package_its_metadata_and_a_record_that_matches(whee
         assert f"Version: {wheel_version(wheel)}" in metadata and "Name: podmanager" in metadata
         assert "Requires-Dist: ray[default]" in metadata
         assert 'extra == "test"' in metadata and "Provides-Extra: test" in metadata  # markers kept
-        assert "podmanager = podmanager.cli:main" in archive.read(f"{info}/entry_points.txt").decode()
+        # The command as the running podmanager was installed with it (pyproject's, when last installed).
+        installed = [e for e in importlib.metadata.distribution("podmanager").entry_points if e.name == "podmanager"]
+        assert f"podmanager = {installed[0].value}" in archive.read(f"{info}/entry_points.txt").decode()
         assert "Tag: py3-none-any" in archive.read(f"{info}/WHEEL").decode()
         record = archive.read(f"{info}/RECORD").decode().splitlines()
         for line in record[:-1]:

@@ -16,12 +16,16 @@ from podmanager.api import Cluster, ClusterStatus, simulation
 from podmanager.core import paths
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
+from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
-from podmanager.state import Event
+from podmanager.state import Event, StateStore
 from podmanager.supervision.ledger import RunResult
 
+# A name no example of the README uses (they call the user's cluster `demo`), so the demo never
+# takes over a cluster of the user's: one of this name that the demo did not make is refused.
+DEMO_NAME = "podmanager-demo"
 DEMO_SPEC = {
-    "name": "demo",
+    "name": DEMO_NAME,
     "backend": "simulated",
     "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot"}],
     "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.2},
@@ -60,11 +64,33 @@ class _PreemptHalfway:
                 return
 
 
+class DemoNameTakenError(PodmanagerError):
+    exit_code = 2
+
+
+def refuse_a_cluster_not_the_demos(store: StateStore) -> None:
+    """The demo resumes its own cluster (an interrupted demo's, the same spec) and touches no
+    other: a cluster of its name with another spec is the user's."""
+    record = store.get_cluster(DEMO_NAME)
+    if record is None:
+        return
+    try:
+        ours = parse_spec(record.spec, source=f"stored spec of {DEMO_NAME}") == parse_spec(DEMO_SPEC)
+    except PodmanagerError:
+        ours = False
+    if not ours:
+        raise DemoNameTakenError(
+            f"the demo makes a cluster named {DEMO_NAME}, and a cluster of that name exists that the demo did not "
+            "make (its spec differs); the demo leaves it alone",
+            hint=f"Remove it with 'podmanager down -c {DEMO_NAME}' if it is no longer needed, then run the demo again.")
+
+
 def run_demo(on_event: Callable[[Event], None], show_output: Callable[[HostSlot, str], None],
              show_status: Callable[[ClusterStatus], None], say: Callable[[str], None] = lambda text: None
              ) -> RunResult:
     """The demo from up to down; `say` hears what each phase is about to wait for."""
     folder = workloads_dir()
+    refuse_a_cluster_not_the_demos(StateStore())
     cluster = Cluster.from_dict(DEMO_SPEC, on_event=on_event)
     try:
         say("1/3 up: start a Ray head, create two v4-8 slices, and wait for their hosts to join Ray")

@@ -93,6 +93,18 @@ def _arity(ctx: typer.Context, name: str, values: dict[str, int]) -> int:
     ctx.fail(f"No such option: {name}. {fix}")
 
 
+# The API names a verb's positional argument (the program, the run id) by the verb it knows
+# best, `run`; the command that was typed is the name a person reads (`serve:`, `cancel:`).
+_ARGUMENT_PREFIXES = ("run: ", "RUN: ")
+
+
+def _named_for(command: str | None, message: str) -> str:
+    for prefix in _ARGUMENT_PREFIXES:
+        if command and message.startswith(prefix):
+            return f"{command}: {message[len(prefix):]}"
+    return message
+
+
 class PodmanagerGroup(TyperGroup):
     def get_params(self, ctx):  # type: ignore[no-untyped-def]
         return _flags_without_placeholders(super().get_params(ctx))
@@ -101,10 +113,12 @@ class PodmanagerGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except PodmanagerError as error:
-            print_error(str(error))
+            print_error(_named_for(ctx.invoked_subcommand, str(error)))
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
-            print_error("interrupted. Run the same command again to resume, or 'podmanager down' to remove the cluster.")
+            # Only `up` leaves something half made to resume or remove; other verbs just stop.
+            print_error("interrupted. Run the same command again to resume, or 'podmanager down' to remove the "
+                        "cluster." if ctx.invoked_subcommand == "up" else "interrupted")
             raise typer.Exit(130) from None
 
 
@@ -157,8 +171,8 @@ for command in (up.up, status.status, down.down, events.events, demo.demo, logs.
 app.command(cls=ProgramCommand)(run.run)
 app.command(cls=ProgramCommand)(serve.serve)
 sim.register(app, group=PodmanagerGroup, command=PodmanagerCommand)
-app.command(cls=PodmanagerCommand,
-            help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).")(emulator.emulator)
+app.command(cls=PodmanagerCommand, help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).",
+            epilog=emulator.FAULTS_EPILOG)(emulator.emulator)
 app.command(cls=PodmanagerCommand, help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)
 app.command("rebuild-state", cls=PodmanagerCommand)(rebuild_state.rebuild_state)
 
@@ -181,6 +195,8 @@ def main() -> None:
     try:
         app()
         code = 0
+    except KeyboardInterrupt:  # between the imports and typer's own handler
+        code = 130
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         if isinstance(done.code, str):

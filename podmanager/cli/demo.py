@@ -16,9 +16,9 @@ from podmanager.cli.render import (
 
 def demo() -> None:
     """A dry run on the simulated cloud: up, train across two slices, survive a preemption, down."""
-    from podmanager.api.demo import run_demo  # imports Ray: only when the demo runs
+    from podmanager.api.demo import DEMO_NAME, run_demo  # imports Ray: only when the demo runs
 
-    console.print("podmanager demo: two spot v4-8 slices on the simulated cloud; slice 1 is preempted "
+    console.print(f"podmanager demo: a cluster {DEMO_NAME} of two spot v4-8 slices on the simulated cloud; slice 1 is preempted "
                   "halfway through training and the run recovers from its last checkpoint.")
     result = run_demo(on_event=print_event, show_output=printer(all_hosts=False, to_stderr=False),
                       show_status=print_status, say=lambda text: console.print(escape(text), style="bold"))

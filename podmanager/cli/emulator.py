@@ -12,6 +12,10 @@ import typer
 
 from podmanager.core.fault_text import FAULT_HELP
 
+# Below the options, where a line has the terminal's width: in the options' help column a
+# form such as maintenance:SLICE[:AFTER_S[:NOTICE_S[:DURATION_S]]] was cut to "maintenance:SLICE[…".
+FAULTS_EPILOG = f"Faults (--fault): {FAULT_HELP}."
+
 
 def emulator(
     port: Annotated[int, typer.Option(metavar="PORT", help="Port to listen on (0: any free port).")] = 8470,
@@ -22,7 +26,7 @@ def emulator(
         "--rest-port", "--secrets-rest-port", metavar="PORT",
         help="Port of the REST routes for startup scripts: Secret Manager, Cloud Storage downloads (0: any free port)."
     )] = 0,
-    fault: Annotated[list[str], typer.Option(metavar="FAULT", help=f"Fault to inject at start (repeatable): {FAULT_HELP}.")] = [],  # noqa: B006
+    fault: Annotated[list[str], typer.Option(metavar="FAULT", help="Fault to inject at start (repeatable); the forms are listed below.")] = [],  # noqa: B006
 ) -> None:
     """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) and Secret Manager for TPU_EMULATOR_HOST."""
     from podmanager.core.faults import parse

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from shlex import quote
 from typing import Callable
 
 import typer
@@ -56,8 +57,8 @@ def detach_or_cancel(cancel: bool):  # type: ignore[no-untyped-def]
     def interrupted(handle: api.RunHandle) -> bool:
         if not cancel:
             console.print(f"\ndetached: run {handle.run_id} goes on (Ctrl-C again within 2 s cancels it).\n"
-                          f"  follow it: podmanager attach {handle.run_id}\n"
-                          f"  cancel it: podmanager cancel {handle.run_id}")
+                          f"  follow it: podmanager attach {quote(handle.run_id)}\n"
+                          f"  cancel it: podmanager cancel {quote(handle.run_id)}", markup=False)
             try:
                 time.sleep(2.0)  # the window for a second Ctrl-C, which is a person's, not a condition
                 return False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from shlex import quote
+
 import typer
 
 from podmanager.cli.render import console
@@ -27,5 +29,6 @@ def rebuild_state(
         console.print(f"  not restored: {name}: {why}")
     for name, project in report.unknown_in_cloud:
         console.print(f"  in simulated project {project} without a spec copy: {name}; 'podmanager up -f SPEC' "
-                      f"takes it back, 'podmanager down -c {name} --dry-run' deletes it")
+                      f"takes it back, 'podmanager down -c {quote(name)} --dry-run' deletes it",
+                      markup=False)
     console.print(f"lost: {LOST}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from shlex import quote  # every value in a command line a person may paste
 import sys
 from typing import Any, Iterable, Sequence
 
@@ -73,7 +74,7 @@ def print_status(result: Any) -> None:
     )
     if result.ray is not None:
         console.print(f"Ray: {result.ray.address}  dashboard: {result.ray.dashboard_url or '-'}  "
-                      f"(podmanager ray-env -c {result.name} prints the exports for ray and ray.init)",
+                      f"(podmanager ray-env -c {quote(result.name)} prints the exports for ray and ray.init)",
                       markup=False, highlight=False)
     if result.head_problem is not None:
         console.print(f"{result.head_problem}: 'podmanager up -c {result.name}' starts it again "
@@ -131,7 +132,8 @@ def print_summary(result) -> None:  # type: ignore[no-untyped-def]
                       _seconds(i["recover_s"]), i["lost_steps"]) for i in result.incidents])
     if failed:
         console.print("hosts that failed: " + ", ".join(host_label(h.slice, h.worker_id) for h in failed))
-    console.print(f"logs: podmanager logs -c {result.cluster} --run {result.run_id}")
+    console.print(f"logs: podmanager logs -c {quote(result.cluster)} --run {quote(result.run_id)}", markup=False,
+                  highlight=False)
 
 
 def summary_figures(result) -> list[str]:  # type: ignore[no-untyped-def]

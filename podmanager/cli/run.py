@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Optional
+from shlex import quote
 
 import typer
 
@@ -69,8 +70,8 @@ def run(
             print_json({"run_id": handle.run_id, "cluster": handle.cluster, "status": handle.status().status})
         else:
             console.print(f"submitted run {handle.run_id}\n"
-                          f"  follow it: podmanager attach {handle.run_id}\n"
-                          f"  cancel it: podmanager cancel {handle.run_id}")
+                          f"  follow it: podmanager attach {quote(handle.run_id)}\n"
+                          f"  cancel it: podmanager cancel {quote(handle.run_id)}", markup=False)
         return
 
     def run_and_follow(printer, on_event, on_interrupt):  # type: ignore[no-untyped-def]

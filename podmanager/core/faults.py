@@ -91,7 +91,9 @@ def _duration(value: Any) -> Any:
     return seconds(value) if isinstance(value, str) else value
 
 
-Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+# At most a day: a larger delay is a typo (milliseconds for seconds), and no test waits that long.
+A_DAY_S = 86400.0
+Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0, le=A_DAY_S)]
 
 
 def _positive(times: int) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from podmanager.core.errors import SpecError
+
 
 def home() -> Path:
     # Absolute: the supervisors and hosts that read it run in other folders.
@@ -31,13 +33,13 @@ _private: set[Path] = set()  # folders this process made private (checked again 
 
 def cluster_dir(cluster: str) -> Path:
     """Per-cluster files: the Ray token, the head's and simulated hosts' pids, run logs."""
-    path = home() / "clusters" / cluster
+    path = cluster_path(cluster)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def sim_state_path(project: str) -> Path:
-    return home() / "sim" / f"{project}.json"
+    return home() / "sim" / f"{one_name(project, 'project')}.json"
 
 
 def wheels_dir() -> Path:
@@ -59,3 +61,17 @@ def storage_object(bucket: str, name: str) -> Path:
     if not bucket or "/" in bucket or bucket in (".", "..") or not name or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"gs://{bucket}/{name} is no object a simulated bucket keeps")
     return storage_dir() / bucket / Path(*parts)
+
+
+def one_name(name: str, what: str) -> str:
+    """`name` as one file name under $PODMANAGER_HOME. The spec checks every name first; this
+    is the second line: a name from a flag, a record or an older version never leads out."""
+    if not name or "/" in name or "\\" in name or ".." in name or "\0" in name or name.startswith("."):
+        raise SpecError(f"{what}: {name!r} cannot name a file (it is empty, starts with '.', or holds '/' or '..'); "
+                        "use lowercase letters, digits and '-'")
+    return name
+
+
+def cluster_path(cluster: str) -> Path:
+    """Where `cluster_dir` is, not made: a reader's look at a cluster that does not exist leaves no folder."""
+    return home() / "clusters" / one_name(cluster, "cluster")

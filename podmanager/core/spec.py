@@ -7,6 +7,7 @@ path (`slices[1].accelerator`) and what is allowed, before anything is created.
 from __future__ import annotations
 
 import difflib
+import io
 import os
 import re
 import typing
@@ -29,10 +30,10 @@ from pydantic import (
 
 from podmanager.core import catalog
 from podmanager.core.errors import SpecError
-from podmanager.core.faults import Fault, explain
+from podmanager.core.faults import A_DAY_S, Fault, explain  # A_DAY_S: the bound of every simulated delay
 from podmanager.runtime.checkpoints import is_url
 
-NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+NAME_PATTERN = re.compile(r"[a-z]([-a-z0-9]{0,28}[a-z0-9])?")  # always fullmatch: '$' lets a newline through
 SIMULATED_PROJECT = "podmanager-sim"
 SIMULATED_ZONES = ["sim-zone-a", "sim-zone-b", "sim-zone-c"]
 # Google's network forms (Cloud TPU's "Configure networking and access"): a name, or its
@@ -45,12 +46,34 @@ _SUBNETWORK = re.compile(
 _TAG = re.compile(_GCE_NAME)
 _SERVICE_ACCOUNT = re.compile(r"[a-z0-9][-a-z0-9_.+]*@[a-z0-9][-a-z0-9.]*\.[a-z]{2,}")
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-_RESERVATION = re.compile(r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)|(projects/[^/]+/locations/[^/]+/reservations/[^/]+)")
+_RESERVATION = re.compile(rf"{_GCE_NAME}|projects/{_PROJECT}/locations/{_GCE_NAME}/reservations/{_GCE_NAME}")
+# A project id as Resource Manager allows it: 6-30 of [a-z0-9-], a letter first, no '-' last (a
+# legacy domain-scoped id, example.com:my-project, has its domain in front). It names files
+# under $PODMANAGER_HOME on a dry run, so nothing else may pass.
+_PROJECT_ID = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")
+_ZONE = re.compile(_GCE_NAME)  # us-central2-b; a simulated one, sim-zone-a
+_RUNTIME_VERSION = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,126}[A-Za-z0-9])?")  # tpu-vm-tf-2.15.0-pjrt
+_LABEL_KEY = re.compile(r"[a-z][-_a-z0-9]{0,62}")
+_LABEL_VALUE = re.compile(r"[-_a-z0-9]{0,63}")
+# A resource takes 64 labels; podmanager adds its own two (podmanager-cluster, podmanager-slice).
+MAX_USER_LABELS = 62
+MAX_SLICES = 1024  # over every slice entry of a spec, not per entry
+
 # A release version as PEP 440 writes it (0.2.0, 1.0rc1, 0.2.0.post1, 0.2.0+local), and a wheel
 # of podmanager by PEP 427's file name: NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl.
 _VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?", re.IGNORECASE)
 _PODMANAGER_WHEEL = re.compile(r"podmanager-(?P<version>[^-/]+)(-\d[^-/]*)?-[^-/]+-[^-/]+-[^-/]+\.whl", re.IGNORECASE)
 _GS_FOLDER = re.compile(r"gs://(?P<bucket>[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9])(/[^\s]*)?")
+_URL_FOLDER = re.compile(r"[a-z][a-z0-9+.-]*://[^\s]+")
+
+
+def _no_dot_segments(value: str) -> str:
+    """A URL or path whose segments are all names: '..' or '.' would climb out of the folder
+    meant (a dry run keeps a bucket as a folder on this machine)."""
+    after_scheme = value.split("://", 1)[-1]
+    if any(part in (".", "..") for part in after_scheme.split("/")):
+        raise ValueError(f"{value!r} has a '.' or '..' segment; write the folder plainly, e.g. gs://my-bucket/checkpoints")
+    return value
 
 
 class _Model(BaseModel):
@@ -124,6 +147,14 @@ class SliceSpec(_Model):
     def _none_is_the_default(cls, value: Any) -> Any:
         return "" if value is None else value
 
+    @field_validator("runtime_version")
+    @classmethod
+    def _valid_runtime_version(cls, value: str) -> str:
+        if value.strip() and not _RUNTIME_VERSION.fullmatch(value):
+            raise ValueError(f"{value!r} is not a TPU software version; use one such as tpu-ubuntu2204-base "
+                             "(letters, digits, '-', '_' and '.'), or leave it out for the generation's default")
+        return value
+
     @model_validator(mode="after")
     def _runtime_version_of_the_generation(self) -> "SliceSpec":
         if not self.runtime_version.strip():
@@ -144,12 +175,16 @@ class SliceSpec(_Model):
     @field_validator("labels")
     @classmethod
     def _valid_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        if len(labels) > MAX_USER_LABELS:
+            raise ValueError(f"{len(labels)} labels; a Cloud TPU node takes at most {MAX_USER_LABELS} besides "
+                             "podmanager's own two")
         for key, value in labels.items():
             if key.startswith("podmanager-"):
                 raise ValueError(f"label {key!r}: the 'podmanager-' prefix is reserved")
-            if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):
+            if not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
                 raise ValueError(
-                    f"label {key}={value!r}: keys and values use lowercase letters, digits, '-' and '_'"
+                    f"label {key}={value!r}: keys are 1-63 and values 0-63 lowercase letters, digits, '-' and '_', "
+                    "a key starting with a letter (Google Cloud's label rules)"
                 )
         return labels
 
@@ -239,8 +274,8 @@ class RecoverySpec(_Model):
 
 
 class SimulationSpec(_Model):
-    create_latency_s: float = Field(0.5, ge=0)
-    delete_latency_s: float = Field(0.1, ge=0)
+    create_latency_s: float = Field(0.5, ge=0, le=A_DAY_S)
+    delete_latency_s: float = Field(0.1, ge=0, le=A_DAY_S)
     boot_hosts: bool = True
     # What a simulated VM's disk holds at boot: "controller" (the controller's environment, used
     # by the startup script only if it pins exactly those versions) or "bare" (nothing: the
@@ -335,7 +370,7 @@ class BootSpec(_Model):
         if not _GS_FOLDER.fullmatch(value):
             raise ValueError(f"{value!r} is not a Cloud Storage folder; use gs://BUCKET/PATH (up uploads "
                              "podmanager's wheel there for the TPU VMs to read)")
-        return value.rstrip("/")
+        return _no_dot_segments(value.rstrip("/"))
 
     @property
     def source(self) -> PodmanagerSource:
@@ -373,7 +408,7 @@ class ClusterSpec(_Model):
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
-        if not NAME_PATTERN.match(value):
+        if not NAME_PATTERN.fullmatch(value):
             raise ValueError(
                 f"{value!r} must be 1-30 lowercase letters, digits or '-', starting with a letter"
             )
@@ -387,7 +422,10 @@ class ClusterSpec(_Model):
         if is_url(value):
             if not value.split("://", 1)[1].strip("/"):
                 raise ValueError(f"{value!r} names no bucket; use e.g. gs://my-bucket/checkpoints")
-            return value.rstrip("/")
+            if not _URL_FOLDER.fullmatch(value):
+                raise ValueError(f"{value!r} is not a URL of a folder (it holds spaces or control characters); "
+                                 "use e.g. gs://my-bucket/checkpoints")
+            return _no_dot_segments(value.rstrip("/"))
         if not os.path.isabs(value):
             # A relative folder would depend on where each command happens to run.
             raise ValueError(f"{value!r} is neither a URL nor an absolute path; use a bucket every host "
@@ -413,6 +451,14 @@ class ClusterSpec(_Model):
             zones = self.zones
             if not zones:
                 raise ValueError("zones: list at least one zone, e.g. [us-central2-b]")
+        if not _PROJECT_ID.fullmatch(project):
+            raise ValueError(f"project: {project!r} is not a Google Cloud project id; an id is 6-30 lowercase "
+                             "letters, digits or '-', starting with a letter and not ending with '-' "
+                             "(e.g. my-project-123)")
+        for at, zone in enumerate(zones):
+            if not _ZONE.fullmatch(zone):
+                raise ValueError(f"zones[{at}]: {zone!r} is not a zone name; a zone is lowercase letters, digits "
+                                 "and '-', starting with a letter, e.g. us-central2-b")
         if len(set(zones)) != len(zones):
             raise ValueError(f"zones: {zones} lists a zone twice")
         subnetwork = self.network.subnetwork if self.network else None
@@ -424,6 +470,23 @@ class ClusterSpec(_Model):
                              "region: list only zones of that region, or give the subnetwork by name")
         object.__setattr__(self, "project", project)
         object.__setattr__(self, "zones", list(zones))
+        return self
+
+    @model_validator(mode="after")
+    def _slices_in_bounds(self) -> "ClusterSpec":
+        total = sum(group.count for group in self.slices)
+        if total > MAX_SLICES:
+            raise ValueError(f"slices: {total} slices over all entries; a cluster has at most {MAX_SLICES} "
+                             "(split it into clusters of its own)")
+        hosts = [catalog.lookup(group.accelerator).hosts for group in self.slices for _ in range(group.count)]
+        for at, fault in enumerate(self.simulation.faults):
+            where = f"simulation.faults[{at}] ({fault.text()})"
+            index = getattr(fault, "slice", None)
+            if index is not None and index >= total:
+                raise ValueError(f"{where}: there is no slice {index}; this cluster's slices are 0 to {total - 1}")
+            worker = getattr(fault, "worker", None)
+            if index is not None and worker is not None and worker >= hosts[index]:
+                raise ValueError(f"{where}: slice {index} has no host {worker}; its hosts are 0 to {hosts[index] - 1}")
         return self
 
     @property
@@ -513,15 +576,43 @@ def parse_spec(data: Any, *, source: str = "spec", dry_run: bool = False) -> Clu
         raise SpecError(f"{source} is invalid:\n  " + "\n  ".join(lines)) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
+    silently: `count: 2` above a forgotten `count: 1` would make one slice)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                repeated = key in seen
+            except TypeError:  # an unhashable key (a list): the base class says so
+                break
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice in one mapping; keep one", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_spec(path: str | Path, *, dry_run: bool = False) -> ClusterSpec:
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as missing:
         raise SpecError(f"--file: cannot read {path}: {missing.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as binary:
+        raise SpecError(f"--file: {path} is not a text file (byte {binary.start} is not UTF-8); "
+                        "give the cluster's YAML spec, e.g. infra/examples/v4-16.yaml") from None
+    named = io.StringIO(text)
+    named.name = str(path)  # YAML's error marks name the file, not "<unicode string>"
+    try:
+        data = yaml.load(named, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        return parse_spec(data, source=str(path), dry_run=dry_run)
     except yaml.YAMLError as bad:
         raise SpecError(f"{path}: not valid YAML: {bad}") from None
-    return parse_spec(data, source=str(path), dry_run=dry_run)
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a cluster spec; see infra/examples/ for its shape") from None
 

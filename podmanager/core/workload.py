@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+from shlex import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -45,11 +47,15 @@ class Workload(BaseModel):
 
     @property
     def display_name(self) -> str:
+        """The program's name as run ids, service ids and checkpoint folders take it: only
+        [a-z0-9-_.], so a file named `$(id).py` never reaches a printed command line."""
         if self.name:
-            return self.name
-        if self.entrypoint:
-            return Path(self.entrypoint.removeprefix("-m ")).stem
-        return Path(self.command[0]).name  # type: ignore[index]
+            given = self.name
+        elif self.entrypoint:
+            given = Path(self.entrypoint.removeprefix("-m ")).stem
+        else:
+            given = Path(self.command[0]).name  # type: ignore[index]
+        return safe_name(given)
 
     @classmethod
     def from_argv(cls, argv: list[str], **options: object) -> "Workload":
@@ -92,10 +98,20 @@ class Workload(BaseModel):
         """Fail before anything starts when the program is not where it will run: a typo must
         not cost an attempt, let alone a slice. A `.py` entrypoint must be a file of the
         working dir that is shipped (`shipped`: the package's file names; .gitignore can leave
-        one out). A `-m` module or a command is checked on the hosts, after their setup."""
-        if self.entrypoint is None or self.module is not None:
-            return
+        one out). A command or `-m` module naming something of the working dir that cannot run
+        (a folder, a data file, a package without `__main__.py`) is refused too; one that is
+        not there is checked on the hosts, after their setup (it may be installed there)."""
         root = Path(self.working_dir or ".")
+        # Without a working dir nothing of this folder is shipped: the hosts run what they have.
+        if self.command is not None:
+            if self.working_dir is not None:
+                _check_command(root, self.command[0])
+            return
+        if self.module is not None:
+            if self.working_dir is not None:
+                _check_module(root, self.module)
+            return
+        assert self.entrypoint is not None
         if not (root / self.entrypoint).is_file():
             raise SpecError(f"run: {self.entrypoint} is not a file in the working dir {root.resolve()}",
                             hint="Check the path, or pass --working-dir to the folder that holds it.")
@@ -118,6 +134,43 @@ class Workload(BaseModel):
         if self.entrypoint.startswith("-m "):
             return [python, "-u", "-m", self.entrypoint[3:].strip(), *self.args]
         return [python, "-u", self.entrypoint, *self.args]
+
+
+_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
+NAME_MAX = 48  # leaves a run id (name, time, a suffix) well inside a file name's 255 bytes
+
+
+def safe_name(text: str) -> str:
+    """`text` in [a-z0-9-_.] ('Train $(id).py' -> 'train-id-.py'), never empty, never '.' or '..'."""
+    name = re.sub(r"\.{2,}", ".", _UNSAFE.sub("-", text.lower()))[:NAME_MAX].strip("-.")
+    return name or "program"
+
+
+_WHAT_RUNS = "PROGRAM is a .py file, -m module, or a command after --"
+
+
+def _check_command(root: Path, program: str) -> None:
+    """A command's program, if the working dir holds it, is a file that can be executed."""
+    where = Path(program).expanduser()
+    where = where if where.is_absolute() else root / where
+    if where.is_dir():
+        raise SpecError(f"run: {program} is a folder, not a program; {_WHAT_RUNS}",
+                        hint=f"Run a file in it (podmanager run {quote(program + '/main.py')}) or it as a package "
+                             f"(podmanager run -m {quote(Path(program).name)}).")
+    if where.is_file() and not os.access(where, os.X_OK):
+        fix = (f"A requirements file goes with -r {quote(program)}, before the program." if where.suffix == ".txt"
+               else f"Run it with its interpreter after --, e.g. podmanager run -- bash {quote(program)}, or make it "
+                    "executable.")
+        raise SpecError(f"run: {program} is not a program (a file that is neither .py nor executable); {_WHAT_RUNS}",
+                        hint=fix)
+
+
+def _check_module(root: Path, module: str) -> None:
+    """A `-m` package of the working dir has a `__main__.py` to run."""
+    package = root.joinpath(*module.split("."))
+    if package.is_dir() and not (package / "__main__.py").is_file() and not package.with_suffix(".py").is_file():
+        raise SpecError(f"run: -m {module}: {package} is a package without __main__.py, so python cannot run it",
+                        hint=f"Run one of its modules (podmanager run -m {quote(module + '.train')}) or add {package}/__main__.py.")
 
 
 def read_requirements(path: Path) -> list[str]:

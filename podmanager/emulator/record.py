@@ -27,11 +27,11 @@ def emulators_dir() -> Path:
 
 
 def record_path(project: str) -> Path:
-    return emulators_dir() / f"{project}.json"
+    return emulators_dir() / f"{paths.one_name(project, 'project')}.json"
 
 
 def log_path(project: str) -> Path:
-    return emulators_dir() / f"{project}.log"
+    return emulators_dir() / f"{paths.one_name(project, 'project')}.log"
 
 
 def read(project: str) -> EmulatorRecord | None:

@@ -51,9 +51,12 @@ class ClusterHosts:
         return cls(spec, machines, secrets_host)
 
     def check(self) -> None:
-        """Refuse a `boot:` section the VMs could not boot with, before anything is recorded or created."""
+        """Refuse a `boot:` section the VMs could not boot with, and a dry run with more hosts than
+        this machine holds, before anything is recorded or created."""
+        from podmanager.hosts.sim_room import check_room
         from podmanager.hosts.staging import check_boot
 
+        check_room(self.spec)
         check_boot(self.spec)
 
     def start(self) -> dict[str, str]:

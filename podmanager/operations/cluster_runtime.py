@@ -33,6 +33,10 @@ EventCallback = Callable[[Event], None]
 RECOVERY_LOCK_TIMEOUT_S = 1800.0  # a run's recovery waits this long for an `up` or `down` to finish
 
 
+# Retries failing alike no further apart than this are one outage, recorded once (RetryingCloud
+# gives a call a minute).
+OUTAGE_GAP_S = 60.0
+
 class ClusterRuntime:
     def __init__(self, spec: ClusterSpec, *, store: StateStore, clock: Clock | None = None,
                  cloud: TpuCloud | None = None, simulator: InProcessSimulator | None = None,
@@ -57,6 +61,7 @@ class ClusterRuntime:
         self._hosts: ClusterHosts | None = None
         self._hosts_built = False
         self._listing: SharedZoneListing | None = None  # made when a supervisor first checks the cloud
+        self._last_retry: tuple[str, float] | None = None  # (the error, when): see _record_retry
 
     @classmethod
     def from_name(cls, name: str, *, store: StateStore | None = None, run_id: str | None = None) -> ClusterRuntime:
@@ -148,7 +153,13 @@ class ClusterRuntime:
             self._listeners.remove(on_event)
 
     def _record_retry(self, call: str, error: BaseException, attempt: int) -> None:
-        self.record("retry", f"{call} failed ({error}); retrying (attempt {attempt + 1})", call=call)
+        """One event per outage: the retries of any call that fail alike, each within
+        OUTAGE_GAP_S of the last, are one outage (a dead emulator wrote twelve alike events)."""
+        now, what = self.clock.now(), f"{type(error).__name__}: {error}"
+        last, self._last_retry = self._last_retry, (what, now)
+        if last is not None and last[0] == what and now - last[1] < OUTAGE_GAP_S:
+            return
+        self.record("retry", f"{call} failed ({error}); retrying until the API answers", call=call)
 
     def lock(self, verb: str, timeout_s: float) -> ContextManager[None]:
         """The cluster's lock (state/lock.py), saying whom it waits for when it must."""

@@ -64,8 +64,11 @@ class LabelDownReport:
 
 
 def simulated_projects() -> list[str]:
-    """Every simulated project that has a cloud on this machine ($PODMANAGER_HOME/sim/*.json)."""
-    return sorted(path.stem for path in paths.sim_state_path(SIMULATED_PROJECT).parent.glob("*.json"))
+    """Every simulated project that has a cloud on this machine: its saved state
+    ($PODMANAGER_HOME/sim/*.json) or its running emulator (sim/emulators/*.json), which saves
+    only after its first change."""
+    saved = paths.sim_state_path(SIMULATED_PROJECT).parent
+    return sorted({path.stem for folder in (saved, saved / "emulators") for path in folder.glob("*.json")})
 
 
 def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones: list[str] | None = None,

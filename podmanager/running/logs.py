@@ -99,7 +99,7 @@ class RunFolder:
 
 def runs_root(cluster: str) -> Path:
     """The folder holding every run folder of the cluster."""
-    return paths.cluster_dir(cluster) / RUNS
+    return paths.cluster_path(cluster) / RUNS  # its writers make it: a reader leaves no folder
 
 
 def run_ids(cluster: str) -> list[str]:
