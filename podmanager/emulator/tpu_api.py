@@ -59,6 +59,7 @@ from podmanager.emulator.control import (
     apply_fault,
 )
 from podmanager.core.errors import SpecError
+from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
 from podmanager.core.spec import Capacity
 
 TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
@@ -216,7 +217,9 @@ class TpuEmulator:
 
     def serve(self, host: str = "127.0.0.1", port: int = 0, *, max_workers: int = 8) -> tuple[grpc.Server, int]:
         """Start serving on host:port (0 picks a free port); returns the started server and its port."""
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tpu-emulator"))
+        interceptor = OwnerOnlyInterceptor()  # only the owner's processes: Secret Manager holds the Ray token
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tpu-emulator"),
+                             interceptors=[interceptor])
         server.add_generic_rpc_handlers(self.handlers())
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
@@ -224,6 +227,7 @@ class TpuEmulator:
             bound = 0
         if bound == 0:
             raise OSError(f"cannot listen on {host}:{port}: the address is in use or not local")
+        interceptor.server = listening_address(host, bound)
         server.start()
         return server, bound
 
