@@ -35,7 +35,7 @@ import threading
 from collections import deque
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
@@ -100,6 +100,26 @@ def error_status(error: cloud_errors.CloudError, *, in_operation: bool) -> statu
         )
         status.details.append(detail)
     return status
+
+
+# The most resources one page of a list holds, also when more (or no page size) is asked for, as
+# Google's APIs coerce a page size: ListNodes of 1,000 slices in one reply is about 10 MB, over
+# gRPC's 4 MB limit of a received message.
+MAX_PAGE_SIZE = 100
+
+_Named = TypeVar("_Named", Node, QueuedResource)
+
+
+def _page(found: list[_Named], page_size: int, page_token: str) -> tuple[list[_Named], str]:
+    """One page of `found` in name order: those after the token's name (the last name of the
+    page before; names, not offsets, so a resource deleted between pages moves nothing), and
+    the next page's token ("" on the last page)."""
+    if page_size < 0:
+        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"page_size must be 0 or more, not {page_size}")
+    size = min(page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE)
+    after = sorted((item for item in found if item.name > page_token), key=lambda item: item.name)
+    page = after[:size]
+    return page, (page[-1].name if len(after) > size else "")
 
 
 @dataclass(frozen=True)
@@ -346,7 +366,9 @@ class TpuEmulator:
 
     def list_nodes(self, request: cloud_tpu.ListNodesRequest) -> cloud_tpu.ListNodesResponse:
         where = _parse(request.parent)
-        return cloud_tpu.ListNodesResponse(nodes=[node_message(where.project, n) for n in self.sim.list_nodes(where.zone)])
+        nodes, next_token = _page(self.sim.list_nodes(where.zone), request.page_size, request.page_token)
+        return cloud_tpu.ListNodesResponse(nodes=[node_message(where.project, n) for n in nodes],
+                                           next_page_token=next_token)
 
     def delete_node(self, request: cloud_tpu.DeleteNodeRequest) -> operations_pb2.Operation:
         where = _parse(request.name, "nodes")
@@ -461,9 +483,9 @@ class TpuEmulator:
 
     def list_queued_resources(self, request: cloud_tpu.ListQueuedResourcesRequest) -> cloud_tpu.ListQueuedResourcesResponse:
         where = _parse(request.parent)
+        queued, next_token = _page(self.sim.list_queued_resources(where.zone), request.page_size, request.page_token)
         return cloud_tpu.ListQueuedResourcesResponse(
-            queued_resources=[self._queued_message(where, q) for q in self.sim.list_queued_resources(where.zone)]
-        )
+            queued_resources=[self._queued_message(where, q) for q in queued], next_page_token=next_token)
 
     def delete_queued_resource(self, request: cloud_tpu.DeleteQueuedResourceRequest) -> operations_pb2.Operation:
         where = _parse(request.name, "queuedResources")

@@ -212,6 +212,8 @@ def operation_record(message: operations_pb2.Operation) -> Operation:
 
 # ---------------------------------------------------------------------- the backend
 
+LIST_PAGE_SIZE = 100
+
 
 class GcpCloud:
     """Cloud TPU through the official client; implements `TpuCloud`.
@@ -223,6 +225,8 @@ class GcpCloud:
       errors are retried (backoff: full jitter, retry_initial_s doubling up to retry_max_s).
     poll_interval_s: how often `wait` polls an operation.
     clock: time and sleep for backoff and polling (a FakeClock in tests).
+    list_page_size: how many resources one page of a list asks for (every page is fetched): a
+      reply stays far below gRPC's 4 MB limit (a node with its startup script is about 10 kB).
     on_retry(what, error, attempt): told before each retry, e.g. to log an event.
     """
 
@@ -241,8 +245,10 @@ class GcpCloud:
         clock: Clock | None = None,
         credentials: Any = None,
         on_retry: Callable[[str, BaseException, int], None] | None = None,
+        list_page_size: int = LIST_PAGE_SIZE,
     ):
         self.project = project
+        self.list_page_size = list_page_size
         self.emulator_host = emulator_address(emulator_host)
         self.call_timeout_s = call_timeout_s
         self.retry_deadline_s = retry_deadline_s
@@ -299,7 +305,8 @@ class GcpCloud:
         return node_record(message)
 
     def list_nodes(self, zone: str) -> list[Node]:
-        messages = self._call(f"list nodes in {zone}", self._all_pages(self._client.list_nodes), parent=self._parent(zone))
+        messages = self._call(f"list nodes in {zone}", self._all_pages(self._client.list_nodes), parent=self._parent(zone),
+                              page_size=self.list_page_size)
         return [node_record(message) for message in messages]
 
     def delete_node(self, zone: str, node_id: str) -> Operation:
@@ -383,7 +390,8 @@ class GcpCloud:
 
     def list_queued_resources(self, zone: str) -> list[QueuedResource]:
         messages = self._call(
-            f"list queued resources in {zone}", self._all_pages(self._client.list_queued_resources), parent=self._parent(zone)
+            f"list queued resources in {zone}", self._all_pages(self._client.list_queued_resources),
+            parent=self._parent(zone), page_size=self.list_page_size,
         )
         return [queued_record(message) for message in messages]
 
