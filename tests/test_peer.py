@@ -49,7 +49,9 @@ def test_the_uid_of_a_local_connection_is_found_and_an_unknown_port_is_refused()
         accepted, address = server.accept()
         with accepted:
             assert address == client.getsockname()
-            assert peer.socket_uid(*address, server=server.getsockname()) == os.geteuid()
+            assert peer.socket_uid(*address, server=server.getsockname()) == os.geteuid()  # asked by sock_diag
+            assert peer._table_uid(*address, server=server.getsockname()) == os.geteuid()  # read from /proc/net
+            assert peer._table_uid(*address) == os.geteuid()
             assert peer.refusal(*address, server=server.getsockname()) is None
             wrong_server = ("127.0.0.1", server.getsockname()[1] + 1)  # not this socket's remote end
             assert peer.socket_uid(*address, server=wrong_server) is None
