@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import uuid
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import grpc
+from google.api_core import exceptions as google_exceptions
 from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
 from google.cloud.tpu_v2.types import cloud_tpu
@@ -210,6 +212,21 @@ def operation_record(message: operations_pb2.Operation) -> Operation:
     return Operation(name=message.name, done=message.done, error=error)
 
 
+def named_call_error(error: cloud_errors.CloudError, method: Callable[..., Any],
+                     request: dict[str, Any]) -> cloud_errors.CloudError:
+    """`error` with the API call that failed in front of its message: `Cloud TPU API
+    GetNode(projects/p/locations/z/nodes/x) failed: ...`. A transient error is left as it is:
+    it is retried, and the retry's last word names the call already."""
+    if isinstance(error, cloud_errors.TransientError):
+        return error
+    rpc = "".join(word.capitalize() for word in method.__name__.strip("_").split("_"))  # get_node -> GetNode
+    node = request.get("node")
+    resource = request.get("name") or request.get("parent") or getattr(node, "name", "")
+    error.message = f"Cloud TPU API {rpc}({resource}) failed: {error.message}"
+    error.args = (error.message, *error.args[1:])
+    return error
+
+
 # ---------------------------------------------------------------------- the backend
 
 LIST_PAGE_SIZE = 100
@@ -276,17 +293,25 @@ class GcpCloud:
         return f"projects/{self.project}/locations/{zone}"
 
     def _call(self, what: str, method: Callable[..., T], **request: Any) -> T:
-        """One API call with a timeout; transient errors retried with jittered backoff until the deadline."""
+        """One API call with a timeout; transient errors retried with jittered backoff until the deadline.
+        An error that is not retried names the call, as `Cloud TPU API GetNode(NAME) failed: ...`."""
+        def mapped(error: google_exceptions.GoogleAPICallError) -> cloud_errors.CloudError:
+            return named_call_error(map_call_error(error), method, request)
+
         return call_google(what, method, request, service="the Cloud TPU API", clock=self.clock,
                            call_timeout_s=self.call_timeout_s, retry_deadline_s=self.retry_deadline_s,
                            retry_initial_s=self.retry_initial_s, retry_max_s=self.retry_max_s,
-                           map_error=map_call_error, on_retry=self.on_retry)
+                           map_error=mapped, on_retry=self.on_retry)
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
     def _all_pages(method: Callable[..., Any]) -> Callable[..., list[Any]]:
         """A list call that fetches every page inside one attempt (a pager fetches lazily otherwise)."""
-        return lambda **call: list(method(**call))
+        @functools.wraps(method)  # its name is the call's, in errors
+        def every_page(**call: Any) -> list[Any]:
+            return list(method(**call))
+
+        return every_page
 
     # ------------------------------------------------------------------ nodes
 
