@@ -22,7 +22,6 @@ peers are admitted there, whoever they are (the README's list of what differs sa
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
 import socket
 import struct
@@ -33,8 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-
-log = logging.getLogger(__name__)
 
 PROC_NET = Path("/proc/net")
 TIME_WAIT = "06"  # /proc/net/tcp's state of a closed connection's leftover: its uid is 0, it is nobody's
@@ -66,12 +63,12 @@ def socket_uid(host: str, port: int, *, server: tuple[str, int] | None = None) -
     """The uid owning the TCP socket whose local address is host:port (with `server` its remote
     address, which tells it apart from an unrelated socket on the same port), or None when this
     machine has no such socket. With `server` known the kernel is asked for that one socket
-    (sock_diag, as `ss` asks: microseconds); else, or where that is refused, the socket tables
-    are read (tens of milliseconds on a busy machine)."""
+    (sock_diag, as `ss` asks: about a millisecond); else, or where that is refused, the socket
+    tables are read (tens of milliseconds on a busy machine)."""
     if server is not None:
         try:
             return _diag_uid(host, port, server)
-        except OSError:
+        except (OSError, AttributeError):  # AttributeError: no AF_NETLINK on this platform
             pass  # no sock_diag here (a sandbox, an old kernel): the tables say the same
     return _table_uid(host, port, server=server)
 
