@@ -342,3 +342,24 @@ def test_a_suspended_spot_queued_slice_is_seen_within_one_health_interval_and_re
     assert [q.state for q in cloud.list_queued_resources("zone-a")] == [QueuedResourceState.ACTIVE]
     assert [r.force for r in emulator.requests_of("DeleteQueuedResource")] == [True]
     assert len(emulator.requests_of("CreateQueuedResource")) == 2
+
+
+def test_a_queued_slice_waiting_for_capacity_is_reported_waiting_and_ready_only_when_granted(setup) -> None:  # type: ignore[no-untyped-def]
+    """The queued resource's create operation returns when the request is accepted; the slice is
+    READY only when its node is, after capacity came (here: when the wait is first reported)."""
+    clock, sim, emulator, cloud = setup
+    sim.inject_create_fault("zone-a", "capacity", times=-1)
+    events: list[tuple[str, str]] = []
+
+    def record(kind: str, message: str, index: int | None, **data: object) -> None:
+        events.append((kind, message))
+        if kind == "slice_waiting":
+            sim.clear_faults()  # capacity comes back
+
+    provisioner = Provisioner(cloud, "c", ZONES, record=record, clock=clock, poll_interval_s=1.0)
+    nodes = provisioner.converge(desired_slices(spec(count=1, queued=True)), timeout_s=300)
+    assert [(n.state, n.zone) for n in nodes] == [(NodeState.READY, "zone-a")]
+    kinds = [kind for kind, _ in events]
+    assert kinds[:3] == ["slice_creating", "slice_queued", "slice_waiting"], events
+    assert kinds.count("slice_ready") == 1 and kinds[-1] == "slice_ready", events  # then its node CREATING, READY
+    assert "c-s0 is waiting for capacity in zone-a (queued resource c-s0 is WAITING_FOR_RESOURCES)" in events[2][1]

@@ -26,6 +26,7 @@ from podmanager.cloud.base import NodeState
 from podmanager.cloud.errors import CloudError
 from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.cloud.sim.records import NodeRecord
+from podmanager.core.peer import OwnerOnlyRequests
 from podmanager.hosts.loopback import LOOPBACK_IP
 
 PREFIX = "/computeMetadata/v1/"
@@ -139,7 +140,7 @@ class SimulatedVm:
 
 
 def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(OwnerOnlyRequests):  # only the owner's processes: the token it serves reads the Ray token
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             url = urlparse(self.path)
             if self.headers.get("Metadata-Flavor") != "Google":
@@ -183,6 +184,9 @@ def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
                 if _etag(value) != seen or left <= 0:
                     return value
                 vm.sim.wait_for_change(version, min(left, 1.0))  # 1 s: a megascale file written meanwhile
+
+        def refuse(self, reason: str) -> None:
+            self._send(403, f"{reason}\n")
 
         def _send(self, code: int, body: str) -> None:
             data = body.encode()

@@ -30,7 +30,7 @@ import time
 
 import psutil
 
-from podmanager.cloud.base import Node
+from podmanager.cloud.base import Node, NodeState
 from podmanager.cloud.sim import rest
 from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
@@ -118,7 +118,19 @@ class Emulator:
             change = self._changes.get()
             if change is None:
                 return
-            self.booter(*change)
+            self.deliver(*change)
+
+    def deliver(self, before: Node | None, after: Node | None) -> None:
+        """One node change to the simulated hosts; a node's VMs boot only if it is READY still.
+        Boots queue up behind each other (a thousand slices turn READY faster than their VMs
+        start): a node deleted meanwhile (`down`, an interrupted `up`'s cleanup) or no longer
+        READY must not boot from a stale change, or `down` would race an endless queue of boots."""
+        if after is not None and after.state is NodeState.READY:
+            now = self.sim.node_record(after.zone, after.name)
+            if now is None or now.state is not NodeState.READY:
+                log.info("not booting the VMs of %s: it is %s now", after.name, now.state.value if now else "gone")
+                return
+        self.booter(before, after)
 
     def _tick(self) -> None:
         """Apply what is due when it is due; save the state when it changed."""

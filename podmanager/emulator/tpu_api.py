@@ -35,7 +35,7 @@ import threading
 from collections import deque
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
@@ -59,6 +59,7 @@ from podmanager.emulator.control import (
     apply_fault,
 )
 from podmanager.core.errors import SpecError
+from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
 from podmanager.core.spec import Capacity
 
 TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
@@ -99,6 +100,26 @@ def error_status(error: cloud_errors.CloudError, *, in_operation: bool) -> statu
         )
         status.details.append(detail)
     return status
+
+
+# The most resources one page of a list holds, also when more (or no page size) is asked for, as
+# Google's APIs coerce a page size: ListNodes of 1,000 slices in one reply is about 10 MB, over
+# gRPC's 4 MB limit of a received message.
+MAX_PAGE_SIZE = 100
+
+_Named = TypeVar("_Named", Node, QueuedResource)
+
+
+def _page(found: list[_Named], page_size: int, page_token: str) -> tuple[list[_Named], str]:
+    """One page of `found` in name order: those after the token's name (the last name of the
+    page before; names, not offsets, so a resource deleted between pages moves nothing), and
+    the next page's token ("" on the last page)."""
+    if page_size < 0:
+        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"page_size must be 0 or more, not {page_size}")
+    size = min(page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE)
+    after = sorted((item for item in found if item.name > page_token), key=lambda item: item.name)
+    page = after[:size]
+    return page, (page[-1].name if len(after) > size else "")
 
 
 @dataclass(frozen=True)
@@ -216,7 +237,9 @@ class TpuEmulator:
 
     def serve(self, host: str = "127.0.0.1", port: int = 0, *, max_workers: int = 8) -> tuple[grpc.Server, int]:
         """Start serving on host:port (0 picks a free port); returns the started server and its port."""
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tpu-emulator"))
+        interceptor = OwnerOnlyInterceptor()  # only the owner's processes: Secret Manager holds the Ray token
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tpu-emulator"),
+                             interceptors=[interceptor])
         server.add_generic_rpc_handlers(self.handlers())
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
@@ -224,6 +247,7 @@ class TpuEmulator:
             bound = 0
         if bound == 0:
             raise OSError(f"cannot listen on {host}:{port}: the address is in use or not local")
+        interceptor.server = listening_address(host, bound)
         server.start()
         return server, bound
 
@@ -342,7 +366,9 @@ class TpuEmulator:
 
     def list_nodes(self, request: cloud_tpu.ListNodesRequest) -> cloud_tpu.ListNodesResponse:
         where = _parse(request.parent)
-        return cloud_tpu.ListNodesResponse(nodes=[node_message(where.project, n) for n in self.sim.list_nodes(where.zone)])
+        nodes, next_token = _page(self.sim.list_nodes(where.zone), request.page_size, request.page_token)
+        return cloud_tpu.ListNodesResponse(nodes=[node_message(where.project, n) for n in nodes],
+                                           next_page_token=next_token)
 
     def delete_node(self, request: cloud_tpu.DeleteNodeRequest) -> operations_pb2.Operation:
         where = _parse(request.name, "nodes")
@@ -457,9 +483,9 @@ class TpuEmulator:
 
     def list_queued_resources(self, request: cloud_tpu.ListQueuedResourcesRequest) -> cloud_tpu.ListQueuedResourcesResponse:
         where = _parse(request.parent)
+        queued, next_token = _page(self.sim.list_queued_resources(where.zone), request.page_size, request.page_token)
         return cloud_tpu.ListQueuedResourcesResponse(
-            queued_resources=[self._queued_message(where, q) for q in self.sim.list_queued_resources(where.zone)]
-        )
+            queued_resources=[self._queued_message(where, q) for q in queued], next_page_token=next_token)
 
     def delete_queued_resource(self, request: cloud_tpu.DeleteQueuedResourceRequest) -> operations_pb2.Operation:
         where = _parse(request.name, "queuedResources")

@@ -75,6 +75,9 @@ class Provisioner:
         self.bounded_wait_s = bounded_wait_s
         self._deadline = float("inf")  # of the converge under way
         self._queued_created: set[tuple[str, str]] = set()
+        # Queued slices whose create finished (the request was accepted), not yet seen READY: the
+        # create operation of a queued resource says nothing about its node.
+        self._queued_not_ready: dict[str, tuple[int, str]] = {}  # node -> (slice index, zone)
 
     # ------------------------------------------------------------------ observe
 
@@ -102,6 +105,7 @@ class Provisioner:
         deadline = self.clock.now() + timeout_s
         self._deadline = deadline
         self._queued_created = set()  # (zone, name) of the queued resources it creates
+        self._queued_not_ready = {}
         try:
             return self._converge(desired, timeout_s, deadline, unwanted_reason)
         except PodmanagerError as error:
@@ -117,6 +121,7 @@ class Provisioner:
         waits = _WaitReporter(self.record, desired, lambda: deadline - self.clock.now(), self.bounded_wait_s)
         while True:
             observed = self.observe()
+            self._ready_when_granted(observed)
             if converged(desired, observed):
                 waits.settled(observed)
                 return list(observed.nodes)
@@ -149,6 +154,15 @@ class Provisioner:
             else:
                 waits.waiting(observed)
                 self.clock.sleep(self.poll_interval_s)
+
+    def _ready_when_granted(self, observed: Observed) -> None:
+        """`slice_ready` for each queued slice whose node is usable now (its queued resource granted)."""
+        for node in observed.nodes:
+            waiting = self._queued_not_ready.get(node.name)
+            if waiting is not None and decide(node) is Decision.USE:
+                del self._queued_not_ready[node.name]
+                self.record("slice_ready", f"{node.name} is READY in {node.zone}", waiting[0],
+                            node=node.name, zone=node.zone)
 
     def _queue_overdue(self, desired: list[DesiredSlice], observed: Observed, queue_since: dict[str, float],
                        exhausted: dict[int, set[str]], now: float) -> dict[str, float]:
@@ -269,7 +283,12 @@ class Provisioner:
         error = operation.error
         if isinstance(action, CreateSlice):
             want = action.slice
-            if error is None:
+            if error is None and want.queued:
+                self._queued_not_ready[want.node_name] = (want.index, action.zone)
+                self.record("slice_queued", f"{want.node_name}: queued resource accepted in {action.zone}; it is "
+                            "READY once the queued resource is granted", want.index,
+                            node=want.node_name, zone=action.zone)
+            elif error is None:
                 self.record("slice_ready", f"{want.node_name} is READY in {action.zone}", want.index,
                             node=want.node_name, zone=action.zone)
             elif isinstance(error, (cloud_errors.CapacityError, cloud_errors.ReservationShortfallError)):
@@ -325,6 +344,15 @@ class _WaitReporter:
         self.told: dict[str, str] = {}  # node -> the condition last reported
 
     def waiting(self, observed: Observed) -> None:
+        for queued in observed.queued:
+            key = f"queued resource {queued.name}"
+            if queued.state is not QueuedResourceState.WAITING_FOR_RESOURCES or self.told.get(key) == queued.state.value:
+                continue
+            self.told[key] = queued.state.value
+            self.record("slice_waiting", f"{queued.node_name} is waiting for capacity in {queued.zone} (queued resource "
+                        f"{queued.name} is {queued.state.value}); waiting up to {max(0.0, self.time_left()):.0f}s",
+                        self.index.get(queued.node_name), node=queued.node_name, zone=queued.zone,
+                        state=queued.state.value)
         for node in observed.nodes:
             now = condition(node)
             if decide(node) is Decision.USE or self.told.get(node.name) == now:

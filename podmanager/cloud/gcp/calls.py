@@ -38,6 +38,7 @@ def call_google(what: str, method: Callable[..., T], request: dict[str, Any], *,
             f"{what} failed: {service} kept answering with transient errors for {clock.now() - start:.1f}s "
             f"({gave_up.last_attempt.attempt_number} attempts); gave up at the {retry_deadline_s:g}s retry deadline. "
             f"Last error: {last}",
-            hint=f"The {service} API is unavailable or rate-limiting this project; run the command again later.",
+            hint=f"{service[:1].upper()}{service[1:]} is unavailable or rate-limiting this project; run the command "
+                 "again later.",
         ) from last
     raise AssertionError("unreachable: tenacity either returns or raises")

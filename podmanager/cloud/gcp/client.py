@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import uuid
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import grpc
+from google.api_core import exceptions as google_exceptions
 from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
 from google.cloud.tpu_v2.types import cloud_tpu
@@ -210,7 +212,24 @@ def operation_record(message: operations_pb2.Operation) -> Operation:
     return Operation(name=message.name, done=message.done, error=error)
 
 
+def named_call_error(error: cloud_errors.CloudError, method: Callable[..., Any],
+                     request: dict[str, Any]) -> cloud_errors.CloudError:
+    """`error` with the API call that failed in front of its message: `Cloud TPU API
+    GetNode(projects/p/locations/z/nodes/x) failed: ...`. A transient error is left as it is:
+    it is retried, and the retry's last word names the call already."""
+    if isinstance(error, cloud_errors.TransientError):
+        return error
+    rpc = "".join(word.capitalize() for word in method.__name__.strip("_").split("_"))  # get_node -> GetNode
+    node = request.get("node")
+    resource = request.get("name") or request.get("parent") or getattr(node, "name", "")
+    error.message = f"Cloud TPU API {rpc}({resource}) failed: {error.message}"
+    error.args = (error.message, *error.args[1:])
+    return error
+
+
 # ---------------------------------------------------------------------- the backend
+
+LIST_PAGE_SIZE = 100
 
 
 class GcpCloud:
@@ -223,6 +242,8 @@ class GcpCloud:
       errors are retried (backoff: full jitter, retry_initial_s doubling up to retry_max_s).
     poll_interval_s: how often `wait` polls an operation.
     clock: time and sleep for backoff and polling (a FakeClock in tests).
+    list_page_size: how many resources one page of a list asks for (every page is fetched): a
+      reply stays far below gRPC's 4 MB limit (a node with its startup script is about 10 kB).
     on_retry(what, error, attempt): told before each retry, e.g. to log an event.
     """
 
@@ -241,8 +262,10 @@ class GcpCloud:
         clock: Clock | None = None,
         credentials: Any = None,
         on_retry: Callable[[str, BaseException, int], None] | None = None,
+        list_page_size: int = LIST_PAGE_SIZE,
     ):
         self.project = project
+        self.list_page_size = list_page_size
         self.emulator_host = emulator_address(emulator_host)
         self.call_timeout_s = call_timeout_s
         self.retry_deadline_s = retry_deadline_s
@@ -270,17 +293,25 @@ class GcpCloud:
         return f"projects/{self.project}/locations/{zone}"
 
     def _call(self, what: str, method: Callable[..., T], **request: Any) -> T:
-        """One API call with a timeout; transient errors retried with jittered backoff until the deadline."""
+        """One API call with a timeout; transient errors retried with jittered backoff until the deadline.
+        An error that is not retried names the call, as `Cloud TPU API GetNode(NAME) failed: ...`."""
+        def mapped(error: google_exceptions.GoogleAPICallError) -> cloud_errors.CloudError:
+            return named_call_error(map_call_error(error), method, request)
+
         return call_google(what, method, request, service="the Cloud TPU API", clock=self.clock,
                            call_timeout_s=self.call_timeout_s, retry_deadline_s=self.retry_deadline_s,
                            retry_initial_s=self.retry_initial_s, retry_max_s=self.retry_max_s,
-                           map_error=map_call_error, on_retry=self.on_retry)
+                           map_error=mapped, on_retry=self.on_retry)
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
     def _all_pages(method: Callable[..., Any]) -> Callable[..., list[Any]]:
         """A list call that fetches every page inside one attempt (a pager fetches lazily otherwise)."""
-        return lambda **call: list(method(**call))
+        @functools.wraps(method)  # its name is the call's, in errors
+        def every_page(**call: Any) -> list[Any]:
+            return list(method(**call))
+
+        return every_page
 
     # ------------------------------------------------------------------ nodes
 
@@ -299,7 +330,8 @@ class GcpCloud:
         return node_record(message)
 
     def list_nodes(self, zone: str) -> list[Node]:
-        messages = self._call(f"list nodes in {zone}", self._all_pages(self._client.list_nodes), parent=self._parent(zone))
+        messages = self._call(f"list nodes in {zone}", self._all_pages(self._client.list_nodes), parent=self._parent(zone),
+                              page_size=self.list_page_size)
         return [node_record(message) for message in messages]
 
     def delete_node(self, zone: str, node_id: str) -> Operation:
@@ -383,7 +415,8 @@ class GcpCloud:
 
     def list_queued_resources(self, zone: str) -> list[QueuedResource]:
         messages = self._call(
-            f"list queued resources in {zone}", self._all_pages(self._client.list_queued_resources), parent=self._parent(zone)
+            f"list queued resources in {zone}", self._all_pages(self._client.list_queued_resources),
+            parent=self._parent(zone), page_size=self.list_page_size,
         )
         return [queued_record(message) for message in messages]
 

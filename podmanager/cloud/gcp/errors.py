@@ -64,6 +64,7 @@ _HINTS: dict[type[cloud_errors.CloudError], str] = {
                                       "slice's accelerator, runtime_version, reservation and zone in the spec.",
 }
 
+_TOO_LARGE = re.compile(r"(Received|Sent) message larger than max")  # gRPC's message-size limit
 _RATE_WORDS = ("per minute", "per second", "per 100 seconds", "rate limit", "requests per")
 
 
@@ -90,6 +91,12 @@ def map_google_error(code: int, message: str, details: Sequence[Any] = (), *, in
     if code == code_pb2.UNAVAILABLE and "metadata from plugin failed" in message:
         # gRPC reports credentials that cannot be refreshed as UNAVAILABLE; retrying will not help.
         return cloud_errors.AuthenticationError(f"Google Cloud credentials failed: {message}", hint=AUTH_HINT)
+    if code == code_pb2.RESOURCE_EXHAUSTED and not in_operation and _TOO_LARGE.search(message):
+        # gRPC's own limit on a received message, raised by the client: no server was asked to slow down.
+        return cloud_errors.CloudError(
+            f"the reply was too large for the client to receive: {message}",
+            hint="A list reply this large means a page size the client should not have asked for; report it. "
+                 "Retrying would get the same reply.")
     if code == code_pb2.RESOURCE_EXHAUSTED and not in_operation:
         if "capacity" in message.lower():
             return cloud_errors.CapacityError(message, hint=_HINTS[cloud_errors.CapacityError])

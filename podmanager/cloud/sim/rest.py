@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping, Sequence
 
+from podmanager.core.peer import OwnerOnlyRequests
+
 JSON = "application/json; charset=UTF-8"
 
 
@@ -58,7 +60,10 @@ def serve(routes: Sequence[Route], host: str = "127.0.0.1", port: int = 0,
 
 
 def _handler(routes: tuple[Route, ...]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(OwnerOnlyRequests):  # only the owner's processes: it serves the Ray token
+        def refuse(self, reason: str) -> None:
+            self._answer(error_answer(403, "PERMISSION_DENIED", reason))
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             headers = {key.lower(): value for key, value in self.headers.items()}
             for route in routes:
@@ -67,6 +72,9 @@ def _handler(routes: tuple[Route, ...]) -> type[BaseHTTPRequestHandler]:
                     break
             else:
                 answer = error_answer(404, "NOT_FOUND", f"no such route: GET {self.path}")
+            self._answer(answer)
+
+        def _answer(self, answer: Answer) -> None:
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
             self.send_header("Content-Length", str(len(answer.body)))

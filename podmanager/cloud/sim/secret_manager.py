@@ -42,6 +42,7 @@ from google.protobuf import empty_pb2, timestamp_pb2
 from podmanager.cloud.checksum import crc32c
 from podmanager.cloud.sim import rest
 from podmanager.cloud.sim.refusal import Refused
+from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
 
 SECRET_MANAGER_SERVICE = "google.cloud.secretmanager.v1.SecretManagerService"
 MAX_PAYLOAD_BYTES = 64 * 1024  # the service's limit on one version's data
@@ -135,9 +136,12 @@ class SecretManagerEmulator:
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> tuple[grpc.Server, int]:
         """Secret Manager alone on host:port (0: any free port); the TPU emulator serves it with itself."""
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="secret-manager-emulator"))
+        interceptor = OwnerOnlyInterceptor()  # only the owner's processes, as the emulator's
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="secret-manager-emulator"),
+                             interceptors=[interceptor])
         server.add_generic_rpc_handlers(self.handlers())
         bound = server.add_insecure_port(f"{host}:{port}")
+        interceptor.server = listening_address(host, bound)
         server.start()
         return server, bound
 
