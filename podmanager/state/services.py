@@ -53,6 +53,7 @@ class ServiceCounters(_Record):
     served: int = 0
     failed: int = 0  # lost on two replicas: the requests the service failed
     rejected: int = 0  # 503 after the queue timeout: no replica was ready
+    errors: int = 0  # predict raised on the request (422), or a broken replica's (500)
     queued: int = 0
     p50_ms: float | None = None
     p99_ms: float | None = None
