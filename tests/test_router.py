@@ -23,6 +23,7 @@ from podmanager.serving.router import Router, RouterConfig
 from podmanager.state.services import ServiceCounters
 
 TOKEN = "s3cret"
+SLICES = (0, 1, 2, 3)  # the replica indices the router admits
 WAIT_S = 5.0  # the longest any test waits for a condition before failing
 
 
@@ -50,7 +51,7 @@ class Service:
 
 @contextlib.asynccontextmanager
 async def running(queue_timeout_s: float = 10.0, retry_after_s: int = 5, replicas: int = 1) -> AsyncIterator[Service]:
-    router = Router(RouterConfig(token=TOKEN, queue_timeout_s=queue_timeout_s, retry_after_s=retry_after_s,
+    router = Router(RouterConfig(token=TOKEN, slices=SLICES, queue_timeout_s=queue_timeout_s, retry_after_s=retry_after_s,
                                  replicas=replicas))
     public_port, replica_port = await router.start("127.0.0.1", 0, "127.0.0.1", 0)
     async with aiohttp.ClientSession() as session:
@@ -546,5 +547,30 @@ def test_a_deep_body_or_nan_in_it_is_a_400_and_nan_in_an_output_a_500_in_valid_j
                 body = json.loads(await response.text(), parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
                 assert response.status == 500 and "NaN" in body["error"], body
             assert service.router.stats().requests == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_forged_replica_is_refused_an_index_outside_the_service_and_cannot_evict_a_live_one():
+    async def scenario() -> None:
+        async with running() as service:
+            real = await service.replica(0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            forged = [await raw_replica(service, 7),  # not one of the service's slices
+                      await raw_replica(service, 0, run_id="forged"),  # another run's
+                      await raw_replica(service, 0, attempt=1)]  # the live one's own run and attempt
+            reasons = []
+            for ws in forged:
+                frame = await asyncio.wait_for(ws.receive(), WAIT_S)
+                assert (frame.type, ws.close_code) == (aiohttp.WSMsgType.CLOSE, aiohttp.WSCloseCode.POLICY_VIOLATION)
+                reasons.append(frame.extra)
+            assert "not one of this service's replicas [0, 1, 2, 3]" in reasons[0]
+            assert all("only a newer attempt of that run replaces it" in reason for reason in reasons[1:]), reasons
+            results = await asyncio.gather(*(service.predict(n) for n in range(12)))
+            assert [(status, body["outputs"]) for status, body, _ in results] == \
+                [(200, {"value": 2 * n, "replica": 0}) for n in range(12)]
+            assert not real.closed.is_set() and len(real.received) == 12
+            assert [(view.replica, view.run_id, view.attempt) for view in service.router.stats().replicas] == \
+                [(0, "run-1", 1)]
 
     asyncio.run(scenario())

@@ -103,7 +103,7 @@ class RouterThread:
     """The router on an event loop of its own thread, as its Ray actor runs it."""
 
     def __init__(self) -> None:
-        self.router = Router(RouterConfig(token=TOKEN, queue_timeout_s=20.0))
+        self.router = Router(RouterConfig(token=TOKEN, slices=(0,), queue_timeout_s=20.0))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()

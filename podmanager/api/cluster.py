@@ -31,7 +31,7 @@ from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
 from podmanager.operations.cluster_runtime import ClusterRuntime, EventCallback
 from podmanager.operations.teardown import stop_idle_emulator, teardown
-from podmanager.state import Event, StateStore
+from podmanager.state import Event, StateStore, service_tokens
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
@@ -282,6 +282,7 @@ class Cluster:
                 self._cancel_run(run, f"cancelling run {run_id}, replica of service {service_id}")
         if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
             stop_router(service_id)  # (no head: the router went with it)
+        service_tokens.remove(self.name, service_id)
         self.runtime.record("service_cancelled", service.message, service_id=service_id)
         return handle.record()
 

@@ -1,14 +1,14 @@
 """Starting a service: its router next to the head, then one replica run per slice.
 
 A replica is an ordinary run of the service's program on one slice (`submit_run`), with the
-router's address and token in its environment: its supervisor launches it, watches it and
+router's address in its environment (its token, a secret, in an owner-only file the supervisor
+reads at each launch: `state/service_tokens.py`): its supervisor launches it, watches it and
 replaces its slice after a preemption exactly as for training, and the program's
 `runtime.serve` connects to the router once the model is loaded and warm.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import dataclass
 
@@ -21,6 +21,7 @@ from podmanager.runtime import replica_protocol as protocol
 from podmanager.runtime.contract import ENV_CHECKPOINT_DIR
 from podmanager.serving.router import RouterConfig
 from podmanager.serving.router_actor import RouterPlace, start_router, stop_router
+from podmanager.state import service_tokens
 from podmanager.state.runs import RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
@@ -78,9 +79,10 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
         raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
     service_id = new_service_id(workload)
     place = _router_place(runtime, options)
-    token = secrets.token_urlsafe(24)
-    start_router(service_id, RouterConfig(token=token, queue_timeout_s=options.queue_timeout_s, replicas=len(slices)),
-                 place)
+    service_tokens.create(runtime.name, service_id)
+    start_router(runtime.name, service_id, RouterConfig(token="", slices=tuple(slices),
+                                                        queue_timeout_s=options.queue_timeout_s,
+                                                        replicas=len(slices)), place)
     endpoint = f"http://{place.public_host}:{place.public_port}"
     replica_url = f"ws://{place.replica_host}:{place.replica_port}{protocol.REPLICA_PATH}"
     runtime.record("service_starting", f"service {service_id}: router at {endpoint}, {len(slices)} replica(s) on "
@@ -88,8 +90,8 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
     replica_runs: list[str] = []
     try:
         for index in slices:
-            env = {**workload.env, protocol.ENV_SERVE_URL: replica_url, protocol.ENV_SERVE_TOKEN: token,
-                   protocol.ENV_SERVICE_ID: service_id, protocol.ENV_REPLICA: str(index)}
+            env = {**workload.env, protocol.ENV_SERVE_URL: replica_url, protocol.ENV_SERVICE_ID: service_id,
+                   protocol.ENV_REPLICA: str(index)}
             if options.follow_checkpoints:
                 env[protocol.ENV_FOLLOW_CHECKPOINTS] = "1"
             replica = workload.model_copy(update={"slices": [index], "env": env})

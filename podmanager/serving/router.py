@@ -51,6 +51,7 @@ LOST_WORKING = ("the replica was lost while running predict on this request; it 
 @dataclass(frozen=True)
 class RouterConfig:
     token: str  # the bearer token replicas must present
+    slices: tuple[int, ...]  # the replica indices it admits (the service's slices)
     queue_timeout_s: float = 60.0  # how long a request may wait for a ready replica before 503
     retry_after_s: int = 5  # the Retry-After header of a 503
     replicas: int = 1  # the service's replica count: a reload leaves at least replicas-1 ready
@@ -345,6 +346,11 @@ class Router:
                     log.warning("closing the replica connection from %s: %s", request.remote, error)
                     break
                 if connection is None and isinstance(message, Hello):
+                    refusal = self._refusal(message)
+                    if refusal is not None:
+                        log.warning("refusing a replica connection from %s: %s", request.remote, refusal)
+                        await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=refusal.encode()[:120])
+                        break
                     connection = self._admit(ws, message)
                 elif connection is not None and isinstance(message, Hello) \
                         and message.replica == connection.hello.replica:
@@ -373,10 +379,23 @@ class Router:
         presented = request.headers.get("Authorization", "").encode()
         return hmac.compare_digest(presented, f"Bearer {self._config.token}".encode())
 
+    def _refusal(self, hello: Hello) -> str | None:
+        """Why a hello is refused, if it is: an index that is none of the service's slices, or
+        one whose live connection it may not replace. Only a newer attempt of the same run
+        replaces a live connection (a restarted replica whose old socket is not closed yet);
+        anything else waits until the live one is gone (a replica retries its connection)."""
+        if hello.replica not in self._config.slices:
+            return f"replica {hello.replica} is not one of this service's replicas {list(self._config.slices)}"
+        live = self._replicas.get(hello.replica)
+        if live is not None and not (hello.run_id == live.hello.run_id and hello.attempt > live.hello.attempt):
+            return (f"replica {hello.replica} is connected (run {live.hello.run_id}, attempt {live.hello.attempt}); "
+                    "only a newer attempt of that run replaces it")
+        return None
+
     def _admit(self, ws: web.WebSocketResponse, hello: Hello) -> _Connection:
         older = self._replicas.get(hello.replica)
         if older is not None:
-            # The same slice connected again (a restarted host 0): the old socket is as good as gone.
+            # A newer attempt of the same run (a restarted host 0): the old socket is as good as gone.
             log.warning("replica %d connected again (run %s, attempt %d); closing its older connection",
                         hello.replica, hello.run_id, hello.attempt)
             self._lose(older)

@@ -16,11 +16,12 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.serving.router import Router, RouterConfig
+from podmanager.state import service_tokens
 from podmanager.state.services import ServiceCounters, ServiceStore
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,15 @@ class RouterPlace:
 class RouterActor:
     """Plain class; `start_router` wraps it with `ray.remote` and its options."""
 
-    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace) -> None:
+    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace, cluster: str = "") -> None:
         os.environ["PODMANAGER_HOME"] = home  # the submitting client's state folder: the service's record
         self.service_id = service_id
+        if not config.token:  # read from its owner-only file, so it is in no Ray argument either
+            token = service_tokens.read(cluster, service_id)
+            if token is None:
+                raise RuntimeError(f"service {service_id}: its token file "
+                                   f"{service_tokens.token_path(cluster, service_id)} is missing")
+            config = replace(config, token=token)
         self.full_time = FullReplicaTime(config.replicas)
         self.router = Router(config)
         self._loop = asyncio.new_event_loop()
@@ -102,9 +109,10 @@ class RouterActor:
             store.close()
 
 
-def start_router(service_id: str, config: RouterConfig, place: RouterPlace) -> None:
+def start_router(cluster: str, service_id: str, config: RouterConfig, place: RouterPlace) -> None:
     """Create the service's router actor on the head node (the caller is connected to the
-    cluster's Ray) and wait until it listens."""
+    cluster's Ray) and wait until it listens. With no `config.token` the actor reads the
+    service's token file (`state/service_tokens.py`)."""
     import ray
 
     from podmanager.core import paths
@@ -119,7 +127,7 @@ def start_router(service_id: str, config: RouterConfig, place: RouterPlace) -> N
         resources={HEAD_RESOURCE: 0.001},
         runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},  # latency: not at Ray's nice 15
     )
-    actor = remote.remote(str(paths.home().resolve()), service_id, config, place)
+    actor = remote.remote(str(paths.home().resolve()), service_id, config, place, cluster)
     ray.get(actor.ready.remote(), timeout=60)
 
 
