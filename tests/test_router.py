@@ -50,9 +50,11 @@ class Service:
 
 
 @contextlib.asynccontextmanager
-async def running(queue_timeout_s: float = 10.0, retry_after_s: int = 5, replicas: int = 1) -> AsyncIterator[Service]:
-    router = Router(RouterConfig(token=TOKEN, slices=SLICES, queue_timeout_s=queue_timeout_s, retry_after_s=retry_after_s,
-                                 replicas=replicas))
+async def running(queue_timeout_s: float = 10.0, retry_after_s: int = 5, replicas: int = 1,
+                  body_timeout_s: float = 30.0, counted: ServiceCounters | None = None) -> AsyncIterator[Service]:
+    router = Router(RouterConfig(token=TOKEN, slices=SLICES, queue_timeout_s=queue_timeout_s,
+                                 retry_after_s=retry_after_s, replicas=replicas, body_timeout_s=body_timeout_s),
+                    counted=counted)
     public_port, replica_port = await router.start("127.0.0.1", 0, "127.0.0.1", 0)
     async with aiohttp.ClientSession() as session:
         try:
@@ -572,5 +574,36 @@ def test_a_forged_replica_is_refused_an_index_outside_the_service_and_cannot_evi
             assert not real.closed.is_set() and len(real.received) == 12
             assert [(view.replica, view.run_id, view.attempt) for view in service.router.stats().replicas] == \
                 [(0, "run-1", 1)]
+
+    asyncio.run(scenario())
+
+
+def test_a_half_sent_body_is_answered_408_after_the_body_timeout():
+    async def scenario() -> None:
+        async with running(body_timeout_s=0.5) as service:
+            port = int(service.public_url.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"inputs\": ")  # and nothing more
+            await writer.drain()
+            started = time.monotonic()
+            status_line = await asyncio.wait_for(reader.readline(), WAIT_S)
+            assert status_line.startswith(b"HTTP/1.1 408"), status_line
+            assert 0.5 <= time.monotonic() - started < 3
+            writer.close()
+            assert service.router.stats().requests == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_router_given_its_predecessors_counters_counts_on_from_them():
+    async def scenario() -> None:
+        before = ServiceCounters(requests=10, served=7, failed=1, rejected=1, errors=1, at=1.0)
+        async with running(counted=before) as service:
+            await service.replica(0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            assert (await service.predict(1))[0] == 200
+            stats = service.router.stats()
+            assert (stats.requests, stats.served, stats.failed, stats.rejected, stats.errors) == (11, 8, 1, 1, 1)
 
     asyncio.run(scenario())

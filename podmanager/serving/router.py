@@ -38,6 +38,7 @@ READY = "ready"
 DRAINING = "draining"
 RELOADING = "reloading"
 LATENCY_WINDOW = 1000  # p50/p99 are over this many of the latest 200-responses
+BODY_TIMEOUT_S = 30.0  # a body not read in full by then is a 408: a half-sent request holds nothing for long
 HEARTBEAT_S = 5.0  # a replica that answers no ping for this long is closed, so its requests move on
 SHUTDOWN_TIMEOUT_S = 5.0  # by the time the sites close every request is answered; handlers only return
 EXPECTED_BODY = 'a JSON object with an "inputs" field, {"inputs": <any JSON>}'
@@ -55,6 +56,7 @@ class RouterConfig:
     queue_timeout_s: float = 60.0  # how long a request may wait for a ready replica before 503
     retry_after_s: int = 5  # the Retry-After header of a 503
     replicas: int = 1  # the service's replica count: a reload leaves at least replicas-1 ready
+    body_timeout_s: float = BODY_TIMEOUT_S  # how long a request's body may take to arrive
 
 
 class _Verdict(Enum):
@@ -132,7 +134,10 @@ class Router:
     on another. Every method runs on the event loop that serves it; `clock` is monotonic seconds
     and times both the queue timeout and the latencies."""
 
-    def __init__(self, config: RouterConfig, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, config: RouterConfig, clock: Callable[[], float] = time.monotonic,
+                 counted: ServiceCounters | None = None):
+        """`counted`: what a router of the same service counted before this one (its record's
+        counters, when Ray restarts the actor): the counts carry on from there."""
         self._config = config
         self._clock = clock
         self._ids = itertools.count(1)
@@ -143,6 +148,9 @@ class Router:
         self._tasks: set[asyncio.Task[None]] = set()  # senders and closes, held so they are not collected
         self._latency = _LatencyWindow(LATENCY_WINDOW)
         self._requests = self._served = self._failed = self._rejected = self._errors = 0
+        if counted is not None:
+            self._requests, self._served, self._failed = counted.requests, counted.served, counted.failed
+            self._rejected, self._errors = counted.rejected, counted.errors
         self._stopping = False
         self._runners: list[web.AppRunner] = []
 
@@ -208,9 +216,12 @@ class Router:
     async def _predict(self, request: web.Request) -> web.Response:
         received_at = self._clock()
         try:
-            inputs = _inputs_of(await request.read())
+            inputs = _inputs_of(await asyncio.wait_for(request.read(), self._config.body_timeout_s))
         except _BadBody as error:
             return web.json_response({"error": str(error)}, status=400)
+        except asyncio.TimeoutError:
+            return web.json_response({"error": f"the body did not arrive within {self._config.body_timeout_s:g}s; "
+                                               "send it whole"}, status=408, headers={"Connection": "close"})
         if self._stopping:
             return self._unavailable("the router is stopping; retry later")
         request_id = next(self._ids)

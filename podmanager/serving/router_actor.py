@@ -58,7 +58,10 @@ class RouterActor:
                                    f"{service_tokens.token_path(cluster, service_id)} is missing")
             config = replace(config, token=token)
         self.full_time = FullReplicaTime(config.replicas)
-        self.router = Router(config)
+        counted = _counted_before(service_id)
+        if counted is not None and counted.at is not None:  # Ray restarted this actor: carry on counting
+            self.full_time.resume(counted.full_s, counted.since_full_s, time.time() - counted.at, time.monotonic())
+        self.router = Router(config, counted=counted)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"router-{service_id}", daemon=True)
         self._thread.start()
@@ -76,6 +79,9 @@ class RouterActor:
 
     def counters(self) -> ServiceCounters:
         return self._counters()
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def set_draining(self, replica: int) -> None:
         self._loop.call_soon_threadsafe(self.router.set_draining, replica)
@@ -107,6 +113,16 @@ class RouterActor:
                     log.warning("router %s: counters not written: %s", self.service_id, error)
         finally:
             store.close()
+
+
+def _counted_before(service_id: str) -> ServiceCounters | None:
+    """The counters a router of this service wrote before this one (None for a new service)."""
+    store = ServiceStore()
+    try:
+        service = store.get(service_id)
+    finally:
+        store.close()
+    return service.counters if service is not None and service.counters.at is not None else None
 
 
 def start_router(cluster: str, service_id: str, config: RouterConfig, place: RouterPlace) -> None:
