@@ -294,6 +294,12 @@ class Cluster:
         from podmanager.api.runs import RunHandle
 
         run = self.runs_store.get(run_id)
+        service = self.services_store.get(run_id) if run is None else None
+        if service is not None and service.cluster == self.name:
+            replicas = ", ".join(f"replica {i}: {r}" for i, r in zip(service.slices, service.replica_runs)) or "none yet"
+            first = service.replica_runs[0] if service.replica_runs else "RUN_ID"
+            raise SpecError(f"{run_id} is a service; each of its replicas is a run with logs of its own ({replicas})",
+                            hint=f"See one with 'podmanager logs --run {first}'.")
         if run is None or run.cluster != self.name:
             known = ", ".join(r.run_id for r in self.runs_store.list(self.name)[-5:]) or "none"
             raise SpecError(f"RUN: no run {run_id!r} in cluster {self.name} (latest: {known})",

@@ -115,6 +115,18 @@ class ServiceStore:
             service.counters = counters
             db.execute("UPDATE services SET record=? WHERE service_id=?", (service.model_dump_json(), service_id))
 
+    def add_replica_run(self, service_id: str, run_id: str) -> None:
+        """One more replica's run, as `serve` submits it (one transaction, so the router's
+        counters written meanwhile are kept)."""
+        with self._db.immediate() as db:
+            row = db.execute("SELECT record FROM services WHERE service_id=?", (service_id,)).fetchone()
+            if row is None:
+                return
+            service = ServiceRecord.model_validate_json(row[0])
+            service.replica_runs.append(run_id)
+            service.updated_at = time.time()
+            db.execute("UPDATE services SET record=? WHERE service_id=?", (service.model_dump_json(), service_id))
+
     def get(self, service_id: str) -> ServiceRecord | None:
         rows = self._db.rows("SELECT record FROM services WHERE service_id=?", (service_id,))
         return ServiceRecord.model_validate_json(rows[0][0]) if rows else None
