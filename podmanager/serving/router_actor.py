@@ -18,7 +18,6 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.serving.router import Router, RouterConfig
 from podmanager.state import service_tokens
@@ -46,7 +45,9 @@ class RouterPlace:
 
 
 class RouterActor:
-    """Plain class; `start_router` wraps it with `ray.remote` and its options."""
+    """Plain class; `start_router` wraps it with `ray.remote` and its options. What its module
+    imports is paid again at each restart, while users are refused: `hosts.fleet` (the cloud's
+    client with it) only where the actor is created or stopped."""
 
     def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace, cluster: str = "") -> None:
         os.environ["PODMANAGER_HOME"] = home  # the submitting client's state folder: the service's record
@@ -132,6 +133,7 @@ def start_router(cluster: str, service_id: str, config: RouterConfig, place: Rou
     import ray
 
     from podmanager.core import paths
+    from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
 
     remote = ray.remote(RouterActor).options(
         name=actor_name(service_id),
@@ -150,6 +152,8 @@ def start_router(cluster: str, service_id: str, config: RouterConfig, place: Rou
 def stop_router(service_id: str) -> bool:
     """Stop the service's router if it is there; True if it was."""
     import ray
+
+    from podmanager.hosts.fleet import NAMESPACE
 
     try:
         actor = ray.get_actor(actor_name(service_id), namespace=NAMESPACE)
