@@ -9,6 +9,8 @@ prediction run (`workloads/predict.py`), each preempted.
   without (its requests are retried on the other) fail no request; the replaced replica
   serves again; a newer checkpoint is rolled in (`follow_checkpoints`) one replica at a time,
   never with fewer than one ready, failing no request. Latency of each phase is printed.
+- A killed router is started again by Ray on its ports, with the counters of its record; its
+  replica connects again (the time each takes is printed).
 - No replica ready (both slices lost at once): a request gets 503 with Retry-After after the
   queue timeout (never sooner, never a hang or a reset), and is served again afterwards.
 - Batch prediction started through the CLI, preempted with a notice mid-run: every output
@@ -266,6 +268,53 @@ def test_replicas_lose_no_request_to_preemptions_or_a_new_checkpoint_and_none_re
     assert all(cluster.runs_store.get(r).status == "cancelled" for r in service.replica_runs)
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{handle.endpoint}/healthz", timeout=5)  # the router is gone
+
+
+def test_a_killed_router_is_back_on_its_ports_with_its_counters_and_its_replica(cluster, tmp_path):
+    import ray
+
+    from podmanager.hosts.fleet import NAMESPACE
+    from podmanager.serving.router_actor import actor_name
+
+    (tmp_path / "doubler.py").write_text(textwrap.dedent("""
+        import sys
+        from podmanager import runtime
+
+        runtime.install_preemption_handler()
+        sys.exit(runtime.serve(lambda inputs: [x * 2 for x in inputs], warmup=[0]))
+    """))
+    handle = cluster.serve(Workload(entrypoint="doubler.py", working_dir=str(tmp_path)), ServeOptions(replicas=1))
+    try:
+        handle.wait_ready(timeout_s=120)
+        for value in range(20):
+            assert requests.post(f"{handle.endpoint}/predict", json={"inputs": value}, timeout=30).json() == \
+                {"outputs": value * 2}
+        poll_until(lambda: handle.summary()["requests"] == 20, timeout_s=10, interval_s=0.1,
+                   what="the counters in the record")
+        router = ray.get_actor(actor_name(handle.service_id), namespace=NAMESPACE)
+        os.kill(ray.get(router.pid.remote(), timeout=30), 9)
+        killed = time.monotonic()
+        poll_until(lambda: _refused(handle.endpoint), timeout_s=10, interval_s=0.005, what="the router to go")
+        listening = poll_until(lambda: not _refused(handle.endpoint) and time.monotonic(), timeout_s=60,
+                               interval_s=0.01, what="the router to listen again")
+        response = requests.post(f"{handle.endpoint}/predict", json={"inputs": 21}, timeout=60)
+        served = time.monotonic()
+        assert (response.status_code, response.json()) == (200, {"outputs": 42})
+        print(f"router killed: listening again after {listening - killed:.2f} s, "
+              f"a replica serving again after {served - killed:.2f} s")
+        assert listening - killed < 10
+        poll_until(lambda: handle.summary()["requests"] == 21, timeout_s=10, interval_s=0.1,
+                   what="the restarted router's counters, carried on from the record")
+    finally:
+        cluster.cancel_service(handle.service_id)
+
+
+def _refused(endpoint: str) -> bool:
+    try:
+        requests.get(f"{endpoint}/healthz", timeout=5)
+        return False
+    except requests.ConnectionError:
+        return True
 
 
 # ---------------------------------------------------------------- batch prediction

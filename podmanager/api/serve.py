@@ -72,8 +72,8 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
     replica's run is submitted (the replicas become ready as they load and warm up). Bad
     input starts nothing. The service's record is written before anything starts, so `runs`
     lists it and `cancel` stops it whatever happens next; a failure or Ctrl-C after that stops
-    what was started (the router, the runs submitted) and marks the record failed
-    (`ServeInterrupted` for Ctrl-C)."""
+    what was started (the router, the runs submitted) and marks the record failed (cancelled
+    for Ctrl-C, raised as `ServeInterrupted`)."""
     if options.queue_timeout_s <= 0:
         raise SpecError(f"--queue-timeout {options.queue_timeout_s}: give a number of seconds above 0")
     if options.follow_checkpoints and not (workload.checkpoint_dir or workload.env.get(ENV_CHECKPOINT_DIR)):
