@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -16,12 +17,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from podmanager.runtime.replica_protocol import (MAX_BODY_BYTES, REPLICA_PATH, Draining, Hello, Reload, Request,
-                                                 Result, decode, encode)
+from podmanager.runtime.replica_protocol import (MAX_BODY_BYTES, REPLICA_PATH, Draining, Failed, Hello, Reload,
+                                                 Request, Result, Working, decode, encode)
 from podmanager.serving.router import Router, RouterConfig
 from podmanager.state.services import ServiceCounters
 
 TOKEN = "s3cret"
+SLICES = (0, 1, 2, 3)  # the replica indices the router admits
 WAIT_S = 5.0  # the longest any test waits for a condition before failing
 
 
@@ -48,9 +50,11 @@ class Service:
 
 
 @contextlib.asynccontextmanager
-async def running(queue_timeout_s: float = 10.0, retry_after_s: int = 5, replicas: int = 1) -> AsyncIterator[Service]:
-    router = Router(RouterConfig(token=TOKEN, queue_timeout_s=queue_timeout_s, retry_after_s=retry_after_s,
-                                 replicas=replicas))
+async def running(queue_timeout_s: float = 10.0, retry_after_s: int = 5, replicas: int = 1,
+                  body_timeout_s: float = 30.0, counted: ServiceCounters | None = None) -> AsyncIterator[Service]:
+    router = Router(RouterConfig(token=TOKEN, slices=SLICES, queue_timeout_s=queue_timeout_s,
+                                 retry_after_s=retry_after_s, replicas=replicas, body_timeout_s=body_timeout_s),
+                    counted=counted)
     public_port, replica_port = await router.start("127.0.0.1", 0, "127.0.0.1", 0)
     async with aiohttp.ClientSession() as session:
         try:
@@ -481,5 +485,125 @@ def test_a_lone_replica_reloads_at_once_and_requests_wait_for_it():
             status, body, _ = await waiting
             assert (status, body["outputs"]) == (200, {"value": 8, "replica": 0})
             assert [v.step for v in service.router.stats().replicas] == [3]
+
+    asyncio.run(scenario())
+
+
+async def raw_replica(service: Service, index: int, *, run_id: str = "run-1", attempt: int = 1,
+                      token: str = TOKEN) -> aiohttp.ClientWebSocketResponse:
+    """A replica's socket driven by hand: hello said, nothing answered unless the test does."""
+    ws = await service.session.ws_connect(service.replica_url, headers={"Authorization": f"Bearer {token}"})
+    await ws.send_str(encode(Hello(replica=index, run_id=run_id, attempt=attempt, max_batch=4)))
+    return ws
+
+
+async def next_request(ws: aiohttp.ClientWebSocketResponse) -> Request:
+    message = decode((await asyncio.wait_for(ws.receive(), WAIT_S)).data)
+    assert isinstance(message, Request), message
+    return message
+
+
+def test_a_request_predict_raised_on_is_answered_422_and_one_a_replica_died_running_is_not_sent_again():
+    async def scenario() -> None:
+        async with running() as service:
+            first = await raw_replica(service, 0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            bad, deadly, innocent = (service.predict_later(n) for n in range(3))
+            requests = [await next_request(first) for _ in range(3)]
+            await first.send_str(encode(Failed(id=requests[0].id, error="ValueError: ragged")))
+            status, body, _ = await bad
+            assert (status, body) == (422, {"error": "predict failed on this request: ValueError: ragged"})
+
+            # The replica says it runs predict on the second, then dies: that one is answered 502
+            # and never reaches the next replica; the third, only queued at it, is served there.
+            await first.send_str(encode(Working(ids=[requests[1].id])))
+            await eventually(lambda: bool(service.router._replicas[0].working), "the working batch seen")
+            await first.close()
+            status, body, _ = await deadly
+            assert status == 502 and "in case it is what ended" in body["error"], body
+            second = await service.replica(1)
+            status, body, _ = await innocent
+            assert (status, body["outputs"]) == (200, {"value": 4, "replica": 1})
+            assert second.received == [requests[2].id]
+            stats = service.router.stats()
+            assert (stats.requests, stats.served, stats.failed, stats.errors) == (3, 1, 1, 1)
+
+    asyncio.run(scenario())
+
+
+def test_a_deep_body_or_nan_in_it_is_a_400_and_nan_in_an_output_a_500_in_valid_json():
+    async def scenario() -> None:
+        async with running() as service:
+            ws = await raw_replica(service, 0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            for body in (b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"inputs": NaN}',
+                         b'{"inputs": [1, -Infinity]}'):
+                async with service.session.post(f"{service.public_url}/predict", data=body) as response:
+                    text = await response.text()
+                    assert response.status == 400, text
+                    assert "nested too deeply" in text or "JSON has no form" in text, text
+            answer = asyncio.create_task(service.session.post(f"{service.public_url}/predict", json={"inputs": 1}))
+            request = await next_request(ws)
+            await ws.send_str(json.dumps({"type": "result", "id": request.id, "outputs": [float("nan")]}))
+            async with await answer as response:
+                body = json.loads(await response.text(), parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+                assert response.status == 500 and "NaN" in body["error"], body
+            assert service.router.stats().requests == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_forged_replica_is_refused_an_index_outside_the_service_and_cannot_evict_a_live_one():
+    async def scenario() -> None:
+        async with running() as service:
+            real = await service.replica(0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            forged = [await raw_replica(service, 7),  # not one of the service's slices
+                      await raw_replica(service, 0, run_id="forged"),  # another run's
+                      await raw_replica(service, 0, attempt=1)]  # the live one's own run and attempt
+            reasons = []
+            for ws in forged:
+                frame = await asyncio.wait_for(ws.receive(), WAIT_S)
+                assert (frame.type, ws.close_code) == (aiohttp.WSMsgType.CLOSE, aiohttp.WSCloseCode.POLICY_VIOLATION)
+                reasons.append(frame.extra)
+            assert "not one of this service's replicas [0, 1, 2, 3]" in reasons[0]
+            assert all("only a newer attempt of that run replaces it" in reason for reason in reasons[1:]), reasons
+            results = await asyncio.gather(*(service.predict(n) for n in range(12)))
+            assert [(status, body["outputs"]) for status, body, _ in results] == \
+                [(200, {"value": 2 * n, "replica": 0}) for n in range(12)]
+            assert not real.closed.is_set() and len(real.received) == 12
+            assert [(view.replica, view.run_id, view.attempt) for view in service.router.stats().replicas] == \
+                [(0, "run-1", 1)]
+
+    asyncio.run(scenario())
+
+
+def test_a_half_sent_body_is_answered_408_after_the_body_timeout():
+    async def scenario() -> None:
+        async with running(body_timeout_s=0.5) as service:
+            port = int(service.public_url.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"inputs\": ")  # and nothing more
+            await writer.drain()
+            started = time.monotonic()
+            status_line = await asyncio.wait_for(reader.readline(), WAIT_S)
+            assert status_line.startswith(b"HTTP/1.1 408"), status_line
+            assert 0.5 <= time.monotonic() - started < 3
+            writer.close()
+            assert service.router.stats().requests == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_router_given_its_predecessors_counters_counts_on_from_them():
+    async def scenario() -> None:
+        before = ServiceCounters(requests=10, served=7, failed=1, rejected=1, errors=1, at=1.0)
+        async with running(counted=before) as service:
+            await service.replica(0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            assert (await service.predict(1))[0] == 200
+            stats = service.router.stats()
+            assert (stats.requests, stats.served, stats.failed, stats.rejected, stats.errors) == (11, 8, 1, 1, 1)
 
     asyncio.run(scenario())

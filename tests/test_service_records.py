@@ -14,6 +14,7 @@ from podmanager.cli import app
 from podmanager.core.errors import SpecError
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.state import StateStore
+from podmanager.state.run_state import Replacing
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import ReplicaCounters, ServiceCounters, ServiceRecord, ServiceStore
 
@@ -30,6 +31,11 @@ def service(**changes: object) -> ServiceRecord:
 def run(run_id: str, slice_index: int, status: str = "running", attempt: int = 0) -> RunRecord:
     return RunRecord(run_id=run_id, cluster="demo", workload={"entrypoint": "doubler.py"}, slices=[slice_index],
                      budgets={}, checkpoint_dir=None, status=status, attempt=attempt)
+
+
+def replacing(record: RunRecord) -> RunRecord:
+    record.phase = Replacing(attempt=record.attempt + 1, slices=record.slices, reason="preemption")
+    return record
 
 
 def counters(*replicas: ReplicaCounters, at: float = NOW) -> ServiceCounters:
@@ -59,7 +65,8 @@ def test_the_store_keeps_the_record_and_counters_never_overwrite_a_cancel(tmp_pa
 @pytest.mark.parametrize(("runs", "seen", "expected"), [
     ([run("r0", 0), run("r1", 1)], [connected(0, "r0"), connected(1, "r1", "draining")], ["ready", "draining"]),
     ([run("r0", 0), run("r1", 1)], [connected(0, "r0")], ["ready", "starting"]),  # not connected yet
-    ([run("r0", 0), run("r1", 1, "recovering", 1)], [connected(0, "r0")], ["ready", "replacing"]),
+    ([run("r0", 0), replacing(run("r1", 1, "recovering", 1))], [connected(0, "r0")], ["ready", "replacing"]),
+    ([run("r0", 0), run("r1", 1, "recovering", 1)], [connected(0, "r0")], ["ready", "restarting"]),  # no slice
     ([run("r0", 0, "failed"), run("r1", 1, "cancelled")], [], ["failed", "cancelled"]),
     ([run("r0", 0), None], [], ["starting", "missing"]),
 ])
@@ -74,7 +81,8 @@ def test_a_service_whose_every_replica_ended_reads_failed_and_says_how_to_stop_i
     replicas = replica_states(ended, [run("r0", 0, "failed"), run("r1", 1, "cancelled")], NOW)
     summary = service_summary(ended, replicas)
     assert summary["status"] == "failed"
-    assert "0: failed, 1: cancelled" in summary["message"] and "podmanager cancel svc-1" in summary["message"]
+    assert "replica 0 (run r0) failed; replica 1 (run r1) cancelled" in summary["message"]
+    assert "podmanager cancel svc-1" in summary["message"]
     one_left = replica_states(ended, [run("r0", 0, "failed"), run("r1", 1)], NOW)
     assert service_summary(ended, one_left)["status"] == "serving"
     assert service_summary(ended.model_copy(update={"status": "cancelled"}), replicas)["status"] == "cancelled"
@@ -128,6 +136,17 @@ def test_serving_goodput_counts_from_the_first_full_moment_the_time_every_replic
     assert ServiceCounters().goodput is None
 
 
+def test_a_restarted_routers_goodput_carries_on_and_counts_its_gap_as_not_full() -> None:
+    time = FullReplicaTime(replicas=2)
+    time.resume(full_s=3.0, since_full_s=6.0, gap_s=2.0, now=100.0)  # the last router wrote 2 s ago
+    time.tick(2, 101.0)
+    assert (time.full_s, time.since_full_s) == (4.0, 9.0)
+    fresh = FullReplicaTime(replicas=2)
+    fresh.resume(full_s=0.0, since_full_s=0.0, gap_s=2.0, now=100.0)  # never full yet: nothing to carry
+    fresh.tick(1, 101.0)
+    assert (fresh.full_s, fresh.since_full_s) == (0.0, 0.0)
+
+
 def test_attach_follows_a_service_until_it_stops_serving(tmp_path) -> None:
     store = StateStore()
     store.save_cluster("demo", spec={"name": "demo", "backend": "simulated", "zones": ["sim-zone-a"],
@@ -148,3 +167,26 @@ def test_attach_follows_a_service_until_it_stops_serving(tmp_path) -> None:
     as_json = CliRunner().invoke(app, ["attach", "svc-1", "-c", "demo", "--json"])
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.stdout)["status"] == "cancelled"
+
+
+def test_a_replica_failing_in_warmup_says_why_with_its_run_id_and_logs_of_the_service_name_its_replicas() -> None:
+    store = StateStore()
+    store.save_cluster("demo", spec={"name": "demo"}, backend="simulated", status="up")
+    runs = RunStore(store.path)
+    failed = run("r0", 0, "failed")
+    failed.result = {"message": "run r0 failed: slice-0/0 exited with code 1", "attempt_log": [
+        {"last_lines": ["Traceback (most recent call last):", "ValueError: warmup: bad shape", ""]}]}
+    for record in (failed, run("r1", 1, "failed")):
+        runs.create(record)
+    ServiceStore(store.path).create(service())
+    from podmanager.api.service_handle import summarize
+
+    summary = summarize(ServiceStore(store.path).get("svc-1"), runs, NOW)
+    assert summary["status"] == "failed"
+    assert ("replica 0 (run r0) failed: run r0 failed: slice-0/0 exited with code 1 (its last line: ValueError: "
+            "warmup: bad shape)") in summary["message"]
+    assert "replica 1 (run r1) failed" in summary["message"] and "podmanager logs --run RUN_ID" in summary["message"]
+
+    logs = CliRunner().invoke(app, ["logs", "-c", "demo", "--run", "svc-1", "-F"])
+    assert logs.exit_code == 2, logs.output
+    assert "svc-1 is a service" in logs.output and "replica 0: r0, replica 1: r1" in logs.output

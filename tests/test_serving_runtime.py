@@ -7,6 +7,9 @@ on 127.0.0.1), the program in processes of its own as podmanager starts them.
   lockstep; following checkpoints, both load a newer one in lockstep while requests keep
   coming (none fails); a notice to the second host drains both.
 - Following checkpoints without a `reload` is refused at once, naming what to do.
+- A request `predict` raises on, among good ones under load, is answered 422 naming the
+  error, and only it: the good ones are all served, the replica serves on. An output JSON
+  cannot hold (NaN) is that request's 500. A replica whose warmup inputs fail too ends.
 """
 
 from __future__ import annotations
@@ -47,11 +50,29 @@ DOUBLER = textwrap.dedent("""
     sys.exit(runtime.serve(predict, warmup=[1], max_batch=4))
 """)
 
+# A batch holding a ragged list or None cannot become an array: predict raises on the batch.
+POISONABLE = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    from podmanager import runtime
+
+    def predict(inputs):
+        if os.path.exists("broken"):
+            raise RuntimeError("the device is gone")
+        time.sleep(0.01)
+        values = np.array(inputs, dtype=np.int64)
+        return [float("nan") if v == 7 else int(v) * 2 for v in values]
+
+    runtime.install_preemption_handler()
+    sys.exit(runtime.serve(predict, warmup=[1], max_batch=4))
+""")
+
 # Every process gathers the batch from all processes: a collective that hangs unless the
 # processes run predict in lockstep, and fails unless they all hold the same inputs. The
 # checkpoint's `offset` is added to each output; each process restores it (a collective too).
 COLLECTIVE = textwrap.dedent("""
     import sys
+    import jax
     import jax.numpy as jnp
     import numpy as np
     from jax.experimental import multihost_utils
@@ -65,6 +86,8 @@ COLLECTIVE = textwrap.dedent("""
         def predict(inputs):
             gathered = multihost_utils.process_allgather(np.array(inputs, np.int64))
             assert (gathered == gathered[0]).all(), gathered
+            if 13 in inputs and jax.process_index() == 1:
+                raise ValueError("13 fails on the second host only")
             return [int(x) * 2 + int(gathered.shape[0]) + offset for x in inputs]  # + the process count
 
         return predict
@@ -80,7 +103,7 @@ class RouterThread:
     """The router on an event loop of its own thread, as its Ray actor runs it."""
 
     def __init__(self) -> None:
-        self.router = Router(RouterConfig(token=TOKEN, queue_timeout_s=20.0))
+        self.router = Router(RouterConfig(token=TOKEN, slices=(0,), queue_timeout_s=20.0))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -164,6 +187,51 @@ def test_following_checkpoints_without_reload_is_refused_before_serving(router, 
     assert router.stats().replicas == []
 
 
+def post(endpoint: str, inputs: object) -> tuple[int, dict]:
+    response = requests.post(f"{endpoint}/predict", json={"inputs": inputs}, timeout=30)
+    return response.status_code, response.json()
+
+
+def test_a_request_predict_raises_on_is_answered_alone_and_the_replica_serves_on(router, tmp_path):
+    program = tmp_path / "poisonable.py"
+    program.write_text(POISONABLE)
+    proc = subprocess.Popen([sys.executable, str(program)], cwd=tmp_path, env=replica_env(router),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        poll_until(lambda: ready_replicas(router) == 1, timeout_s=60, interval_s=0.05, what="the replica's hello")
+        good = [v for v in range(120) if v != 7]
+        poison = [[[1, 2], [3]], None, [[1, 2], [3]], None]
+        with ThreadPoolExecutor(max_workers=16) as pool:  # batches of four, poison among good ones
+            good_answers = [pool.submit(post, router.endpoint, v) for v in good]
+            poison_answers = [pool.submit(post, router.endpoint, p) for p in poison]
+            nan_answer = pool.submit(post, router.endpoint, 7)
+            assert [f.result() for f in good_answers] == [(200, {"outputs": v * 2}) for v in good]
+            for answer in poison_answers:
+                status, body = answer.result()
+                assert status == 422, body
+                assert body["error"].startswith("predict failed on this request: ")
+                assert "TypeError" in body["error"] or "ValueError" in body["error"], body
+            status, body = nan_answer.result()
+            assert status == 500 and "NaN" in body["error"] and "JSON" in body["error"], body
+        assert post(router.endpoint, 50) == (200, {"outputs": 100})  # still serving, the same process
+        assert proc.poll() is None
+        stats = router.stats()
+        assert (stats.served, stats.failed, stats.errors) == (len(good) + 1, 0, len(poison) + 1)
+        assert [(v.replica, v.state) for v in stats.replicas] == [(0, "ready")]
+
+        # The replica itself broken: its warmup inputs fail too, so it answers 500 and ends.
+        (tmp_path / "broken").touch()
+        status, body = post(router.endpoint, 1)
+        assert status == 500 and "warmup" in body["error"] and "the device is gone" in body["error"], body
+        assert proc.wait(timeout=30) not in (0, EXIT_PREEMPTED)
+        assert router.stats().failed == 0
+    finally:
+        proc.kill()
+        output = proc.stdout.read()
+        proc.wait()
+    assert "ReplicaBroken" in output and "the device is gone" in output, output
+
+
 @pytest.mark.ray  # JAX's distributed runtime: with the suite's heavy part
 def test_a_replica_over_two_jax_processes_runs_each_batch_on_both_follows_checkpoints_and_drains_together(
         router, tmp_path):
@@ -191,6 +259,12 @@ def test_a_replica_over_two_jax_processes_runs_each_batch_on_both_follows_checkp
         with ThreadPoolExecutor(max_workers=10) as pool:
             results = list(pool.map(lambda v: predict(router.endpoint, v), range(10)))
             assert results == [(200, {"outputs": v * 2 + 2 + 1}) for v in range(10)]
+            # predict raises on one host only: both hosts agree, run each request alone, and only
+            # the poisonous one is an error; the replica goes on in lockstep.
+            results = list(pool.map(lambda v: predict(router.endpoint, v), [13, 1, 2, 3, 13, 4]))
+            assert [status for status, _ in results] == [422, 200, 200, 200, 422, 200], results
+            assert "another host" in results[0][1]["error"]
+            assert [body["outputs"] for status, body in results if status == 200] == [v * 2 + 3 for v in (1, 2, 3, 4)]
 
             # A newer checkpoint while requests keep coming: each is answered by step 1 or by step 2.
             checkpoints.save(2, {"offset": jnp.int32(100)}, force=True)

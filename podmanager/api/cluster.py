@@ -33,7 +33,7 @@ from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
 from podmanager.operations.cluster_runtime import ClusterRuntime, EventCallback
 from podmanager.operations.teardown import stop_idle_emulator, teardown
-from podmanager.state import Event, StateStore
+from podmanager.state import Event, StateStore, service_tokens
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
@@ -315,6 +315,7 @@ class Cluster:
                 self._cancel_run(run, f"cancelling run {run_id}, replica of service {service_id}")
         if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
             stop_router(service_id)  # (no head: the router went with it)
+        service_tokens.remove(self.name, service_id)
         self.runtime.record("service_cancelled", service.message, service_id=service_id)
         return handle.record()
 
@@ -326,6 +327,12 @@ class Cluster:
         from podmanager.api.runs import RunHandle
 
         run = self.runs_store.get(run_id)
+        service = self.services_store.get(run_id) if run is None else None
+        if service is not None and service.cluster == self.name:
+            replicas = ", ".join(f"replica {i}: {r}" for i, r in zip(service.slices, service.replica_runs)) or "none yet"
+            first = service.replica_runs[0] if service.replica_runs else "RUN_ID"
+            raise SpecError(f"{run_id} is a service; each of its replicas is a run with logs of its own ({replicas})",
+                            hint=f"See one with 'podmanager logs --run {first}'.")
         if run is None or run.cluster != self.name:
             known = ", ".join(r.run_id for r in self.runs_store.list(self.name)[-5:]) or "none"
             raise SpecError(f"RUN: no run {run_id!r} in cluster {self.name} (latest: {known})",

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 from podmanager.core import selectors
 from podmanager.core.clock import poll_until
-from podmanager.core.errors import PodmanagerError, TimeoutExceededError
+from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.records import HostRef
 from podmanager.running import logs
 from podmanager.running.logs import RunFolder, Tail
@@ -21,6 +21,7 @@ from podmanager.running.results import OutputPrinter
 from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
 from podmanager.state import Event, StateStore
 from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.services import ServiceRecord, ServiceStore
 from podmanager.supervision.ledger import RunResult
 
 EventCallback = Callable[[Event], None]
@@ -205,7 +206,12 @@ def latest_run_id(cluster: str) -> str:
 def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = None, *,
                   follow: bool = False) -> Iterator[tuple[str, str]]:
     """(host label, line) of a run's output (default: the latest run), every host or one
-    (e.g. 'slice-0/1', see `core.selectors`); with `follow`, as lines are written until the run ends."""
+    (e.g. 'slice-0/1', see `core.selectors`); with `follow`, as lines are written until the run ends.
+    A service's id gives each of its replicas' runs in turn (`replica N slice-N/W`)."""
+    service = ServiceStore().get(run_id) if run_id else None
+    if service is not None and service.cluster == cluster:
+        yield from _service_log_lines(service, host, follow=follow)
+        return
     folder = logs.resolve_run(cluster, run_id)
     only = HostRef(*selectors.parse_host(host, cluster, flag="--host")) if host else None
     if follow:
@@ -214,6 +220,17 @@ def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = No
     for ref, path in folder.logs(only):
         for line in logs.lines(path):
             yield ref.label, line
+
+
+def _service_log_lines(service: ServiceRecord, host: str | None, *, follow: bool) -> Iterator[tuple[str, str]]:
+    replicas = ", ".join(f"replica {i}: {r}" for i, r in zip(service.slices, service.replica_runs)) or "none yet"
+    if follow:
+        raise SpecError(f"--follow: {service.service_id} is a service; follow one of its replicas' runs "
+                        f"({replicas})", hint=f"'podmanager logs -F --run {service.replica_runs[0]}'"
+                        if service.replica_runs else None)
+    for index, replica_run in zip(service.slices, service.replica_runs):
+        for where, line in run_log_lines(service.cluster, replica_run, host):
+            yield f"replica {index} {where}", line
 
 
 def follow_lines(folder: RunFolder, host: HostRef | None = None, *, runs: RunStore | None = None,

@@ -1,14 +1,14 @@
 """Starting a service: its router next to the head, then one replica run per slice.
 
 A replica is an ordinary run of the service's program on one slice (`submit_run`), with the
-router's address and token in its environment: its supervisor launches it, watches it and
+router's address in its environment (its token, a secret, in an owner-only file the supervisor
+reads at each launch: `state/service_tokens.py`): its supervisor launches it, watches it and
 replaces its slice after a preemption exactly as for training, and the program's
 `runtime.serve` connects to the router once the model is loaded and warm.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import dataclass
 
@@ -21,6 +21,7 @@ from podmanager.runtime import replica_protocol as protocol
 from podmanager.runtime.contract import ENV_CHECKPOINT_DIR
 from podmanager.serving.router import RouterConfig
 from podmanager.serving.router_actor import RouterPlace, start_router, stop_router
+from podmanager.state import service_tokens
 from podmanager.state.runs import RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
@@ -55,12 +56,24 @@ def new_service_id(workload: Workload) -> str:
     return f"{workload.display_name}-svc-{time.strftime('%Y%m%d-%H%M%S')}-{int(time.time() * 1000) % 1000:03d}"
 
 
+class ServeInterrupted(KeyboardInterrupt):
+    """Ctrl-C while `serve` was starting the service; what was started is stopped again."""
+
+    def __init__(self, service_id: str, undone: bool) -> None:
+        super().__init__(f"serve interrupted: service {service_id} " + (
+            "was not started; its router and replica runs were stopped" if undone else
+            f"may be partly started; stop it with 'podmanager cancel {service_id}'"))
+        self.service_id = service_id
+
+
 def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStore, workload: Workload,
                   options: ServeOptions, budgets: dict[str, int]) -> str:
     """Start a service of `workload` and return its id once its router listens and every
     replica's run is submitted (the replicas become ready as they load and warm up). Bad
-    input starts nothing; a failure after the router started stops it and cancels what was
-    submitted."""
+    input starts nothing. The service's record is written before anything starts, so `runs`
+    lists it and `cancel` stops it whatever happens next; a failure or Ctrl-C after that stops
+    what was started (the router, the runs submitted) and marks the record failed (cancelled
+    for Ctrl-C, raised as `ServeInterrupted`)."""
     if options.queue_timeout_s <= 0:
         raise SpecError(f"--queue-timeout {options.queue_timeout_s}: give a number of seconds above 0")
     if options.follow_checkpoints and not (workload.checkpoint_dir or workload.env.get(ENV_CHECKPOINT_DIR)):
@@ -78,31 +91,50 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
         raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
     service_id = new_service_id(workload)
     place = _router_place(runtime, options)
-    token = secrets.token_urlsafe(24)
-    start_router(service_id, RouterConfig(token=token, queue_timeout_s=options.queue_timeout_s, replicas=len(slices)),
-                 place)
     endpoint = f"http://{place.public_host}:{place.public_port}"
     replica_url = f"ws://{place.replica_host}:{place.replica_port}{protocol.REPLICA_PATH}"
-    runtime.record("service_starting", f"service {service_id}: router at {endpoint}, {len(slices)} replica(s) on "
-                   f"slice(s) {slices}", service_id=service_id)
-    replica_runs: list[str] = []
+    service_tokens.create(runtime.name, service_id)
+    services.create(ServiceRecord(service_id=service_id, cluster=runtime.name, program=workload.display_name,
+                                  slices=slices, endpoint=endpoint, replica_url=replica_url))
     try:
+        start_router(runtime.name, service_id, RouterConfig(token="", slices=tuple(slices),
+                                                            queue_timeout_s=options.queue_timeout_s,
+                                                            replicas=len(slices)), place)
+        runtime.record("service_starting", f"service {service_id}: router at {endpoint}, {len(slices)} replica(s) "
+                       f"on slice(s) {slices}", service_id=service_id)
         for index in slices:
-            env = {**workload.env, protocol.ENV_SERVE_URL: replica_url, protocol.ENV_SERVE_TOKEN: token,
-                   protocol.ENV_SERVICE_ID: service_id, protocol.ENV_REPLICA: str(index)}
+            env = {**workload.env, protocol.ENV_SERVE_URL: replica_url, protocol.ENV_SERVICE_ID: service_id,
+                   protocol.ENV_REPLICA: str(index)}
             if options.follow_checkpoints:
                 env[protocol.ENV_FOLLOW_CHECKPOINTS] = "1"
             replica = workload.model_copy(update={"slices": [index], "env": env})
-            replica_runs.append(submit_run(runtime, runs, replica, budgets))
-        services.create(ServiceRecord(service_id=service_id, cluster=runtime.name, program=workload.display_name,
-                                      slices=slices, replica_runs=replica_runs, endpoint=endpoint,
-                                      replica_url=replica_url))
-    except BaseException:
-        for run_id in replica_runs:
-            runs.request_cancel(run_id)
-        stop_router(service_id)
+            services.add_replica_run(service_id, submit_run(runtime, runs, replica, budgets))
+    except BaseException as error:
+        undone = _undo(runs, services, service_id, runtime.name, error)
+        if isinstance(error, KeyboardInterrupt):
+            raise ServeInterrupted(service_id, undone) from None
         raise
     return service_id
+
+
+def _undo(runs: RunStore, services: ServiceStore, service_id: str, cluster: str, error: BaseException) -> bool:
+    """Stop what a `serve` that failed had started; True if all of it is stopped. A second
+    Ctrl-C meanwhile leaves the rest to 'podmanager cancel', which the record makes possible."""
+    try:
+        service = services.get(service_id)
+        for run_id in service.replica_runs if service is not None else []:
+            runs.request_cancel(run_id)
+        stop_router(service_id)
+        service_tokens.remove(cluster, service_id)
+        if service is not None:
+            interrupted = isinstance(error, KeyboardInterrupt)
+            service.status = "cancelled" if interrupted else "failed"
+            service.message = ("serve was interrupted while starting it" if interrupted else
+                               f"serve failed while starting it: {error}") + "; its router and replicas were stopped"
+            services.save(service)
+        return True
+    except KeyboardInterrupt:
+        return False
 
 
 def _router_place(runtime: ClusterRuntime, options: ServeOptions) -> RouterPlace:

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.state.run_state import Replacing
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import SERVING, ServiceRecord, ServiceStore
 
@@ -20,7 +21,8 @@ REPLICA_ENDS = ("failed", "cancelled", "succeeded", "missing")  # a replica stat
 class ReplicaStatus:
     replica: int  # its slice
     run_id: str
-    state: str  # starting | ready | draining | reloading | replacing, or its run's end (failed, cancelled)
+    state: str  # starting | ready | draining | reloading | replacing (its slice) | restarting (its program),
+    # or its run's end (failed, cancelled)
     attempt: int
     served: int | None  # results it returned since it last connected (None: not connected)
     step: int | None = None  # the checkpoint it serves (None: not connected, or the program does not say)
@@ -36,8 +38,8 @@ def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: fl
         seen = connected.get(index)
         if run is None or run.finished:
             state = run.status if run is not None else "missing"
-        elif run.status == "recovering":
-            state = "replacing"
+        elif run.status == "recovering":  # after a failed attempt: its slice replaced, or only its program again
+            state = "replacing" if isinstance(run.phase, Replacing) and run.phase.slices else "restarting"
         elif seen is not None and seen.run_id == run_id:
             state = seen.state
         else:
@@ -48,15 +50,18 @@ def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: fl
 
 
 def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus],
-                    incidents: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                    incidents: list[dict[str, Any]] | None = None,
+                    endings: dict[int, str] | None = None) -> dict[str, Any]:
     """One entry of `podmanager runs` for a service; `incidents`: its replicas' runs' (each
-    with its replica), oldest first."""
+    with its replica), oldest first; `endings`: why each ended replica's run ended."""
     counters = service.counters
     status, message = service.status, service.message
     if status == SERVING and replicas and all(r.state in REPLICA_ENDS for r in replicas):
         # Nothing is left to serve; the router answers 503 until the service is cancelled.
         status = "failed"
-        message = (f"every replica's run ended ({', '.join(f'{r.replica}: {r.state}' for r in replicas)}); "
+        ended = "; ".join(f"replica {r.replica} (run {r.run_id}) {r.state}"
+                          + (f": {endings[r.replica]}" if endings and r.replica in endings else "") for r in replicas)
+        message = (f"every replica's run ended. {ended}. See each with 'podmanager logs --run RUN_ID'; "
                    f"'podmanager cancel {service.service_id}' stops its router")
     return {
         "run_id": service.service_id,
@@ -83,7 +88,22 @@ def summarize(service: ServiceRecord, runs: RunStore, now: float) -> dict[str, A
     """`service_summary` of a service, its replicas' states and incidents read from their runs."""
     replica_runs = [runs.get(r) for r in service.replica_runs]
     return service_summary(service, replica_states(service, replica_runs, now),
-                           replica_incidents(service, replica_runs))
+                           replica_incidents(service, replica_runs), replica_endings(service, replica_runs))
+
+
+def replica_endings(service: ServiceRecord, runs: list[RunRecord | None]) -> dict[int, str]:
+    """Why each ended replica's run ended: its result's message and its program's last line."""
+    endings = {}
+    for index, run in zip(service.slices, runs):
+        if run is None or not run.finished or not run.result:
+            continue
+        text = run.result.get("message", "")
+        attempts = run.result.get("attempt_log") or []
+        lines = [line for line in (attempts[-1].get("last_lines") or []) if line.strip()] if attempts else []
+        if lines and lines[-1].strip() not in text:
+            text += f" (its last line: {lines[-1].strip()})"
+        endings[index] = text
+    return endings
 
 
 def replica_incidents(service: ServiceRecord, runs: list[RunRecord | None]) -> list[dict[str, Any]]:

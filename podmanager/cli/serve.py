@@ -58,8 +58,13 @@ def serve(
                if v is not None}
     options = ServeOptions(replicas=replicas, host=host, port=port, queue_timeout_s=queue_timeout,
                            follow_checkpoints=follow_checkpoints)
+    from podmanager.api.serve import ServeInterrupted
+
     try:
         handle = target.serve(workload, options, budgets=budgets)
+    except ServeInterrupted as interrupted:  # not up's message: say what became of the service
+        console.print(f"\n{interrupted}", markup=False)
+        raise typer.Exit(130) from None
     finally:
         target.close()
     if as_json and detach:

@@ -42,11 +42,13 @@ class AttemptRunner:
     def __init__(self, cluster: str, workload: Workload, run_id: str, *, simulated: bool,
                  checkpoint_dir: str | None, code_dir: Path | None = None, printer: OutputPrinter | None = None,
                  poll_interval_s: float = 0.25, stop_grace_s: float = 10.0, failure_grace_s: float = 2.0,
-                 remote: Remote = RAY, clock: Clock | None = None):
-        """`clock`: what attempts are timed and paced by (tests pass a fake one)."""
+                 remote: Remote = RAY, clock: Clock | None = None, secret_env: dict[str, str] | None = None):
+        """`clock`: what attempts are timed and paced by (tests pass a fake one). `secret_env`:
+        environment every process gets that no record may hold (a service's replica token)."""
         self.cluster = cluster
         self.clock = clock or RealClock()
         self.workload = workload
+        self.secret_env = secret_env or {}
         self.run_id = run_id
         self.simulated = simulated
         self.checkpoint_dir = checkpoint_dir
@@ -103,7 +105,8 @@ class AttemptRunner:
                 try:
                     envs = launch_envs(slots, coordinator_port=gang.coordinator_port(), cluster=self.cluster,
                                        run_id=self.run_id, attempt=attempt, checkpoint_dir=self.checkpoint_dir,
-                                       parallelism=self.workload.parallelism, simulated=self.simulated)
+                                       parallelism=self.workload.parallelism, simulated=self.simulated,
+                                       extra=self.secret_env)
                     gang.start(self.workload_json, envs)
                 except (RayActorError, GetTimeoutError):
                     pass  # a host went away during the launch: the next poll names it as lost

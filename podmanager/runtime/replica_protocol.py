@@ -7,7 +7,12 @@ the two exchange these messages as JSON text frames, each with a `type`:
 - `hello` (replica -> router): the replica is ready (its checkpoint loaded, one batch run),
   serving checkpoint `step`. Said again on the same connection after a reload.
 - `request` (router -> replica): one request's inputs, under an id the router chose.
+- `working` (replica -> router): the ids of the batch it is about to run `predict` on. If the
+  replica is lost before answering them, the router answers them 502 instead of sending them
+  to another replica: a request that ended one replica must not end a second.
 - `result` (replica -> router): that request's outputs.
+- `failed` (replica -> router): `predict` raised on that request alone (`cause` "inputs",
+  answered 422), or the replica is broken (`cause` "replica", answered 500); `error` says why.
 - `draining` (replica -> router): a preemption notice came; send nothing more, the requests
   already sent are still answered. The router answers with `draining` too, after which it
   sends nothing: once the replica has it, every request sent to it has arrived, and when
@@ -42,6 +47,11 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_FRAME_BYTES = 2 * MAX_BODY_BYTES  # a body's inputs, or its outputs, as JSON within a frame
 
 
+INPUTS = "inputs"
+REPLICA = "replica"
+CAUSES = (INPUTS, REPLICA)
+
+
 @dataclass(frozen=True)
 class Hello:
     replica: int
@@ -67,6 +77,20 @@ class Result:
 
 
 @dataclass(frozen=True)
+class Working:
+    ids: list[int]
+    type: str = "working"
+
+
+@dataclass(frozen=True)
+class Failed:
+    id: int
+    error: str  # what went wrong, for the user: the exception's type and message
+    cause: str = INPUTS  # INPUTS: this request's inputs; REPLICA: the replica itself
+    type: str = "failed"
+
+
+@dataclass(frozen=True)
 class Draining:
     type: str = "draining"
 
@@ -77,13 +101,15 @@ class Reload:
     type: str = "reload"
 
 
-Message = Union[Hello, Request, Result, Draining, Reload]
-_TYPES: dict[str, type] = {"hello": Hello, "request": Request, "result": Result, "draining": Draining,
-                           "reload": Reload}
+Message = Union[Hello, Request, Result, Working, Failed, Draining, Reload]
+_TYPES: dict[str, type] = {"hello": Hello, "request": Request, "result": Result, "working": Working,
+                           "failed": Failed, "draining": Draining, "reload": Reload}
 
 
 def encode(message: Message) -> str:
-    return json.dumps(asdict(message))
+    """The message as strict JSON: NaN or Infinity anywhere (which JSON cannot hold) is a
+    ValueError, as is a value JSON has no form for (TypeError)."""
+    return json.dumps(asdict(message), allow_nan=False)
 
 
 def decode(text: str | bytes) -> Message:

@@ -12,7 +12,11 @@ over all hosts:
    says hello; the router sends it requests, which it batches (at most `max_batch`, waiting at
    most `max_wait_s` after the first).
 3. Each batch goes from the serving process to every process (`broadcast_one_to_all`), every
-   process runs `predict` on it, and the serving process returns the outputs.
+   process runs `predict` on it, and the serving process returns the outputs. When `predict`
+   raises (on any process: they agree on it), each request of the batch is run again alone,
+   in lockstep too, and the ones it raises on are answered with the error (422): one bad
+   request does not end the replica. Only when the warmup inputs fail too does `serve` raise
+   (`ReplicaBroken`), so the supervisor replaces a replica that can no longer serve.
 4. A preemption notice (SIGTERM, seen by any process) drains the replica: it tells the router,
    which sends nothing more and says so; the replica answers what it holds and `serve` returns
    `EXIT_PREEMPTED`, so the supervisor replaces the slice as it does for a training run.
@@ -36,7 +40,8 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import replace
+import traceback
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from podmanager.runtime import replica_protocol as protocol
@@ -48,8 +53,9 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # how long an idle loop waits for a first request before turning again
 REPORT_EVERY_S = 1.0
-RECONNECT_S = (0.2, 5.0)  # first and longest pause between tries to reach the router
+RECONNECT_S = (0.1, 1.0)  # first and longest pause between tries to reach the router (a restarted one is back in ~1 s)
 FOLLOW_EVERY_S = 1.0  # how often a replica that follows checkpoints looks for a newer one
+MAX_ERROR_CHARS = 1000  # of an error said to a user
 
 Predict = Callable[[list[Any]], Sequence[Any]]
 
@@ -77,10 +83,11 @@ def serve(predict: Predict, *, warmup: Sequence[Any], max_batch: int = 8, max_wa
         raise ServeConfigError("serve --follow-checkpoints: this program passes no reload= to runtime.serve, so it "
                                "cannot load a newer checkpoint; serve without the flag or give reload=")
     _check_outputs(list(warmup), predict(list(warmup)))
+    lockstep = _Lockstep(serving_process)
+    lockstep.any_failed(False)  # compiles the agreement before the first request needs it
     process = _process_index()
     link = _RouterLink.from_environment(max_batch, step) if process == serving_process else None
     watch = _CheckpointWatch.from_environment() if follow and link is not None else None
-    lockstep = _Lockstep(serving_process)
     iteration, reported_at, draining = 0, 0.0, False
     try:
         if link is not None:
@@ -101,9 +108,13 @@ def serve(predict: Predict, *, warmup: Sequence[Any], max_batch: int = 8, max_wa
             payload, done, reload_to = lockstep.share(payload, done, reload_to)
             if payload:
                 inputs = json.loads(payload)
-                outputs = _check_outputs(inputs, predict(inputs))
                 if link is not None:
-                    link.answer([(request_id, output) for (request_id, _), output in zip(batch, outputs)])
+                    link.working([request_id for request_id, _ in batch])
+                answers = _answer_batch(predict, inputs, warmup, lockstep)
+                if link is not None:
+                    link.answer([(request_id, answer) for (request_id, _), answer in zip(batch, answers)])
+                if any(answer.cause == protocol.REPLICA for answer in answers):
+                    raise ReplicaBroken(answers[0].error or "")
             if reload_to is not None and not done:
                 predict, step = reload(reload_to), reload_to
                 _check_outputs(list(warmup), predict(list(warmup)))
@@ -122,6 +133,62 @@ def serve(predict: Predict, *, warmup: Sequence[Any], max_batch: int = 8, max_wa
             link.close()
 
 
+class ReplicaBroken(RuntimeError):
+    """`predict` fails on the warmup inputs too: the replica, not a request, is at fault, so
+    it ends (and its supervisor replaces it) instead of answering every request with an error."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One request's answer: its output, or why `predict` could not give one."""
+
+    output: Any = None
+    error: str | None = None
+    cause: str = protocol.INPUTS  # of an error
+
+
+def _answer_batch(predict: Predict, inputs: list[Any], warmup: Sequence[Any], lockstep: _Lockstep) -> list[_Answer]:
+    """Each input's answer. When `predict` raises on the batch (on any process), each input is
+    run again alone, so only the inputs it fails on are answered with its error; if it fails
+    on every one, the warmup inputs tell whether the replica itself is broken. Every process
+    makes the same calls in the same order (each outcome is agreed by all), so a
+    model-parallel `predict` stays in lockstep."""
+    outputs, error = _try_predict(predict, inputs)
+    if not lockstep.any_failed(error is not None):
+        return [_Answer(output) for output in outputs]
+    if len(inputs) == 1:
+        answers = [_Answer(error=_describe(error))]
+    else:
+        answers = []
+        for one in inputs:
+            output, error_alone = _try_predict(predict, [one])
+            failed = lockstep.any_failed(error_alone is not None)
+            answers.append(_Answer(error=_describe(error_alone)) if failed else _Answer(output[0]))
+    if all(answer.error is not None for answer in answers):
+        _, warm_error = _try_predict(predict, list(warmup))
+        if lockstep.any_failed(warm_error is not None):
+            why = f"predict fails on the warmup inputs too ({_describe(warm_error)}): the replica is broken"
+            return [_Answer(error=why, cause=protocol.REPLICA) for _ in inputs]
+    return answers
+
+
+def _try_predict(predict: Predict, inputs: list[Any]) -> tuple[list[Any], BaseException | None]:
+    """`predict`'s checked outputs, or the exception it raised (printed to the run's log)."""
+    try:
+        return _check_outputs(inputs, predict(inputs)), None
+    except Exception as error:  # noqa: BLE001 - the user's code: any error is this batch's answer
+        print(f"podmanager: predict raised on a batch of {len(inputs)}:", file=sys.stderr)
+        traceback.print_exception(error, file=sys.stderr)
+        return [], error
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:  # it raised on another process of the replica
+        return "predict raised on another host of this replica (see the run's logs)"
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
+
+
 def _check_outputs(inputs: list[Any], outputs: Sequence[Any]) -> list[Any]:
     outputs = [_plain(o) for o in outputs]
     if len(outputs) != len(inputs):
@@ -138,6 +205,19 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+def _frame(request_id: int, answer: _Answer) -> str:
+    """The answer's frame; an output JSON cannot hold (NaN, Infinity, an object) is the
+    request's error instead (500: the program's fault), never invalid JSON."""
+    if answer.error is not None:
+        return protocol.encode(protocol.Failed(id=request_id, error=answer.error, cause=answer.cause))
+    try:
+        return protocol.encode(protocol.Result(id=request_id, outputs=answer.output))
+    except (ValueError, TypeError, RecursionError) as error:
+        why = (f"its output cannot be sent as JSON ({error}): return numbers, strings, lists and dicts, without "
+               "NaN or Infinity")
+        return protocol.encode(protocol.Failed(id=request_id, error=why, cause=protocol.REPLICA))  # the program's fault
 
 
 class _CheckpointWatch:
@@ -189,6 +269,15 @@ class _Lockstep:
         self.source = source
         jax = sys.modules.get("jax")
         self.distributed = jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
+
+    def any_failed(self, failed: bool) -> bool:
+        """Whether any process failed (each says whether it did): every process gets the same answer."""
+        if not self.distributed:
+            return failed
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        return bool(np.asarray(multihost_utils.process_allgather(np.array([int(failed)], np.int32))).any())
 
     def share(self, payload: bytes, done: bool, reload_to: int | None) -> tuple[bytes, bool, int | None]:
         if not self.distributed:
@@ -268,8 +357,13 @@ class _RouterLink:
                 deadline = time.monotonic() + max_wait_s
         return batch
 
-    def answer(self, results: list[tuple[int, Any]]) -> None:
-        frames = [protocol.encode(protocol.Result(id=request_id, outputs=outputs)) for request_id, outputs in results]
+    def working(self, request_ids: list[int]) -> None:
+        """Tell the router which requests `predict` is about to run on."""
+        frame = protocol.encode(protocol.Working(ids=request_ids))
+        asyncio.run_coroutine_threadsafe(self._send([frame]), self._loop).result()
+
+    def answer(self, answers: list[tuple[int, _Answer]]) -> None:
+        frames = [_frame(request_id, answer) for request_id, answer in answers]
         asyncio.run_coroutine_threadsafe(self._send(frames), self._loop).result()
 
     def drain(self) -> None:

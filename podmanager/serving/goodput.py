@@ -23,3 +23,11 @@ class FullReplicaTime:
                 self.full_s += elapsed
         if self._ticked_at is not None or full:
             self._ticked_at = now
+
+    def resume(self, full_s: float, since_full_s: float, gap_s: float, now: float) -> None:
+        """Carry on from what a router before this one counted, `gap_s` ago (a restarted
+        router: the gap counts as not full)."""
+        self.full_s = full_s
+        if since_full_s > 0:
+            self.since_full_s = since_full_s + max(gap_s, 0.0)
+            self._ticked_at = now

@@ -27,8 +27,9 @@ from typing import Any, Callable
 
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 
-from podmanager.runtime.replica_protocol import (MAX_BODY_BYTES, MAX_FRAME_BYTES, REPLICA_PATH, Draining, Hello,
-                                                 Message, Reload, Request, Result, decode, encode)
+from podmanager.runtime.replica_protocol import (CAUSES, INPUTS, MAX_BODY_BYTES, MAX_FRAME_BYTES, REPLICA_PATH, Draining,
+                                                 Failed, Hello, Message, Reload, Request, Result, Working, decode,
+                                                 encode)
 from podmanager.state.services import ReplicaCounters, ServiceCounters
 
 log = logging.getLogger(__name__)
@@ -37,22 +38,31 @@ READY = "ready"
 DRAINING = "draining"
 RELOADING = "reloading"
 LATENCY_WINDOW = 1000  # p50/p99 are over this many of the latest 200-responses
+BODY_TIMEOUT_S = 30.0  # a body not read in full by then is a 408: a half-sent request holds nothing for long
 HEARTBEAT_S = 5.0  # a replica that answers no ping for this long is closed, so its requests move on
 SHUTDOWN_TIMEOUT_S = 5.0  # by the time the sites close every request is answered; handlers only return
 EXPECTED_BODY = 'a JSON object with an "inputs" field, {"inputs": <any JSON>}'
+TOO_DEEP = "the body's JSON is nested too deeply to read; send inputs nested at most a few hundred levels"
+LOST_TWICE = ("the request was lost at two replicas in a row (each connection closed before it was answered); "
+              "it is not retried again")
+LOST_WORKING = ("the replica was lost while running predict on this request; it is not sent to another replica, "
+                "in case it is what ended this one")
 
 
 @dataclass(frozen=True)
 class RouterConfig:
     token: str  # the bearer token replicas must present
+    slices: tuple[int, ...]  # the replica indices it admits (the service's slices)
     queue_timeout_s: float = 60.0  # how long a request may wait for a ready replica before 503
     retry_after_s: int = 5  # the Retry-After header of a 503
     replicas: int = 1  # the service's replica count: a reload leaves at least replicas-1 ready
+    body_timeout_s: float = BODY_TIMEOUT_S  # how long a request's body may take to arrive
 
 
 class _Verdict(Enum):
     SERVED = "served"  # 200 with the replica's outputs
-    FAILED = "failed"  # 502: lost at two replicas
+    FAILED = "failed"  # 502: lost at two replicas, or lost while the replica ran predict on it
+    ERRORED = "errored"  # 422 (its inputs) or 500 (a broken replica): predict raised on it
     REJECTED = "rejected"  # 503: no ready replica within the queue timeout
     STOPPED = "stopped"  # 503: the router is stopping
 
@@ -61,6 +71,8 @@ class _Verdict(Enum):
 class _Outcome:
     verdict: _Verdict
     outputs: Any = None
+    error: str | None = None  # FAILED, ERRORED: what the user is told
+    cause: str = INPUTS  # ERRORED: the request's inputs or the replica
 
 
 @dataclass(eq=False)
@@ -68,7 +80,7 @@ class _Pending:
     """One user's request, from its POST until it is answered."""
 
     id: int
-    inputs: Any
+    frame: str  # its `request` message, encoded once
     answer: asyncio.Future[_Outcome]  # cancelled when the client hangs up
     queued_at: float  # when it last entered the queue: its queue timeout counts from here
     tries: int = 0  # how many replicas it has been sent to
@@ -83,6 +95,7 @@ class _Connection:
     state: str = READY
     served: int = 0
     outstanding: dict[int, _Pending] = field(default_factory=dict)
+    working: set[int] = field(default_factory=set)  # the ids its predict is running on (its last `working`)
     outbox: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)  # None ends the sender
     lost: bool = False
     reload_wanted: int | None = None  # the step it asked to load, until it is let go
@@ -121,7 +134,10 @@ class Router:
     on another. Every method runs on the event loop that serves it; `clock` is monotonic seconds
     and times both the queue timeout and the latencies."""
 
-    def __init__(self, config: RouterConfig, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, config: RouterConfig, clock: Callable[[], float] = time.monotonic,
+                 counted: ServiceCounters | None = None):
+        """`counted`: what a router of the same service counted before this one (its record's
+        counters, when Ray restarts the actor): the counts carry on from there."""
         self._config = config
         self._clock = clock
         self._ids = itertools.count(1)
@@ -131,7 +147,10 @@ class Router:
         self._sockets: set[web.WebSocketResponse] = set()  # every open replica socket, Hello or not
         self._tasks: set[asyncio.Task[None]] = set()  # senders and closes, held so they are not collected
         self._latency = _LatencyWindow(LATENCY_WINDOW)
-        self._requests = self._served = self._failed = self._rejected = 0
+        self._requests = self._served = self._failed = self._rejected = self._errors = 0
+        if counted is not None:
+            self._requests, self._served, self._failed = counted.requests, counted.served, counted.failed
+            self._rejected, self._errors = counted.rejected, counted.errors
         self._stopping = False
         self._runners: list[web.AppRunner] = []
 
@@ -182,7 +201,7 @@ class Router:
     def stats(self) -> ServiceCounters:
         """What it counted since it started (`at` and the goodput are its actor's to fill in)."""
         return ServiceCounters(requests=self._requests, served=self._served, failed=self._failed,
-                               rejected=self._rejected, queued=len(self._queue), p50_ms=self._latency.percentile(50),
+                               rejected=self._rejected, errors=self._errors, queued=len(self._queue), p50_ms=self._latency.percentile(50),
                                p99_ms=self._latency.percentile(99), replicas=self._views())
 
     def set_draining(self, replica: int) -> None:
@@ -197,13 +216,21 @@ class Router:
     async def _predict(self, request: web.Request) -> web.Response:
         received_at = self._clock()
         try:
-            inputs = _inputs_of(await request.read())
+            inputs = _inputs_of(await asyncio.wait_for(request.read(), self._config.body_timeout_s))
         except _BadBody as error:
             return web.json_response({"error": str(error)}, status=400)
+        except asyncio.TimeoutError:
+            return web.json_response({"error": f"the body did not arrive within {self._config.body_timeout_s:g}s; "
+                                               "send it whole"}, status=408, headers={"Connection": "close"})
         if self._stopping:
             return self._unavailable("the router is stopping; retry later")
+        request_id = next(self._ids)
+        try:
+            frame = encode(Request(id=request_id, inputs=inputs))
+        except RecursionError:
+            return web.json_response({"error": TOO_DEEP}, status=400)
         self._requests += 1
-        pending = _Pending(id=next(self._ids), inputs=inputs, answer=asyncio.get_running_loop().create_future(),
+        pending = _Pending(id=request_id, frame=frame, answer=asyncio.get_running_loop().create_future(),
                            queued_at=received_at)
         self._enqueue(pending)
         self._dispatch()
@@ -217,14 +244,22 @@ class Router:
 
     def _respond(self, outcome: _Outcome, received_at: float) -> web.Response:
         if outcome.verdict is _Verdict.SERVED:
+            try:
+                body = json.dumps({"outputs": outcome.outputs}, allow_nan=False)
+            except ValueError:  # a replica that let NaN through: JSON has no form for it
+                self._errors += 1
+                return web.json_response({"error": "predict's output holds NaN or Infinity, which JSON cannot "
+                                                   "hold; the program must return finite numbers"}, status=500)
             self._served += 1
             self._latency.add((self._clock() - received_at) * 1000.0)
-            return web.json_response({"outputs": outcome.outputs})
+            return web.json_response(text=body)
+        if outcome.verdict is _Verdict.ERRORED:
+            self._errors += 1
+            status = 422 if outcome.cause == INPUTS else 500
+            return web.json_response({"error": f"predict failed on this request: {outcome.error}"}, status=status)
         if outcome.verdict is _Verdict.FAILED:
             self._failed += 1
-            return web.json_response(
-                {"error": "the request was lost at two replicas in a row (each connection closed before it was "
-                          "answered); it is not retried again"}, status=502)
+            return web.json_response({"error": outcome.error or LOST_TWICE}, status=502)
         if outcome.verdict is _Verdict.REJECTED:
             self._rejected += 1
             return self._unavailable(f"no ready replica within {self._config.queue_timeout_s:g}s; retry later")
@@ -271,7 +306,7 @@ class Router:
             pending = self._queue.popleft()
             pending.tries += 1
             target.outstanding[pending.id] = pending
-            target.outbox.put_nowait(encode(Request(id=pending.id, inputs=pending.inputs)))
+            target.outbox.put_nowait(pending.frame)
 
     @staticmethod
     def _settle(pending: _Pending, outcome: _Outcome) -> None:
@@ -322,12 +357,19 @@ class Router:
                     log.warning("closing the replica connection from %s: %s", request.remote, error)
                     break
                 if connection is None and isinstance(message, Hello):
+                    refusal = self._refusal(message)
+                    if refusal is not None:
+                        log.warning("refusing a replica connection from %s: %s", request.remote, refusal)
+                        await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=refusal.encode()[:120])
+                        break
                     connection = self._admit(ws, message)
                 elif connection is not None and isinstance(message, Hello) \
                         and message.replica == connection.hello.replica:
                     self._reloaded(connection, message)
-                elif connection is not None and isinstance(message, Result):
+                elif connection is not None and isinstance(message, (Result, Failed)):
                     self._resolve(connection, message)
+                elif connection is not None and isinstance(message, Working):
+                    connection.working = set(message.ids)
                 elif connection is not None and isinstance(message, Draining):
                     self._drain(connection)
                 elif connection is not None and isinstance(message, Reload):
@@ -348,10 +390,23 @@ class Router:
         presented = request.headers.get("Authorization", "").encode()
         return hmac.compare_digest(presented, f"Bearer {self._config.token}".encode())
 
+    def _refusal(self, hello: Hello) -> str | None:
+        """Why a hello is refused, if it is: an index that is none of the service's slices, or
+        one whose live connection it may not replace. Only a newer attempt of the same run
+        replaces a live connection (a restarted replica whose old socket is not closed yet);
+        anything else waits until the live one is gone (a replica retries its connection)."""
+        if hello.replica not in self._config.slices:
+            return f"replica {hello.replica} is not one of this service's replicas {list(self._config.slices)}"
+        live = self._replicas.get(hello.replica)
+        if live is not None and not (hello.run_id == live.hello.run_id and hello.attempt > live.hello.attempt):
+            return (f"replica {hello.replica} is connected (run {live.hello.run_id}, attempt {live.hello.attempt}); "
+                    "only a newer attempt of that run replaces it")
+        return None
+
     def _admit(self, ws: web.WebSocketResponse, hello: Hello) -> _Connection:
         older = self._replicas.get(hello.replica)
         if older is not None:
-            # The same slice connected again (a restarted host 0): the old socket is as good as gone.
+            # A newer attempt of the same run (a restarted host 0): the old socket is as good as gone.
             log.warning("replica %d connected again (run %s, attempt %d); closing its older connection",
                         hello.replica, hello.run_id, hello.attempt)
             self._lose(older)
@@ -396,12 +451,17 @@ class Router:
         chosen.outbox.put_nowait(encode(Reload(step=chosen.reload_wanted)))
         chosen.reload_wanted = None
 
-    def _resolve(self, connection: _Connection, result: Result) -> None:
-        pending = connection.outstanding.pop(result.id, None)
+    def _resolve(self, connection: _Connection, answer: Result | Failed) -> None:
+        connection.working.discard(answer.id)
+        pending = connection.outstanding.pop(answer.id, None)
         if pending is None:
             return  # not sent on this connection, or it was lost and moved on
         connection.served += 1
-        self._settle(pending, _Outcome(_Verdict.SERVED, result.outputs))  # no-op if its client hung up
+        if isinstance(answer, Result):
+            outcome = _Outcome(_Verdict.SERVED, answer.outputs)
+        else:
+            outcome = _Outcome(_Verdict.ERRORED, error=answer.error, cause=answer.cause)
+        self._settle(pending, outcome)  # no-op if its client hung up
         self._dispatch()
 
     def _drain(self, connection: _Connection) -> None:
@@ -415,7 +475,8 @@ class Router:
 
     def _lose(self, connection: _Connection) -> None:
         """The connection is gone: each request it held goes back to the front of the queue if
-        this was its first replica, else it is answered 502."""
+        this was its first replica and the replica was not running predict on it, else it is
+        answered 502."""
         if connection.lost:
             return
         connection.lost = True
@@ -426,8 +487,10 @@ class Router:
         for pending in connection.outstanding.values():
             if pending.answer.done():
                 continue  # its client hung up
-            if pending.tries >= 2:
-                self._settle(pending, _Outcome(_Verdict.FAILED))
+            if pending.id in connection.working:
+                self._settle(pending, _Outcome(_Verdict.FAILED, error=LOST_WORKING))
+            elif pending.tries >= 2:
+                self._settle(pending, _Outcome(_Verdict.FAILED, error=LOST_TWICE))
             else:
                 retries.append(pending)
         if connection.outstanding:
@@ -472,12 +535,20 @@ class Router:
 
 def _inputs_of(body: bytes) -> Any:
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_constant=_no_constant)
+    except RecursionError:
+        raise _BadBody(TOO_DEEP) from None
+    except _BadBody:
+        raise
     except ValueError:
         raise _BadBody(f"the body is not JSON; expected {EXPECTED_BODY}") from None
     if not isinstance(data, dict) or "inputs" not in data:
         raise _BadBody(f'the body has no "inputs" field; expected {EXPECTED_BODY}')
     return data["inputs"]
+
+
+def _no_constant(name: str) -> Any:
+    raise _BadBody(f"the body holds {name}, which JSON has no form for; send finite numbers")
 
 
 def _message_of(frame: WSMessage) -> Message:
@@ -493,8 +564,12 @@ def _message_of(frame: WSMessage) -> Message:
             raise ValueError(f"malformed hello: {message}")
         if message.step is not None and not _is_int(message.step):
             raise ValueError(f"malformed hello: step {message.step!r} is not an integer")
-    elif isinstance(message, Result) and not _is_int(message.id):
-        raise ValueError(f"a result whose id is not an integer: {message.id!r}")
+    elif isinstance(message, (Result, Failed)) and not _is_int(message.id):
+        raise ValueError(f"a {message.type} whose id is not an integer: {message.id!r}")
+    elif isinstance(message, Failed) and not (isinstance(message.error, str) and message.cause in CAUSES):
+        raise ValueError(f"malformed failed message: {message}")
+    elif isinstance(message, Working) and not (isinstance(message.ids, list) and all(map(_is_int, message.ids))):
+        raise ValueError(f"a working message whose ids are not integers: {message.ids!r}")
     elif isinstance(message, Reload) and not _is_int(message.step):
         raise ValueError(f"a reload whose step is not an integer: {message.step!r}")
     return message

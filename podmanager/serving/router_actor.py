@@ -16,11 +16,11 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.serving.router import Router, RouterConfig
+from podmanager.state import service_tokens
 from podmanager.state.services import ServiceCounters, ServiceStore
 
 log = logging.getLogger(__name__)
@@ -45,13 +45,24 @@ class RouterPlace:
 
 
 class RouterActor:
-    """Plain class; `start_router` wraps it with `ray.remote` and its options."""
+    """Plain class; `start_router` wraps it with `ray.remote` and its options. What its module
+    imports is paid again at each restart, while users are refused: `hosts.fleet` (the cloud's
+    client with it) only where the actor is created or stopped."""
 
-    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace) -> None:
+    def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace, cluster: str = "") -> None:
         os.environ["PODMANAGER_HOME"] = home  # the submitting client's state folder: the service's record
         self.service_id = service_id
+        if not config.token:  # read from its owner-only file, so it is in no Ray argument either
+            token = service_tokens.read(cluster, service_id)
+            if token is None:
+                raise RuntimeError(f"service {service_id}: its token file "
+                                   f"{service_tokens.token_path(cluster, service_id)} is missing")
+            config = replace(config, token=token)
         self.full_time = FullReplicaTime(config.replicas)
-        self.router = Router(config)
+        counted = _counted_before(service_id)
+        if counted is not None and counted.at is not None:  # Ray restarted this actor: carry on counting
+            self.full_time.resume(counted.full_s, counted.since_full_s, time.time() - counted.at, time.monotonic())
+        self.router = Router(config, counted=counted)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"router-{service_id}", daemon=True)
         self._thread.start()
@@ -69,6 +80,9 @@ class RouterActor:
 
     def counters(self) -> ServiceCounters:
         return self._counters()
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def set_draining(self, replica: int) -> None:
         self._loop.call_soon_threadsafe(self.router.set_draining, replica)
@@ -102,12 +116,24 @@ class RouterActor:
             store.close()
 
 
-def start_router(service_id: str, config: RouterConfig, place: RouterPlace) -> None:
+def _counted_before(service_id: str) -> ServiceCounters | None:
+    """The counters a router of this service wrote before this one (None for a new service)."""
+    store = ServiceStore()
+    try:
+        service = store.get(service_id)
+    finally:
+        store.close()
+    return service.counters if service is not None and service.counters.at is not None else None
+
+
+def start_router(cluster: str, service_id: str, config: RouterConfig, place: RouterPlace) -> None:
     """Create the service's router actor on the head node (the caller is connected to the
-    cluster's Ray) and wait until it listens."""
+    cluster's Ray) and wait until it listens. With no `config.token` the actor reads the
+    service's token file (`state/service_tokens.py`)."""
     import ray
 
     from podmanager.core import paths
+    from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
 
     remote = ray.remote(RouterActor).options(
         name=actor_name(service_id),
@@ -119,13 +145,15 @@ def start_router(service_id: str, config: RouterConfig, place: RouterPlace) -> N
         resources={HEAD_RESOURCE: 0.001},
         runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},  # latency: not at Ray's nice 15
     )
-    actor = remote.remote(str(paths.home().resolve()), service_id, config, place)
+    actor = remote.remote(str(paths.home().resolve()), service_id, config, place, cluster)
     ray.get(actor.ready.remote(), timeout=60)
 
 
 def stop_router(service_id: str) -> bool:
     """Stop the service's router if it is there; True if it was."""
     import ray
+
+    from podmanager.hosts.fleet import NAMESPACE
 
     try:
         actor = ray.get_actor(actor_name(service_id), namespace=NAMESPACE)

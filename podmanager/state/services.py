@@ -53,6 +53,7 @@ class ServiceCounters(_Record):
     served: int = 0
     failed: int = 0  # lost on two replicas: the requests the service failed
     rejected: int = 0  # 503 after the queue timeout: no replica was ready
+    errors: int = 0  # predict raised on the request (422), or a broken replica's (500)
     queued: int = 0
     p50_ms: float | None = None
     p99_ms: float | None = None
@@ -112,6 +113,18 @@ class ServiceStore:
                 return
             service = ServiceRecord.model_validate_json(row[0])
             service.counters = counters
+            db.execute("UPDATE services SET record=? WHERE service_id=?", (service.model_dump_json(), service_id))
+
+    def add_replica_run(self, service_id: str, run_id: str) -> None:
+        """One more replica's run, as `serve` submits it (one transaction, so the router's
+        counters written meanwhile are kept)."""
+        with self._db.immediate() as db:
+            row = db.execute("SELECT record FROM services WHERE service_id=?", (service_id,)).fetchone()
+            if row is None:
+                return
+            service = ServiceRecord.model_validate_json(row[0])
+            service.replica_runs.append(run_id)
+            service.updated_at = time.time()
             db.execute("UPDATE services SET record=? WHERE service_id=?", (service.model_dump_json(), service_id))
 
     def get(self, service_id: str) -> ServiceRecord | None:

@@ -36,7 +36,7 @@ from podmanager.running.results import AttemptResult, OutputPrinter
 from podmanager.running.gang import Gang
 from podmanager.running.progress import combine
 from podmanager.running.remote import RAY, Remote
-from podmanager.state import run_secrets
+from podmanager.state import run_secrets, service_tokens
 from podmanager.state.run_state import Finished, Launching, Replacing, RunProgress, Running, SupervisorProcess
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.supervision.classify import Cause, Incident, classify
@@ -69,7 +69,8 @@ class RunSupervisor:
         self.policy = RecoveryPolicy.from_spec(cluster.spec.recovery.model_copy(update=run.budgets))
         self.runner = AttemptRunner(cluster.name, self.workload, run_id, simulated=cluster.spec.simulated,
                                     checkpoint_dir=run.checkpoint_dir, code_dir=code_dir, printer=printer,
-                                    poll_interval_s=poll_interval_s, remote=remote, clock=self.clock)
+                                    poll_interval_s=poll_interval_s, remote=remote, clock=self.clock,
+                                    secret_env=service_tokens.replica_env(cluster.name, self.workload.env))
         self.ledger = Ledger.from_dict(run.ledger)
         self._progress_saved = 0.0
 
