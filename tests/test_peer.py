@@ -1,12 +1,14 @@
 """A dry run's servers admit only their owner (`core/peer.py`): the connecting process's user is
 read from the kernel's socket table, and another local user gets a 403 / PERMISSION_DENIED that
 says why, from each simulated VM's metadata server, the REST routes (the Ray token's secret) and
-the gRPC API (Cloud TPU, Secret Manager, control). The other user is real: a system user made
+the gRPC API (Cloud TPU, Secret Manager, control), and a service's router. The other user is real: a system user made
 here, whose client process drops to it after loading its modules (this venv is under root's
 home, which other users cannot read) and only then connects."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import pwd
@@ -14,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from podmanager.core import peer
 from podmanager.core.clock import FakeClock
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.tpu_api import TpuEmulator
+from podmanager.serving.router import Router, RouterConfig
 
 # ---------------------------------------------------------------------- the socket table, read
 
@@ -124,6 +128,25 @@ class Servers:
     calls: dict[str, str]  # method -> its request, serialized (hex)
 
 
+@contextlib.contextmanager
+def router() -> Iterator[int]:
+    """A service's router on its own event loop; its public port."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    made = asyncio.run_coroutine_threadsafe(_start_router(), loop).result(30)
+    try:
+        yield made[1]
+    finally:
+        asyncio.run_coroutine_threadsafe(made[0].stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+
+
+async def _start_router() -> tuple[Router, int]:
+    served = Router(RouterConfig(token="t", slices=(0,)))
+    public, _ = await served.start("127.0.0.1", 0, "127.0.0.1", 0)
+    return served, public
+
+
 @pytest.fixture
 def servers(tmp_path) -> Iterator[Servers]:
     sim = SimCloud("p", clock=FakeClock(), create_latency_s=0.0)
@@ -133,10 +156,13 @@ def servers(tmp_path) -> Iterator[Servers]:
     metadata = MetadataServers(sim)
     metadata_port = metadata.start(zone="z", node="n", worker=0, accelerator="v4-8", endpoints=["127.0.0.1"],
                                    megascale_file=tmp_path / "megascale.json")
+    serving = router()
+    router_port = serving.__enter__()
     try:
         yield Servers(
             http=[f"http://127.0.0.1:{metadata_port}/computeMetadata/v1/instance/service-accounts/default/token",
-                  f"http://127.0.0.1:{rest_port}/v1/projects/p/secrets/s/versions/latest:access"],
+                  f"http://127.0.0.1:{rest_port}/v1/projects/p/secrets/s/versions/latest:access",
+                  f"http://127.0.0.1:{router_port}/healthz"],
             grpc=f"127.0.0.1:{grpc_port}",
             calls={
                 "/google.cloud.tpu.v2.Tpu/ListNodes":
@@ -145,6 +171,7 @@ def servers(tmp_path) -> Iterator[Servers]:
                 "/podmanager.emulator.Control/Call": json.dumps({"method": "known_zones"}).encode().hex(),
             })
     finally:
+        serving.__exit__(None, None, None)
         metadata.stop_all()
         rest_server.shutdown()
         rest_server.server_close()
@@ -169,7 +196,8 @@ def test_another_local_user_is_refused_by_every_server_and_the_owner_is_not(serv
 
     mine = ask(servers, None)
     assert mine.pop("uid") == os.geteuid()
-    metadata_token, secret = servers.http
+    metadata_token, secret, healthz = servers.http
+    assert mine[healthz][0] == 503  # admitted: the router itself answers (no replica is ready)
     assert mine[metadata_token][0] == 200 and "sim-token" in mine[metadata_token][1]
     assert mine[secret][0] == 404  # admitted: the service itself answers (no such secret)
     assert mine["/google.cloud.tpu.v2.Tpu/ListNodes"] == ["OK", ""]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import itertools
 import json
 import logging
@@ -27,6 +28,7 @@ from typing import Any, Callable
 
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 
+from podmanager.core import peer
 from podmanager.runtime.replica_protocol import (CAUSES, INPUTS, MAX_BODY_BYTES, MAX_FRAME_BYTES, REPLICA_PATH, Draining,
                                                  Failed, Hello, Message, Reload, Request, Result, Working, decode,
                                                  encode)
@@ -154,11 +156,11 @@ class Router:
         self._stopping = False
         self._runners: list[web.AppRunner] = []
 
-        self._public = web.Application(client_max_size=MAX_BODY_BYTES)
+        self._public = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_owner_only])
         self._public.router.add_post("/predict", self._predict)
         self._public.router.add_get("/healthz", self._healthz)
         self._public.cleanup_ctx.append(self._expiry_task)
-        self._replica_side = web.Application()
+        self._replica_side = web.Application(middlewares=[_owner_only])
         self._replica_side.router.add_get(REPLICA_PATH, self._replica_socket)
 
     # ------------------------------------------------------------------ public surface
@@ -531,6 +533,21 @@ class Router:
 
     def _views(self) -> list[ReplicaCounters]:
         return [self._replicas[index].view() for index in sorted(self._replicas)]
+
+
+@web.middleware
+async def _owner_only(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                      ) -> web.StreamResponse:
+    """A connection from this machine is admitted only from the owner's processes (another local
+    user gets a 403 saying why, core/peer.py); one from elsewhere is the network's to allow."""
+    transport = request.transport
+    client = transport.get_extra_info("peername") if transport else None
+    server = transport.get_extra_info("sockname") if transport else None
+    if client and server and ipaddress.ip_address(client[0].split("%")[0]).is_loopback:
+        reason = peer.refusal(client[0], client[1], server=(server[0], server[1]))
+        if reason is not None:
+            return web.json_response({"error": reason}, status=403)
+    return await handler(request)
 
 
 def _inputs_of(body: bytes) -> Any:
