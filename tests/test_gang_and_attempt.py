@@ -128,3 +128,12 @@ def test_reattaching_watches_the_running_processes_without_launching_again(remot
     assert told == [True] and result.status == "succeeded"
     logged = first.logs.path(hosts[0][0]).read_text()
     assert logged == "two\nthree\n"  # the output already kept is not kept again
+
+
+def test_the_setup_is_reported_done_before_any_program_starts(remote):
+    hosts = agents(lambda s, attempt: Behaviour(polls=2))
+    told: list[tuple[float, list[str], int]] = []
+    result = runner(remote).run_attempt(hosts, 0, on_setup_done=lambda seconds, installed: told.append(
+        (seconds, installed, sum(len(a.started) for _, a in hosts))))
+    assert result.status == "succeeded"
+    assert told == [(result.setup_s, result.setup_installed, 0)]  # no program had started yet

@@ -12,6 +12,7 @@ import zipfile
 import psutil
 import pytest
 
+from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
 from podmanager.hosts.procs import MACHINE_ENV, OWNER_ENV
 from podmanager.hosts.runs import HostRuns
@@ -176,3 +177,52 @@ def test_a_second_setup_of_a_run_on_the_same_host_is_free(tmp_path):
     first = runs.setup("r", workload, None)
     again = runs.setup("r", workload, None)
     assert first.ok and again.ok and again.reused
+
+
+# Starts a plain child and, from it, a grandchild in a session of its own (out of the program's
+# process group, as `setsid` or a daemon does), prints both pids and the sessions of the program and
+# the grandchild, then exits 0 or sleeps.
+LEAVES_CHILDREN = textwrap.dedent("""
+    import os, subprocess, sys, time
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    child = subprocess.Popen([sys.executable, "-c",
+        "import os, subprocess, sys, time; g = subprocess.Popen(sys.argv[1:], start_new_session=True);"
+        " print(g.pid, os.getsid(g.pid), flush=True); time.sleep(600)", *sleeper], stdout=subprocess.PIPE, text=True)
+    grandchild, its_session = child.stdout.readline().split()
+    print("pids", child.pid, grandchild, os.getsid(0), its_session, flush=True)
+    if sys.argv[1] == "wait":
+        time.sleep(600)
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.ray  # starts processes: seconds, not milliseconds
+@pytest.mark.parametrize("ending", ["exit 0", "stop"])
+def test_an_attempt_leaves_no_child_of_the_program_behind_not_even_one_in_its_own_session(tmp_path, ending):
+    """On a TPU VM a leftover child holds the chips the next run needs."""
+    runs = HostRuns(tmp_path)
+    workload = Workload(command=[sys.executable, "-c", LEAVES_CHILDREN, "wait" if ending == "stop" else "exit"],
+                        working_dir=None).model_dump_json()
+    pid = runs.start("r", workload, {})
+    output = poll_until(lambda: (out := runs.poll("r", 0).output) and b"\n" in out and out, timeout_s=60,
+                        interval_s=0.05, what="the program to print its children's pids")
+    child, grandchild, session, its_session = (int(p) for p in output.split()[1:5])
+    try:
+        assert its_session != session  # the grandchild left the program's session (and group)
+        if ending == "stop":
+            runs.stop("r", grace_s=5)
+        else:
+            runs.processes["r"].wait(60)
+            assert runs.poll("r", 0).exit_code == 0
+        poll_until(lambda: not _alive(child) and not _alive(grandchild), timeout_s=10, interval_s=0.05,
+                   what="the program's child and grandchild to end")
+    finally:
+        for leftover in (child, grandchild):
+            if _alive(leftover):
+                os.kill(leftover, signal.SIGKILL)

@@ -197,6 +197,9 @@ def test_initialize_twice_and_preemption_agreement_across_two_processes(tmp_path
                 runtime.request_preemption()
             print("after", runtime.preemption_requested(), runtime.preemption_requested_anywhere(), file=out)
             print("count", jax.process_count(), jax.device_count(), dict(runtime.mesh("model").shape), file=out)
+            # Started without podmanager's launch environment: JAX's preemption service stays
+            # off, so SIGTERM is still the program's.
+            print("service", jax.config.jax_enable_preemption_service, file=out)
         """)
     procs = []
     try:
@@ -215,9 +218,9 @@ def test_initialize_twice_and_preemption_agreement_across_two_processes(tmp_path
     assert [p.returncode for p in procs] == [0, 0], outs
     outs = [(tmp_path / f"out-{pid}.txt").read_text().splitlines() for pid in range(2)]
     assert outs[0] == ["before False", "after False True",
-                                    "count 2 4 {'data': 1, 'model': 4}"]
+                                    "count 2 4 {'data': 1, 'model': 4}", "service False"]
     assert outs[1] == ["before False", "after True True",
-                                    "count 2 4 {'data': 1, 'model': 4}"]
+                                    "count 2 4 {'data': 1, 'model': 4}", "service False"]
 
 
 # ------------------------------------------------------------ progress

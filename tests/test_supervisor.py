@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_hosts import Behaviour, FakeRef, FakeRemote, agents
+from fake_hosts import Behaviour, FakeRef, FakeRemote, _Method, agents
 
 from podmanager.api.runs import run_summary
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
@@ -209,11 +209,18 @@ def test_a_run_that_cannot_be_set_up_stops_as_bad_input_without_spending_a_budge
 
 def test_every_launch_is_preceded_by_a_setup_and_a_reattach_by_none(tmp_path, runs):
     cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=2, exit_code=1 if attempt == 0 else 0))
+    setups_done_at_start: list[int] = []  # how many setup_done events each program start came after
+    for _, agent in cluster.hosts:
+        launch = agent._start
+        agent.start_workload = _Method(lambda *args, launch=launch: (
+            setups_done_at_start.append(cluster.kinds().count("setup_done")), launch(*args))[1])
     result = supervise(cluster, runs, submit(cluster, runs))
     assert result.status == "succeeded" and result.attempts == 2
     assert all(agent.setups == ["run-1", "run-1"] for _, agent in cluster.hosts)
     assert set(result.badput) == {"setup", "startup", "recovery"}
     assert [k for k in cluster.kinds() if k.startswith("setup")].count("setup_done") == 2
+    # Said when the setup is done, before the programs start (and print), not when the attempt ends.
+    assert setups_done_at_start == [1, 1, 2, 2]
 
 
 def behind(s, attempt, **options) -> Behaviour:

@@ -7,7 +7,8 @@ host here for one small package. A layer is a fresh virtualenv of the host's int
 whose `.pth` adds the host's site-packages behind its own, so it holds only what the host
 lacks. uv resolves the requirements against the host's installed versions (as
 constraints: a requirement that conflicts with the host's JAX fails with uv's own words)
-and installs what is missing.
+and installs what is missing. uv is called as the boot's install calls it (`uv_settings`):
+with the machine's certificate store and pip's index settings.
 
 A layer is built once per host and requirements; an unchanged relaunch pays nothing, a
 new host (a replaced slice) builds its own. The cache is the host's own disk:
@@ -35,11 +36,16 @@ from typing import Iterator
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from podmanager.hosts.uv_settings import uv_argv, uv_env
+
 CACHE_ENV = "PODMANAGER_HOST_CACHE"
 READY_MARK = ".podmanager-ready"
 # What uv says when the index could not be reached, as opposed to a requirement that cannot be met.
 _TRANSIENT = re.compile(r"(?i)(connection (refused|reset|closed)|timed? ?out|temporary failure|dns error|"
                         r"error sending request|network is unreachable|\b50[234]\b|too many requests)")
+# ...unless it is about a certificate (`error sending request ... invalid peer certificate`),
+# which no retry mends.
+_NOT_TRANSIENT = re.compile(r"(?i)certificate")
 INSTALL_TRIES = 3
 
 
@@ -150,15 +156,13 @@ def _normalize(name: str) -> str:
 
 
 def _uv(args: list[str], root: Path) -> None:
-    from uv import find_uv_bin
-
-    env = {**os.environ, "UV_CACHE_DIR": str(root / "uv"), "UV_NO_PROGRESS": "1"}
+    env = uv_env({**os.environ, "UV_CACHE_DIR": str(root / "uv"), "UV_NO_PROGRESS": "1"})
     env.pop("VIRTUAL_ENV", None)  # uv is told which interpreter, never the agent's venv
-    done = subprocess.run([find_uv_bin(), *args], env=env, capture_output=True, text=True)
+    done = subprocess.run(uv_argv(args), env=env, capture_output=True, text=True)
     if done.returncode != 0:
         lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         raise SetupFailed(f"uv {args[0]}{' ' + args[1] if args[0] == 'pip' else ''} failed", lines[-40:],
-                          transient=bool(_TRANSIENT.search(done.stderr)))
+                          transient=bool(_TRANSIENT.search(done.stderr)) and not _NOT_TRANSIENT.search(done.stderr))
 
 
 def _run(argv: list[str]) -> str:

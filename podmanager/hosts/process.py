@@ -1,5 +1,7 @@
 """One workload process on one host: start it in its own process group, keep its output in
-a log file, report its exit, and stop it (SIGTERM, a grace period, then SIGKILL).
+a log file, report its exit, and stop it (SIGTERM, a grace period, then SIGKILL). Once it has
+exited, however it ended, nothing it started is left: on a TPU VM a leftover child would hold
+the chips the next run needs.
 
 The host agent owns one of these per run. It is plain Python so it is tested without Ray.
 """
@@ -9,10 +11,19 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from podmanager.runtime.contract import ProgressRecord
+
+# Every process of one workload process's tree carries this tag in its environment (inherited),
+# so a descendant that left the process group and session (`setsid`, a daemon's double fork)
+# is still found when the program has exited.
+WORKLOAD_TAG_ENV = "PODMANAGER_WORKLOAD_TAG"
 
 
 @dataclass(frozen=True)
@@ -29,10 +40,12 @@ class WorkloadProcess:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb")
+        self.tag = uuid.uuid4().hex
+        self._left_ended = False
         # Its own process group, so the whole tree (JAX may fork helpers) is signalled as one
         # and a Ctrl-C at a terminal never reaches it directly.
         self._popen = subprocess.Popen(
-            argv, env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv, env={**env, WORKLOAD_TAG_ENV: self.tag}, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             process_group=0,
         )
         # Ray runs its workers (the agent among them) at nice 15 so that its daemons stay
@@ -48,14 +61,21 @@ class WorkloadProcess:
         return self._popen.pid
 
     def status(self) -> ProcessStatus:
-        code = self._popen.poll()
+        code = self._exited(self._popen.poll())
         return ProcessStatus(self.pid, code is None, code)
 
     def wait(self, timeout_s: float) -> int | None:
         try:
-            return self._popen.wait(timeout_s)
+            return self._exited(self._popen.wait(timeout_s))
         except subprocess.TimeoutExpired:
             return None
+
+    def _exited(self, code: int | None) -> int | None:
+        """Once the program has exited, end what it left (before its exit is reported, so the
+        output read after that is all there will be)."""
+        if code is not None and not self._left_ended:
+            self._end_leftovers()
+        return code
 
     def stop(self, grace_s: float = 10.0) -> int:
         """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code."""
@@ -64,13 +84,28 @@ class WorkloadProcess:
             self._signal_group(signal.SIGCONT)  # a frozen (hung) program must see the SIGTERM too
             if self.wait(grace_s) is None:
                 self._signal_group(signal.SIGKILL)
-        code = self._popen.wait()
-        self._signal_group(signal.SIGKILL)  # stragglers the program left in its group
+        code = self._exited(self._popen.wait())
         self._log.close()
         return code
 
     def signal(self, signum: int) -> None:
         self._signal_group(signum)
+
+    def _end_leftovers(self, wait_s: float = 5.0) -> None:
+        """SIGKILL what the program left: its process group, and every process carrying its tag
+        (descendants in a session of their own). Its group is not a session of its own (see
+        `hosts/procs.py` on autogroups), so the session is not signalled: it is the agent's."""
+        self._left_ended = True
+        self._signal_group(signal.SIGKILL)
+        deadline = time.monotonic() + wait_s
+        # Again until none is left: one may fork between the scan and the kill.
+        while (left := tagged(WORKLOAD_TAG_ENV, self.tag)) and time.monotonic() < deadline:
+            for proc in left:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(left, timeout=0.1)
 
     def _signal_group(self, signum: int) -> None:
         try:
@@ -83,6 +118,17 @@ class WorkloadProcess:
 
     def tail(self) -> list[str]:
         return read_tail(self.log_path)
+
+
+def tagged(name: str, value: str) -> list[psutil.Process]:
+    """Every live process (but this one) whose environment has `name=value`."""
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["status", "environ"]):
+        environ = proc.info["environ"] or {}
+        if proc.pid != me and proc.info["status"] != psutil.STATUS_ZOMBIE and environ.get(name) == value:
+            found.append(proc)
+    return found
 
 
 @dataclass(frozen=True)

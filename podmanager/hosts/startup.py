@@ -34,6 +34,12 @@ def template_text() -> str:
     return resources.files("podmanager.hosts").joinpath("templates", TEMPLATE_NAME).read_text()
 
 
+def uv_settings_code() -> str:
+    """The source of `hosts/uv_settings.py`, which the script runs to set uv up as a run's
+    installs are (before podmanager is installed on the VM)."""
+    return resources.files("podmanager.hosts").joinpath("uv_settings.py").read_text()
+
+
 def _check(name: str, value: str, pattern: re.Pattern[str] | None, what: str) -> None:
     if not value or any(ch in value for ch in "\n\r\0") or (pattern is not None and not pattern.match(value)):
         raise SpecError(f"startup script: {name}={value!r} is not {what}")
@@ -63,6 +69,7 @@ def render_startup_script(cluster: str, software: Software, token_secret: str) -
         "install_key": shlex.quote(software.install_key()),
         "requirements": " ".join(shlex.quote(r) for r in software.pinned_requirements()),
         "packages": " ".join(shlex.quote(p) for p in software.packages),
+        "uv_settings": shlex.quote(uv_settings_code()),
     }
     return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template_text())
 

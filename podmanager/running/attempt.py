@@ -75,10 +75,13 @@ class AttemptRunner:
                     make_monitor: Callable[[Gang], Any] | None = None, *,
                     on_launched: Callable[[], None] | None = None,
                     on_setup: Callable[[int, int], None] | None = None,
+                    on_setup_done: Callable[[float, list[str]], None] | None = None,
                     reattach: dict[str, int] | None = None, started: float | None = None) -> AttemptResult:
         """One attempt on all `agents`. `make_monitor(gang)` gives a health monitor whose
         `check()` may return a reason to stop the attempt early; `on_setup(done, of)` hears
-        hosts finish their setup; `on_launched()` is told once every process has started.
+        hosts finish their setup; `on_setup_done(seconds, installed)` is told when every host
+        is set up, before any program starts (`installed`: the hosts that installed something);
+        `on_launched()` is told once every process has started.
         With `reattach` (host label -> bytes of this attempt's output already kept), the
         processes already run: watch them instead of setting up and launching."""
         slots = [slot for slot, _ in agents]
@@ -95,6 +98,8 @@ class AttemptRunner:
                 return self._setup_failed(gang, attempt, setup_started, setup_s, *failed)
             built = {slot for slot, report in reports if not report.reused}
             installed = [slot.label for slot in slots if slot in built]  # in host order, not finishing order
+            if on_setup_done:
+                on_setup_done(setup_s, installed)
         monitor = make_monitor(gang) if make_monitor else None
         started = started or self.clock.now()
         try:

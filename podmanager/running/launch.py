@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from podmanager.core.records import HostSlot
 from podmanager.runtime import contract
+from podmanager.runtime.launch import JAX_PREEMPTION_SERVICE_ENV
 
 MEGASCALE_PORT = 8081
 
@@ -35,6 +36,11 @@ def launch_envs(slots: list[HostSlot], *, coordinator_port: int, cluster: str, r
             contract.ENV_SLICE: str(slot.slice_index),
             contract.ENV_RUN_ID: run_id,
             contract.ENV_ATTEMPT: str(attempt),
+            # JAX's preemption service takes SIGTERM over in `jax.distributed.initialize()` and
+            # swallows it: every cancel would wait out the grace and a SIGKILL, and podmanager's
+            # handler (`runtime.install_preemption_handler`) would never hear a notice. A run
+            # that wants JAX's service sets it back with `--env`.
+            JAX_PREEMPTION_SERVICE_ENV: "false",
         }
         if parallelism:
             env[contract.ENV_PARALLELISM] = parallelism

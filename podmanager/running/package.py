@@ -14,24 +14,35 @@ the client and the head sharing a disk.
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import io
 import logging
+import os
 import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 
-# Ray's packaging logs every file it skips at INFO through the logger it is given: ours stays quiet.
 log = logging.getLogger(__name__)
+# Ray's packaging speaks to whoever calls `ray.init(runtime_env=...)`, which a podmanager user
+# never does: what it says goes nowhere, and what matters is said here in podmanager's terms.
+_RAY_LOG = logging.getLogger(__name__ + ".ray")
+_RAY_LOG.propagate = False
+_RAY_LOG.addHandler(logging.NullHandler())
+_RAY_PACKAGING_LOGGER = "ray._private.runtime_env.packaging"
 
 # Never shipped: version control, environments and caches (on top of .gitignore/.rayignore).
+# Any other folder that is a Python environment is found by what it holds (`environment_folders`).
 EXCLUDES = [".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache",
             ".ruff_cache", "*.egg-info", ".ipynb_checkpoints"]
 MAX_PACKAGE_BYTES = 64 << 20  # far below Ray's own limit: a clear error before a slow upload
+LARGE_FILE_BYTES = 10 << 20  # a file this big shipped with every run is worth a word
 
 
 @dataclass(frozen=True)
@@ -53,23 +64,23 @@ def upload(folder: str | Path, keep: Path | None = None) -> CodePackage:
     root = Path(folder).resolve()
     if not root.is_dir():
         raise SpecError(f"--working-dir: {root} is not a directory")
-    uri = packaging.get_uri_for_directory(str(root), include_gitignore=True, excludes=EXCLUDES)
+    excludes = EXCLUDES + [_anchored(path) for path in environment_folders(root)]
+    with _ray_quiet():
+        uri = packaging.get_uri_for_directory(str(root), include_gitignore=True, excludes=excludes)
     with tempfile.TemporaryDirectory(prefix="podmanager-pkg-") as scratch:
         zipped = Path(scratch) / "package.zip"
-        packaging.create_package(str(root), zipped, include_gitignore=True, excludes=EXCLUDES, logger=log)
-        size = zipped.stat().st_size
+        files, size = pack(root, zipped, excludes)
         if size > MAX_PACKAGE_BYTES:
             raise SpecError(
                 f"--working-dir: {root} packs to {size >> 20} MiB, more than the "
                 f"{MAX_PACKAGE_BYTES >> 20} MiB shipped to the hosts",
                 hint="Point --working-dir at the folder with your code only, or list data and checkpoints in "
                      ".gitignore (or .rayignore); keep them in a bucket.")
-        with zipfile.ZipFile(zipped) as archive:
-            files = frozenset(name for name in archive.namelist() if not name.endswith("/"))
         # Held for a while so that the supervisor's runtime environment can pin it for good.
-        packaging.pin_runtime_env_uri(uri)
-        if not packaging.package_exists(uri):
-            packaging.upload_package_to_gcs(uri, zipped.read_bytes())
+        with _ray_quiet():
+            packaging.pin_runtime_env_uri(uri)
+            if not packaging.package_exists(uri):
+                packaging.upload_package_to_gcs(uri, zipped.read_bytes())
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(zipped, keep / _package_file(uri))
@@ -94,11 +105,59 @@ def restore(keep: Path) -> str | None:
     if not kept:
         return None
     uri = f"gcs://{kept[-1].name}"
-    packaging.pin_runtime_env_uri(uri)
-    if not packaging.package_exists(uri):
-        packaging.upload_package_to_gcs(uri, kept[-1].read_bytes())
+    with _ray_quiet():
+        packaging.pin_runtime_env_uri(uri)
+        if not packaging.package_exists(uri):
+            packaging.upload_package_to_gcs(uri, kept[-1].read_bytes())
     return uri
 
+
+def pack(root: Path, zipped: Path, excludes: list[str]) -> tuple[frozenset[str], int]:
+    """Zip `root` into `zipped` as Ray's packaging does (its `.gitignore`/`.rayignore` rules,
+    `excludes`), saying nothing in Ray's terms; a large file is named in podmanager's. The
+    shipped file names and the zip's size."""
+    from ray._private.runtime_env import packaging
+
+    with _ray_quiet():
+        packaging.create_package(str(root), zipped, include_gitignore=True, excludes=excludes, logger=_RAY_LOG)
+    with zipfile.ZipFile(zipped) as archive:
+        entries = [entry for entry in archive.infolist() if not entry.is_dir()]
+    for entry in entries:
+        if entry.file_size >= LARGE_FILE_BYTES:
+            log.warning("%s is %d MiB and goes to every host with each run: if the program does not need it, "
+                        "list it in %s/.gitignore (or .rayignore)", entry.filename, entry.file_size >> 20, root)
+    return frozenset(entry.filename for entry in entries), zipped.stat().st_size
+
+
+def environment_folders(root: Path) -> list[str]:
+    """The folders under `root` (relative, with /) that are Python environments, whatever their
+    name: a virtualenv (it has `pyvenv.cfg`) or a conda environment (`conda-meta/`)."""
+    found = []
+    for here, dirs, files in os.walk(root):  # symlinked folders are not followed, as when packing
+        relative = Path(here).relative_to(root)
+        if relative != Path(".") and ("pyvenv.cfg" in files or "conda-meta" in dirs):
+            found.append(relative.as_posix())
+            dirs.clear()
+            continue
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pattern) for pattern in EXCLUDES)]
+    return found
+
+
+def _anchored(relative: str) -> str:
+    """A .gitignore pattern for exactly this folder of the root."""
+    return "/" + "".join("\\" + ch if ch in "\\*?[" else ch for ch in relative)
+
+
+@contextlib.contextmanager
+def _ray_quiet() -> Iterator[None]:
+    """Ray's packaging's own messages (logged where no logger can be passed) kept out."""
+    ray_log = logging.getLogger(_RAY_PACKAGING_LOGGER)
+    level = ray_log.level
+    ray_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        ray_log.setLevel(level)
 
 
 def zip_folder(folder: Path) -> bytes:

@@ -11,6 +11,12 @@ from podmanager.runtime import preemption
 
 #: Seconds ``initialize`` waits for all peers to join before it fails.
 DEFAULT_INIT_TIMEOUT_S = 120
+#: JAX's own switch for its preemption service (config ``jax_enable_preemption_service``).
+#: On, ``jax.distributed.initialize`` installs a C++ SIGTERM handler that only records the
+#: signal: a SIGTERM no longer ends the process, and replaces a Python handler installed
+#: before. The scheduler sets it to ``false``; a program that wants the service (for
+#: ``multihost_utils.reached_preemption_sync_point``) sets it back and ends itself on SIGTERM.
+JAX_PREEMPTION_SERVICE_ENV = "JAX_ENABLE_PREEMPTION_SERVICE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,10 +106,12 @@ def initialize(timeout_s: int | None = None) -> LaunchEnv:
             if not _jax_finds_the_cluster(os.environ):
                 # Elsewhere (processes started by hand on CPU) the environment says it all.
                 extra.update(num_processes=le.num_processes, process_id=le.process_id)
+            if JAX_PREEMPTION_SERVICE_ENV not in os.environ:  # started by hand: SIGTERM stays ours
+                jax.config.update("jax_enable_preemption_service", False)
             jax.distributed.initialize(coordinator_address=le.coordinator_address,
                                        initialization_timeout=int(timeout_s), **extra)
         _initialized = True
-        # JAX's own preemption notifier may have replaced our SIGTERM handler.
+        # JAX's own preemption notifier (if the program turned it on) replaced our SIGTERM handler.
         preemption.reinstall_handler()
         return le
 

@@ -153,19 +153,19 @@ class RunSupervisor:
         def set_up(done: int, of: int) -> None:
             self.record("setup_progress", f"setup: {done}/{of} host(s) ready", ready=done, hosts=of)
 
+        def setup_done(seconds: float, installed: list[str]) -> None:  # before the programs start
+            self.record("setup_done", f"{len(agents)} host(s) set up in {seconds:.1f}s"
+                        + (f" (installed on {', '.join(installed)})" if installed else " (nothing to install)"),
+                        attempt=attempt, seconds=seconds, installed=installed)
+
         if reattach is None:
             wanted = [r for r in self.workload.requirements or [] if not r.startswith("-")]  # not index options
             self.record("setup_started", f"setting up {len(agents)} host(s): the working dir"
                         + (f", {len(wanted)} requirement(s)" if wanted else ""), attempt=attempt)
         monitor_box: list[HealthMonitor] = []
         result = self.runner.run_attempt(agents, attempt, lambda gang: self._monitor(gang, monitor_box),
-                                         on_launched=launched, on_setup=set_up, reattach=reattach,
-                                         started=None if reattach is None else started)
-        if reattach is None and result.setup_error is None:
-            installed = result.setup_installed
-            self.record("setup_done", f"{len(agents)} host(s) set up in {result.setup_s:.1f}s"
-                        + (f" (installed on {', '.join(installed)})" if installed else " (nothing to install)"),
-                        attempt=attempt, seconds=result.setup_s, installed=installed)
+                                         on_launched=launched, on_setup=set_up, on_setup_done=setup_done,
+                                         reattach=reattach, started=None if reattach is None else started)
         self.ledger.attempts.append(result)
         pending = self._pending_incident()
         if pending is not None:
