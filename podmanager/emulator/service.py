@@ -38,6 +38,7 @@ from podmanager.core.clock import Clock
 from podmanager.core.files import write_atomic
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator import state_file, storage
+from podmanager.emulator.compute_api import ComputeApi
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.hosts.sim.vms import SimHostBooter
@@ -91,8 +92,11 @@ class Emulator:
 
     def serve_rest(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve the REST routes a VM's startup script uses on one port, returned: Secret Manager's
-        access (`secrets_api`: its /v1) and Cloud Storage's downloads (`storage_api`: its root)."""
-        self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port)
+        access (`secrets_api`: its /v1) and Cloud Storage's downloads (`storage_api`: its root);
+        and Compute Engine's network calls the preflight makes (`compute_api`: its root)."""
+        compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
+        self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
+                                                request_routes=[compute])
         self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
         return self.rest_port
 
@@ -139,7 +143,7 @@ class Emulator:
 def _write_record(project: str, address: str, rest_root: str) -> None:
     me = psutil.Process()
     record = emulator_record.EmulatorRecord(project=project, address=address, secrets_api=f"{rest_root}/v1",
-                                            storage_api=rest_root, pid=me.pid, started=me.create_time())
+                                            storage_api=rest_root, compute_api=rest_root, pid=me.pid, started=me.create_time())
     write_atomic(emulator_record.record_path(project), record.model_dump_json())
 
 
