@@ -63,6 +63,8 @@ class Emulator:
         self.metadata = MetadataServers(self.sim)
         self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image)
         self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}))
+        # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
+        self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self.stopped = threading.Event()
         self._changes: queue.Queue[tuple[Node | None, Node | None] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -94,9 +96,8 @@ class Emulator:
         """Serve the REST routes a VM's startup script uses on one port, returned: Secret Manager's
         access (`secrets_api`: its /v1) and Cloud Storage's downloads (`storage_api`: its root);
         and Compute Engine's network calls the preflight makes (`compute_api`: its root)."""
-        compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
-                                                request_routes=[compute])
+                                                request_routes=[self.compute])
         self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
         return self.rest_port
 
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         rest_port = emulator.serve_rest(opts.host)  # first: VMs booted again at start read their token by it
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
         _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}")
+        emulator.compute.warm()  # once it serves: the import takes seconds, a first preflight waits less
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):
             if not _still_ours(opts.project):
