@@ -142,3 +142,30 @@ def test_down_without_the_rule_or_the_right_to_delete_it_still_goes_on(emulator,
         delete_cluster_rule(spec(), again, lambda kind, message, **data: events.append((kind, message)))
     [(kind, message)] = events
     assert kind == "firewall_left" and "gcloud compute firewall-rules delete pm-c-internal" in message
+
+
+def test_a_python_without_a_download_is_refused_before_anything_is_created(monkeypatch):
+    import platform
+
+    from podmanager.cloud.sim.cloud import SimCloud
+    from podmanager.hosts.python_downloads import check_python_download, tpu_vm_downloads
+    from podmanager.operations.cluster_runtime import ClusterRuntime
+    from podmanager.operations.preflight import check_before_up
+    from podmanager.state import StateStore
+
+    downloads = tpu_vm_downloads()  # uv's built-in list, read offline
+    assert downloads and "3.11.2" not in downloads  # Debian 12's Python has no build
+    check_python_download(downloads[0], downloads)
+
+    monkeypatch.setattr(platform, "python_version", lambda: "3.11.2")
+    sim = SimCloud(PROJECT)
+    bare = parse_spec({"name": "c", "slices": [{"accelerator": "v4-8"}], "simulation": {"vm_image": "bare"}},
+                      dry_run=True)
+    with pytest.raises(SpecError) as refused:
+        check_before_up(ClusterRuntime(bare, store=StateStore(), simulator=sim))
+    assert refused.value.exit_code == 2
+    assert "exact Python, 3.11.2, and uv has no download of it (it has 3.11." in str(refused.value)
+    assert "uv venv --python 3.11." in str(refused.value)
+    assert sim.all_nodes() == []
+    # VMs that start from the controller's environment install no Python: nothing to refuse.
+    check_before_up(ClusterRuntime(spec(), store=StateStore(), simulator=sim))

@@ -12,17 +12,21 @@ Read through the Compute Engine API (a dry run: the emulator's, which starts as 
   TCP, UDP and ICMP between instances with the cluster's tag (`provisioning.plan.cluster_tag`,
   which every node carries). Where it may not (403), a rule that already allows it will do;
   else the missing rule is named with the command that makes it.
+
+And the controller's exact Python, which the VMs install, has a download (`hosts/python_downloads.py`).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import platform
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.network import Allowed, FirewallRule, Subnetwork, region_of, short_name
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import ClusterSpec
+from podmanager.hosts.python_downloads import check_python_download
 from podmanager.provisioning.plan import cluster_firewall_rule, cluster_tag
 
 if TYPE_CHECKING:
@@ -47,7 +51,12 @@ def compute_for(runtime: ClusterRuntime) -> ComputeNetworks | None:
 
 
 def check_before_up(runtime: ClusterRuntime) -> None:
-    """The network checked and the cluster's firewall rule made, before `up` creates anything."""
+    """Before `up` creates anything: the Python the VMs install has a download (where they
+    install one), the network is checked and the cluster's firewall rule made."""
+    spec = runtime.spec
+    # Simulated VMs that start from the controller's environment (or none at all) download nothing.
+    if not spec.simulated or (spec.simulation.boot_hosts and spec.simulation.vm_image == "bare"):
+        check_python_download(platform.python_version())
     compute = compute_for(runtime)
     if compute is None:
         return
