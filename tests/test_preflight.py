@@ -169,3 +169,12 @@ def test_a_python_without_a_download_is_refused_before_anything_is_created(monke
     assert sim.all_nodes() == []
     # VMs that start from the controller's environment install no Python: nothing to refuse.
     check_before_up(ClusterRuntime(spec(), store=StateStore(), simulator=sim))
+
+
+def test_a_shared_vpc_is_read_and_its_rule_made_in_the_host_project(emulator, compute):
+    check_network(spec(network="projects/host-project/global/networks/default"), compute, record=lambda *a, **k: None)
+    assert {r.project for r in calls(emulator, "compute.networks.get")} == {"host-project"}
+    [insert] = calls(emulator, "compute.firewalls.insert")
+    assert insert.project == "host-project"
+    delete_cluster_rule(spec(network="projects/host-project/global/networks/default"), compute, lambda *a, **k: None)
+    assert [r.project for r in calls(emulator, "compute.firewalls.delete")] == ["host-project"]

@@ -22,7 +22,7 @@ class Call:
 
     def __init__(self, project: SimCompute, log: Log, where: dict[str, str | None], body: dict[str, Any]):
         self.project, self.log, self.body = project, log, body
-        self.name = project.project
+        self.name = where["project"] or project.project  # as the caller named it: any project is served
         self.region = where["region"] or ""
         self.resource = where["name"] or ""
 

@@ -70,14 +70,15 @@ def delete_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks | None, reco
     if compute is None:
         return
     name = cluster_firewall_rule(spec.name)
+    project = network_project(spec)
     try:
         with compute:
-            compute.delete_firewall(name)
+            compute.in_project(project).delete_firewall(name)
     except cloud_errors.NotFoundError:
         return
     except cloud_errors.CloudError as failed:
         record("firewall_left", f"firewall rule {name} is left: {failed.message}; delete it with: gcloud compute "
-                                f"firewall-rules delete {name} --project {spec.project}")
+                                f"firewall-rules delete {name} --project {project}")
         return
     record("firewall_deleted", f"firewall rule {name} deleted")
 
@@ -86,7 +87,8 @@ def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record
     """Every check of the module's docstring; SpecError naming each problem and its fix."""
     wanted = spec.network
     network = short_name(wanted.network if wanted and wanted.network else "default")
-    project = spec.project or ""
+    project = network_project(spec)
+    compute = compute.in_project(project) if project != compute.project else compute
     try:
         compute.network(network)
     except cloud_errors.NotFoundError:
@@ -107,6 +109,13 @@ def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record
         raise SpecError(f"the network cannot carry cluster {spec.name} (nothing was created):\n  "
                         + "\n  ".join(problems))
     _ensure_cluster_rule(spec, compute, network, subnetworks, record)
+
+
+def network_project(spec: ClusterSpec) -> str:
+    """The project the network is in: the spec's, or the one its path names (a Shared VPC's host)."""
+    named = spec.network.network if spec.network and spec.network.network else ""
+    parts = named.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "projects" else spec.project or ""
 
 
 def _subnetwork(compute: ComputeNetworks, project: str, network: str, region: str,
@@ -172,7 +181,7 @@ def _ensure_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks, network: s
             raise SpecError(f"firewall rule {rule.name} exists in network {found.network}, but the cluster's VMs "
                             f"are in {network}",
                             hint=f"Delete it (gcloud compute firewall-rules delete {rule.name} --project "
-                                 f"{spec.project}) or run `down` of the cluster that made it, then `up` again.")
+                                 f"{compute.project}) or run `down` of the cluster that made it, then `up` again.")
         return
     try:
         compute.create_firewall(rule)
@@ -186,7 +195,7 @@ def _ensure_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks, network: s
             f"the firewall of network {network} lets the cluster's TPU VMs reach each other on no rule, and "
             f"podmanager may not create rule {rule.name}: {denied.message} (nothing was created)",
             hint=f"Ask whoever administers the network to create it: gcloud compute firewall-rules create {rule.name} "
-                 f"--project {spec.project} --network {network} --direction INGRESS --allow tcp,udp,icmp "
+                 f"--project {compute.project} --network {network} --direction INGRESS --allow tcp,udp,icmp "
                  f"--source-tags {cluster_tag(spec.name)} --target-tags {cluster_tag(spec.name)}") from None
     except cloud_errors.AlreadyExistsError:
         return  # made meanwhile (another `up` of the cluster)

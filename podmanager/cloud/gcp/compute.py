@@ -12,6 +12,7 @@ library's `ExtendedOperation` would poll Google's default endpoint, not the one 
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, TypeVar
 
 import requests
@@ -83,6 +84,12 @@ class ComputeNetworks:
         self._firewalls = compute_v1.FirewallsClient(**options)
         self._routers = compute_v1.RoutersClient(**options)
         self._operations = compute_v1.GlobalOperationsClient(**options)
+
+    def in_project(self, project: str) -> ComputeNetworks:
+        """The same clients on another project's resources (a Shared VPC's host project)."""
+        other = copy.copy(self)
+        other.project = project
+        return other
 
     def close(self) -> None:
         for client in (self._networks, self._subnetworks, self._firewalls, self._routers, self._operations):
