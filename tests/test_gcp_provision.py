@@ -253,7 +253,7 @@ def test_the_specs_network_and_runtime_default_reach_every_create(setup) -> None
         assert node.network_config.enable_external_ips
         assert node.service_account.email == "tpu-vms@my-project.iam.gserviceaccount.com"
         assert list(node.service_account.scope) == ["https://www.googleapis.com/auth/cloud-platform"]
-        assert list(node.tags) == ["ray"]
+        assert list(node.tags) == ["ray", "pm-c"]  # the spec's, then the cluster's own
 
 
 def test_a_refused_create_names_the_network_it_asked_for(setup) -> None:  # type: ignore[no-untyped-def]

@@ -179,12 +179,12 @@ def test_an_explicit_runtime_version_wins_and_reaches_the_request():
     assert parse_spec(spec.model_dump(mode="json")) == spec
 
 
-def test_network_defaults_are_the_apis():
+def test_network_defaults_work_in_a_new_project():
     spec = parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}], "network": {}})
     network = spec.network
     assert network is not None
     assert (network.network, network.subnetwork, network.service_account, network.tags) == (None, None, None, [])
-    assert network.enable_external_ips is False  # the API's default: internal addresses only
+    assert network.enable_external_ips is True  # a new project's network has no NAT: external IPs, as gcloud gives
     assert network.scopes == ["https://www.googleapis.com/auth/cloud-platform"]
     assert parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}]}).network is None
 
@@ -203,13 +203,17 @@ def test_the_network_reaches_the_node_request_typed():
     spec = parse_spec({**GCP, "slices": [{"accelerator": "v4-8", "count": 2}], "network": {
         "network": "projects/host/global/networks/vpc", "subnetwork": "projects/host/regions/us-central2/subnetworks/s",
         "enable_external_ips": True, "service_account": "vms@my-project.iam.gserviceaccount.com", "tags": ["ray"]}})
+    tag = f"pm-{spec.name}"  # the cluster's own, which its firewall rule names
     expected = NodeNetwork(network="projects/host/global/networks/vpc",
                            subnetwork="projects/host/regions/us-central2/subnetworks/s", enable_external_ips=True,
                            service_account="vms@my-project.iam.gserviceaccount.com",
-                           scopes=("https://www.googleapis.com/auth/cloud-platform",), tags=("ray",))
+                           scopes=("https://www.googleapis.com/auth/cloud-platform",), tags=("ray", tag))
     assert [d.request.network for d in desired_slices(spec)] == [expected, expected]
+    # Without a network section a node still gets the default account with the cloud-platform
+    # scope (an empty email is the API's word for the project's default compute account).
     without = parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}]})
-    assert all(d.request.network is None for d in desired_slices(without))
+    assert [d.request.network for d in desired_slices(without)] == [NodeNetwork(
+        enable_external_ips=True, scopes=("https://www.googleapis.com/auth/cloud-platform",), tags=(tag,))]
 
 
 def test_a_subnetwork_path_must_be_in_every_zones_region():

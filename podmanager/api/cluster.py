@@ -33,6 +33,7 @@ from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
 from podmanager.operations.cluster_runtime import ClusterRuntime, EventCallback
 from podmanager.operations.teardown import stop_idle_emulator, teardown
+from podmanager.operations.preflight import check_before_up, compute_for
 from podmanager.state import Event, StateStore, service_tokens
 from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
@@ -169,6 +170,7 @@ class Cluster:
             if self.runtime.hosts:
                 self.runtime.hosts.check()  # a boot: the VMs could not boot with costs nothing
             self.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
+            check_before_up(self.runtime)  # the network: checked (exit 2 naming the fix), the cluster's rule made
             with self.runtime.lock("up", timeout_s):
                 plan = self.plan_up()
                 blocked = runs_in_the_way(plan, self.runs_store.active(self.name))
@@ -229,7 +231,8 @@ class Cluster:
                 self._cancel_run(run, f"cancelling run {run.run_id} before tearing down")
             with self.runtime.lock("down", timeout_s):
                 teardown(self.spec, self.cloud, self.store, record=self.runtime.record,
-                         clock=self.runtime.clock, timeout_s=timeout_s, hosts=self.runtime.hosts)
+                         clock=self.runtime.clock, timeout_s=timeout_s, hosts=self.runtime.hosts,
+                         compute=compute_for(self.runtime))
                 self.runtime.close_cloud()
                 stop_idle_emulator(self.spec, self.runtime.record)
 

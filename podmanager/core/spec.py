@@ -191,13 +191,15 @@ class SliceSpec(_Model):
 
 class NetworkSpec(_Model):
     """Where the TPU VMs sit on the network and whom they act as: the Cloud TPU node's
-    `network_config`, `service_account` and `tags`. Not given at all, the API's defaults apply."""
+    `network_config`, `service_account` and `tags`, always sent (left out: these defaults);
+    every node also carries the cluster's tag (`provisioning.plan.cluster_tag`)."""
 
     network: str | None = None  # None: the project's `default` network
     subnetwork: str | None = None  # None: the network's subnetwork of the zone's region
-    # False is the API's default (gcloud asks for external IPs, the API does not): without them
-    # the VMs reach PyPI only through Cloud NAT, and Google's APIs through Private Google Access.
-    enable_external_ips: bool = False
+    # True, as gcloud, SkyPilot and Google's Ray example do (the API's own default is false): a
+    # new project's network has no Cloud NAT and no Private Google Access, without which a VM
+    # with no external IP reaches neither the package index nor Google's APIs (`up` checks).
+    enable_external_ips: bool = True
     service_account: str | None = None  # an email; None: the project's default compute service account
     scopes: list[str] = Field(default_factory=lambda: [CLOUD_PLATFORM_SCOPE])
     tags: list[str] = Field(default_factory=list)  # network tags, for firewall rules
@@ -400,7 +402,7 @@ class ClusterSpec(_Model):
     health: HealthSpec = Field(default_factory=HealthSpec)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
-    network: NetworkSpec | None = None  # None: the Cloud TPU API's defaults (see NetworkSpec)
+    network: NetworkSpec | None = None  # None: NetworkSpec's defaults
     boot: BootSpec = Field(default_factory=BootSpec)
     # The default checkpoint root of every run: <checkpoints>/<cluster>/<program>.
     checkpoints: str | None = None

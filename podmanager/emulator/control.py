@@ -73,6 +73,9 @@ class EmulatorControl:
     def deny_secret_reads(self, reads: int) -> None:
         self.call("deny_secret_reads", reads=reads)
 
+    def deny_firewall_changes(self, denied: bool = True) -> None:
+        self.call("deny_firewall_changes", denied=denied)
+
     def clear_faults(self) -> None:
         self.call("clear_faults")
 

@@ -38,6 +38,7 @@ from podmanager.core.clock import Clock
 from podmanager.core.files import write_atomic
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator import state_file, storage
+from podmanager.emulator.compute_api import ComputeApi
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.hosts.sim.vms import SimHostBooter
@@ -62,6 +63,8 @@ class Emulator:
         self.metadata = MetadataServers(self.sim)
         self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image)
         self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}))
+        # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
+        self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self.stopped = threading.Event()
         self._changes: queue.Queue[tuple[Node | None, Node | None] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -91,8 +94,10 @@ class Emulator:
 
     def serve_rest(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve the REST routes a VM's startup script uses on one port, returned: Secret Manager's
-        access (`secrets_api`: its /v1) and Cloud Storage's downloads (`storage_api`: its root)."""
-        self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port)
+        access (`secrets_api`: its /v1) and Cloud Storage's downloads (`storage_api`: its root);
+        and Compute Engine's network calls the preflight makes (`compute_api`: its root)."""
+        self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
+                                                request_routes=[self.compute])
         self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
         return self.rest_port
 
@@ -151,7 +156,7 @@ class Emulator:
 def _write_record(project: str, address: str, rest_root: str) -> None:
     me = psutil.Process()
     record = emulator_record.EmulatorRecord(project=project, address=address, secrets_api=f"{rest_root}/v1",
-                                            storage_api=rest_root, pid=me.pid, started=me.create_time())
+                                            storage_api=rest_root, compute_api=rest_root, pid=me.pid, started=me.create_time())
     write_atomic(emulator_record.record_path(project), record.model_dump_json())
 
 
@@ -174,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         rest_port = emulator.serve_rest(opts.host)  # first: VMs booted again at start read their token by it
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
         _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}")
+        emulator.compute.warm()  # once it serves: the import takes seconds, a first preflight waits less
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):
             if not _still_ours(opts.project):

@@ -16,6 +16,7 @@ from podmanager.core.spec import ClusterSpec
 
 if TYPE_CHECKING:
     from podmanager.cloud.gcp.client import GcpCloud  # Google's client loads slowly: only when used
+    from podmanager.cloud.gcp.compute import ComputeNetworks
     from podmanager.emulator.control import EmulatorControl
     from podmanager.hosts.controller import LocalMachines  # Ray loads only when hosts are used
 
@@ -46,6 +47,28 @@ def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None,
     if not emulator:
         check_credentials(spec.project)
     return GcpCloud(spec.project, emulator_host=emulator, on_retry=on_retry), None
+
+
+def make_compute(spec: ClusterSpec) -> ComputeNetworks | None:
+    """The Compute Engine API of the spec's project, for the network's preflight: a dry run's
+    emulator (running: `make_cloud` started it), or Google's with Application Default
+    Credentials; None beside a `podmanager emulator` named by TPU_EMULATOR_HOST, or an
+    emulator from before it served Compute Engine."""
+    from podmanager.cloud.gcp.compute import ComputeNetworks
+
+    if spec.simulated:
+        from podmanager.operations import emulator_process
+
+        found = emulator_process.running(spec.project or "")
+        if found is None or not found.compute_api:
+            return None
+        return ComputeNetworks(spec.project or "", endpoint=found.compute_api, retry_initial_s=0.05, retry_max_s=0.5,
+                               poll_interval_s=0.05)
+    if os.environ.get("TPU_EMULATOR_HOST"):
+        return None
+    from podmanager.cloud.gcp.client import check_credentials
+
+    return ComputeNetworks(spec.project or "", credentials=check_credentials(spec.project or ""))
 
 
 def simulated_cloud(project: str, *, clock: Clock | None = None,

@@ -77,6 +77,11 @@ class ClusterRuntime:
         return self.spec.name
 
     @property
+    def backend_from_spec(self) -> bool:
+        """Whether the backend is the one the spec asks for (not one handed in by a caller or test)."""
+        return self._backend_from_spec
+
+    @property
     def cloud(self) -> TpuCloud:
         if self._cloud is None:
             self._cloud, self._simulator = make_cloud(self.spec, clock=self.clock, on_retry=self._record_retry)

@@ -4,7 +4,7 @@ also when its local state is lost and it can only be found by its label."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud.base import TpuCloud
 from podmanager.core import paths
@@ -12,20 +12,25 @@ from podmanager.core.clock import Clock
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import SIMULATED_PROJECT, SIMULATED_ZONES, ClusterSpec, parse_spec
 from podmanager.operations import cloud_view, emulator_process
-from podmanager.operations.backends import local_machines, make_cloud
+from podmanager.operations.backends import local_machines, make_cloud, make_compute
 from podmanager.operations.cluster_runtime import ClusterRuntime
+from podmanager.operations.preflight import delete_cluster_rule
 from podmanager.hosts import procs
 from podmanager.hosts.cluster_hosts import ClusterHosts
 from podmanager.provisioning.loop import Provisioner
 from podmanager.state import StateStore
 
+if TYPE_CHECKING:
+    from podmanager.cloud.gcp.compute import ComputeNetworks
+
 
 def teardown(spec: ClusterSpec, cloud: TpuCloud, store: StateStore, *,
              record: Callable[..., Any] | None = None, clock: Clock | None = None, timeout_s: float = 600.0,
-             hosts: ClusterHosts | None = None) -> int:
-    """Delete every node and queued resource labelled with the cluster, stop its Ray side
-    (simulated hosts, agents, the head podmanager started) and any other local process of
-    it, then forget it. Returns how many local processes no record named were stopped."""
+             hosts: ClusterHosts | None = None, compute: ComputeNetworks | None = None) -> int:
+    """Delete every node and queued resource labelled with the cluster, then (given `compute`,
+    which it closes) the cluster's firewall rule; stop its Ray side (simulated hosts, agents,
+    the head podmanager started) and any other local process of it, then forget it. Returns
+    how many local processes no record named were stopped."""
     name, zones = spec.name, spec.zones
     record = record or (lambda kind, message, slice_index=None, **data: store.add_event(
         name, kind, message, slice_index=slice_index, **data))
@@ -35,6 +40,7 @@ def teardown(spec: ClusterSpec, cloud: TpuCloud, store: StateStore, *,
         hosts.close()  # leave Ray before its hosts go, rather than watch them die
     Provisioner(cloud, name, zones, record=record, clock=clock, poll_interval_s=poll).converge(
         [], timeout_s, unwanted_reason="the cluster is being torn down")
+    delete_cluster_rule(spec, compute, record)  # after its VMs: the rule is what let them reach each other
     if hosts is not None:
         hosts.stop()  # its monitor too, so nothing writes the slices' view any more
     cloud_view.remove(name)
@@ -101,6 +107,8 @@ def down_by_label(name: str, *, dry_run: bool, project: str | None = None, zones
                 local += teardown(spec, cloud, store, timeout_s=timeout_s,
                                   hosts=ClusterHosts(spec, local_machines(spec), lambda: secrets_host))
                 deleted_in.append(where)
+            delete_cluster_rule(spec, make_compute(spec), lambda kind, message, **data: store.add_event(
+                name, kind, message, **data))
         for channel in (cloud, simulated):
             getattr(channel, "close", lambda: None)()
         stop_idle_emulator(spec, lambda kind, message, **data: store.add_event(name, kind, message, **data))

@@ -81,19 +81,30 @@ def node_name(cluster: str, index: int) -> str:
     return f"{cluster}-s{index}"
 
 
-def node_network(network: NetworkSpec | None) -> NodeNetwork | None:
-    """The spec's `network:` as the node request carries it (None: the API's defaults)."""
-    if network is None:
-        return None
+def cluster_tag(cluster: str) -> str:
+    """The network tag every node of the cluster carries: what its firewall rule names."""
+    return f"pm-{cluster}"
+
+
+def cluster_firewall_rule(cluster: str) -> str:
+    """The firewall rule `up` makes so the cluster's VMs reach each other on every port."""
+    return f"pm-{cluster}-internal"
+
+
+def node_network(network: NetworkSpec | None, cluster: str) -> NodeNetwork:
+    """The spec's `network:` as the node request carries it: always sent whole, so every node
+    gets a service account (an empty email is the API's word for the project's default compute
+    account), the spec's scopes (by default cloud-platform) and the cluster's tag."""
+    network = network or NetworkSpec()
+    tags = tuple(dict.fromkeys([*network.tags, cluster_tag(cluster)]))  # the spec's first, each once
     return NodeNetwork(network=network.network or "", subnetwork=network.subnetwork or "",
                        enable_external_ips=network.enable_external_ips,
-                       service_account=network.service_account or "", scopes=tuple(network.scopes),
-                       tags=tuple(network.tags))
+                       service_account=network.service_account or "", scopes=tuple(network.scopes), tags=tags)
 
 
 def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None) -> list[DesiredSlice]:
     out = []
-    network = node_network(spec.network)
+    network = node_network(spec.network, spec.name)
     for instance in spec.slice_list():
         labels = {**instance.spec.labels, CLUSTER_LABEL: spec.name, SLICE_LABEL: str(instance.index)}
         request = NodeRequest(

@@ -33,6 +33,7 @@ from podmanager.cloud.base import (
     QueuedResource,
     QueuedResourceState,
 )
+from podmanager.cloud.sim.compute import SimCompute
 from podmanager.cloud.sim.records import (
     CLUSTER_LABEL,
     ClusterSimulation,
@@ -183,6 +184,18 @@ class SimCloud:
         """Apply every transition whose time has come; when the next one is due (None: nothing pending)."""
         with self._transaction():
             return self._due[0][0] if self._due else None
+
+    @contextlib.contextmanager
+    def compute(self) -> Iterator[SimCompute]:
+        """The project's network side (Compute Engine: `sim/compute.py`), held under the cloud's
+        lock; what it changed is saved with the rest of the state."""
+        with self._transaction() as state:
+            project = SimCompute(state.compute, self.project)
+            try:
+                yield project
+            finally:
+                if project.changed:
+                    self._touch()
 
     def node_record(self, zone: str, node_id: str) -> NodeRecord | None:
         """A copy of one node's record as it is now (what a VM's metadata server reads)."""
@@ -615,6 +628,12 @@ class SimCloud:
         with self._transaction() as state:
             state.faults.secret_denied = reads
             self._touch()
+
+    def deny_firewall_changes(self, denied: bool = True) -> None:
+        """Compute Engine refuses (403) to create or delete firewall rules: a network whose rules
+        the caller may not change (a Shared VPC's host project, a narrow role)."""
+        with self.compute() as project:
+            project.deny_firewall_changes(denied)
 
     def take_secret_denial(self) -> bool:
         """Whether this read of a secret by a VM is refused: one of the denials `deny_secret_reads` set."""

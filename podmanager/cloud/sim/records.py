@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from podmanager.cloud.base import Node, NodeNetwork, NodeRequest, NodeState, QueuedResource, QueuedResourceState
+from podmanager.cloud.network import FirewallRule, Network, Router, Subnetwork
 from podmanager.core.spec import Capacity
 
 CLUSTER_LABEL = "podmanager-cluster"
@@ -135,6 +136,30 @@ class ClusterSimulation(BaseModel):
     vm_image: str = "controller"  # what a new VM's disk holds: the controller's environment, or nothing
 
 
+class ComputeOperation(BaseModel):
+    """A Compute Engine operation (a firewall rule's insert, ...): done when it is answered."""
+
+    name: str
+    kind: str  # insert, delete, setPrivateIpGoogleAccess, ...
+    target: str  # the resource's path, e.g. global/firewalls/NAME
+    region: str | None = None  # None: a global operation
+
+
+class ComputeState(BaseModel):
+    """The project's network side (Compute Engine), as a new project starts: see `sim/compute.py`."""
+
+    networks: dict[str, Network] = Field(default_factory=dict)  # name -> network
+    subnetworks: dict[str, Subnetwork] = Field(default_factory=dict)  # "region/name" -> subnetwork
+    firewalls: dict[str, FirewallRule] = Field(default_factory=dict)  # name -> rule
+    routers: dict[str, Router] = Field(default_factory=dict)  # "region/name" -> router
+    # Regions whose auto-mode subnetworks exist (made when a region is first asked about, as
+    # Google adds them to auto-mode networks): a subnetwork deleted in one stays deleted.
+    regions: list[str] = Field(default_factory=list)
+    operations: dict[str, ComputeOperation] = Field(default_factory=dict)
+    firewall_changes_denied: bool = False  # the caller may not create or delete rules (403)
+    seeded: bool = False  # the new project's network and rules are made
+
+
 class SimState(BaseModel):
     seq: int = 0
     timings: dict[str, ClusterSimulation] = Field(default_factory=dict)  # cluster -> its latencies and image
@@ -142,3 +167,4 @@ class SimState(BaseModel):
     queued: dict[str, QueuedRecord] = Field(default_factory=dict)  # "zone/id" -> queued resource
     operations: dict[str, OperationRecord] = Field(default_factory=dict)  # operation name -> its outcome
     faults: Faults = Field(default_factory=Faults)
+    compute: ComputeState = Field(default_factory=ComputeState)

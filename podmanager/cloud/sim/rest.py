@@ -30,6 +30,19 @@ class Answer:
 Route = Callable[[str, Mapping[str, str]], Answer | None]  # (path with query, headers) -> answer; None: not mine
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request of any method, for the routes that change things (Compute Engine's inserts and deletes)."""
+
+    method: str
+    path: str  # with its query
+    headers: Mapping[str, str]  # names in lower case
+    body: bytes
+
+
+RequestRoute = Callable[[Request], Answer | None]  # any method; None: not mine
+
+
 def json_answer(status: int, body: dict[str, Any]) -> Answer:
     return Answer(status, json.dumps(body).encode())
 
@@ -49,32 +62,48 @@ def unauthenticated(headers: Mapping[str, str]) -> Answer | None:
 
 
 def serve(routes: Sequence[Route], host: str = "127.0.0.1", port: int = 0,
-          name: str = "emulator-rest") -> tuple[ThreadingHTTPServer, int]:
-    """Serve `routes` on host:port (0: any free port) from a background thread; returns (server,
-    port). Stop it with `server.shutdown()` and `server.server_close()`."""
-    server = ThreadingHTTPServer((host, port), _handler(tuple(routes)))
+          name: str = "emulator-rest", request_routes: Sequence[RequestRoute] = ()) -> tuple[ThreadingHTTPServer, int]:
+    """Serve `routes` (GETs) and `request_routes` (any method, asked after `routes`) on host:port
+    (0: any free port) from a background thread; returns (server, port). Stop it with
+    `server.shutdown()` and `server.server_close()`."""
+    server = ThreadingHTTPServer((host, port), _handler(tuple(routes), tuple(request_routes)))
     server.daemon_threads = True
     # Polls for a shutdown every 0.05 s (http.server's default 0.5 s would slow every stop).
     threading.Thread(target=server.serve_forever, args=(0.05,), name=name, daemon=True).start()
     return server, server.server_address[1]
 
 
-def _handler(routes: tuple[Route, ...]) -> type[BaseHTTPRequestHandler]:
+def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...]) -> type[BaseHTTPRequestHandler]:
     class Handler(OwnerOnlyRequests):  # only the owner's processes: it serves the Ray token
         def refuse(self, reason: str) -> None:
-            self._answer(error_answer(403, "PERMISSION_DENIED", reason))
+            self._send(error_answer(403, "PERMISSION_DENIED", reason))
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            headers = {key.lower(): value for key, value in self.headers.items()}
-            for route in routes:
-                answer = route(self.path, headers)
-                if answer is not None:
-                    break
-            else:
-                answer = error_answer(404, "NOT_FOUND", f"no such route: GET {self.path}")
-            self._answer(answer)
+            self._answer()
 
-        def _answer(self, answer: Answer) -> None:
+        def do_POST(self) -> None:  # noqa: N802
+            self._answer()
+
+        def do_PATCH(self) -> None:  # noqa: N802
+            self._answer()
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self._answer()
+
+        def _answer(self) -> None:
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            answer = None
+            if self.command == "GET":
+                answer = next(filter(None, (route(self.path, headers) for route in routes)), None)
+            if answer is None and request_routes:
+                length = int(headers.get("content-length") or 0)
+                request = Request(self.command, self.path, headers, self.rfile.read(length) if length else b"")
+                answer = next(filter(None, (route(request) for route in request_routes)), None)
+            if answer is None:
+                answer = error_answer(404, "NOT_FOUND", f"no such route: {self.command} {self.path}")
+            self._send(answer)
+
+        def _send(self, answer: Answer) -> None:
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
             self.send_header("Content-Length", str(len(answer.body)))
