@@ -14,8 +14,6 @@ import time
 
 import psutil
 
-from podmanager.api.service import actor_name, end_run, start_supervisor
-from podmanager.hosts.fleet import NAMESPACE
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.running import package
 from podmanager.state.runs import RunRecord, RunStore
@@ -42,6 +40,9 @@ def supervisor_gone(run: RunRecord) -> bool:
 def _actor_lost(run: RunRecord) -> bool:
     import ray
 
+    from podmanager.api.service import actor_name
+    from podmanager.hosts.fleet import NAMESPACE
+
     if run.supervisor.starts == 0 and time.time() - run.created_at <= SUBMIT_GRACE_S:
         return False
     try:
@@ -54,6 +55,8 @@ def _actor_lost(run: RunRecord) -> bool:
 def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[str]:
     """Start a supervisor again for every unfinished run of the cluster that has none in its Ray
     cluster (this process is connected to it); the ids of the runs that carry on."""
+    from podmanager.api.service import end_run, start_supervisor
+
     resumed = []
     for run in runs.active(runtime.name):
         if not _actor_lost(run):
