@@ -241,6 +241,9 @@ class RecoverySpec(_Model):
 class SimulationSpec(_Model):
     create_latency_s: float = Field(0.5, ge=0)
     delete_latency_s: float = Field(0.1, ge=0)
+    # The image's own boot, from READY until the startup script runs (minutes on a real TPU VM;
+    # 0 keeps ordinary dry runs short). Benchmarks set it to measure at Google Cloud's latencies.
+    boot_delay_s: float = Field(0.0, ge=0)
     boot_hosts: bool = True
     # What a simulated VM's disk holds at boot: "controller" (the controller's environment, used
     # by the startup script only if it pins exactly those versions) or "bare" (nothing: the

@@ -60,7 +60,8 @@ class Emulator:
         self.sim = SimCloud(project, state=state, create_latency_s=create_latency_s,
                             delete_latency_s=delete_latency_s, listeners=[self._heard], clock=clock)
         self.metadata = MetadataServers(self.sim)
-        self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image)
+        self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image,
+                                    boot_delay_of=self.sim.boot_delay)
         self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}))
         self.stopped = threading.Event()
         self._changes: queue.Queue[tuple[Node | None, Node | None] | None] = queue.Queue()

@@ -193,8 +193,9 @@ class ClusterRuntime:
         self.record("up_plan", f"plan for {self.name}: {describe_changes(changes)}",
                     changes=[c.as_dict() for c in changes])
         if self.spec.simulated and self._backend_from_spec:
-            self.simulator.configure_cluster(self.name, self.spec.simulation.create_latency_s,
-                                             self.spec.simulation.delete_latency_s, self.spec.simulation.vm_image)
+            simulation = self.spec.simulation
+            self.simulator.configure_cluster(self.name, simulation.create_latency_s, simulation.delete_latency_s,
+                                             simulation.vm_image, boot_delay_s=simulation.boot_delay_s)
         if before_converge is not None:
             before_converge()
         metadata = self._start_head() if self.hosts else {}
