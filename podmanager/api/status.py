@@ -11,6 +11,7 @@ from podmanager.hosts.boot_status import BootStatus
 from podmanager.operations import cloud_view
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.provisioning.plan import desired_slices
+from podmanager.state.runs import RunStore
 from podmanager.state.services import ServiceStore
 
 
@@ -24,6 +25,7 @@ class SliceStatus:
     hosts: int
     chips: int
     boot: list[str] = field(default_factory=list)  # each worker's boot stage as it reported it ("" not yet)
+    spare: bool = False  # a hot spare: kept ready for a run that loses a slice, never worked on
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
     slices = []
     boots: dict[tuple[str, int], BootStatus] = {}
     hosts = runtime.hosts
+    spare_slices = set(RunStore(runtime.store.path).spares(spec.name))
     for want in desired_slices(spec):
         node = observed.get(want.node_name)
         accelerator = catalog.lookup(want.request.accelerator_type)
@@ -71,7 +74,8 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
                                   zone=node.zone if node else None, state=node.state.value if node else "MISSING",
                                   hosts=accelerator.hosts, chips=accelerator.chips,
                                   boot=[boots.get((want.node_name, w), BootStatus()).stage
-                                        for w in range(accelerator.hosts)] if node else []))
+                                        for w in range(accelerator.hosts)] if node else [],
+                                  spare=want.index in spare_slices))
     observed_at, found = hosts.observed_hosts() if hosts else (None, [])
     host_dicts = []
     for host in found:

@@ -71,6 +71,9 @@ class Backend(str, Enum):
 class SliceSpec(_Model):
     accelerator: str
     count: int = Field(1, ge=1, le=1024, strict=True)  # strict: `count: true` is a typo, not 1
+    # Hot spares: this many more slices of the same shape, kept READY with their hosts joined and
+    # never given to a run, so a run that loses a slice takes one at once (core/spares.py).
+    spares: int = Field(0, ge=0, le=1024, strict=True)
     # The TPU VM software version; left out (or null): the one Google lists for the accelerator's
     # generation (`podmanager accelerators`), filled in below.
     runtime_version: str = ""
@@ -434,10 +437,11 @@ class ClusterSpec(_Model):
         return self.backend is Backend.SIMULATED
 
     def slice_list(self) -> list["SliceInstance"]:
-        """The slices one by one, `count` expanded, with their stable index."""
+        """The slices one by one, `count` and `spares` expanded, with their stable index (which
+        of them are spares at the moment is recorded apart: core/spares.py)."""
         out: list[SliceInstance] = []
         for group in self.slices:
-            for _ in range(group.count):
+            for _ in range(group.count + group.spares):
                 out.append(SliceInstance(index=len(out), spec=group, accelerator=catalog.lookup(group.accelerator)))
         return out
 
