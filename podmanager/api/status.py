@@ -64,7 +64,11 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
     slices = []
     boots: dict[tuple[str, int], BootStatus] = {}
     hosts = runtime.hosts
-    spare_slices = set(RunStore(runtime.store.path).spares(spec.name))
+    runs = RunStore(runtime.store.path)
+    try:
+        spare_slices = set(runs.spares(spec.name))
+    finally:
+        runs.close()
     for want in desired_slices(spec):
         node = observed.get(want.node_name)
         accelerator = catalog.lookup(want.request.accelerator_type)

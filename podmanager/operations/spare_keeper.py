@@ -74,6 +74,7 @@ class SpareKeeper:
         self.cluster = cluster
         self.open_cluster = open_cluster
         self._runtime: KeptCluster | None = None
+        self._runs: RunStore | None = None  # where the spares are recorded, opened once
         self._next = 0.0
         self._waiting: threading.Thread | None = None  # the creates and deletes of the last round
         self._exhausted: dict[int, set[str]] = defaultdict(set)  # spare -> zones without capacity for it
@@ -89,7 +90,9 @@ class SpareKeeper:
         self._next = time.time() + period_s(runtime.spec.simulated)
         if not self._serving(runtime):
             return
-        spare_slices = RunStore(runtime.store.path).spares(self.cluster)
+        if self._runs is None:
+            self._runs = RunStore(runtime.store.path)
+        spare_slices = self._runs.spares(self.cluster)
         if not spare_slices:
             return
         observed = runtime.observe()
