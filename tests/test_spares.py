@@ -90,8 +90,8 @@ class SpareCluster(FakeCluster):
     """test_supervisor's fake cluster with a third slice, a hot spare; `unready`: slices whose
     hosts have no healthy agent."""
 
-    def __init__(self, tmp_path: Path, script, unready: set[int] = frozenset()):
-        super().__init__(tmp_path, script)
+    def __init__(self, tmp_path: Path, script, unready: set[int] = frozenset(), **kw):
+        super().__init__(tmp_path, script, **kw)
         self.spec = parse_spec({**self.spec.model_dump(mode="json"),
                                 "slices": [{"accelerator": "v4-8", "count": 2, "spares": 1}]})
         self.hosts = agents(script, slices=3)
@@ -136,6 +136,28 @@ def test_without_a_ready_spare_the_lost_slice_is_replaced_as_before(tmp_path) ->
     assert cluster.deleted == [[1]] and cluster.restored == 1
     assert runs.get("run-1").slices == [0, 1] and runs.spares("c") == [2]
     assert result.incidents[0]["swaps"] is None
+
+
+def test_an_unhealthy_slice_is_replaced_not_swapped_so_no_broken_slice_becomes_a_spare(tmp_path) -> None:
+    from podmanager.core.clock import FakeClock
+    from podmanager.core.faults import parse
+
+    box: list[SpareCluster] = []
+
+    def script(s, attempt):
+        if attempt == 0 and s.slice_index == 1:
+            parse("degrade:1:UNHEALTHY_MAINTENANCE").apply(box[0].cloud, cluster="c")
+        return Behaviour(polls=10_000 if attempt == 0 else 3)
+
+    cluster = SpareCluster(tmp_path, script, clock=FakeClock())
+    box.append(cluster)
+    runs = RunStore()
+    runs.set_spares("c", [2])
+    runs.create(new_run(cluster, Workload(command=["train"], working_dir=None), "run-1", [0, 1], "/ck", {}))
+    result = RunSupervisor(cluster, runs, "run-1", poll_interval_s=1.0, remote=FakeRemote()).supervise()
+    assert result.status == "succeeded" and result.incidents[0]["cause"] == "infrastructure"
+    assert cluster.deleted == [[1]] and runs.spares("c") == [2] and runs.get("run-1").slices == [0, 1]
+    assert "spare_swapped" not in cluster.kinds()
 
 
 # ---------------------------------------------------------------- the keeper (control plane only)

@@ -186,7 +186,9 @@ class RunSupervisor:
             self.cluster.delete_dead_slices()  # never leave a preempted slice holding quota
             return decision.reason
         replace = sorted(set(incident.slices) | quarantined(state))
-        swapped = self._swap_in_spares(replace)
+        # Only a slice the cloud took is swapped: a quarantined or unhealthy one left as a spare
+        # would look ready and never be made again.
+        swapped = self._swap_in_spares(sorted(incident.slices)) if incident.cause is Cause.PREEMPTION else {}
         replace = [i for i in replace if i not in swapped]
         self.run.status = "recovering"
         if replace:
