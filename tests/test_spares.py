@@ -243,3 +243,29 @@ def test_the_keeper_creates_nothing_while_another_holds_the_clusters_lock_or_the
     assert _node(sim, "k-s1") is None
     runtime.store.set_cluster_status("k", "up")
     _keep_until(keeper, lambda: _node(sim, "k-s1") is not None)
+
+
+def test_up_says_what_the_spares_cost_and_status_shows_which_slices_are_spares(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from podmanager.cli import app
+
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: pool\nzones: [zone-a]\nslices:\n  - {accelerator: v4-8, count: 2, spares: 1}\n"
+                    "simulation: {create_latency_s: 0.01, delete_latency_s: 0.01, boot_hosts: false}\n")
+    runner = CliRunner()
+    try:
+        result = runner.invoke(app, ["up", "-f", str(path), "--dry-run", "--json"], prog_name="podmanager")
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["plan"]["spares"].startswith("1 spare slice (1 x v4-8) holds 4 of the cluster's 12 chips idle")
+        assert "holds 4 of the cluster's 12 chips idle" in result.stderr  # the up_plan event says it too
+        assert [(s["index"], s["spare"]) for s in report["status"]["slices"]] == [(0, False), (1, False), (2, True)]
+        table = runner.invoke(app, ["status", "-c", "pool"], prog_name="podmanager")
+        assert table.exit_code == 0, table.output
+        rows = [line for line in table.output.splitlines() if "pool-s" in line]
+        assert [("spare" in row, "work" in row) for row in rows] == [(False, True), (False, True), (True, False)]
+    finally:
+        runner.invoke(app, ["down", "-c", "pool"], prog_name="podmanager")
