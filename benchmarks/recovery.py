@@ -1,18 +1,21 @@
 """Recovery figures: detection latency, time to recover, each phase, and goodput.
 
-    python benchmarks/recovery.py [--every 60] [--preemptions 3]
+    python benchmarks/recovery.py [--every 60] [--preemptions 3] [--create-latency 0] [--mode none|spare]
 
-A dry-run cluster of two spot v4-8 slices (2 simulated hosts, 0 s simulated cloud
-latency) trains workloads/train_mlp.py with a checkpoint every 50 steps. Every `--every`
-seconds after the previous resume, one slice (alternating) is preempted — the simulated
-VM vanishes as a real one would. For each preemption:
+A dry-run cluster of two spot v4-8 slices (2 simulated hosts; `--create-latency` seconds
+of simulated create latency, 0 by default) trains workloads/train_mlp.py with a checkpoint
+every 50 steps. Every `--every` seconds after the previous resume, one of the run's slices
+(alternating) is preempted — the simulated VM vanishes as a real one would. `--mode spare`
+adds a hot spare (`spares: 1`): the run takes it at once instead of waiting for a create,
+and the cluster makes a new spare in the background. For each preemption:
 
 - detect: preemption -> the supervisor has classified it (health monitor or lost agent);
 - recover: preemption -> the first training step of the resumed attempt;
 - phases: stop (survivors stopped, failure classified), delete, create, join (hosts
   booted and agents healthy), relaunch to first step (JAX init, restore, compile, step).
 
-Goodput is the run's own figure: productive step time / wall time.
+Goodput is the run's own figure: productive step time / wall time; "goodput at one
+preemption per 10 min" is 1 - (median recover + median lost steps x step time) / 600 s.
 """
 
 from __future__ import annotations
@@ -49,11 +52,13 @@ class Preempter:
             self._armed_for = attempt
         threading.Timer(self.every, self._fire, args=(attempt % 2,)).start()
 
-    def _fire(self, slice_index: int) -> None:
+    def _fire(self, turn: int) -> None:
         from podmanager.api import simulation
 
+        # The run's slices now: after a swap a spare works in the lost slice's place.
+        [run] = self.cluster.runs_store.active(self.cluster.name)
         self.times.append(time.time())
-        simulation.preempt(self.cluster.runtime, slice_index)
+        simulation.preempt(self.cluster.runtime, run.slices[turn % len(run.slices)])
 
 
 def main() -> None:
@@ -63,6 +68,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6000, help="enough for every preemption to happen")
     parser.add_argument("--requirements", action="store_true",
                         help="the run also has a requirement (a small wheel from a local folder) installed on every host")
+    parser.add_argument("--create-latency", type=float, default=0.0, metavar="S",
+                        help="seconds the simulated cloud takes to create a slice (Google Cloud's: minutes)")
+    parser.add_argument("--mode", choices=["none", "spare"], default="none",
+                        help="spare: one hot spare slice the run takes at once when it loses one")
     args = parser.parse_args()
     os.environ["PODMANAGER_HOME"] = tempfile.mkdtemp(prefix="pm-bench-recovery-")
     requirements = {}
@@ -81,16 +90,17 @@ def main() -> None:
 
     cluster = Cluster.from_dict({
         "name": "bench", "backend": "simulated",
-        "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
+        "simulation": {"create_latency_s": args.create_latency, "delete_latency_s": 0.0},
         "health": {"interval_s": 1.0},
-        "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot"}],
+        "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot",
+                    "spares": 1 if args.mode == "spare" else 0}],
     })
     preempter = Preempter(cluster, args.every, args.preemptions)
     workload = Workload(entrypoint="workloads/train_mlp.py", working_dir=str(REPO), parallelism="data",
                         args=["--steps", str(args.steps), "--checkpoint-every", "50", "--log-every", "50"],
                         **requirements)
     try:
-        cluster.up(timeout_s=300)
+        cluster.up(timeout_s=300 + 2 * args.create_latency)
         result = cluster.run(workload, printer=preempter.on_output)
     finally:
         cluster.down()
@@ -107,17 +117,22 @@ def main() -> None:
             "delete": phases.get("delete", 0.0),
             "create": phases.get("create", 0.0),
             "join": phases.get("join", 0.0),
+            "swap": phases.get("swap", 0.0),
             "first_step": phases.get("first_step", 0.0),
             "lost_steps": incident["lost_steps"],
+            "spare": bool(incident.get("swaps")),
         })
+    stepping = [a for a in result.attempt_log if a.first_step_time and a.last_step_time and a.last_step > a.first_step]
+    step_s = statistics.median((a.last_step_time - a.first_step_time) / (a.last_step - a.first_step) for a in stepping)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"2 spot v4-8 slices (2 simulated hosts), 0 s cloud latency; a preemption every {args.every:.0f} s "
-          f"of training; {len(rows)} preemptions")
+          f"2 spot v4-8 slices (2 simulated hosts), {args.create_latency:g} s create latency, mode {args.mode}; "
+          f"a preemption every {args.every:.0f} s of training; {len(rows)} preemptions "
+          f"({sum(r['spare'] for r in rows)} taken by a spare)")
     print()
-    columns = ["detect", "recover", "stop", "delete", "create", "join", "first_step"]
-    print("| preemption | detect (s) | recover (s) | stop (s) | delete (s) | create (s) | join (s) "
+    columns = ["detect", "recover", "stop", "delete", "create", "join", "swap", "first_step"]
+    print("| preemption | detect (s) | recover (s) | stop (s) | delete (s) | create (s) | join (s) | swap (s) "
           "| relaunch to first step (s) | lost steps |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for i, row in enumerate(rows):
         print(f"| {i + 1} | " + " | ".join(f"{row[c]:.2f}" for c in columns) + f" | {row['lost_steps']} |")
     if rows:
@@ -125,6 +140,10 @@ def main() -> None:
     print()
     print(f"run: {result.attempts} attempts, {result.metrics['last_step']} steps, wall {result.wall_s:.0f} s, "
           f"goodput {result.goodput:.0%}" + (f", badput {result.badput}" if getattr(result, "badput", None) else ""))
+    if rows:
+        lost_s = statistics.median(r["recover"] for r in rows) + statistics.median(r["lost_steps"] or 0 for r in rows) * step_s
+        print(f"step {step_s * 1000:.0f} ms; lost per preemption {lost_s:.1f} s; goodput at one preemption per "
+              f"10 min {1 - lost_s / 600:.1%}")
 
 
 if __name__ == "__main__":

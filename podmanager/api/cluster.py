@@ -26,6 +26,7 @@ from podmanager.api.status import ClusterStatus, cluster_status
 from podmanager.api.up_failure import left_running
 from podmanager.api.up_plan import UpPlan, in_the_way, runs_in_the_way
 from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
+from podmanager.core import spares
 from podmanager.core.clock import Clock
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.records import RayAccess
@@ -179,6 +180,9 @@ class Cluster:
                 for run, hit in blocked:
                     self._cancel_run(run, f"cancelling run {run.run_id}: 'up --force' takes slice(s) {hit} it runs on")
                 first_time = self.store.get_cluster(self.name) is None
+                # Which slices are the hot spares: those recorded still fit, else the highest free ones.
+                busy = [i for run in self.runs_store.active(self.name) for i in run.slices]
+                self.runs_store.set_spares(self.name, spares.assign(self.spec, self.runs_store.spares(self.name), busy))
 
                 def before_converge() -> None:
                     if on_plan is not None:
@@ -208,7 +212,7 @@ class Cluster:
 
     def plan_up(self) -> UpPlan:
         """What `up` of this spec would do to the cloud now (nothing is changed)."""
-        return UpPlan(self.name, self.runtime.plan_changes())
+        return UpPlan(self.name, self.runtime.plan_changes(), spares.describe_cost(self.spec))
 
     def status(self) -> ClusterStatus:
         """Slices as the cloud reported them to the cluster's monitor a moment ago and after
@@ -235,6 +239,7 @@ class Cluster:
                          compute=compute_for(self.runtime))
                 self.runtime.close_cloud()
                 stop_idle_emulator(self.spec, self.runtime.record)
+                self.runs_store.set_spares(self.name, [])
 
     def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RunHandle:
         """Start a run and return at once: its supervisor runs on the cluster's side (a Ray

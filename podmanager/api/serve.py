@@ -79,7 +79,7 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
     if options.follow_checkpoints and not (workload.checkpoint_dir or workload.env.get(ENV_CHECKPOINT_DIR)):
         raise SpecError("--follow-checkpoints: the service has no checkpoint dir to follow",
                         hint="Give --checkpoint-dir DIR, the training run's.")
-    slices = replica_slices(run_slices(runtime.spec, workload), options.replicas)
+    slices = replica_slices(run_slices(runtime.spec, workload, runs.spares(runtime.name)), options.replicas)
     if runtime.hosts is None:
         raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to serve on")
     busy = [r for r in runs.active(runtime.name) if set(r.slices) & set(slices)]

@@ -13,6 +13,7 @@ from podmanager.hosts.host_info import UNREACHABLE
 from podmanager.operations import cloud_view
 from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.provisioning.plan import desired_slices
+from podmanager.state.runs import RunStore
 from podmanager.state.services import ServiceStore
 
 
@@ -26,6 +27,7 @@ class SliceStatus:
     hosts: int
     chips: int
     boot: list[str] = field(default_factory=list)  # each worker's boot stage as it reported it ("" not yet)
+    spare: bool = False  # a hot spare: kept ready for a run that loses a slice, never worked on
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,11 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
     slices = []
     boots: dict[tuple[str, int], BootStatus] = {}
     hosts = runtime.hosts
+    runs = RunStore(runtime.store.path)
+    try:
+        spare_slices = set(runs.spares(spec.name))
+    finally:
+        runs.close()
     for want in desired_slices(spec):
         node = observed.get(want.node_name)
         accelerator = catalog.lookup(want.request.accelerator_type)
@@ -74,7 +81,8 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
                                   zone=node.zone if node else None, state=node.state.value if node else "MISSING",
                                   hosts=accelerator.hosts, chips=accelerator.chips,
                                   boot=[boots.get((want.node_name, w), BootStatus()).stage
-                                        for w in range(accelerator.hosts)] if node else []))
+                                        for w in range(accelerator.hosts)] if node else [],
+                                  spare=want.index in spare_slices))
     observed_at, found = hosts.observed_hosts() if hosts else (None, [])
     # The monitor probes the hosts from the head: with the head down its last probe is no news.
     head_problem = hosts.head_problem() if hosts and found else None

@@ -6,7 +6,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from podmanager.core import paths
+from podmanager.core import paths, spares
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import ClusterSpec
 from podmanager.core.workload import Workload, check_parallelism
@@ -17,14 +17,20 @@ NO_CHECKPOINTS_WARNING = ("no checkpoint dir: a preemption restarts this run fro
                           "pass --checkpoint-dir gs://... or set checkpoints: in the spec")
 
 
-def run_slices(spec: ClusterSpec, workload: Workload) -> list[int]:
-    """The run's slices, after every check that needs no Ray (the slices exist, the mesh fits
-    their chips, the program is there): bad input starts nothing."""
+def run_slices(spec: ClusterSpec, workload: Workload, spare_slices: list[int] | None = None) -> list[int]:
+    """The run's slices, after every check that needs no Ray (the slices exist and are no hot
+    spares, the mesh fits their chips, the program is there): bad input starts nothing. Without
+    `--slices` a run gets every working slice (`spare_slices`: the cluster's spares now)."""
     known = [s.index for s in spec.slice_list()]
-    slices = workload.slices if workload.slices is not None else known
+    slices = workload.slices if workload.slices is not None else spares.working(spec, spare_slices or [])
     unknown = sorted(set(slices) - set(known))
     if unknown:
         raise SpecError(f"--slices: {unknown} not in the cluster (slices {known})")
+    taken = sorted(set(slices) & set(spare_slices or []))
+    if taken:
+        raise SpecError(f"--slices: slice(s) {taken} are hot spares of {spec.name}; a run never works on a spare",
+                        hint="Leave --slices out (a run gets every working slice) or name working slices "
+                             "('podmanager status' shows which are spares).")
     if workload.parallelism:
         check_parallelism(workload.parallelism, sum(s.accelerator.chips for s in spec.slice_list() if s.index in slices))
     workload.check_program()

@@ -26,7 +26,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
     if runtime.hosts is None:
         raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to run on")
     workload = workload.submitted(Path.cwd())
-    slices = run_slices(runtime.spec, workload)
+    slices = run_slices(runtime.spec, workload, runs.spares(runtime.name))
     checkpoints = run_checkpoints(runtime.spec, workload, slices)
     unknown = set(budgets) - set(BUDGETS)
     if unknown:

@@ -17,12 +17,14 @@ class UpPlan:
 
     cluster: str
     changes: list[SliceChange]
+    spares: str | None = None  # what the hot spares cost (core/spares.py::describe_cost); None without
 
     def describe(self) -> str:
-        return describe_changes(self.changes)
+        return describe_changes(self.changes) + (f"; {self.spares}" if self.spares else "")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "summary": self.describe(), "changes": [c.as_dict() for c in self.changes]}
+        return {"cluster": self.cluster, "summary": self.describe(), "changes": [c.as_dict() for c in self.changes],
+                "spares": self.spares}
 
 
 def runs_in_the_way(plan: UpPlan, active: list[RunRecord]) -> list[tuple[RunRecord, list[int]]]:

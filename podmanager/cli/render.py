@@ -68,9 +68,9 @@ def print_status(result: Any) -> None:
         f"cluster {result.name} ({result.backend}, project {result.project})"
         + (f", as the cloud reported it at {clock_time(result.slices_observed_at)}"
            if result.slices_observed_at else ""),
-        ["slice", "node", "accelerator", "zone", "state", "hosts", "chips", "boot"],
-        [(s.index, s.name, s.accelerator, s.zone, s.state, s.hosts, s.chips, _boot_summary(s.boot))
-         for s in result.slices],
+        ["slice", "role", "node", "accelerator", "zone", "state", "hosts", "chips", "boot"],
+        [(s.index, "spare" if s.spare else "work", s.name, s.accelerator, s.zone, s.state, s.hosts, s.chips,
+          _boot_summary(s.boot)) for s in result.slices],
     )
     if result.ray is not None:
         console.print(f"Ray: {result.ray.address}  dashboard: {result.ray.dashboard_url or '-'}  "
@@ -127,9 +127,10 @@ def print_summary(result) -> None:  # type: ignore[no-untyped-def]
             console.print(f"  {line}", markup=False)
     console.print(f"{result.message}\n" + "; ".join(summary_figures(result)), markup=False)
     if result.incidents:
-        print_table("incidents", ["attempt", "cause", "slices", "detect s", "recover s", "lost steps"],
-                    [(i["attempt"], i["cause"], ",".join(map(str, i["slices"])) or "-", _seconds(i["detect_s"]),
-                      _seconds(i["recover_s"]), i["lost_steps"]) for i in result.incidents])
+        print_table("incidents", ["attempt", "cause", "slices", "spares", "detect s", "recover s", "lost steps"],
+                    [(i["attempt"], i["cause"], ",".join(map(str, i["slices"])) or "-",
+                      ", ".join(f"{lost}->{spare}" for lost, spare in i.get("swaps") or []) or "-",
+                      _seconds(i["detect_s"]), _seconds(i["recover_s"]), i["lost_steps"]) for i in result.incidents])
     if failed:
         console.print("hosts that failed: " + ", ".join(host_label(h.slice, h.worker_id) for h in failed))
     console.print(f"logs: podmanager logs -c {quote(result.cluster)} --run {quote(result.run_id)}", markup=False,

@@ -94,6 +94,9 @@ class Backend(str, Enum):
 class SliceSpec(_Model):
     accelerator: str
     count: int = Field(1, ge=1, le=1024, strict=True)  # strict: `count: true` is a typo, not 1
+    # Hot spares: this many more slices of the same shape, kept READY with their hosts joined and
+    # never given to a run, so a run that loses a slice takes one at once (core/spares.py).
+    spares: int = Field(0, ge=0, le=1024, strict=True)
     # The TPU VM software version; left out (or null): the one Google lists for the accelerator's
     # generation (`podmanager accelerators`), filled in below.
     runtime_version: str = ""
@@ -278,6 +281,9 @@ class RecoverySpec(_Model):
 class SimulationSpec(_Model):
     create_latency_s: float = Field(0.5, ge=0, le=A_DAY_S)
     delete_latency_s: float = Field(0.1, ge=0, le=A_DAY_S)
+    # The image's own boot, from READY until the startup script runs (minutes on a real TPU VM;
+    # 0 keeps ordinary dry runs short). Benchmarks set it to measure at Google Cloud's latencies.
+    boot_delay_s: float = Field(0.0, ge=0, le=A_DAY_S)
     boot_hosts: bool = True
     # What a simulated VM's disk holds at boot: "controller" (the controller's environment, used
     # by the startup script only if it pins exactly those versions) or "bare" (nothing: the
@@ -496,10 +502,11 @@ class ClusterSpec(_Model):
         return self.backend is Backend.SIMULATED
 
     def slice_list(self) -> list["SliceInstance"]:
-        """The slices one by one, `count` expanded, with their stable index."""
+        """The slices one by one, `count` and `spares` expanded, with their stable index (which
+        of them are spares at the moment is recorded apart: core/spares.py)."""
         out: list[SliceInstance] = []
         for group in self.slices:
-            for _ in range(group.count):
+            for _ in range(group.count + group.spares):
                 out.append(SliceInstance(index=len(out), spec=group, accelerator=catalog.lookup(group.accelerator)))
         return out
 

@@ -111,10 +111,10 @@ class EmulatorControl:
                   for_s=for_s)
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
-                          vm_image: str = "controller") -> None:
-        """A cluster's simulated latencies and VM image (its spec's `simulation`): `up` hands them over."""
+                          vm_image: str = "controller", boot_delay_s: float = 0.0) -> None:
+        """A cluster's simulated latencies, VM image and boot delay (its spec's `simulation`): `up` hands them over."""
         self.call("configure_cluster", cluster=cluster, create_latency_s=create_latency_s,
-                  delete_latency_s=delete_latency_s, vm_image=vm_image)
+                  delete_latency_s=delete_latency_s, vm_image=vm_image, boot_delay_s=boot_delay_s)
 
     def all_nodes(self) -> list[Node]:
         """Every node in every zone, read without a Cloud TPU API call (no injected fault hits it)."""

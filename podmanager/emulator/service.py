@@ -61,7 +61,8 @@ class Emulator:
         self.sim = SimCloud(project, state=state, create_latency_s=create_latency_s,
                             delete_latency_s=delete_latency_s, listeners=[self._heard], clock=clock)
         self.metadata = MetadataServers(self.sim)
-        self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image)
+        self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image,
+                                    boot_delay_of=self.sim.boot_delay)
         self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}))
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
         self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))

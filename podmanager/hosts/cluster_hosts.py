@@ -130,6 +130,16 @@ class ClusterHosts:
         return self.controller.wait_for_hosts(nodes, timeout_s=self.spec.head.join_timeout_s, on_progress=on_progress,
                                               check=check, watch=watch)
 
+    def place(self, nodes: list[Node]) -> list[HostInfo]:
+        """Give the hosts of these READY nodes their agents as `wait` does, without waiting
+        (an agent waits for its host to join); the probes of their hosts now."""
+        from podmanager.hosts import fleet  # Ray loads only when hosts are asked
+
+        for node in nodes:
+            fleet.ensure_slice(self.spec.name, node, simulated=self.spec.simulated)
+        names = {node.name for node in nodes}
+        return [h for h in fleet.probe_hosts(self.spec.name, timeout_s=1.0) if h.node_name in names]
+
     def hosts(self) -> list[HostInfo]:
         """Every host, probed now."""
         return self.controller.hosts()

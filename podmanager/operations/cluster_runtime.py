@@ -14,7 +14,7 @@ from typing import Any, Callable, ContextManager
 
 from podmanager.cloud.base import DEAD_STATES, InProcessSimulator, Node, NodeState, Operation, SimulatedCloud, TpuCloud
 from podmanager.cloud.retry import RetryingCloud
-from podmanager.core import catalog, paths
+from podmanager.core import catalog, paths, spares
 from podmanager.core.clock import Clock, RealClock, poll_until
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.records import HostSlot, SliceRef
@@ -24,6 +24,7 @@ from podmanager.operations.backends import local_machines, make_cloud
 from podmanager.operations.boot_watch import BootWatch, failed_boots
 from podmanager.operations.cloud_view import CloudWatcher
 from podmanager.operations.shared_listing import SharedZoneListing
+from podmanager.operations.spare_keeper import SpareKeeper
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import Observed, SliceChange, changes, describe_changes, desired_slices
 from podmanager.state import Event, StateStore
@@ -36,6 +37,25 @@ RECOVERY_LOCK_TIMEOUT_S = 1800.0  # a run's recovery waits this long for an `up`
 # Retries failing alike no further apart than this are one outage, recorded once (RetryingCloud
 # gives a call a minute).
 OUTAGE_GAP_S = 60.0
+
+
+class MonitorRounds:
+    """What the cluster's monitor runs each round besides probing the hosts: each job in turn,
+    one's failure not keeping the next from its turn."""
+
+    def __init__(self, *jobs: Callable[[], None]):
+        self.jobs = jobs
+
+    def __call__(self) -> None:
+        failed: Exception | None = None
+        for job in self.jobs:
+            try:
+                job()
+            except Exception as error:  # noqa: BLE001 - raised after the others ran (the monitor logs it)
+                failed = failed or error
+        if failed is not None:
+            raise failed
+
 
 class ClusterRuntime:
     def __init__(self, spec: ClusterSpec, *, store: StateStore, clock: Clock | None = None,
@@ -206,11 +226,13 @@ class ClusterRuntime:
         self.store.save_cluster(self.name, self.spec.model_dump(mode="json"), self.spec.backend.value, "provisioning")
         self.record("up", f"{len(self.spec.slice_list())} slice(s) on {self.spec.backend.value} "
                     f"in {', '.join(self.spec.zones)}")
-        self.record("up_plan", f"plan for {self.name}: {describe_changes(changes)}",
-                    changes=[c.as_dict() for c in changes])
+        cost = spares.describe_cost(self.spec)
+        self.record("up_plan", f"plan for {self.name}: {describe_changes(changes)}" + (f"; {cost}" if cost else ""),
+                    changes=[c.as_dict() for c in changes], spares=cost)
         if self.spec.simulated and self._backend_from_spec:
-            self.simulator.configure_cluster(self.name, self.spec.simulation.create_latency_s,
-                                             self.spec.simulation.delete_latency_s, self.spec.simulation.vm_image)
+            simulation = self.spec.simulation
+            self.simulator.configure_cluster(self.name, simulation.create_latency_s, simulation.delete_latency_s,
+                                             simulation.vm_image, boot_delay_s=simulation.boot_delay_s)
         if before_converge is not None:
             before_converge()
         metadata = self._start_head() if self.hosts else {}
@@ -276,7 +298,8 @@ class ClusterRuntime:
         joined = self.hosts.wait(nodes, on_progress=lambda healthy, of: self.record(
             "hosts_joining", f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of),
             check=BootWatch(self.cloud, nodes, self.record, self.clock, simulated=self.spec.simulated),
-            watch=CloudWatcher(self.name, ClusterRuntime.from_name))
+            watch=MonitorRounds(CloudWatcher(self.name, ClusterRuntime.from_name),
+                                SpareKeeper(self.name, ClusterRuntime.from_name)))
         self.record("hosts_joined", f"{len(joined)} host(s) joined Ray, each with a healthy agent")
 
     def _converge(self, desired: list[Any], timeout_s: float, reason: str = "not in the spec") -> list[Node]:

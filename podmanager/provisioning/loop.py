@@ -231,9 +231,20 @@ class Provisioner:
     def apply(self, actions: list[Action], exhausted: dict[int, set[str]], deadline: float) -> None:
         """Start every action's operation at once, then wait for all of them together
         (until the deadline; what is still running then is seen by the next observe)."""
-        with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel_calls, len(actions)))) as pool:
+        self.finish(self.start(actions), exhausted, deadline)
+
+    def start(self, actions: list[Action], deadline: float | None = None) -> list[_Started]:
+        """Start every action's operation at once (`finish` waits for them): the spare keeper
+        starts under the cluster's lock and waits without it. `deadline`: how long a queued
+        resource it creates stays valid (the converge's own deadline when called from it)."""
+        if deadline is not None:
+            self._deadline = deadline
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel_calls, len(actions) or 1))) as pool:
             results = list(pool.map(self._start, actions))
-        started = [r for r in results if r is not None]
+        return [r for r in results if r is not None]
+
+    def finish(self, started: list[_Started], exhausted: dict[int, set[str]], deadline: float) -> None:
+        """Wait for started operations together, recording each outcome, until the deadline."""
         while started:
             with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel_calls, len(started)))) as pool:
                 polled = list(pool.map(lambda s: self.cloud.get_operation(s.operation.name), started))

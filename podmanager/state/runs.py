@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podmanager.core.errors import SpecError
 from podmanager.state.db import Database, default_path
 from podmanager.state.run_state import PHASE, Launching, RunPhase, RunProgress, SupervisorProcess
 
@@ -38,6 +39,13 @@ CREATE TABLE IF NOT EXISTS runs (
     updated_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_by_cluster ON runs (cluster, created_at);
+-- Each cluster's hot spares by slice index (core/spares.py): here, beside the runs, so a swap
+-- gives a run the spare and makes its lost slice a spare in one transaction.
+CREATE TABLE IF NOT EXISTS spares (
+    cluster TEXT NOT NULL,
+    slice INTEGER NOT NULL,
+    PRIMARY KEY (cluster, slice)
+);
 """
 
 ACTIVE = ("starting", "running", "recovering")  # a supervisor is (or will be) looking after it
@@ -109,6 +117,11 @@ class RunStore:
         suffix: `run.run_id` is the id written."""
         wanted = set(run.slices)
         with self._db.immediate() as db:
+            spare = sorted(wanted & _spares(db, run.cluster))
+            if spare:
+                raise SpecError(f"--slices: slice(s) {spare} are hot spares of {run.cluster}; a run never works "
+                                "on a spare", hint="Leave --slices out (a run gets every working slice) or "
+                                "name working slices ('podmanager status' shows which are spares).")
             cursor = db.execute(f"SELECT * FROM runs WHERE cluster=? AND status IN ({', '.join('?' * len(ACTIVE))}) "
                                 "ORDER BY created_at", (run.cluster, *ACTIVE))
             names = [d[0] for d in cursor.description]
@@ -124,6 +137,33 @@ class RunStore:
             db.execute(f"INSERT INTO runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
                        tuple(values.values()))
         return None
+
+    def spares(self, cluster: str) -> list[int]:
+        """The cluster's hot spares (slice indexes) as recorded now."""
+        return sorted(row[0] for row in self._db.rows("SELECT slice FROM spares WHERE cluster=?", (cluster,)))
+
+    def set_spares(self, cluster: str, indexes: list[int]) -> None:
+        """Record these slices as the cluster's spares (`up`, from `core.spares.assign`; [] at `down`)."""
+        with self._db.immediate() as db:
+            db.execute("DELETE FROM spares WHERE cluster=?", (cluster,))
+            db.executemany("INSERT INTO spares (cluster, slice) VALUES (?, ?)", [(cluster, i) for i in indexes])
+
+    def swap_spare(self, run: RunRecord, lost: int, spare: int) -> bool:
+        """In one transaction: `spare` becomes the run's slice in place of `lost`, and `lost` a
+        spare (to be made again). False (nothing changed) if `spare` is no longer a spare (another
+        run took it) or `lost` is not the run's. `run.slices` is updated on success."""
+        with self._db.immediate() as db:
+            found = db.execute("SELECT slices FROM runs WHERE run_id=?", (run.run_id,)).fetchone()
+            slices = json.loads(found[0]) if found else []
+            if spare not in _spares(db, run.cluster) or lost not in slices:
+                return False
+            slices = sorted(spare if i == lost else i for i in slices)
+            db.execute("DELETE FROM spares WHERE cluster=? AND slice=?", (run.cluster, spare))
+            db.execute("INSERT OR IGNORE INTO spares (cluster, slice) VALUES (?, ?)", (run.cluster, lost))
+            db.execute("UPDATE runs SET slices=?, updated_at=? WHERE run_id=?",
+                       (json.dumps(slices), time.time(), run.run_id))
+        run.slices = slices
+        return True
 
     def release(self, run_id: str) -> bool:
         """Forget a claimed run that never started (its submit failed before its supervisor
@@ -161,6 +201,10 @@ class RunStore:
     def cancel_requested(self, run_id: str) -> bool:
         found = self._db.rows("SELECT cancel_requested FROM runs WHERE run_id=?", (run_id,))
         return bool(found and found[0][0])
+
+
+def _spares(db: Any, cluster: str) -> set[int]:
+    return {row[0] for row in db.execute("SELECT slice FROM spares WHERE cluster=?", (cluster,)).fetchall()}
 
 
 def _values(run: RunRecord) -> dict[str, Any]:

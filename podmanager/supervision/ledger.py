@@ -27,6 +27,7 @@ class IncidentRecord:
     lost_steps: int | None
     phases: dict[str, float]  # seconds per phase: stop, delete, create, join, relaunch, first_step
     host: list[int] | None = None  # [slice, worker] of the host that failed first (program and infra failures)
+    swaps: list[list[int]] | None = None  # [lost slice, the hot spare that took its place], one per swap
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "slice": self.slices[0] if self.slices else None}

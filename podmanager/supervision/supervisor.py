@@ -26,6 +26,7 @@ from typing import Any
 
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
@@ -193,13 +194,52 @@ class RunSupervisor:
             self.cluster.delete_dead_slices()  # never leave a preempted slice holding quota
             return decision.reason
         replace = sorted(set(incident.slices) | quarantined(state))
+        # Only a slice the cloud took is swapped: a quarantined or unhealthy one left as a spare
+        # would look ready and never be made again.
+        swapped = self._swap_in_spares(sorted(incident.slices)) if incident.cause is Cause.PREEMPTION else {}
+        replace = [i for i in replace if i not in swapped]
         self.run.status = "recovering"
-        self.run.phase = Replacing(attempt=result.attempt + 1, slices=replace, reason=incident.cause.value)
+        if replace:
+            self.run.phase = Replacing(attempt=result.attempt + 1, slices=replace, reason=incident.cause.value)
+        else:  # every lost slice has a hot spare in its place: relaunch at once
+            self.run.attempt = result.attempt + 1
+            self.run.phase = Launching(attempt=self.run.attempt)
         self._save()
         if decision.wait_s:
             self.record("backoff", f"waiting {decision.wait_s:.0f}s before the next attempt")
             self.clock.sleep(decision.wait_s)
         return None
+
+    def _swap_in_spares(self, lost: list[int]) -> dict[int, int]:
+        """Give the run a ready hot spare of the same shape for each lost slice it can (lost ->
+        spare); each lost slice becomes a spare, which the cluster's monitor makes again in the
+        background (operations/spare_keeper.py). Recorded in the events and the incident."""
+        spare_slices = self.runs.spares(self.cluster.name)
+        if not lost or not spare_slices:
+            return {}
+        started = self.clock.now()
+
+        def ready(index: int) -> bool:  # READY with every host's agent healthy
+            try:
+                self.cluster.agents([index])
+                return True
+            except PodmanagerError:
+                return False
+
+        swapped: dict[int, int] = {}
+        for index in lost:
+            free = [s for s in spare_slices if s not in swapped.values()]
+            spare = spares.pick(self.cluster.spec, index, free, ready)
+            if spare is not None and self.runs.swap_spare(self.run, index, spare):
+                swapped[index] = spare
+                self.record("spare_swapped", f"run {self.run_id}: hot spare slice {spare} takes the place of lost "
+                            f"slice {index} at once; slice {index} becomes a spare, made again in the background",
+                            lost=index, spare=spare, slices=self.run.slices)
+        if swapped and self.ledger.incidents:
+            incident = self.ledger.incidents[-1]
+            incident.swaps = [[index, spare] for index, spare in swapped.items()]
+            incident.phases["swap"] = self.clock.now() - started
+        return swapped
 
     def _replace(self, phase: Replacing) -> None:
         """Delete the lost slices (once), create what is missing, wait for the hosts, and move

@@ -757,12 +757,12 @@ class SimCloud:
             self._changed_node(key, before)
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
-                          vm_image: str = "controller") -> None:
-        """How long a cluster's nodes take to create and delete, and what its VMs' disks hold
-        (its spec's `simulation`)."""
+                          vm_image: str = "controller", boot_delay_s: float = 0.0) -> None:
+        """How long a cluster's nodes take to create and delete, what its VMs' disks hold and
+        how long they boot (its spec's `simulation`)."""
         with self._transaction() as state:
             timing = ClusterSimulation(create_latency_s=create_latency_s, delete_latency_s=delete_latency_s,
-                                       vm_image=vm_image)
+                                       vm_image=vm_image, boot_delay_s=boot_delay_s)
             if state.timings.get(cluster) != timing:
                 state.timings[cluster] = timing
                 self._touch()
@@ -772,6 +772,12 @@ class SimCloud:
         with self._transaction() as state:
             found = state.timings.get(cluster)
             return found.vm_image if found else "controller"
+
+    def boot_delay(self, cluster: str) -> float:
+        """How long a cluster's new VMs boot before their startup script runs (0 unless its `up` said)."""
+        with self._transaction() as state:
+            found = state.timings.get(cluster)
+            return found.boot_delay_s if found else 0.0
 
     def terminate(self, zone: str, node_id: str) -> None:
         """Maintenance that the slice does not survive."""

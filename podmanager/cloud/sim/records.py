@@ -134,6 +134,7 @@ class ClusterSimulation(BaseModel):
     create_latency_s: float
     delete_latency_s: float
     vm_image: str = "controller"  # what a new VM's disk holds: the controller's environment, or nothing
+    boot_delay_s: float = 0.0  # how long a new VM boots before it runs its startup script
 
 
 class ComputeOperation(BaseModel):

@@ -50,8 +50,11 @@ log = logging.getLogger(__name__)
 HOSTS_DIR = "hosts"
 GONE_STATES = DEAD_STATES | {NodeState.DELETING}
 CONTROLLER_IMAGE = "controller"  # the other image, "bare", has nothing on it (`SimulationSpec.vm_image`)
-# What a TPU VM's guest agent does at boot: fetch the startup script from the metadata server, run it.
+# What a TPU VM does at boot: the image's own boot (`simulation.boot_delay_s`), then its guest
+# agent fetches the startup script from the metadata server and runs it.
+BOOT_DELAY_ENV = "PODMANAGER_BOOT_DELAY_S"
 GUEST_BOOT = (
+    f'sleep "${{{BOOT_DELAY_ENV}:-0}}" && '
     'mkdir -p "$PODMANAGER_ROOT/var/lib/google" && '
     'curl -fsS --retry 10 --retry-connrefused -H "Metadata-Flavor: Google" '
     '-o "$PODMANAGER_ROOT/var/lib/google/startup-script" '
@@ -146,13 +149,16 @@ class SimHostBooter:
     """
 
     def __init__(self, *, object_store_memory: int = OBJECT_STORE_BYTES, num_cpus: int = 1,
-                 metadata: MetadataHost | None = None, image_of: Callable[[str], str] | None = None) -> None:
+                 metadata: MetadataHost | None = None, image_of: Callable[[str], str] | None = None,
+                 boot_delay_of: Callable[[str], float] | None = None) -> None:
         """`metadata`: where each VM's metadata server runs (without it, no VM boots).
-        `image_of(cluster)`: the cluster's VM image (default "controller")."""
+        `image_of(cluster)`: the cluster's VM image (default "controller"); `boot_delay_of(cluster)`:
+        the seconds its VMs boot before their startup script runs (default 0)."""
         self.object_store_memory = object_store_memory
         self.num_cpus = num_cpus
         self.metadata = metadata
         self.image_of = image_of or (lambda cluster: CONTROLLER_IMAGE)
+        self.boot_delay_of = boot_delay_of or (lambda cluster: 0.0)
         self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
         self._children: list[subprocess.Popen] = []
         self._mutex = threading.Lock()
@@ -216,6 +222,7 @@ class SimHostBooter:
         metadata_port = self._serve_metadata(node, worker_id, path)
         env = vm_env(node, worker_id, root, metadata_port, path, self.rest_api)
         env[JOIN_ARGS_ENV] = shlex.join(join_args)
+        env[BOOT_DELAY_ENV] = f"{self.boot_delay_of(node.cluster):g}"
         if image == CONTROLLER_IMAGE and os.environ.get("PYTHONPATH"):
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # part of the controller's environment the image has
         # The record first: it is the VM's lease, which the VM checks from its first second. It
