@@ -27,6 +27,9 @@ class FakeRuns:
     def active(self, cluster: str) -> list:
         return []
 
+    def spares(self, cluster: str) -> list[int]:
+        return []  # no hot spares: every slice serves
+
     def request_cancel(self, run_id: str) -> None:
         self.cancelled.append(run_id)
 
@@ -52,7 +55,7 @@ def started(monkeypatch):
     monkeypatch.setattr(serve, "start_router", start_router)
     monkeypatch.setattr(serve, "stop_router", seen.stopped.append)
     monkeypatch.setattr(serve, "submit_run", submit_run)
-    monkeypatch.setattr(serve, "run_slices", lambda spec, workload: [0, 1])
+    monkeypatch.setattr(serve, "run_slices", lambda spec, workload, spares=None: [0, 1])
     monkeypatch.setattr(serve, "_router_place", lambda runtime, options: RouterPlace("127.0.0.1", 1, "127.0.0.1", 2))
     return seen
 

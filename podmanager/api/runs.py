@@ -208,7 +208,10 @@ def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = No
     """(host label, line) of a run's output (default: the latest run), every host or one
     (e.g. 'slice-0/1', see `core.selectors`); with `follow`, as lines are written until the run ends.
     A service's id gives each of its replicas' runs in turn (`replica N slice-N/W`)."""
-    service = ServiceStore().get(run_id) if run_id else None
+    # A run's output is in files and needs no store (a damaged one included): the store is asked
+    # only for an id that names no run's folder, which may be a service's.
+    is_run = run_id is None or RunFolder(cluster, run_id).folder.exists()
+    service = None if is_run else ServiceStore().get(run_id)
     if service is not None and service.cluster == cluster:
         yield from _service_log_lines(service, host, follow=follow)
         return
