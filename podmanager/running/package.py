@@ -32,9 +32,15 @@ from podmanager.core.errors import SpecError
 log = logging.getLogger(__name__)
 # Ray's packaging speaks to whoever calls `ray.init(runtime_env=...)`, which a podmanager user
 # never does: what it says goes nowhere, and what matters is said here in podmanager's terms.
-_RAY_LOG = logging.getLogger(__name__ + ".ray")
-_RAY_LOG.propagate = False
-_RAY_LOG.addHandler(logging.NullHandler())
+class _Discard(logging.Logger):
+    """A logger outside the logging tree that drops every record: whatever configures logging
+    later (Ray resets loggers' propagation when it sets its own up) cannot route it anywhere."""
+
+    def _log(self, *args: object, **kwargs: object) -> None:
+        return
+
+
+_RAY_LOG = _Discard(__name__ + ".ray")
 _RAY_PACKAGING_LOGGER = "ray._private.runtime_env.packaging"
 
 # Never shipped: version control, environments and caches (on top of .gitignore/.rayignore).
