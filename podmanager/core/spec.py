@@ -380,7 +380,7 @@ class BootSpec(_Model):
     packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(
         default_factory=list, description="requirements every host installs at boot (PEP 508); one asking for "
                                           "another Ray or JAX than the controller's is refused")
-    # The Cloud Storage folder `up` uploads the wheel to; None: see hosts/staging.py::stage_root.
+    # The Cloud Storage folder `up` uploads the wheel to; None: see controller/staging.py::stage_root.
     stage: str | None = Field(None, description="the gs://BUCKET/PATH the wheel is uploaded to; null: "
                                                 "<checkpoints>/podmanager-boot when checkpoints is in Cloud "
                                                 "Storage (a dry run: its emulator's bucket)")

@@ -1,5 +1,5 @@
 """`python -m podmanager.emulator --project P`: a project's background emulator (see service.py)."""
 
-from podmanager.emulator.service import main
+from podmanager.emulator.server import main
 
 main()
