@@ -92,25 +92,38 @@ class Backend(str, Enum):
 
 
 class SliceSpec(_Model):
-    accelerator: str
-    count: int = Field(1, ge=1, le=1024, strict=True)  # strict: `count: true` is a typo, not 1
+    """One entry of `slices`: `count` slices of one accelerator type, alike."""
+
+    accelerator: str = Field(description="the TPU type, e.g. v4-16 (`podmanager accelerators` lists them)")
+    count: int = Field(1, ge=1, le=1024, strict=True,  # strict: `count: true` is a typo, not 1
+                       description="how many slices of this shape the runs work on")
     # Hot spares: this many more slices of the same shape, kept READY with their hosts joined and
     # never given to a run, so a run that loses a slice takes one at once (core/spares.py).
-    spares: int = Field(0, ge=0, le=1024, strict=True)
+    spares: int = Field(0, ge=0, le=1024, strict=True,
+                        description="hot spare slices of the same shape beside `count`, kept READY for a swap "
+                                    "on a preemption (docs/guide/recovery.md)")
     # The TPU VM software version; left out (or null): the one Google lists for the accelerator's
     # generation (`podmanager accelerators`), filled in below.
-    runtime_version: str = ""
-    capacity: Capacity = Capacity.ON_DEMAND
-    queued: bool = False
+    runtime_version: str = Field("", description="the TPU VM image; left out: the generation's default "
+                                                  "(tpu-ubuntu2204-base for v4 and older, v2-alpha-tpuv5-lite for "
+                                                  "v5e, v2-alpha-tpuv5 for v5p, v2-alpha-tpuv6e for v6e)")
+    capacity: Capacity = Field(Capacity.ON_DEMAND, description="on-demand, spot or reserved (a `reservation` "
+                                                              "implies reserved)")
+    queued: bool = Field(False, description="ask through a queued resource instead of creating the node at once")
     # A reservation's name (or projects/P/locations/Z/reservations/R). The Cloud TPU API takes a
     # name only on a queued resource (a node's scheduling_config has just `reserved`), so it needs
     # `queued: true`; it implies `capacity: reserved`.
-    reservation: str | None = None
+    reservation: str | None = Field(None, description="a reservation's name or projects/P/locations/Z/reservations/R; "
+                                                       "needs queued: true, implies capacity: reserved")
     # Queued only: how long its queued resource may wait for capacity in one zone (the API keeps
     # it WAITING_FOR_RESOURCES) before it is deleted and the next zone tried. None: the whole of
     # `up`'s timeout in the first zone that takes the request.
-    queue_wait_s: float | None = Field(None, ge=0)
-    labels: dict[str, str] = Field(default_factory=dict)
+    queue_wait_s: float | None = Field(None, ge=0, description="queued only: seconds to wait for capacity in one "
+                                                               "zone before trying the next; null: the whole of "
+                                                               "`up`'s timeout")
+    labels: dict[str, str] = Field(default_factory=dict,
+                                   description="labels on every node of these slices (Google Cloud's label rules; "
+                                               "the podmanager- prefix is reserved; at most 62)")
 
     @field_validator("queue_wait_s")
     @classmethod
@@ -197,15 +210,24 @@ class NetworkSpec(_Model):
     `network_config`, `service_account` and `tags`, always sent (left out: these defaults);
     every node also carries the cluster's tag (`provisioning.plan.cluster_tag`)."""
 
-    network: str | None = None  # None: the project's `default` network
-    subnetwork: str | None = None  # None: the network's subnetwork of the zone's region
+    network: str | None = Field(None, description="a VPC by name (my-vpc) or projects/P/global/networks/N; "
+                                                  "null: the project's `default` network")
+    subnetwork: str | None = Field(None, description="a name or projects/P/regions/R/subnetworks/S (then every "
+                                                     "zone must be in R); null: the network's subnetwork in the "
+                                                     "zone's region")
     # True, as gcloud, SkyPilot and Google's Ray example do (the API's own default is false): a
     # new project's network has no Cloud NAT and no Private Google Access, without which a VM
     # with no external IP reaches neither the package index nor Google's APIs (`up` checks).
-    enable_external_ips: bool = True
-    service_account: str | None = None  # an email; None: the project's default compute service account
-    scopes: list[str] = Field(default_factory=lambda: [CLOUD_PLATFORM_SCOPE])
-    tags: list[str] = Field(default_factory=list)  # network tags, for firewall rules
+    enable_external_ips: bool = Field(True, description="every worker VM gets an external IP; false needs Cloud "
+                                                        "NAT and Private Google Access on the subnetwork (`up` "
+                                                        "checks)")
+    service_account: str | None = Field(None, description="the email of the account the VMs run as; null: the "
+                                                          "project's default compute service account")
+    scopes: list[str] = Field(default_factory=lambda: [CLOUD_PLATFORM_SCOPE],
+                              description="the account's OAuth scopes, full URLs")
+    tags: list[str] = Field(default_factory=list, description="more network tags (lowercase RFC 1035 names) for "
+                                                              "firewall rules of your own; pm-<cluster> is always "
+                                                              "added")
 
     @field_validator("network")
     @classmethod
@@ -259,37 +281,55 @@ class NetworkSpec(_Model):
 
 
 class HeadSpec(_Model):
+    """The Ray head the TPU VM hosts join: started by `up` on this machine unless `address` names one."""
+
     address: str | None = Field(None, description="connect to this Ray head instead of starting one")
     port: int = Field(0, ge=0, le=65535, description="0 picks a free port")
-    dashboard_host: str = "127.0.0.1"
-    join_timeout_s: float = Field(300.0, gt=0)
+    dashboard_host: str = Field("127.0.0.1", description="where the Ray dashboard listens")
+    join_timeout_s: float = Field(300.0, gt=0, description="seconds `up` waits for every host to join the head")
 
 
 class HealthSpec(_Model):
-    interval_s: float = Field(1.0, gt=0, le=60)
-    hang_timeout_s: float = Field(600.0, gt=0)
+    """How a run's supervisor watches it."""
+
+    interval_s: float = Field(1.0, gt=0, le=60, description="seconds between checks of the slices' cloud state and "
+                                                            "preemption notices")
+    hang_timeout_s: float = Field(600.0, gt=0, description="seconds without a step, counted from the first step "
+                                                           "(a long compile is no hang), that make a hang")
 
 
 class RecoverySpec(_Model):
-    max_preemptions: int = Field(100, ge=0)
-    max_failures: int = Field(2, ge=0)
-    max_hangs: int = Field(3, ge=0)
-    backoff_s: float = Field(1.0, ge=0)
-    deadline_s: float | None = Field(None, gt=0)
+    """A run's budgets: each kind of failure is paid from its own."""
+
+    max_preemptions: int = Field(100, ge=0, description="preemptions a run survives")
+    max_failures: int = Field(2, ge=0, description="program or infrastructure failures a run survives")
+    max_hangs: int = Field(3, ge=0, description="hangs a run survives")
+    backoff_s: float = Field(1.0, ge=0, description="seconds before a relaunch after a failure, doubled for each "
+                                                    "repeat (preemptions do not wait)")
+    deadline_s: float | None = Field(None, gt=0, description="seconds from a run's start after which a failure is "
+                                                             "no longer recovered; null: no deadline")
 
 
 class SimulationSpec(_Model):
-    create_latency_s: float = Field(0.5, ge=0, le=A_DAY_S)
-    delete_latency_s: float = Field(0.1, ge=0, le=A_DAY_S)
+    """Dry runs only: the simulated cloud's latencies, its VMs, and scripted faults."""
+
+    create_latency_s: float = Field(0.5, ge=0, le=A_DAY_S, description="seconds a new node stays CREATING")
+    delete_latency_s: float = Field(0.1, ge=0, le=A_DAY_S, description="seconds a node takes to delete")
     # The image's own boot, from READY until the startup script runs (minutes on a real TPU VM;
     # 0 keeps ordinary dry runs short). Benchmarks set it to measure at Google Cloud's latencies.
-    boot_delay_s: float = Field(0.0, ge=0, le=A_DAY_S)
-    boot_hosts: bool = True
+    boot_delay_s: float = Field(0.0, ge=0, le=A_DAY_S, description="seconds a new VM's image boots before its "
+                                                                   "startup script runs")
+    boot_hosts: bool = Field(True, description="boot each READY slice's hosts as local Ray nodes (about 125 MiB "
+                                               "and 1/16 of a core each; refused if this machine cannot hold "
+                                               "them); false: control plane only, for large-scale runs")
     # What a simulated VM's disk holds at boot: "controller" (the controller's environment, used
     # by the startup script only if it pins exactly those versions) or "bare" (nothing: the
     # script installs Python, Ray, JAX and podmanager with uv, as on a fresh TPU VM).
-    vm_image: Literal["controller", "bare"] = "controller"
-    faults: list[Fault] = Field(default_factory=list)  # one type for every form of a fault: core/faults.py
+    vm_image: Literal["controller", "bare"] = Field("controller", description="controller: the VMs find this "
+                                                    "machine's environment (boots in seconds); bare: they install "
+                                                    "everything, as a fresh TPU VM")
+    faults: list[Fault] = Field(default_factory=list,  # one type for every form of a fault: core/faults.py
+                                description="scripted faults, armed at the cluster's first `up` (below)")
 
 
 class PodmanagerSource(str, Enum):
@@ -334,10 +374,16 @@ class BootSpec(_Model):
       whether it exists is checked when it is uploaded.
     """
 
-    podmanager: str | None = None
-    packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(default_factory=list)
+    podmanager: str | None = Field(None, description="which podmanager the VMs install: left out, a wheel of the "
+                                                     "one running `up`; else a version, a wheel's https:// or gs:// "
+                                                     "URL, or a wheel's absolute path here")
+    packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(
+        default_factory=list, description="requirements every host installs at boot (PEP 508); one asking for "
+                                          "another Ray or JAX than the controller's is refused")
     # The Cloud Storage folder `up` uploads the wheel to; None: see controller/staging.py::stage_root.
-    stage: str | None = None
+    stage: str | None = Field(None, description="the gs://BUCKET/PATH the wheel is uploaded to; null: "
+                                                "<checkpoints>/podmanager-boot when checkpoints is in Cloud "
+                                                "Storage (a dry run: its emulator's bucket)")
 
     @field_validator("podmanager")
     @classmethod
@@ -399,19 +445,26 @@ class BootSpec(_Model):
 
 
 class ClusterSpec(_Model):
-    name: str
-    backend: Backend = Backend.GCP
-    project: str | None = None
-    zones: list[str] | None = None  # None: not given (dry runs then use the simulated zones)
-    slices: list[SliceSpec] = Field(min_length=1)
-    head: HeadSpec = Field(default_factory=HeadSpec)
-    health: HealthSpec = Field(default_factory=HealthSpec)
-    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
-    simulation: SimulationSpec = Field(default_factory=SimulationSpec)
-    network: NetworkSpec | None = None  # None: NetworkSpec's defaults
-    boot: BootSpec = Field(default_factory=BootSpec)
-    # The default checkpoint root of every run: <checkpoints>/<cluster>/<program>.
-    checkpoints: str | None = None
+    """A cluster: its name, where it lives, its slices, and how its runs are watched and recovered."""
+
+    name: str = Field(description="1-30 lowercase letters, digits or '-', a letter first; nodes are named "
+                                  "<name>-s<index>")
+    backend: Backend = Field(Backend.GCP, description="gcp, or simulated (what --dry-run sets)")
+    project: str | None = Field(None, description="the Google Cloud project id; null: GOOGLE_CLOUD_PROJECT, then "
+                                                  "CLOUDSDK_CORE_PROJECT (a dry run: podmanager-sim)")
+    zones: list[str] | None = Field(None, description="zones tried in order when one has no capacity; null: "
+                                                      "required on Google Cloud, the simulated zones on a dry run")
+    slices: list[SliceSpec] = Field(min_length=1, description="the slices, at most 1,024 over all entries")
+    head: HeadSpec = Field(default_factory=HeadSpec, description="the Ray head")
+    health: HealthSpec = Field(default_factory=HealthSpec, description="a run's health checks")
+    recovery: RecoverySpec = Field(default_factory=RecoverySpec, description="a run's recovery budgets")
+    simulation: SimulationSpec = Field(default_factory=SimulationSpec, description="dry runs only")
+    network: NetworkSpec | None = Field(None, description="Google Cloud networking and the VMs' account; null: "
+                                                          "the section's defaults")
+    boot: BootSpec = Field(default_factory=BootSpec, description="what every TPU VM installs at boot")
+    checkpoints: str | None = Field(None, description="gs://bucket/prefix (or an absolute path) every run "
+                                                      "checkpoints under, in <prefix>/<cluster>/<program>, unless "
+                                                      "it passes --checkpoint-dir")
 
     @field_validator("name")
     @classmethod
