@@ -229,3 +229,17 @@ def test_the_client_imports_neither_ray_nor_jax() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", loaded
 
+
+
+def channel_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "podmanager-channel"]
+
+
+def test_the_server_stops_its_thread_also_when_it_cannot_listen(api) -> None:
+    made = identity.load_or_create(CLUSTER, "127.0.0.1")
+    with ChannelServer(api, made) as first:
+        assert len(channel_threads()) == 1
+        with pytest.raises(OSError):  # the port is taken: start fails, and leaves nothing running
+            ChannelServer(api, made, port=first.port).start()
+        assert len(channel_threads()) == 1
+    assert channel_threads() == []
