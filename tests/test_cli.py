@@ -87,6 +87,18 @@ def test_a_boot_package_against_the_controllers_ray_is_refused_before_anything_s
     assert not list((paths.home() / "sim").glob("emulators/*.json"))  # nor an emulator started
 
 
+def test_a_controller_vm_in_the_spec_is_refused_before_anything_starts(tmp_path):
+    from podmanager.core import paths
+
+    path = tmp_path / "vm.yaml"
+    path.write_text(SPEC + "controller: {local: false, machine_type: e2-standard-8}\n")
+    result = invoke("up", "-f", path, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert "controller.local: false (a controller VM made by podmanager) is not built yet" in result.output
+    assert invoke("status", "-c", "clitest").exit_code == 2  # nothing was recorded
+    assert not list((paths.home() / "sim").glob("emulators/*.json"))  # nor an emulator started
+
+
 def test_missing_file_and_unknown_cluster(tmp_path):
     result = invoke("up", "-f", tmp_path / "nope.yaml", "--dry-run")
     assert result.exit_code == 2 and "--file: cannot read" in result.output

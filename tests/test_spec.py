@@ -371,3 +371,48 @@ def test_yaml_errors_name_the_file(tmp_path):
     tabbed.write_text("name: a\n\tslices: []\n")
     with pytest.raises(SpecError, match=f'in "{re.escape(str(tabbed))}", line 2'):
         load_spec(tabbed)
+
+
+# ---------------------------------------------------------------------- controller: where the controller runs
+
+def test_the_controller_section_defaults_to_todays_local_mode():
+    spec = parse_spec(GOOD)
+    assert spec.controller.local is True and spec.controller.zone is None
+    assert (spec.controller.machine_type, spec.controller.disk_gb) == ("e2-standard-4", 50)
+    given = parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}],
+                        "controller": {"machine_type": "n2-standard-8", "zone": "us-central2-a", "disk_gb": 100}})
+    assert (given.controller.machine_type, given.controller.zone, given.controller.disk_gb) == (
+        "n2-standard-8", "us-central2-a", 100)
+
+
+def test_a_controller_vm_is_refused_until_podmanager_builds_it():
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**GOOD, "controller": {"local": False, "machine_type": "e2-standard-8"}})
+    assert raised.value.exit_code == 2
+    assert "controller.local: false (a controller VM made by podmanager) is not built yet (issue 36)" in str(raised.value)
+    assert "set local: true" in str(raised.value)
+
+
+@pytest.mark.parametrize("controller, expected", [
+    ({"local": "no"}, "controller.local: Input should be a valid boolean"),
+    ({"machine_type": "E2 Standard"}, "controller.machine_type: 'E2 Standard' is not a Compute Engine machine type"),
+    ({"zone": "Zone_A"}, "controller.zone: 'Zone_A' is not a zone name"),
+    ({"disk_gb": 5}, "controller.disk_gb: Input should be greater than or equal to 10"),
+    ({"disk_gb": "50"}, "controller.disk_gb: Input should be a valid integer"),
+    ({"machin_type": "e2-small"}, "controller.machin_type: unknown field; did you mean machine_type?"),
+])
+def test_bad_controller_fields_are_named(controller, expected):
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**GOOD, "controller": controller})
+    assert expected in str(raised.value)
+
+
+def test_the_controller_zone_must_be_in_the_subnetworks_region():
+    subnet = {"subnetwork": "projects/p/regions/us-central2/subnetworks/s"}
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}], "network": subnet,
+                    "controller": {"zone": "europe-west4-a"}})
+    assert ("controller.zone: europe-west4-a is not in region us-central2 of network.subnetwork "
+            "projects/p/regions/us-central2/subnetworks/s") in str(raised.value)
+    assert parse_spec({**GCP, "slices": [{"accelerator": "v4-8"}], "network": subnet,
+                       "controller": {"zone": "us-central2-a"}}).controller.zone == "us-central2-a"

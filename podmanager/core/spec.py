@@ -289,6 +289,48 @@ class HeadSpec(_Model):
     join_timeout_s: float = Field(300.0, gt=0, description="seconds `up` waits for every host to join the head")
 
 
+class ControllerSpec(_Model):
+    """Where the cluster's controller runs: the Ray head, every run's supervisor, the state store
+    (issue 36). `local: true`, today's only mode: the machine running podmanager is the controller.
+    The VM fields are checked now and used once podmanager makes the controller VM."""
+
+    local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller "
+                                                       "(false, a controller VM, is not built yet)")  # strict: `local: "no"` is a typo
+    # 4 vCPUs and 16 GB: the controller runs the Ray head (GCS, raylet, dashboard) and one Ray actor
+    # process per run's supervisor and service router; a few dozen of them need the memory, and the
+    # head must keep answering its hosts while they poll. SkyPilot's jobs controller asks for 4+ CPUs
+    # for the same job; e2 is general-purpose, offered in every zone that has TPUs.
+    machine_type: str = Field("e2-standard-4", description="the controller VM's Compute Engine machine type")
+    zone: str | None = Field(None, description="the controller VM's zone; null: chosen in the slices' region")
+    # The software (Python, Ray, JAX: a few GB), the state store, runs' logs and code packages.
+    disk_gb: int = Field(50, ge=10, le=65536, strict=True,
+                         description="the controller VM's boot disk")  # 10: a Debian image's smallest disk
+
+    @field_validator("local")
+    @classmethod
+    def _only_local_for_now(cls, local: bool) -> bool:
+        if not local:
+            raise ValueError("false (a controller VM made by podmanager) is not built yet (issue 36); leave it "
+                             "out or set local: true, and run podmanager on a machine in the TPUs' VPC (README "
+                             "\"Running on Google Cloud\")")
+        return local
+
+    @field_validator("machine_type")
+    @classmethod
+    def _valid_machine_type(cls, value: str) -> str:
+        if not re.fullmatch(_GCE_NAME, value):
+            raise ValueError(f"{value!r} is not a Compute Engine machine type; use e.g. e2-standard-4")
+        return value
+
+    @field_validator("zone")
+    @classmethod
+    def _valid_zone(cls, value: str | None) -> str | None:
+        if value is not None and not _ZONE.fullmatch(value):
+            raise ValueError(f"{value!r} is not a zone name; a zone is lowercase letters, digits and '-', "
+                             "starting with a letter, e.g. us-central2-b")
+        return value
+
+
 class HealthSpec(_Model):
     """How a run's supervisor watches it."""
 
@@ -462,6 +504,8 @@ class ClusterSpec(_Model):
     network: NetworkSpec | None = Field(None, description="Google Cloud networking and the VMs' account; null: "
                                                           "the section's defaults")
     boot: BootSpec = Field(default_factory=BootSpec, description="what every TPU VM installs at boot")
+    controller: ControllerSpec = Field(default_factory=ControllerSpec, description="where the Ray head, the "
+                                       "supervisors and the state store run")
     checkpoints: str | None = Field(None, description="gs://bucket/prefix (or an absolute path) every run "
                                                       "checkpoints under, in <prefix>/<cluster>/<program>, unless "
                                                       "it passes --checkpoint-dir")
@@ -529,6 +573,10 @@ class ClusterSpec(_Model):
             raise ValueError(f"network.subnetwork: {subnetwork} is in region {region}, but zone(s) "
                              f"{', '.join(elsewhere)} are not; a TPU VM takes a subnetwork of its own zone's "
                              "region: list only zones of that region, or give the subnetwork by name")
+        controller_zone = self.controller.zone
+        if region and controller_zone and controller_zone.rsplit("-", 1)[0] != region and self.backend is Backend.GCP:
+            raise ValueError(f"controller.zone: {controller_zone} is not in region {region} of network.subnetwork "
+                             f"{subnetwork}; the controller joins the slices' subnetwork: name a zone of {region}")
         object.__setattr__(self, "project", project)
         object.__setattr__(self, "zones", list(zones))
         return self

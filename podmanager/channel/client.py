@@ -1,0 +1,96 @@
+"""The client's end of the channel: a verb asked of a cluster's controller over HTTPS.
+
+The controller must present exactly the pinned certificate (its chain checked against that one
+certificate, its name against the address, its SHA-256 against the pin) before the token is
+sent; the token goes as a bearer header. Loads without Ray, JAX or the controller's modules
+(tests/test_channel.py checks): this is what a laptop runs."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Self, TypeVar
+
+import urllib3
+from pydantic import BaseModel, ValidationError
+
+from podmanager.channel import pinned, records
+from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+
+ReplyT = TypeVar("ReplyT", bound=BaseModel)
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0  # `status` may probe hosts live when the monitor's view is stale
+
+
+class ChannelClient:
+    """One cluster's controller, reached with this machine's credentials for it (`pinned.load`)."""
+
+    def __init__(self, credentials: pinned.ClientCredentials):
+        self.credentials = credentials
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the name
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_verify_locations(cadata=credentials.cert_pem)  # the pinned certificate, and no CA
+        address = credentials.address
+        self._pool = urllib3.HTTPSConnectionPool(
+            address.host, address.port, ssl_context=context, assert_fingerprint=credentials.fingerprint,
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S), retries=False, maxsize=1)
+
+    @classmethod
+    def for_cluster(cls, cluster: str) -> Self:
+        return cls(pinned.load(cluster))
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def status(self, cluster: str) -> records.StatusReply:
+        return self._ask(records.STATUS_PATH, records.StatusRequest(cluster=cluster), records.StatusReply)
+
+    def events(self, cluster: str, *, after_id: int = 0) -> records.EventsReply:
+        return self._ask(records.EVENTS_PATH, records.EventsRequest(cluster=cluster, after_id=after_id),
+                         records.EventsReply)
+
+    def _ask(self, path: str, request: BaseModel, reply: type[ReplyT]) -> ReplyT:
+        where = f"{self.credentials.address.host}:{self.credentials.address.port}"
+        try:
+            response = self._pool.urlopen(
+                "POST", path, body=request.model_dump_json().encode(), redirect=False,
+                headers={"Authorization": f"Bearer {self.credentials.token}", "Content-Type": "application/json"})
+        except urllib3.exceptions.SSLError as error:
+            raise ChannelCredentialError(
+                f"the controller at {where} did not present the certificate pinned in "
+                f"{self.credentials.folder / pinned.CERT_FILE}; the token was not sent ({_reason(error)})",
+                hint=("If the controller was made again or moved, it has a new certificate: "
+                      + pinned.refetch_hint(self.credentials.cluster))) from None
+        except urllib3.exceptions.HTTPError as error:
+            raise ChannelError(f"cannot reach the controller of {self.credentials.cluster} at {where}: "
+                               f"{_reason(error)}",
+                               hint="Check that the controller is up and that this machine may reach its address.") from None
+        if response.status == 401:
+            raise ChannelCredentialError(
+                f"the controller at {where} refused the token in {self.credentials.folder / pinned.TOKEN_FILE}: "
+                "it is not this cluster's", hint=pinned.refetch_hint(self.credentials.cluster))
+        if response.status != 200:
+            try:
+                error = records.ErrorReply.model_validate_json(response.data)
+            except ValidationError:
+                raise ChannelError(f"the controller at {where} answered {path} with HTTP {response.status} "
+                                   "and no reply podmanager reads") from None
+            raise RemoteError(error.message, hint=error.hint, exit_code=error.exit_code)
+        try:
+            return reply.model_validate_json(response.data)
+        except ValidationError as error:
+            raise ChannelError(f"the controller at {where} answered {path} with a reply this client cannot read "
+                               f"({error.errors()[0]['msg']}); is it another podmanager version?") from None
+
+
+def _reason(error: Exception) -> str:
+    """The innermost cause urllib3 wraps, as one line."""
+    cause: BaseException = error
+    while getattr(cause, "reason", None) is not None and isinstance(cause.reason, BaseException):
+        cause = cause.reason
+    return str(cause).splitlines()[0] if str(cause) else type(cause).__name__

@@ -1,0 +1,97 @@
+"""The client's credentials for one cluster's channel, kept on the client's machine.
+
+`$PODMANAGER_HOME/clusters/<name>/channel/`: `controller.json` (where the controller listens),
+`controller.pem` (its certificate, pinned: the one certificate this client accepts from it) and
+`token` (the cluster's bearer token), each 0600 in a 0700 folder. No record holds the token.
+Stdlib, pydantic and podmanager's core only: the laptop's side loads without Ray or JAX."""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from podmanager.channel.errors import ChannelCredentialError
+from podmanager.channel.private_files import read_private, write_private
+from podmanager.core import paths
+
+FOLDER = "channel"
+ADDRESS_FILE = "controller.json"
+CERT_FILE = "controller.pem"
+TOKEN_FILE = "token"
+
+
+class ControllerAddress(BaseModel):
+    """Where a cluster's controller serves the channel."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str = Field(min_length=1)  # what the controller's certificate names (its SAN)
+    port: int = Field(ge=1, le=65535)
+
+
+@dataclass(frozen=True)
+class ClientCredentials:
+    cluster: str
+    address: ControllerAddress
+    cert_pem: str
+    token: str
+    folder: Path
+
+    @property
+    def fingerprint(self) -> str:
+        """The pinned certificate's SHA-256, hex: the one the controller must present."""
+        return hashlib.sha256(ssl.PEM_cert_to_DER_cert(self.cert_pem)).hexdigest()
+
+
+def folder(cluster: str) -> Path:
+    return paths.cluster_path(cluster) / FOLDER
+
+
+def refetch_hint(cluster: str) -> str:
+    """How a user gets the cluster's channel credentials again (the controller keeps the
+    originals in its own home, clusters/<name>/channel_server/)."""
+    return (f"Copy the cluster's certificate and token from its controller "
+            f"($PODMANAGER_HOME/clusters/{cluster}/channel_server/cert.pem and token there) into {folder(cluster)}/ "
+            f"as {CERT_FILE} and {TOKEN_FILE}, mode 0600.")
+
+
+def install(cluster: str, address: ControllerAddress, cert_pem: str, token: str) -> ClientCredentials:
+    """Keep the cluster's controller address, its certificate (pinned from now on) and token."""
+    ssl.PEM_cert_to_DER_cert(cert_pem)  # ValueError: not one PEM certificate
+    if not token.strip():
+        raise ValueError("a channel token cannot be empty")
+    where = folder(cluster)
+    write_private(where / CERT_FILE, cert_pem)
+    write_private(where / TOKEN_FILE, token.strip())
+    write_private(where / ADDRESS_FILE, address.model_dump_json())
+    return ClientCredentials(cluster, address, cert_pem, token.strip(), where)
+
+
+def load(cluster: str) -> ClientCredentials:
+    """The cluster's channel credentials on this machine; ChannelCredentialError (exit 2) naming
+    the missing, unsafe or damaged file and how to get it again."""
+    where = folder(cluster)
+    fix = refetch_hint(cluster)
+    if not where.is_dir():
+        raise ChannelCredentialError(f"--cluster {cluster}: this machine holds no channel credentials for it "
+                                     f"({where} does not exist)", hint=fix)
+    address_text = read_private(where / ADDRESS_FILE, what="the controller's address", fix=fix)
+    try:
+        address = ControllerAddress.model_validate_json(address_text)
+    except ValidationError as error:
+        raise ChannelCredentialError(f"the controller's address: {where / ADDRESS_FILE} is damaged "
+                                     f"({error.errors()[0]['msg']})", hint=fix) from None
+    cert_pem = read_private(where / CERT_FILE, what="the controller's pinned certificate", fix=fix)
+    try:
+        ssl.PEM_cert_to_DER_cert(cert_pem)
+    except ValueError:
+        raise ChannelCredentialError(f"the controller's pinned certificate: {where / CERT_FILE} holds no "
+                                     "PEM certificate", hint=fix) from None
+    token = read_private(where / TOKEN_FILE, what="the cluster's channel token", fix=fix).strip()
+    if not token:
+        raise ChannelCredentialError(f"the cluster's channel token: {where / TOKEN_FILE} is empty", hint=fix)
+    return ClientCredentials(cluster, address, cert_pem, token, where)

@@ -1,0 +1,175 @@
+"""The controller's end of the channel: an aiohttp HTTPS server answering each verb's request
+with the API it is given, to clients that present the cluster's token.
+
+Every request must carry `Authorization: Bearer <token>`, compared in constant time; any other
+gets a 401 before its body is read. On loopback (a dry run) a connection is also admitted only
+from the owner's processes (core/peer.py), as every server podmanager starts. The API's calls
+block (SQLite, Ray), so each runs in a worker thread; the loop only moves bytes.
+`ChannelServer` runs it all on a thread of its own, stopped by whoever started it."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import ssl
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Protocol, Self, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from podmanager.channel import records
+from podmanager.channel.identity import ControllerIdentity
+from podmanager.core import peer
+from podmanager.core.errors import PodmanagerError
+
+MAX_BODY_BYTES = 64 * 1024  # requests are a few names and numbers
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 5.0
+
+
+class ControllerApi(Protocol):
+    """What the channel serves: the API on the controller, answering in the channel's records.
+    It raises PodmanagerError for what the user must hear (an unknown cluster, ...)."""
+
+    def status(self, cluster: str) -> records.StatusReply: ...
+
+    def events(self, cluster: str, after_id: int) -> records.EventsReply: ...
+
+
+RequestT = TypeVar("RequestT", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(api: ControllerApi, token: str) -> web.Application:
+    if not token:
+        raise ValueError("the channel needs the cluster's token")
+    expected = token.encode()
+
+    @web.middleware
+    async def owner_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        client = transport.get_extra_info("peername") if transport else None
+        server = transport.get_extra_info("sockname") if transport else None
+        if client and server and ipaddress.ip_address(client[0].split("%")[0]).is_loopback:
+            reason = peer.refusal(client[0], client[1], server=(server[0], server[1]))
+            if reason is not None:
+                return _error(403, reason, exit_code=2)
+        return await handler(request)
+
+    @web.middleware
+    async def bearer_token(request: web.Request, handler: Handler) -> web.StreamResponse:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+            response = _error(401, "the controller refused the channel token: it is missing or not this cluster's",
+                              exit_code=2)
+            response.headers["WWW-Authenticate"] = 'Bearer realm="podmanager"'
+            return response
+        return await handler(request)
+
+    async def status(request: web.Request) -> web.Response:
+        asked = await _body(request, records.StatusRequest)
+        return await _answer(lambda: api.status(asked.cluster))
+
+    async def events(request: web.Request) -> web.Response:
+        asked = await _body(request, records.EventsRequest)
+        return await _answer(lambda: api.events(asked.cluster, asked.after_id))
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[owner_only, bearer_token])
+    app.router.add_post(records.STATUS_PATH, status)
+    app.router.add_post(records.EVENTS_PATH, events)
+    return app
+
+
+async def _body(request: web.Request, model: type[RequestT]) -> RequestT:
+    """The request's body as `model`; a 400 saying which field is wrong (raised as the response)."""
+    try:
+        return model.model_validate_json(await request.read())
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "the body"
+        reply = records.ErrorReply(message=f"{field}: {first['msg']}", exit_code=2)
+        raise web.HTTPBadRequest(text=reply.model_dump_json(), content_type="application/json") from None
+
+
+async def _answer(call: Callable[[], BaseModel]) -> web.Response:
+    """The API's answer to one request, called in a worker thread; its PodmanagerError as an
+    ErrorReply the client raises again."""
+    try:
+        reply = await asyncio.to_thread(call)
+    except PodmanagerError as error:
+        return _error(400 if error.exit_code == 2 else 500, error.message, hint=error.hint, exit_code=error.exit_code)
+    return web.json_response(text=reply.model_dump_json())
+
+
+def _error(status: int, message: str, *, hint: str | None = None, exit_code: int = 1) -> web.Response:
+    reply = records.ErrorReply(message=message, hint=hint, exit_code=exit_code)
+    return web.Response(status=status, text=reply.model_dump_json(), content_type="application/json")
+
+
+def tls_context(identity: ControllerIdentity) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(identity.cert_path, identity.key_path)
+    return context
+
+
+class ChannelServer:
+    """The channel served on `identity.address` (port 0: any free one) from a thread of its own.
+
+        with ChannelServer(api, identity) as server:
+            ... server.port ...
+
+    `start` returns once it listens (or raises why it could not); `stop` closes it and joins the
+    thread, also when called from a failure path or twice."""
+
+    def __init__(self, api: ControllerApi, identity: ControllerIdentity, *, port: int = 0):
+        self._app = build_app(api, identity.token())
+        self._ssl = tls_context(identity)
+        self.host = identity.address
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> int:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="podmanager-channel", daemon=True)
+        self._thread.start()
+        try:
+            self.port = asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=START_TIMEOUT_S)
+        except BaseException:
+            self.stop()
+            raise
+        return self.port
+
+    async def _listen(self) -> int:
+        self._runner = web.AppRunner(self._app, shutdown_timeout=STOP_TIMEOUT_S / 2)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port, ssl_context=self._ssl).start()
+        self.host = str(self._runner.addresses[0][0])  # as the socket is bound, which tests check
+        return int(self._runner.addresses[0][1])
+
+    def stop(self) -> None:
+        loop, thread, runner = self._loop, self._thread, self._runner
+        self._loop = self._thread = self._runner = None
+        if loop is None or thread is None:
+            return
+        try:
+            if runner is not None:
+                asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=STOP_TIMEOUT_S)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=STOP_TIMEOUT_S)
+            if not thread.is_alive():
+                loop.close()
