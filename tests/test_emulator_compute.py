@@ -10,8 +10,11 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from podmanager.cloud.instances import Instance
+from podmanager.core.clock import FakeClock, poll_until
 from podmanager.emulator.server import Emulator
 from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.sim.instances import LATENCY_S, SimInstances
 
 PROJECT = "p-net"
 
@@ -97,3 +100,73 @@ def test_the_records_are_kept_with_the_state():
         assert "default-allow-internal" not in {r.name for r in project.firewalls()}
         assert project.subnetworks("sim-zone") == []  # deleted stays deleted, not made again
         assert [s.name for s in project.subnetworks("us-east5")] == ["default"]
+
+
+# ---------------------------------------------------------------------- VMs (the controller's, issue 36)
+
+
+def _vm(name="c-controller", zone="sim-zone-a", machine_type="e2-standard-4", **fields):
+    return Instance(name=name, zone=zone, machine_type=machine_type, labels={"podmanager-cluster": "c"}, **fields)
+
+
+def test_an_instance_is_up_after_its_latency_and_gone_after_its_delete():
+    clock = FakeClock()
+    sim = SimCloud(PROJECT, clock=clock)
+    with sim.compute() as project:
+        operation = SimInstances(project).insert(_vm())
+        assert SimInstances(project).instance("sim-zone-a", "c-controller").status == "PROVISIONING"
+    clock.advance(LATENCY_S)
+    with sim.compute() as project:
+        assert project.now >= project.operation(operation.name, zone="sim-zone-a").done_at
+        up = SimInstances(project).instance("sim-zone-a", "c-controller")
+        assert (up.status, up.subnetwork, up.internal_ip) == ("RUNNING", "default", "10.128.0.2")
+        SimInstances(project).delete("sim-zone-a", "c-controller")
+        assert SimInstances(project).instance("sim-zone-a", "c-controller").status == "STOPPING"
+    clock.advance(LATENCY_S)
+    with sim.compute() as project:
+        assert SimInstances(project).instances(None, {}) == []
+
+
+def test_instances_through_the_client_library_with_zone_operations(emulator):
+    instances = client(compute_v1.InstancesClient, emulator)
+    operations = client(compute_v1.ZoneOperationsClient, emulator)
+    vm = compute_v1.Instance(
+        name="c-controller", machine_type="zones/sim-zone-b/machineTypes/e2-standard-4", labels={"podmanager-cluster": "c"},
+        network_interfaces=[compute_v1.NetworkInterface(network="global/networks/default",
+                                                        access_configs=[compute_v1.AccessConfig(type_="ONE_TO_ONE_NAT")])],
+        disks=[compute_v1.AttachedDisk(boot=True, initialize_params=compute_v1.AttachedDiskInitializeParams(disk_size_gb=20))])
+    started = instances.insert_unary(project=PROJECT, zone="sim-zone-b", instance_resource=vm)
+    assert started.status == compute_v1.Operation.Status.RUNNING  # done only after the simulated latency
+    poll_until(lambda: operations.wait(project=PROJECT, zone="sim-zone-b", operation=started.name).status
+               == compute_v1.Operation.Status.DONE, timeout_s=10, interval_s=0.05)
+    got = instances.get(project=PROJECT, zone="sim-zone-b", instance="c-controller")
+    assert got.status == "RUNNING" and got.network_interfaces[0].access_configs[0].nat_i_p
+    assert [i.name for i in instances.list(request={
+        "project": PROJECT, "zone": "sim-zone-b", "filter": 'labels.podmanager-cluster = "c"'})] == ["c-controller"]
+    assert list(instances.list(request={"project": PROJECT, "zone": "sim-zone-b",
+                                       "filter": "labels.podmanager-cluster = other"})) == []
+    with pytest.raises(google_exceptions.BadRequest, match="filter"):
+        list(instances.list(request={"project": PROJECT, "zone": "sim-zone-b", "filter": "name eq c-.*"}))
+    with pytest.raises(google_exceptions.Conflict):
+        instances.insert_unary(project=PROJECT, zone="sim-zone-b", instance_resource=vm)
+    instances.delete_unary(project=PROJECT, zone="sim-zone-b", instance="c-controller")
+    poll_until(lambda: not list(instances.aggregated_list(project=PROJECT)), timeout_s=10, interval_s=0.05)
+    logged = [r.instance_resource.name for r in emulator.api.requests_of("compute.instances.insert")]
+    assert logged == ["c-controller", "c-controller"]
+    assert [r.instance for r in emulator.api.requests_of("compute.instances.delete")] == ["c-controller"]
+
+
+def test_zones_without_general_purpose_vms_and_unknown_zones_are_refused(emulator):
+    machine_types = client(compute_v1.MachineTypesClient, emulator)
+    assert machine_types.get(project=PROJECT, zone="sim-zone-a", machine_type="e2-standard-4").guest_cpus == 4
+    with pytest.raises(google_exceptions.NotFound):  # sim-zone-c offers TPUs only
+        machine_types.get(project=PROJECT, zone="sim-zone-c", machine_type="e2-standard-4")
+    instances = client(compute_v1.InstancesClient, emulator)
+    for zone, machine_type, says in (("sim-zone-c", "e2-standard-4", "machineType"), ("sim-zone-a", "e2-nope", "machineType"),
+                                     ("moon-base-a", "e2-standard-4", "Unknown zone")):
+        with pytest.raises(google_exceptions.BadRequest, match=says):
+            instances.insert_unary(project=PROJECT, zone=zone, instance_resource=compute_v1.Instance(
+                name="vm", machine_type=f"zones/{zone}/machineTypes/{machine_type}"))
+    assert list(instances.aggregated_list(project=PROJECT)) == []
+    zones = {z.name: z.region.rsplit("/", 1)[-1] for z in client(compute_v1.ZonesClient, emulator).list(project=PROJECT)}
+    assert zones == {"sim-zone-a": "sim-zone", "sim-zone-b": "sim-zone", "sim-zone-c": "sim-zone"}

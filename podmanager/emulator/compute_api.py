@@ -1,10 +1,12 @@
-"""The simulated project's network side served as Compute Engine's REST API (`/compute/v1/...`),
-to `google-cloud-compute`'s own clients (`ClientOptions(api_endpoint="http://HOST:PORT")`, any
-credentials): what the preflight of `up` reads and the firewall rule it makes.
+"""The simulated project's Compute Engine served as its REST API (`/compute/v1/...`), to
+`google-cloud-compute`'s own clients (`ClientOptions(api_endpoint="http://HOST:PORT")`, any
+credentials): what the preflight of `up` reads, the firewall rules it makes, and the controller VM.
 
 Served (`compute_calls.py`): networks (get, list, delete), subnetworks (get, list per region,
 delete, setPrivateIpGoogleAccess), firewalls (get, list, insert, delete), routers (get, list per
-region, insert, delete) and global and region operations (get, wait). Bodies and answers are
+region, insert, delete) and global, region and zone operations (get, wait); (`instance_calls.py`)
+zones (get, list), machine types (get) and instances (insert, get, list per zone or aggregated
+with a label filter, delete). Bodies and answers are
 the client library's own types (`compute_v1`), read and written as their JSON, so a field the
 client sends or expects by another name fails here as it would on Google. Every call is logged
 in the emulator's request log (`TpuEmulator.requests`, as `compute.<collection>.<verb>` with the
@@ -21,14 +23,16 @@ import json
 import re
 import threading
 from typing import Any, Callable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.emulator import rest
 from podmanager.emulator.sim.cloud import SimCloud
 
-_PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/(?:global|regions/(?P<region>[^/]+))/"
-                   r"(?P<collection>networks|subnetworks|firewalls|routers|operations)"
+# A collection in the project (zones), globally, in a region, in a zone, or over every zone (aggregated).
+_PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/"
+                   r"(?:global/|regions/(?P<region>[^/]+)/|zones/(?P<zone>[^/]+)/|aggregated/)?"
+                   r"(?P<collection>networks|subnetworks|firewalls|routers|operations|instances|machineTypes|zones)"
                    r"(?:/(?P<name>[^/]+)(?:/(?P<verb>wait|setPrivateIpGoogleAccess))?)?$")
 _HTTP = {cloud_errors.NotFoundError: (404, "NOT_FOUND"), cloud_errors.AlreadyExistsError: (409, "ALREADY_EXISTS"),
          cloud_errors.PermissionDeniedError: (403, "PERMISSION_DENIED"),
@@ -50,18 +54,19 @@ class ComputeApi:
         threading.Thread(target=_calls, name="emulator-compute-import", daemon=True).start()
 
     def __call__(self, request: rest.Request) -> rest.Answer | None:
-        match = _PATH.match(urlsplit(request.path).path)
+        url = urlsplit(request.path)
+        match = _PATH.match(url.path)
         if match is None:
             return None
         where = match.groupdict()
-        calls = _calls()
-        handler = calls.ROUTES.get((request.method, where["collection"], bool(where["name"]), where["verb"]))
+        calls, routes = _calls()
+        handler = routes.get((request.method, where["collection"], bool(where["name"]), where["verb"]))
         if handler is None:
             return rest.error_answer(405, "METHOD_NOT_ALLOWED", f"the emulator does not serve {request.method} {request.path}")
         try:
             body = json.loads(request.body) if request.body else {}
             with self.sim.compute() as project:
-                message = handler(calls.Call(project, self.log, where, body))
+                message = handler(calls.Call(project, self.log, where, body, query=parse_qs(url.query)))
         except cloud_errors.CloudError as error:
             status, code = _HTTP.get(type(error), (500, "INTERNAL"))
             return rest.error_answer(status, code, error.message)
@@ -70,7 +75,8 @@ class ComputeApi:
         return rest.Answer(200, type(message).to_json(message, use_integers_for_enums=False).encode())
 
 
-def _calls() -> Any:
-    from podmanager.emulator import compute_calls
+def _calls() -> tuple[Any, dict[tuple[str, str, bool, str | None], Any]]:
+    """The calls' module (its `Call`) and every route."""
+    from podmanager.emulator import compute_calls, instance_calls
 
-    return compute_calls
+    return compute_calls, {**compute_calls.ROUTES, **instance_calls.ROUTES}

@@ -20,11 +20,14 @@ Log = Callable[[str, Any], None]
 class Call:
     """One request: the project's records, the path's parts and the body."""
 
-    def __init__(self, project: SimCompute, log: Log, where: dict[str, str | None], body: dict[str, Any]):
+    def __init__(self, project: SimCompute, log: Log, where: dict[str, str | None], body: dict[str, Any],
+                 query: dict[str, list[str]] | None = None):
         self.project, self.log, self.body = project, log, body
         self.name = where["project"] or project.project  # as the caller named it: any project is served
         self.region = where["region"] or ""
+        self.zone = where["zone"] or ""
         self.resource = where["name"] or ""
+        self.query = query or {}
 
     def network_url(self, name: str) -> str:
         return f"{ROOT}/projects/{self.name}/global/networks/{name}"
@@ -79,13 +82,17 @@ def _router_record(call: Call, message: compute_v1.Router) -> Router:
     return Router(name=message.name, region=call.region, network=short_name(message.network), nats=nats)
 
 
-def _operation(call: Call, operation: ComputeOperation) -> compute_v1.Operation:
-    where = f"regions/{operation.region}" if operation.region else "global"
+def operation_message(call: Call, operation: ComputeOperation) -> compute_v1.Operation:
+    where = (f"regions/{operation.region}" if operation.region else f"zones/{operation.zone}" if operation.zone
+             else "global")
+    done = call.project.now >= operation.done_at
+    scope = ({"region": f"{ROOT}/projects/{call.name}/regions/{operation.region}"} if operation.region
+             else {"zone": f"{ROOT}/projects/{call.name}/zones/{operation.zone}"} if operation.zone else {})
     return compute_v1.Operation(
-        name=operation.name, operation_type=operation.kind, status=compute_v1.Operation.Status.DONE, progress=100,
+        name=operation.name, operation_type=operation.kind, progress=100 if done else 0,
+        status=compute_v1.Operation.Status.DONE if done else compute_v1.Operation.Status.RUNNING,
         target_link=f"{ROOT}/projects/{call.name}/{operation.target}",
-        self_link=f"{ROOT}/projects/{call.name}/{where}/operations/{operation.name}",
-        **({"region": f"{ROOT}/projects/{call.name}/regions/{operation.region}"} if operation.region else {}))
+        self_link=f"{ROOT}/projects/{call.name}/{where}/operations/{operation.name}", **scope)
 
 
 # ---------------------------------------------------------------------- the calls
@@ -103,7 +110,7 @@ def _list_networks(call: Call) -> Any:
 
 def _delete_network(call: Call) -> Any:
     call.log("compute.networks.delete", compute_v1.DeleteNetworkRequest(project=call.name, network=call.resource))
-    return _operation(call, call.project.delete_network(call.resource))
+    return operation_message(call, call.project.delete_network(call.resource))
 
 
 def _get_subnetwork(call: Call) -> Any:
@@ -120,7 +127,7 @@ def _list_subnetworks(call: Call) -> Any:
 def _delete_subnetwork(call: Call) -> Any:
     call.log("compute.subnetworks.delete", compute_v1.DeleteSubnetworkRequest(
         project=call.name, region=call.region, subnetwork=call.resource))
-    return _operation(call, call.project.delete_subnetwork(call.region, call.resource))
+    return operation_message(call, call.project.delete_subnetwork(call.region, call.resource))
 
 
 def _set_private_ip_google_access(call: Call) -> Any:
@@ -129,7 +136,7 @@ def _set_private_ip_google_access(call: Call) -> Any:
     call.log("compute.subnetworks.setPrivateIpGoogleAccess", compute_v1.SetPrivateIpGoogleAccessSubnetworkRequest(
         project=call.name, region=call.region, subnetwork=call.resource,
         subnetworks_set_private_ip_google_access_request_resource=asked))
-    return _operation(call, call.project.set_private_ip_google_access(
+    return operation_message(call, call.project.set_private_ip_google_access(
         call.region, call.resource, asked.private_ip_google_access))
 
 
@@ -146,12 +153,12 @@ def _list_firewalls(call: Call) -> Any:
 def _insert_firewall(call: Call) -> Any:
     asked = compute_v1.Firewall.from_json(json.dumps(call.body), ignore_unknown_fields=True)
     call.log("compute.firewalls.insert", compute_v1.InsertFirewallRequest(project=call.name, firewall_resource=asked))
-    return _operation(call, call.project.insert_firewall(_firewall_record(asked)))
+    return operation_message(call, call.project.insert_firewall(_firewall_record(asked)))
 
 
 def _delete_firewall(call: Call) -> Any:
     call.log("compute.firewalls.delete", compute_v1.DeleteFirewallRequest(project=call.name, firewall=call.resource))
-    return _operation(call, call.project.delete_firewall(call.resource))
+    return operation_message(call, call.project.delete_firewall(call.resource))
 
 
 def _get_router(call: Call) -> Any:
@@ -169,29 +176,38 @@ def _insert_router(call: Call) -> Any:
     asked = compute_v1.Router.from_json(json.dumps(call.body), ignore_unknown_fields=True)
     call.log("compute.routers.insert", compute_v1.InsertRouterRequest(project=call.name, region=call.region,
                                                                       router_resource=asked))
-    return _operation(call, call.project.insert_router(_router_record(call, asked)))
+    return operation_message(call, call.project.insert_router(_router_record(call, asked)))
 
 
 def _delete_router(call: Call) -> Any:
     call.log("compute.routers.delete", compute_v1.DeleteRouterRequest(project=call.name, region=call.region,
                                                                       router=call.resource))
-    return _operation(call, call.project.delete_router(call.region, call.resource))
+    return operation_message(call, call.project.delete_router(call.region, call.resource))
+
+
+def _operation_request(call: Call, verb: str) -> tuple[str, Any]:
+    """The logged method and request of an operation's get or wait, by its scope."""
+    names = {"project": call.name, "operation": call.resource}
+    if call.zone:
+        kind = compute_v1.GetZoneOperationRequest if verb == "get" else compute_v1.WaitZoneOperationRequest
+        return f"compute.zoneOperations.{verb}", kind(zone=call.zone, **names)
+    if call.region:
+        kind = compute_v1.GetRegionOperationRequest if verb == "get" else compute_v1.WaitRegionOperationRequest
+        return f"compute.regionOperations.{verb}", kind(region=call.region, **names)
+    kind = compute_v1.GetGlobalOperationRequest if verb == "get" else compute_v1.WaitGlobalOperationRequest
+    return f"compute.globalOperations.{verb}", kind(**names)
 
 
 def _get_operation(call: Call) -> Any:
-    kind = "regionOperations" if call.region else "globalOperations"
-    call.log(f"compute.{kind}.get", compute_v1.GetGlobalOperationRequest(project=call.name, operation=call.resource)
-             if not call.region else compute_v1.GetRegionOperationRequest(project=call.name, region=call.region,
-                                                                          operation=call.resource))
-    return _operation(call, call.project.operation(call.resource, call.region or None))
+    call.log(*_operation_request(call, "get"))
+    return operation_message(call, call.project.operation(call.resource, call.region or None, call.zone or None))
 
 
 def _wait_operation(call: Call) -> Any:
-    kind = "regionOperations" if call.region else "globalOperations"
-    call.log(f"compute.{kind}.wait", compute_v1.WaitGlobalOperationRequest(project=call.name, operation=call.resource)
-             if not call.region else compute_v1.WaitRegionOperationRequest(project=call.name, region=call.region,
-                                                                           operation=call.resource))
-    return _operation(call, call.project.operation(call.resource, call.region or None))  # done at once
+    # Answers at once with the operation as it is, as the API may before its deadline: the
+    # client polls again (the emulator holds the simulated cloud's lock while it answers).
+    call.log(*_operation_request(call, "wait"))
+    return operation_message(call, call.project.operation(call.resource, call.region or None, call.zone or None))
 
 
 # (HTTP method, collection, names one resource, verb) -> the call

@@ -190,7 +190,7 @@ class SimCloud:
         """The project's network side (Compute Engine: `sim/compute.py`), held under the cloud's
         lock; what it changed is saved with the rest of the state."""
         with self._transaction() as state:
-            project = SimCompute(state.compute, self.project)
+            project = SimCompute(state.compute, self.project, now=self.clock.now())
             try:
                 yield project
             finally:

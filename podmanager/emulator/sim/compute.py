@@ -7,7 +7,8 @@ subnetwork in every region (made when a region is first asked about; 10.128.0.0/
 no Private Google Access), the default firewall rules (`default-allow-internal` from
 10.128.0.0/9 on every port, `-ssh`, `-rdp`, `-icmp`), no Cloud Router and no NAT. Changes
 come through the same calls the API has (a test deletes a rule, turns Private Google Access
-on, adds a router with NAT), so the emulator serves them all. Operations are done at once.
+on, adds a router with NAT), so the emulator serves them all. Operations are done at once
+(an instance's after a latency: `sim/instances.py`, the VMs over the same state).
 Errors are the taxonomy's (`cloud/errors.py`); the emulator's route turns them into HTTP.
 """
 
@@ -44,9 +45,10 @@ class SimCompute:
     """Compute Engine's calls on one project's `ComputeState`; the caller holds the simulated
     cloud's lock (`SimCloud.compute`) and saves the state when `changed`."""
 
-    def __init__(self, state: ComputeState, project: str):
+    def __init__(self, state: ComputeState, project: str, now: float = 0.0):
         self.state = state
         self.project = project
+        self.now = now  # the simulated cloud's time: an instance's operation is done when it comes
         self.changed = False
         if not state.seeded:
             self._seed()
@@ -58,9 +60,10 @@ class SimCompute:
         self.state.seeded = True
         self.changed = True
 
-    def _operation(self, kind: str, target: str, region: str | None = None) -> ComputeOperation:
+    def start_operation(self, kind: str, target: str, region: str | None = None, *, zone: str | None = None,
+                        latency_s: float = 0.0) -> ComputeOperation:
         operation = ComputeOperation(name=f"operation-{len(self.state.operations) + 1}-{next(_ids)}", kind=kind,
-                                     target=target, region=region)
+                                     target=target, region=region, zone=zone, done_at=self.now + latency_s)
         self.state.operations[operation.name] = operation
         self.changed = True
         return operation
@@ -95,7 +98,7 @@ class SimCompute:
         if any(s.network == name for s in self.state.subnetworks.values()):
             raise cloud_errors.InvalidRequestError(f"The network resource '{name}' is already being used by a subnetwork")
         del self.state.networks[name]
-        return self._operation("delete", f"global/networks/{name}")
+        return self.start_operation("delete", f"global/networks/{name}")
 
     # ------------------------------------------------------------------ subnetworks
 
@@ -114,12 +117,12 @@ class SimCompute:
     def set_private_ip_google_access(self, region: str, name: str, enabled: bool) -> ComputeOperation:
         found = self.subnetwork(region, name)
         self.state.subnetworks[f"{region}/{name}"] = found.model_copy(update={"private_ip_google_access": enabled})
-        return self._operation("setPrivateIpGoogleAccess", f"regions/{region}/subnetworks/{name}", region)
+        return self.start_operation("setPrivateIpGoogleAccess", f"regions/{region}/subnetworks/{name}", region)
 
     def delete_subnetwork(self, region: str, name: str) -> ComputeOperation:
         self.subnetwork(region, name)
         del self.state.subnetworks[f"{region}/{name}"]
-        return self._operation("delete", f"regions/{region}/subnetworks/{name}", region)
+        return self.start_operation("delete", f"regions/{region}/subnetworks/{name}", region)
 
     # ------------------------------------------------------------------ firewall rules
 
@@ -146,13 +149,13 @@ class SimCompute:
         if not rule.allowed:
             raise cloud_errors.InvalidRequestError(f"Invalid value for field 'resource.allowed' of {rule.name}: empty")
         self.state.firewalls[rule.name] = rule
-        return self._operation("insert", f"global/firewalls/{rule.name}")
+        return self.start_operation("insert", f"global/firewalls/{rule.name}")
 
     def delete_firewall(self, name: str) -> ComputeOperation:
         self._may_change_firewalls("delete", name)
         self.firewall(name)
         del self.state.firewalls[name]
-        return self._operation("delete", f"global/firewalls/{name}")
+        return self.start_operation("delete", f"global/firewalls/{name}")
 
     def deny_firewall_changes(self, denied: bool = True) -> None:
         """The caller may not create or delete rules (a Shared VPC's host project, a narrow role)."""
@@ -177,18 +180,18 @@ class SimCompute:
                 f"The resource 'projects/{self.project}/regions/{router.region}/routers/{router.name}' already exists")
         self.network(router.network)
         self.state.routers[key] = router
-        return self._operation("insert", f"regions/{router.region}/routers/{router.name}", router.region)
+        return self.start_operation("insert", f"regions/{router.region}/routers/{router.name}", router.region)
 
     def delete_router(self, region: str, name: str) -> ComputeOperation:
         self.router(region, name)
         del self.state.routers[f"{region}/{name}"]
-        return self._operation("delete", f"regions/{region}/routers/{name}", region)
+        return self.start_operation("delete", f"regions/{region}/routers/{name}", region)
 
     # ------------------------------------------------------------------ operations
 
-    def operation(self, name: str, region: str | None = None) -> ComputeOperation:
+    def operation(self, name: str, region: str | None = None, zone: str | None = None) -> ComputeOperation:
         found = self.state.operations.get(name)
-        if found is None or found.region != region:
-            where = f"regions/{region}" if region else "global"
+        if found is None or found.region != region or found.zone != zone:
+            where = f"regions/{region}" if region else f"zones/{zone}" if zone else "global"
             raise cloud_errors.NotFoundError(f"The resource 'projects/{self.project}/{where}/operations/{name}' was not found")
         return found

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from podmanager.cloud.base import Node, NodeNetwork, NodeRequest, NodeState, QueuedResource, QueuedResourceState
+from podmanager.cloud.instances import Instance
 from podmanager.cloud.network import FirewallRule, Network, Router, Subnetwork
 from podmanager.core.spec import Capacity
 
@@ -138,12 +139,23 @@ class ClusterSimulation(BaseModel):
 
 
 class ComputeOperation(BaseModel):
-    """A Compute Engine operation (a firewall rule's insert, ...): done when it is answered."""
+    """A Compute Engine operation (a firewall rule's insert, ...): done when it is answered, or, an
+    instance's, at `done_at`."""
 
     name: str
     kind: str  # insert, delete, setPrivateIpGoogleAccess, ...
     target: str  # the resource's path, e.g. global/firewalls/NAME
-    region: str | None = None  # None: a global operation
+    region: str | None = None  # None: a global operation (or a zone's)
+    zone: str | None = None  # a zone's operation (an instance's)
+    done_at: float = 0.0  # the simulated cloud's time it is DONE at
+
+
+class InstanceRecord(BaseModel):
+    """A simulated VM: what was asked for and what the API reports (`instance`), and when it is up or gone."""
+
+    instance: Instance
+    running_at: float
+    gone_at: float | None = None  # set by a delete
 
 
 class ComputeState(BaseModel):
@@ -157,6 +169,7 @@ class ComputeState(BaseModel):
     # Google adds them to auto-mode networks): a subnetwork deleted in one stays deleted.
     regions: list[str] = Field(default_factory=list)
     operations: dict[str, ComputeOperation] = Field(default_factory=dict)
+    instances: dict[str, InstanceRecord] = Field(default_factory=dict)  # "zone/name" -> VM
     firewall_changes_denied: bool = False  # the caller may not create or delete rules (403)
     seeded: bool = False  # the new project's network and rules are made
 

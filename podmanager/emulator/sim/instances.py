@@ -1,0 +1,157 @@
+"""The simulated project's Compute Engine VMs (the cluster's controller VM, issue 36): zones,
+machine types, and instances inserted, read, listed by label and deleted, over the same
+`ComputeState` as the network (`sim/compute.py`), in the caller's hold of the simulated cloud.
+
+Zones: the simulated ones. `sim-zone-a` and `-b` offer general-purpose machine types (e2, n2,
+n1); `sim-zone-c` offers TPUs only, as some TPU zones offer few or no general-purpose VMs, so a
+test sees a controller's zone chosen past it. An instance is PROVISIONING for `LATENCY_S` (its
+insert operation is RUNNING), then RUNNING; a deleted one is STOPPING for `LATENCY_S`, then gone.
+Errors have the API's wording and kind: an unknown zone and a machine type the zone lacks are
+400s in an insert; a machine type the zone lacks is a 404 of its own get.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.instances import Instance
+from podmanager.cloud.network import region_of
+from podmanager.core.spec import SIMULATED_ZONES
+from podmanager.emulator.sim.compute import SimCompute
+from podmanager.emulator.sim.records import ComputeOperation, InstanceRecord
+
+LATENCY_S = 0.3  # an insert's or delete's simulated time: short, but long enough to be seen running
+
+# name -> (vCPUs, memory in MB), as Compute Engine lists them
+_GENERAL_PURPOSE = {
+    **{f"e2-standard-{n}": (n, n * 4096) for n in (2, 4, 8, 16, 32)},
+    **{f"e2-highmem-{n}": (n, n * 8192) for n in (2, 4, 8, 16)},
+    **{f"n2-standard-{n}": (n, n * 4096) for n in (2, 4, 8, 16, 32)},
+    **{f"n2-highmem-{n}": (n, n * 8192) for n in (2, 4, 8, 16)},
+    **{f"n1-standard-{n}": (n, n * 3840) for n in (1, 2, 4, 8, 16)},
+}
+MACHINE_TYPES: dict[str, dict[str, tuple[int, int]]] = {
+    SIMULATED_ZONES[0]: _GENERAL_PURPOSE, SIMULATED_ZONES[1]: _GENERAL_PURPOSE, SIMULATED_ZONES[2]: {}}
+MIN_DISK_GB = 10
+# The simulated VM runs on this machine: what reaches it from "outside" is loopback.
+EXTERNAL_ADDRESS = "127.0.0.1"
+_LABEL_TERM = re.compile(r'\(?\s*labels\.(?P<key>[a-z0-9_-]+)\s*=\s*"?(?P<value>[a-z0-9_-]*)"?\s*\)?')
+
+
+def label_filter(text: str) -> dict[str, str]:
+    """The labels a list's `filter` asks for: `labels.K = V` terms, joined by AND or a space
+    (the forms podmanager sends); any other filter is refused as the API refuses one it cannot parse."""
+    labels: dict[str, str] = {}
+    for term in re.split(r"\s+AND\s+|\)\s+\(", text.strip()) if text.strip() else []:
+        found = _LABEL_TERM.fullmatch(term.strip())
+        if found is None:
+            raise cloud_errors.InvalidRequestError(f"Invalid value for field 'filter': '{text}'. Invalid list filter "
+                                                   "expression (the emulator reads labels.KEY = VALUE terms only).")
+        labels[found["key"]] = found["value"]
+    return labels
+
+
+class SimInstances:
+    """The VMs of `compute`'s project; what is due (a VM up, a deleted VM gone) is applied first."""
+
+    def __init__(self, compute: SimCompute):
+        self.compute = compute
+        self.state = compute.state
+        self.project = compute.project
+        self._advance()
+
+    def _advance(self) -> None:
+        gone = [key for key, record in self.state.instances.items()
+                if record.gone_at is not None and record.gone_at <= self.compute.now]
+        for key in gone:
+            del self.state.instances[key]
+        if gone:
+            self.compute.changed = True
+
+    # ------------------------------------------------------------------ zones and machine types
+
+    def zones(self) -> list[str]:
+        return list(MACHINE_TYPES)
+
+    def zone(self, zone: str) -> str:
+        if zone not in MACHINE_TYPES:
+            raise cloud_errors.NotFoundError(f"The resource 'projects/{self.project}/zones/{zone}' was not found")
+        return zone
+
+    def machine_type(self, zone: str, name: str) -> tuple[int, int]:
+        """(vCPUs, memory in MB) of a machine type the zone offers."""
+        self._known_zone(zone)
+        found = MACHINE_TYPES[zone].get(name)
+        if found is None:
+            raise cloud_errors.NotFoundError(
+                f"The resource 'projects/{self.project}/zones/{zone}/machineTypes/{name}' was not found")
+        return found
+
+    def _known_zone(self, zone: str) -> None:
+        if zone not in MACHINE_TYPES:
+            raise cloud_errors.InvalidRequestError(f"Invalid value for field 'zone': '{zone}'. Unknown zone.")
+
+    # ------------------------------------------------------------------ instances
+
+    def instance(self, zone: str, name: str) -> Instance:
+        self._known_zone(zone)
+        record = self.state.instances.get(f"{zone}/{name}")
+        if record is None:
+            raise cloud_errors.NotFoundError(
+                f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' was not found")
+        return self._as_reported(record)
+
+    def instances(self, zone: str | None, labels: dict[str, str]) -> list[Instance]:
+        """The VMs of `zone` (None: every zone) that carry all of `labels`."""
+        if zone is not None:
+            self._known_zone(zone)
+        return [self._as_reported(record) for record in self.state.instances.values()
+                if (zone is None or record.instance.zone == zone)
+                and all(record.instance.labels.get(key) == value for key, value in labels.items())]
+
+    def _as_reported(self, record: InstanceRecord) -> Instance:
+        status = ("STOPPING" if record.gone_at is not None
+                  else "RUNNING" if self.compute.now >= record.running_at else "PROVISIONING")
+        return record.instance.model_copy(update={"status": status})
+
+    def insert(self, asked: Instance) -> ComputeOperation:
+        zone, name = asked.zone, asked.name
+        self._known_zone(zone)
+        if asked.machine_type not in MACHINE_TYPES[zone]:
+            raise cloud_errors.InvalidRequestError(
+                f"Invalid value for field 'resource.machineType': 'zones/{zone}/machineTypes/{asked.machine_type}'. "
+                f"Machine type with name '{asked.machine_type}' does not exist in zone '{zone}'.")
+        if f"{zone}/{name}" in self.state.instances:
+            raise cloud_errors.AlreadyExistsError(
+                f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' already exists")
+        if asked.disk_gb < MIN_DISK_GB:
+            raise cloud_errors.InvalidRequestError(
+                f"Invalid value for field 'resource.disks[0].initializeParams.diskSizeGb': '{asked.disk_gb}'. "
+                f"Requested disk size cannot be smaller than the image size ({MIN_DISK_GB} GB).")
+        network = self.compute.network(asked.network)
+        subnetwork_name = asked.subnetwork or (network.name if network.auto_create_subnetworks else "")
+        if not subnetwork_name:
+            raise cloud_errors.InvalidRequestError(
+                "Invalid value for field 'resource.networkInterfaces[0].subnetwork': ''. Subnetwork should be "
+                f"specified for custom subnetmode network '{network.name}'.")
+        subnetwork = self.compute.subnetwork(region_of(zone), subnetwork_name)
+        hosts = ipaddress.ip_network(subnetwork.ip_cidr_range).hosts()
+        taken = {record.instance.internal_ip for record in self.state.instances.values()}
+        internal_ip = next(str(ip) for at, ip in enumerate(hosts) if at >= 1 and str(ip) not in taken)  # .1: the gateway
+        made = asked.model_copy(update={
+            "subnetwork": subnetwork.name, "internal_ip": internal_ip, "status": "",
+            "external_address": EXTERNAL_ADDRESS if asked.external_ip else ""})
+        self.state.instances[f"{zone}/{name}"] = InstanceRecord(instance=made, running_at=self.compute.now + LATENCY_S)
+        return self.compute.start_operation("insert", f"zones/{zone}/instances/{name}", zone=zone,
+                                            latency_s=LATENCY_S)
+
+    def delete(self, zone: str, name: str) -> ComputeOperation:
+        self.instance(zone, name)
+        record = self.state.instances[f"{zone}/{name}"]
+        if record.gone_at is None:
+            record.gone_at = self.compute.now + LATENCY_S
+        self.compute.changed = True
+        return self.compute.start_operation("delete", f"zones/{zone}/instances/{name}", zone=zone,
+                                            latency_s=LATENCY_S)
