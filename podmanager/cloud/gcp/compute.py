@@ -1,6 +1,7 @@
 """Compute Engine's network side through `google-cloud-compute`, as typed records
 (`cloud/network.py`): networks, subnetworks, firewall rules (read, created, deleted) and Cloud
-Routers with their NAT. What the preflight of `up` reads and the one rule it makes.
+Routers with their NAT. What the preflight of `up` reads and the rules it makes. `ComputeClients`
+holds what the VMs' client (`instances.py`) shares with it.
 
 The client speaks REST. Against a dry run's emulator it takes the emulator's root as its
 endpoint and anonymous credentials; on Google Cloud, Application Default Credentials. Every
@@ -29,6 +30,7 @@ from podmanager.core.clock import Clock, RealClock, poll_until
 from podmanager.core.errors import TimeoutExceededError
 
 T = TypeVar("T")
+C = TypeVar("C", bound="ComputeClients")
 SERVICE = "the Compute Engine API"
 _BY_STATUS: dict[int, type[cloud_errors.CloudError]] = {
     400: cloud_errors.InvalidRequestError, 401: cloud_errors.AuthenticationError,
@@ -61,8 +63,17 @@ def _rest_call(method: Callable[..., T]) -> Callable[..., T]:
     return call
 
 
-class ComputeNetworks:
-    """One project's networks through the Compute Engine API.
+def _firewall_record(m: compute_v1.Firewall) -> FirewallRule:
+    return FirewallRule(name=m.name, network=short_name(m.network), direction=m.direction or "INGRESS",
+                        priority=m.priority if "priority" in m else 1000, source_ranges=list(m.source_ranges),
+                        source_tags=list(m.source_tags), target_tags=list(m.target_tags),
+                        allowed=[Allowed(protocol=a.I_p_protocol, ports=list(a.ports)) for a in m.allowed],
+                        disabled=m.disabled)
+
+
+class ComputeClients:
+    """What every Compute Engine client here shares: the project, the clients' options, each
+    call's timeout and retries, and waiting for an operation.
 
     endpoint: a dry run's emulator root (http://127.0.0.1:PORT), with anonymous credentials;
       None: Google's, with `credentials` (Application Default Credentials).
@@ -76,26 +87,19 @@ class ComputeNetworks:
         self.timing = {"call_timeout_s": call_timeout_s, "retry_deadline_s": retry_deadline_s,
                        "retry_initial_s": retry_initial_s, "retry_max_s": retry_max_s}
         self.poll_interval_s = poll_interval_s
-        options: dict[str, Any] = {"credentials": credentials}
+        self.options: dict[str, Any] = {"credentials": credentials}
         if endpoint:
-            options = {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=endpoint)}
-        self._networks = compute_v1.NetworksClient(**options)
-        self._subnetworks = compute_v1.SubnetworksClient(**options)
-        self._firewalls = compute_v1.FirewallsClient(**options)
-        self._routers = compute_v1.RoutersClient(**options)
-        self._operations = compute_v1.GlobalOperationsClient(**options)
+            self.options = {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=endpoint)}
 
-    def in_project(self, project: str) -> ComputeNetworks:
-        """The same clients on another project's resources (a Shared VPC's host project)."""
-        other = copy.copy(self)
-        other.project = project
-        return other
+    def clients(self) -> tuple[Any, ...]:
+        """The library's clients this one holds (closed by `close`)."""
+        return ()
 
     def close(self) -> None:
-        for client in (self._networks, self._subnetworks, self._firewalls, self._routers, self._operations):
+        for client in self.clients():
             client.transport.close()
 
-    def __enter__(self) -> ComputeNetworks:
+    def __enter__(self: C) -> C:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -108,6 +112,43 @@ class ComputeNetworks:
     @staticmethod
     def _all_pages(method: Callable[..., Any]) -> Callable[..., list[Any]]:
         return lambda **call: list(method(**call))
+
+    def _wait_done(self, operation: compute_v1.Operation, poll: Callable[[], compute_v1.Operation], what: str,
+                   timeout_s: float) -> None:
+        """Until the operation is DONE (`poll`: it as it is now); its error as the taxonomy's."""
+        def finished() -> compute_v1.Operation | None:
+            current = poll()
+            return current if current.status == compute_v1.Operation.Status.DONE else None
+
+        done = operation if operation.status == compute_v1.Operation.Status.DONE else poll_until(
+            finished, timeout_s=timeout_s, interval_s=self.poll_interval_s, clock=self.clock,
+            on_timeout=lambda: TimeoutExceededError(f"{what}: its operation still runs after {timeout_s:g}s"))
+        if done.error.errors:
+            first = done.error.errors[0]
+            kind = {"RESOURCE_ALREADY_EXISTS": cloud_errors.AlreadyExistsError,
+                    "RESOURCE_NOT_FOUND": cloud_errors.NotFoundError}.get(first.code, cloud_errors.CloudError)
+            raise kind(f"{what} failed: {first.message} ({first.code})")
+
+
+class ComputeNetworks(ComputeClients):
+    """One project's networks through the Compute Engine API (see `ComputeClients` for the endpoint)."""
+
+    def __init__(self, project: str, **options: Any):
+        super().__init__(project, **options)
+        self._networks = compute_v1.NetworksClient(**self.options)
+        self._subnetworks = compute_v1.SubnetworksClient(**self.options)
+        self._firewalls = compute_v1.FirewallsClient(**self.options)
+        self._routers = compute_v1.RoutersClient(**self.options)
+        self._operations = compute_v1.GlobalOperationsClient(**self.options)
+
+    def in_project(self, project: str) -> ComputeNetworks:
+        """The same clients on another project's resources (a Shared VPC's host project)."""
+        other = copy.copy(self)
+        other.project = project
+        return other
+
+    def clients(self) -> tuple[Any, ...]:
+        return self._networks, self._subnetworks, self._firewalls, self._routers, self._operations
 
     # ------------------------------------------------------------------ reads
 
@@ -124,12 +165,14 @@ class ComputeNetworks:
 
     def firewalls(self) -> list[FirewallRule]:
         messages = self._call("list firewall rules", self._all_pages(self._firewalls.list), project=self.project)
-        return [FirewallRule(name=m.name, network=short_name(m.network), direction=m.direction or "INGRESS",
-                             priority=m.priority if "priority" in m else 1000, source_ranges=list(m.source_ranges),
-                             source_tags=list(m.source_tags), target_tags=list(m.target_tags),
-                             allowed=[Allowed(protocol=a.I_p_protocol, ports=list(a.ports)) for a in m.allowed],
-                             disabled=m.disabled)
-                for m in messages]
+        return [_firewall_record(m) for m in messages]
+
+    def firewall(self, name: str) -> FirewallRule | None:
+        try:
+            return _firewall_record(self._call(f"get firewall rule {name}", self._firewalls.get, project=self.project,
+                                               firewall=name))
+        except cloud_errors.NotFoundError:
+            return None
 
     def routers(self, region: str) -> list[Router]:
         messages = self._call(f"list routers in {region}", self._all_pages(self._routers.list),
@@ -157,17 +200,6 @@ class ComputeNetworks:
         self._wait(operation, f"delete firewall rule {name}", timeout_s)
 
     def _wait(self, operation: compute_v1.Operation, what: str, timeout_s: float) -> None:
-        """Until the (global) operation is DONE; its error as the taxonomy's."""
-        def finished() -> compute_v1.Operation | None:
-            current = self._call(f"wait for {what}", self._operations.wait, project=self.project,
-                                 operation=operation.name)
-            return current if current.status == compute_v1.Operation.Status.DONE else None
-
-        done = operation if operation.status == compute_v1.Operation.Status.DONE else poll_until(
-            finished, timeout_s=timeout_s, interval_s=self.poll_interval_s, clock=self.clock,
-            on_timeout=lambda: TimeoutExceededError(f"{what}: its operation still runs after {timeout_s:g}s"))
-        if done.error.errors:
-            first = done.error.errors[0]
-            kind = {"RESOURCE_ALREADY_EXISTS": cloud_errors.AlreadyExistsError,
-                    "RESOURCE_NOT_FOUND": cloud_errors.NotFoundError}.get(first.code, cloud_errors.CloudError)
-            raise kind(f"{what} failed: {first.message} ({first.code})")
+        """Until the (global) operation is DONE."""
+        self._wait_done(operation, lambda: self._call(f"wait for {what}", self._operations.wait, project=self.project,
+                                                      operation=operation.name), what, timeout_s)

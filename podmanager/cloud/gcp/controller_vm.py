@@ -1,0 +1,223 @@
+"""The cluster's controller VM (issue 36), made, found and deleted through the Compute Engine API,
+with the one firewall rule that lets the caller reach its channel. Not used by `up` yet.
+
+- **The VM** `<cluster>-controller`: the spec's `controller:` machine type, zone and disk; the
+  spec's network, subnetwork and service account (the project's default when none) with the
+  `cloud-platform` scope (it calls Cloud TPU, Compute Engine, Secret Manager and Cloud Storage);
+  an external IP (the laptop reaches it); labelled as the TPU nodes are (`podmanager-cluster`)
+  plus `podmanager-role: controller`; the cluster's network tag (its internal rule lets the
+  hosts and the head reach each other) and its own; the startup script given.
+- **Its zone**: `controller.zone`, else the first of the spec's zones, then of the other zones
+  of their region (by name), that offers the machine type: the controller shares the slices'
+  regional subnetwork. A zone that does not offer it, or that the project lacks, is refused
+  naming `controller.zone`; a machine type no zone of the region offers, naming
+  `controller.machine_type`; both before anything is created (exit 2).
+- **The rule** `pm-<cluster>-channel`: TCP on the channel's port, from the caller's one address
+  (a /32), to the controller's tag alone. A rule that admits anything else is replaced.
+
+Idempotent: `create_controller_vm` finds what an interrupted call left (the rule, the VM still
+provisioning) and finishes it; a second call changes nothing. `delete_controller_vm` of nothing
+is fine.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import BaseModel, ConfigDict
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.base import CLUSTER_LABEL
+from podmanager.cloud.gcp.compute import ComputeNetworks
+from podmanager.cloud.gcp.instances import ComputeInstances
+from podmanager.cloud.instances import LEAVING_STATES, RUNNING, Instance
+from podmanager.cloud.network import Allowed, FirewallRule, region_of, short_name
+from podmanager.core.clock import poll_until
+from podmanager.core.errors import SpecError, TimeoutExceededError
+from podmanager.core.spec import CLOUD_PLATFORM_SCOPE, ClusterSpec
+
+ROLE_LABEL = "podmanager-role"
+CONTROLLER_ROLE = "controller"
+
+
+class ControllerVmDeleted(BaseModel):
+    """What `delete_controller_vm` removed: names, None where there was nothing."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instance: str | None
+    rule: str | None
+
+
+def controller_vm_name(cluster: str) -> str:
+    return f"{cluster}-controller"
+
+
+def channel_rule_name(cluster: str) -> str:
+    return f"pm-{cluster}-channel"
+
+
+def controller_tag(cluster: str) -> str:
+    """The network tag only the controller carries: what the channel's rule admits traffic to."""
+    return f"pm-{cluster}-controller"
+
+
+def _cluster_tag(cluster: str) -> str:
+    # provisioning.plan.cluster_tag (a layer above): every node's tag, which the cluster's internal rule names
+    return f"pm-{cluster}"
+
+
+def _labels(cluster: str) -> dict[str, str]:
+    return {CLUSTER_LABEL: cluster, ROLE_LABEL: CONTROLLER_ROLE}
+
+
+def _network_project(spec: ClusterSpec) -> str:
+    """The network's project: the spec's, or the one its path names (a Shared VPC's host)."""
+    named = spec.network.network if spec.network and spec.network.network else ""
+    parts = named.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "projects" else spec.project or ""
+
+
+def caller_range(caller: str) -> str:
+    """`caller` as one address's range (203.0.113.7/32; IPv6: /128); SpecError for anything wider."""
+    try:
+        network = ipaddress.ip_network(caller, strict=True)
+    except ValueError:
+        network = None
+    if network is None or network.prefixlen != network.max_prefixlen:
+        raise SpecError(f"caller: {caller!r} is not one address; the channel's firewall rule admits only the "
+                        "caller's own address", hint="Give it as ADDRESS/32 (IPv6: /128), e.g. 203.0.113.7/32.")
+    return str(network)
+
+
+def choose_zone(spec: ClusterSpec, instances: ComputeInstances) -> str:
+    """The controller's zone (see the module's docstring); SpecError naming the field to fix."""
+    wanted, machine_type = spec.controller.zone, spec.controller.machine_type
+    slice_zones = list(spec.zones or [])
+    region = region_of(wanted or slice_zones[0])
+    in_region = instances.zones(region)
+    if wanted:
+        if wanted not in in_region:
+            raise SpecError(f"controller.zone: project {instances.project} has no zone {wanted}",
+                            hint=f"Name a zone of region {region} ({', '.join(in_region) or 'none found'}), or leave "
+                                 "controller.zone out: up chooses one that offers controller.machine_type.")
+        if instances.offers(wanted, machine_type):
+            return wanted
+        offering = [zone for zone in in_region if zone != wanted and instances.offers(zone, machine_type)]
+        if offering:
+            raise SpecError(f"controller.zone: {wanted} does not offer machine type {machine_type} "
+                            "(controller.machine_type)",
+                            hint=f"Set controller.zone to a zone of {region} that does ({', '.join(offering)}), or "
+                                 "leave it out: up chooses one.")
+    else:
+        candidates = [zone for zone in slice_zones if region_of(zone) == region]
+        candidates += [zone for zone in in_region if zone not in candidates]
+        for zone in candidates:
+            if instances.offers(zone, machine_type):
+                return zone
+    raise SpecError(f"controller.machine_type: no zone of region {region} offers machine type {machine_type}",
+                    hint=f"Choose a general-purpose machine type offered there (the default is e2-standard-4); "
+                         f"list them with: gcloud compute machine-types list --filter=zone~{region} "
+                         f"--project {instances.project}")
+
+
+def controller_instance(spec: ClusterSpec, zone: str, startup_script: str) -> Instance:
+    """The controller VM as it is asked for (pure)."""
+    network = spec.network
+    network_project = _network_project(spec)
+    return Instance(
+        name=controller_vm_name(spec.name), zone=zone, machine_type=spec.controller.machine_type,
+        labels=_labels(spec.name),
+        network=short_name(network.network) if network and network.network else "default",
+        subnetwork=short_name(network.subnetwork) if network and network.subnetwork else "",
+        network_project="" if network_project == spec.project else network_project,
+        external_ip=True,  # the laptop reaches its channel from outside the VPC
+        service_account=(network.service_account if network and network.service_account else "default"),
+        scopes=[CLOUD_PLATFORM_SCOPE], metadata={"startup-script": startup_script},
+        tags=list(dict.fromkeys([*(network.tags if network else []), _cluster_tag(spec.name),
+                                 controller_tag(spec.name)])),
+        disk_gb=spec.controller.disk_gb)
+
+
+def channel_rule(spec: ClusterSpec, caller: str, port: int) -> FirewallRule:
+    """The rule admitting `caller` (one address) to the controller's channel port, and nothing else."""
+    network = spec.network.network if spec.network and spec.network.network else "default"
+    return FirewallRule(name=channel_rule_name(spec.name), network=short_name(network),
+                        source_ranges=[caller_range(caller)], target_tags=[controller_tag(spec.name)],
+                        allowed=[Allowed(protocol="tcp", ports=[str(port)])])
+
+
+def find_controller_vm(spec: ClusterSpec, instances: ComputeInstances) -> Instance | None:
+    """The cluster's controller VM, in whichever zone, by its labels; None when there is none."""
+    found = [vm for vm in instances.labelled(_labels(spec.name)) if vm.name == controller_vm_name(spec.name)]
+    return found[0] if found else None
+
+
+def create_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, networks: ComputeNetworks,
+                         caller: str, port: int, startup_script: str, timeout_s: float = 300.0) -> Instance:
+    """The controller VM, RUNNING, and its channel rule admitting `caller` alone (module docstring)."""
+    rule = channel_rule(spec, caller, port)  # a bad caller is refused before any call
+    existing = find_controller_vm(spec, instances)
+    if existing is not None and existing.status in LEAVING_STATES:  # a delete under way: let it finish
+        _wait_gone(spec, instances, timeout_s)
+        existing = None
+    zone = existing.zone if existing is not None else choose_zone(spec, instances)
+    _ensure_rule(rule, networks.in_project(_network_project(spec)))
+    if existing is None:
+        try:
+            instances.create(controller_instance(spec, zone, startup_script), timeout_s=timeout_s)
+        except cloud_errors.AlreadyExistsError:
+            pass  # made meanwhile (another create): wait for it below
+    return _wait_running(instances, zone, controller_vm_name(spec.name), timeout_s)
+
+
+def delete_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, networks: ComputeNetworks,
+                         timeout_s: float = 300.0) -> ControllerVmDeleted:
+    """The controller VM and its channel rule deleted, whichever exist; waits until the VM is gone."""
+    found = find_controller_vm(spec, instances)
+    if found is not None and found.status not in LEAVING_STATES:
+        try:
+            instances.delete(found.zone, found.name, timeout_s=timeout_s)
+        except cloud_errors.NotFoundError:
+            pass
+    if found is not None:
+        _wait_gone(spec, instances, timeout_s)
+    name = channel_rule_name(spec.name)
+    try:
+        networks.in_project(_network_project(spec)).delete_firewall(name)
+    except cloud_errors.NotFoundError:
+        name = None
+    return ControllerVmDeleted(instance=found.name if found is not None else None, rule=name)
+
+
+def _ensure_rule(rule: FirewallRule, networks: ComputeNetworks) -> None:
+    found = networks.firewall(rule.name)
+    if found == rule:
+        return
+    if found is not None:  # admits another address, port or target: replaced, never widened
+        networks.delete_firewall(rule.name)
+    try:
+        networks.create_firewall(rule)
+    except cloud_errors.AlreadyExistsError:
+        if networks.firewall(rule.name) != rule:
+            raise
+
+
+def _wait_running(instances: ComputeInstances, zone: str, name: str, timeout_s: float) -> Instance:
+    def running() -> Instance | None:
+        vm = instances.get(zone, name)
+        if vm is None or vm.status in LEAVING_STATES:
+            raise cloud_errors.CloudError(f"controller VM {name} in {zone} went away while it was being created "
+                                          f"({vm.status if vm else 'deleted'})",
+                                          hint="Run the command again: it creates the controller VM anew.")
+        return vm if vm.status == RUNNING else None
+
+    return poll_until(running, timeout_s=timeout_s, interval_s=instances.poll_interval_s, clock=instances.clock,
+                      on_timeout=lambda: TimeoutExceededError(f"controller VM {name} in {zone} is not RUNNING after "
+                                                              f"{timeout_s:g}s"))
+
+
+def _wait_gone(spec: ClusterSpec, instances: ComputeInstances, timeout_s: float) -> None:
+    poll_until(lambda: find_controller_vm(spec, instances) is None, timeout_s=timeout_s,
+               interval_s=instances.poll_interval_s, clock=instances.clock,
+               what=f"the deletion of controller VM {controller_vm_name(spec.name)}")

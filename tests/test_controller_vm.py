@@ -1,0 +1,167 @@
+"""The cluster's controller VM (issue 36, not wired into `up` yet), made through
+google-cloud-compute's real clients against the emulator's Compute Engine (served in-process, no
+Ray): the VM with podmanager's labels, the spec's machine type, zone and disk, the cloud-platform
+scope and the startup script; the channel's rule admitting the caller's one address; idempotent
+create and delete; a bad machine type or zone refused naming its field, with nothing created."""
+
+from __future__ import annotations
+
+import pytest
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import compute_v1
+
+from podmanager.cloud.gcp.compute import ComputeNetworks
+from podmanager.cloud.gcp.controller_vm import (
+    ControllerVmDeleted,
+    channel_rule,
+    controller_instance,
+    create_controller_vm,
+    delete_controller_vm,
+    find_controller_vm,
+)
+from podmanager.cloud.gcp.instances import ComputeInstances, instance_message
+from podmanager.core.errors import SpecError
+from podmanager.core.spec import CLOUD_PLATFORM_SCOPE, parse_spec
+from podmanager.emulator.server import Emulator
+from podmanager.provisioning.plan import cluster_tag
+
+PROJECT = "podmanager-sim"
+CALLER = "203.0.113.7/32"
+PORT = 8443
+SCRIPT = "#!/bin/bash\necho controller\n"
+
+
+@pytest.fixture
+def emulator():
+    served = Emulator(PROJECT, persist=False)
+    served.serve_rest()
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+def clients(emulator):
+    timing = {"endpoint": f"http://127.0.0.1:{emulator.rest_port}", "retry_deadline_s": 5, "retry_initial_s": 0.05,
+              "poll_interval_s": 0.05}
+    with ComputeInstances(PROJECT, **timing) as instances, ComputeNetworks(PROJECT, **timing) as networks:
+        yield {"instances": instances, "networks": networks}
+
+
+def spec(zones=None, **controller):
+    return parse_spec({"name": "c", "slices": [{"accelerator": "v4-8"}], **({"zones": zones} if zones else {}),
+                       **({"controller": controller} if controller else {})}, dry_run=True)
+
+
+def raw(kind, emulator):
+    """google-cloud-compute's own client on the emulator: what the project holds, read independently."""
+    return kind(credentials=AnonymousCredentials(),
+                client_options=ClientOptions(api_endpoint=f"http://127.0.0.1:{emulator.rest_port}"))
+
+
+def listed_instances(emulator):
+    return [vm for _, scoped in raw(compute_v1.InstancesClient, emulator).aggregated_list(project=PROJECT)
+            for vm in scoped.instances]
+
+
+def channel_rules(emulator):
+    return [r for r in raw(compute_v1.FirewallsClient, emulator).list(project=PROJECT) if r.name == "pm-c-channel"]
+
+
+def changes(emulator):
+    return [name for name, _ in emulator.api.requests if name.endswith((".insert", ".delete"))]
+
+
+def create(cluster_spec, clients, caller=CALLER):
+    return create_controller_vm(cluster_spec, caller=caller, port=PORT, startup_script=SCRIPT, timeout_s=30, **clients)
+
+
+def test_create_makes_the_vm_and_a_rule_that_admits_the_caller_alone(emulator, clients):
+    made = create(spec(), clients)
+    assert made.status == "RUNNING" and made.external_address
+    [vm] = listed_instances(emulator)
+    assert vm.name == "c-controller" and vm.status == "RUNNING"
+    assert dict(vm.labels) == {"podmanager-cluster": "c", "podmanager-role": "controller"}
+    assert vm.zone.endswith("/zones/sim-zone-a")  # the first of the spec's zones that offers the machine type
+    assert vm.machine_type.endswith("/machineTypes/e2-standard-4")
+    assert [list(a.scopes) for a in vm.service_accounts] == [[CLOUD_PLATFORM_SCOPE]]
+    assert {i.key: i.value for i in vm.metadata.items} == {"startup-script": SCRIPT}
+    assert set(vm.tags.items) == {cluster_tag("c"), "pm-c-controller"}  # the cluster's internal rule, its own
+    assert vm.network_interfaces[0].network.endswith("/global/networks/default")
+    assert len(vm.network_interfaces[0].access_configs) == 1  # reachable from the laptop
+    [inserted] = emulator.api.requests_of("compute.instances.insert")
+    assert inserted.instance_resource.disks[0].initialize_params.disk_size_gb == 50
+    [rule] = channel_rules(emulator)
+    assert list(rule.source_ranges) == [CALLER]
+    assert list(rule.target_tags) == ["pm-c-controller"] and not rule.source_tags
+    assert [(a.I_p_protocol, list(a.ports)) for a in rule.allowed] == [("tcp", [str(PORT)])]
+    assert find_controller_vm(spec(), clients["instances"]) == made
+
+
+def test_a_second_create_changes_nothing(emulator, clients):
+    first = create(spec(), clients)
+    before = changes(emulator)
+    assert create(spec(), clients) == first
+    assert changes(emulator) == before == ["compute.firewalls.insert", "compute.instances.insert"]
+
+
+def test_an_interrupted_create_is_found_and_finished(emulator, clients):
+    # Interrupted after the rule: the next call makes only the VM.
+    clients["networks"].create_firewall(channel_rule(spec(), CALLER, PORT))
+    create(spec(), clients)
+    assert changes(emulator) == ["compute.firewalls.insert", "compute.instances.insert"]
+    delete_controller_vm(spec(), timeout_s=30, **clients)
+    # Interrupted after the VM's insert was sent, before it ran: the next call waits for that VM, makes the rule.
+    raw(compute_v1.InstancesClient, emulator).insert_unary(
+        project=PROJECT, zone="sim-zone-b", instance_resource=instance_message(controller_instance(spec(), "sim-zone-b",
+                                                                                                  SCRIPT)))
+    emulator.api.requests.clear()
+    made = create(spec(), clients)
+    assert (made.zone, made.status) == ("sim-zone-b", "RUNNING")
+    assert changes(emulator) == ["compute.firewalls.insert"]
+
+
+def test_another_caller_address_replaces_the_rule_never_widens_it(emulator, clients):
+    create(spec(), clients)
+    create(spec(), clients, caller="198.51.100.4")
+    [rule] = channel_rules(emulator)
+    assert list(rule.source_ranges) == ["198.51.100.4/32"]
+    assert len(listed_instances(emulator)) == 1
+
+
+def test_delete_removes_the_vm_and_the_rule_and_a_second_delete_is_fine(emulator, clients):
+    create(spec(), clients)
+    assert delete_controller_vm(spec(), timeout_s=30, **clients) == ControllerVmDeleted(
+        instance="c-controller", rule="pm-c-channel")
+    assert listed_instances(emulator) == [] and channel_rules(emulator) == []
+    assert [r.instance for r in emulator.api.requests_of("compute.instances.delete")] == ["c-controller"]
+    assert [r.firewall for r in emulator.api.requests_of("compute.firewalls.delete")] == ["pm-c-channel"]
+    assert delete_controller_vm(spec(), timeout_s=30, **clients) == ControllerVmDeleted(instance=None, rule=None)
+    assert find_controller_vm(spec(), clients["instances"]) is None
+
+
+def test_the_default_zone_passes_zones_that_lack_the_machine_type(emulator, clients):
+    made = create(spec(zones=["sim-zone-c", "sim-zone-b"]), clients)  # sim-zone-c offers TPUs only
+    assert made.zone == "sim-zone-b"
+
+
+@pytest.mark.parametrize("controller, field", [
+    ({"machine_type": "e2-nonesuch-4"}, "controller.machine_type"),
+    ({"zone": "sim-zone-c"}, "controller.zone"),  # offers no general-purpose VMs; sim-zone-a and -b do
+    ({"zone": "sim-zone-q"}, "controller.zone"),  # no such zone
+])
+def test_a_bad_machine_type_or_zone_is_named_and_nothing_is_created(emulator, clients, controller, field):
+    with pytest.raises(SpecError) as refused:
+        create(spec(**controller), clients)
+    assert refused.value.exit_code == 2
+    assert refused.value.message.startswith(f"{field}:")
+    assert changes(emulator) == []
+    assert listed_instances(emulator) == [] and channel_rules(emulator) == []
+
+
+@pytest.mark.parametrize("caller", ["0.0.0.0/0", "203.0.113.0/24", "my-laptop"])
+def test_a_caller_that_is_not_one_address_is_refused_before_any_call(emulator, clients, caller):
+    with pytest.raises(SpecError, match="caller") as refused:
+        create(spec(), clients, caller=caller)
+    assert refused.value.exit_code == 2
+    assert list(emulator.api.requests) == []
