@@ -11,8 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE
 
 RUNNING = "RUNNING"
-# Compute Engine's states of an instance on its way up, and on its way out.
-STARTING_STATES = ("PROVISIONING", "STAGING")
+# Compute Engine's states of an instance on its way out (or out).
 LEAVING_STATES = ("STOPPING", "TERMINATED", "SUSPENDING", "SUSPENDED")
 
 
