@@ -22,9 +22,9 @@ from podmanager.cloud.gcp.controller_vm import (
 )
 from podmanager.cloud.gcp.instances import ComputeInstances, instance_message
 from podmanager.core.errors import SpecError
+from podmanager.core.network_names import cluster_tag
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE, parse_spec
 from podmanager.emulator.server import Emulator
-from podmanager.provisioning.plan import cluster_tag
 
 PROJECT = "podmanager-sim"
 CALLER = "203.0.113.7/32"

@@ -23,11 +23,21 @@ import platform
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.network import Allowed, FirewallRule, Subnetwork, region_of, short_name
+from podmanager.cloud.network import (
+    Allowed,
+    FirewallRule,
+    Subnetwork,
+    region_of,
+    short_name,
+)
 from podmanager.controller.python_downloads import check_python_download
 from podmanager.core.errors import SpecError
+from podmanager.core.network_names import (
+    cluster_firewall_rule,
+    cluster_tag,
+    network_project,
+)
 from podmanager.core.spec import ClusterSpec
-from podmanager.provisioning.plan import cluster_firewall_rule, cluster_tag
 
 if TYPE_CHECKING:
     from podmanager.cloud.gcp.compute import ComputeNetworks
@@ -110,12 +120,6 @@ def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record
                         + "\n  ".join(problems))
     _ensure_cluster_rule(spec, compute, network, subnetworks, record)
 
-
-def network_project(spec: ClusterSpec) -> str:
-    """The project the network is in: the spec's, or the one its path names (a Shared VPC's host)."""
-    named = spec.network.network if spec.network and spec.network.network else ""
-    parts = named.split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "projects" else spec.project or ""
 
 
 def _subnetwork(compute: ComputeNetworks, project: str, network: str, region: str,

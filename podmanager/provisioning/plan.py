@@ -25,6 +25,7 @@ from podmanager.cloud.base import (
     decide,
     decide_queued,
 )
+from podmanager.core.network_names import cluster_tag
 from podmanager.core.spec import ClusterSpec, NetworkSpec
 
 
@@ -79,16 +80,6 @@ Action = Union[CreateSlice, DeleteNode, DeleteQueuedResource, NoZoneLeft]
 def node_name(cluster: str, index: int) -> str:
     """Deterministic, so a second `up` finds what the first one made."""
     return f"{cluster}-s{index}"
-
-
-def cluster_tag(cluster: str) -> str:
-    """The network tag every node of the cluster carries: what its firewall rule names."""
-    return f"pm-{cluster}"
-
-
-def cluster_firewall_rule(cluster: str) -> str:
-    """The firewall rule `up` makes so the cluster's VMs reach each other on every port."""
-    return f"pm-{cluster}-internal"
 
 
 def node_network(network: NetworkSpec | None, cluster: str) -> NodeNetwork:

@@ -34,6 +34,7 @@ from podmanager.cloud.instances import LEAVING_STATES, RUNNING, Instance
 from podmanager.cloud.network import Allowed, FirewallRule, region_of, short_name
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError, TimeoutExceededError
+from podmanager.core.network_names import cluster_tag, network_project
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE, ClusterSpec
 
 ROLE_LABEL = "podmanager-role"
@@ -62,20 +63,8 @@ def controller_tag(cluster: str) -> str:
     return f"pm-{cluster}-controller"
 
 
-def _cluster_tag(cluster: str) -> str:
-    # provisioning.plan.cluster_tag (a layer above): every node's tag, which the cluster's internal rule names
-    return f"pm-{cluster}"
-
-
 def _labels(cluster: str) -> dict[str, str]:
     return {CLUSTER_LABEL: cluster, ROLE_LABEL: CONTROLLER_ROLE}
-
-
-def _network_project(spec: ClusterSpec) -> str:
-    """The network's project: the spec's, or the one its path names (a Shared VPC's host)."""
-    named = spec.network.network if spec.network and spec.network.network else ""
-    parts = named.split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "projects" else spec.project or ""
 
 
 def caller_range(caller: str) -> str:
@@ -124,17 +113,17 @@ def choose_zone(spec: ClusterSpec, instances: ComputeInstances) -> str:
 def controller_instance(spec: ClusterSpec, zone: str, startup_script: str) -> Instance:
     """The controller VM as it is asked for (pure)."""
     network = spec.network
-    network_project = _network_project(spec)
+    in_project = network_project(spec)
     return Instance(
         name=controller_vm_name(spec.name), zone=zone, machine_type=spec.controller.machine_type,
         labels=_labels(spec.name),
         network=short_name(network.network) if network and network.network else "default",
         subnetwork=short_name(network.subnetwork) if network and network.subnetwork else "",
-        network_project="" if network_project == spec.project else network_project,
+        network_project="" if in_project == spec.project else in_project,
         external_ip=True,  # the laptop reaches its channel from outside the VPC
         service_account=(network.service_account if network and network.service_account else "default"),
         scopes=[CLOUD_PLATFORM_SCOPE], metadata={"startup-script": startup_script},
-        tags=list(dict.fromkeys([*(network.tags if network else []), _cluster_tag(spec.name),
+        tags=list(dict.fromkeys([*(network.tags if network else []), cluster_tag(spec.name),
                                  controller_tag(spec.name)])),
         disk_gb=spec.controller.disk_gb)
 
@@ -162,7 +151,7 @@ def create_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, netw
         _wait_gone(spec, instances, timeout_s)
         existing = None
     zone = existing.zone if existing is not None else choose_zone(spec, instances)
-    _ensure_rule(rule, networks.in_project(_network_project(spec)))
+    _ensure_rule(rule, networks.in_project(network_project(spec)))
     if existing is None:
         try:
             instances.create(controller_instance(spec, zone, startup_script), timeout_s=timeout_s)
@@ -184,7 +173,7 @@ def delete_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, netw
         _wait_gone(spec, instances, timeout_s)
     name = channel_rule_name(spec.name)
     try:
-        networks.in_project(_network_project(spec)).delete_firewall(name)
+        networks.in_project(network_project(spec)).delete_firewall(name)
     except cloud_errors.NotFoundError:
         name = None
     return ControllerVmDeleted(instance=found.name if found is not None else None, rule=name)
