@@ -4,7 +4,7 @@ In-process (CPU JAX, no Ray): the split of shards over processes, an interrupted
 finished by a rerun gives byte for byte the outputs of an uninterrupted one with each
 shard written once, and a write killed before its rename leaves nothing behind after
 the rerun; shards on gs:// against a local Cloud Storage emulator. A run preempted on a
-dry-run cluster: tests/test_inference.py.
+dry-run cluster: tests/end_to_end/test_inference.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from podmanager import runtime
 from workloads import predict
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHARDS, ROWS, SEED = 7, 40, 3
 
 

@@ -1,6 +1,6 @@
 """The TPU VM startup script as rendered: valid bash, everything pinned and quoted, no secret.
 
-Every dry-run host boots by running it (tests/test_vm_boot.py); these check the rendering."""
+Every dry-run host boots by running it (tests/end_to_end/test_vm_boot.py); these check the rendering."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from podmanager.core.clock import poll_until
 from podmanager.state.run_records import RunStore
 from podmanager.vm import procs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 NAME = "lostfolder"
 SPEC = f"""

@@ -48,7 +48,7 @@ def test_demo_finds_the_example_programs_of_the_checkout():
 
 
 def test_the_demo_has_a_name_no_example_gives_a_cluster():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     examples = [parse_spec_name.group(1) for path in (root / "infra" / "examples").glob("*.yaml")
                 if (parse_spec_name := re.search(r"^name: (\S+)", path.read_text(), re.MULTILINE))]

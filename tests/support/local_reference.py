@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def final_loss(program: str, args: list[str], devices: int) -> float:

@@ -40,7 +40,7 @@ from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 SPEC = {

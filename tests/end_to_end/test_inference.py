@@ -44,7 +44,7 @@ from podmanager.core.workload import Workload
 from podmanager.state import service_tokens
 from workloads import predict
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PODMANAGER = str(Path(sys.executable).parent / "podmanager")
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

@@ -19,7 +19,7 @@ from podmanager.core.workload import Workload
 from podmanager.emulator import launcher, vms
 from podmanager.vm import procs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 NAME = "recovertest"
 SPEC = {

@@ -88,7 +88,7 @@ def project(tmp_path) -> Path:
 
 def podmanager(folder: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """The CLI as a user runs it: in their own folder."""
-    assert not str(folder.resolve()).startswith(str(Path(__file__).resolve().parents[1]))
+    assert not str(folder.resolve()).startswith(str(Path(__file__).resolve().parents[2]))
     return subprocess.run([PODMANAGER, *args], cwd=folder, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PODMANAGER_HOME": os.environ["PODMANAGER_HOME"]})
 

@@ -45,7 +45,7 @@ CRASHING_UP = textwrap.dedent(
 
 def test_stop_after_a_crashed_up_leaves_nothing(podmanager_home):
     before = ray_like()
-    script = CRASHING_UP.format(tests=str(Path(__file__).parent), spec=SPEC)
+    script = CRASHING_UP.format(tests=str(Path(__file__).parents[1] / "support"), spec=SPEC)
     machines: set[str] = set()
     controller = HostController(parse_spec(SPEC), vms.SimulatedMachines())
     try:

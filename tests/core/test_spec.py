@@ -129,7 +129,7 @@ def test_load_spec_errors_name_the_file(tmp_path):
 def test_example_specs_are_valid():
     from pathlib import Path
 
-    examples = sorted((Path(__file__).parent.parent / "infra" / "examples").glob("*.yaml"))
+    examples = sorted((Path(__file__).parents[2] / "infra" / "examples").glob("*.yaml"))
     assert examples
     for example in examples:
         assert load_spec(example, dry_run=True).slices

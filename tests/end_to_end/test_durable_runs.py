@@ -28,7 +28,7 @@ from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunStore
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 NAME = "durabletest"
 SPEC = {

@@ -34,7 +34,7 @@ from podmanager.runtime import replica_protocol as protocol
 from podmanager.runtime.contract import EXIT_PREEMPTED
 from podmanager.serving.router import Router, RouterConfig
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "replica-token"
 pytestmark = pytest.mark.timeout(120)
 

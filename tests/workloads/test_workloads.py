@@ -22,7 +22,7 @@ import pytest
 
 from podmanager import runtime
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MLP = REPO / "workloads" / "train_mlp.py"
 TRANSFORMER = REPO / "workloads" / "train_transformer.py"
 BASE_STEPS = 40

@@ -13,7 +13,7 @@ import pytest
 from podmanager.controller.startup import render_startup_script, uv_settings_code
 from podmanager.vm import environments
 from podmanager.vm.uv_settings import pip_config_files, uv_env, uv_settings
-from tests.test_startup_script import software
+from tests.controller.test_startup_script import software
 
 CERTS = {"UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "1"}
 
@@ -137,7 +137,7 @@ def https_index(tmp_path: Path):
     import ssl
     import threading
 
-    from tests.wheels import build_wheel
+    from wheels import build_wheel
 
     root = tmp_path / "index"
     project = root / "simple" / "proxiedpkg"
