@@ -18,7 +18,10 @@ from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
+from podmanager.runtime import Checkpointer
 from podmanager.runtime.checkpoints import is_url, resolve_directory
+
+SPEC = {"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
 
 
 def gcp(*slices: str, **fields: object):  # type: ignore[no-untyped-def]
@@ -190,3 +193,11 @@ def test_a_checkpoint_dir_that_is_a_file_is_refused(tmp_path, monkeypatch) -> No
     (tmp_path / "existing").mkdir()  # a folder that holds checkpoints already is the point
     assert run_checkpoints(dry(), Workload(entrypoint="train.py", checkpoint_dir="existing")).directory == \
         str(tmp_path / "existing")
+
+def test_a_checkpoint_folder_that_cannot_be_one_is_refused_at_submit_and_fails_every_process(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SpecError, match="--checkpoint-dir: .* cannot be made"):
+        run_checkpoints(parse_spec(SPEC), Workload(entrypoint="x.py", checkpoint_dir=str(blocker / "ck")))
+    with pytest.raises(FileExistsError):  # in each process of the program, before orbax's barrier
+        Checkpointer(str(blocker))

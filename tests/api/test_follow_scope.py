@@ -10,6 +10,7 @@ from podmanager.api import run_handle as runs_api
 from podmanager.api.cluster import Cluster
 from podmanager.api.run_handle import RunHandle
 from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.core.records import HostRef
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.supervision.ledger import RunResult
@@ -107,3 +108,19 @@ def test_run_follows_from_its_own_submit_event_not_the_clusters_latest(monkeypat
 
     assert result.run_id == "run-a"
     assert [e.message for e in seen] == ["A submitted", "A started", "A done"]
+
+
+def test_a_followed_run_shows_an_event_before_the_output_written_after_it(tmp_path):
+    runs, store = RunStore(), StateStore()
+    runs.create(RunRecord("r", "c", {}, [0], {}, None, status="succeeded", result=None))
+    store.add_event("c", "run_submitted", "run r submitted", run_id="r")
+    store.add_event("c", "attempt_started", "attempt 0 on 1 host(s)", run_id="r")
+    handle = RunHandle("c", "r", runs=runs, store=store)
+    handle.folder.append(HostRef(0, 0), b"hello from the program\n")
+    record = runs.get("r")
+    record.result = {"run_id": "r", "cluster": "c", "status": "succeeded", "message": "", "hosts": [],
+                     "metrics": {}, "attempts": 1, "attempt_log": []}
+    runs.save(record)
+    seen: list[str] = []
+    handle.follow(lambda slot, text: seen.append(text.strip()), lambda event: seen.append(event.kind))
+    assert seen.index("attempt_started") < seen.index("hello from the program")

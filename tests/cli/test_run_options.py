@@ -118,3 +118,18 @@ def test_m_without_a_module_is_a_usage_error(resolved):
     assert result.exit_code == 2
     assert "-m: name the module to run" in one_line(result.output)
     assert resolved == []
+
+
+@pytest.fixture
+def a_cluster(monkeypatch):
+    """`run` resolves this stand-in cluster; nothing may be submitted."""
+    cluster = SimpleNamespace(name="c", submit=lambda *a, **k: pytest.fail("submitted"), close=lambda: None)
+    monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: cluster)
+
+
+@pytest.mark.parametrize("flags, named", [(["--max-failures", "-1"], "--max-failures"),
+                                          (["--slices", ""], "--slices"),
+                                          (["--env", "A B=x"], "--env")])
+def test_a_run_flag_out_of_range_is_bad_input(a_cluster, flags, named):
+    result = invoke("run", "-c", "c", "--detach", *flags, "train.py")
+    assert result.exit_code == 2 and named in result.output

@@ -5,6 +5,8 @@ import pytest
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import SIMULATED_PROJECT, Capacity, PodmanagerSource, load_spec, parse_spec
 
+SPEC = {"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
+
 GOOD = {"name": "demo", "backend": "simulated", "slices": [{"accelerator": "v4-16", "count": 2}, {"accelerator": "v4-8"}]}
 
 
@@ -371,3 +373,10 @@ def test_yaml_errors_name_the_file(tmp_path):
     tabbed.write_text("name: a\n\tslices: []\n")
     with pytest.raises(SpecError, match=f'in "{re.escape(str(tabbed))}", line 2'):
         load_spec(tabbed)
+
+@pytest.mark.parametrize("change, field", [({"slices": [{"accelerator": "v4-8", "count": True}]}, "count"),
+                                           ({"zones": []}, "zones"),
+                                           ({"zones": [], "backend": "gcp", "project": "p"}, "zones")])
+def test_a_spec_value_that_only_looks_right_is_refused(change, field):
+    with pytest.raises(SpecError, match=field):
+        parse_spec({**SPEC, **change})

@@ -216,3 +216,12 @@ def test_scripted_hangs_wait_for_a_run_and_freeze_the_host_they_name(clock):
     finally:
         for timer in timers:
             timer.cancel()
+
+
+def test_the_emulators_help_shows_every_fault_form_whole():
+    from podmanager.core.fault_text import TEXT_FORMS
+
+    shown = CliRunner().invoke(app, ["emulator", "-h"], terminal_width=80)
+    assert shown.exit_code == 0
+    for form in TEXT_FORMS.values():  # each whole, in the one list of them
+        assert form in shown.output.split("Faults (--fault):")[1], form

@@ -220,3 +220,19 @@ def test_a_repair_longer_than_the_timeout_names_the_repairing_slice(sim, clock):
     sim.repair(ZONES[0], "c-s0", duration_s=600)
     with pytest.raises(TimeoutExceededError, match="c-s0 \\(REPAIRING\\)"):
         cluster.up(timeout_s=10)
+
+
+def test_one_outage_of_the_api_is_one_retry_event(sim, clock):
+    from podmanager.api import Cluster
+
+    spec = {"name": "c", "backend": "simulated", "simulation": {"boot_hosts": False},
+            "slices": [{"accelerator": "v4-8"}]}
+    cluster = Cluster.from_dict(spec, simulator=sim, clock=clock)
+    sim.inject_transient(12)  # as a dead emulator answers every call for a while
+    assert cluster.up().slices[0].state == "READY"
+    retries = [e.message for e in cluster.events() if e.kind == "retry"]
+    assert len(retries) == 1 and "retrying until the API answers" in retries[0]
+    clock.advance(120)  # a later outage is news again
+    sim.inject_transient(3)
+    cluster.up()
+    assert [e.kind for e in cluster.events()].count("retry") == 2
