@@ -123,15 +123,23 @@ def test_a_repair_is_ongoing_maintenance(vm):
     assert "ONGOING" in (notices.metadata_notice(base + "instance/") or "")
 
 
-def test_wait_for_change_answers_when_the_value_changes(vm):
+def test_wait_for_change_answers_when_the_value_changes(vm, monkeypatch):
     sim, base, _ = vm
+    holding = threading.Event()  # the server waits for a change: it found the value unchanged
+    wait_for_change = sim.wait_for_change
+
+    def held(version: int, timeout_s: float) -> None:
+        holding.set()
+        wait_for_change(version, timeout_s)
+
+    monkeypatch.setattr(sim, "wait_for_change", held)
     answers: list[tuple[float, tuple[int, str]]] = []
     started = time.monotonic()
     waiter = threading.Thread(target=lambda: answers.append(
         (time.monotonic() - started, get(base + "instance/preempted?wait_for_change=true&timeout_sec=20"))))
     waiter.start()
-    time.sleep(0.5)  # the poll is held: the value has not changed yet
-    assert answers == []
+    assert holding.wait(timeout=10), "the long poll never waited for a change"
+    assert answers == []  # held: it answers only after a change (or its 20 s)
     sim.preempt("z", "c-s0", notice_s=30)
     waiter.join(timeout=10)
     assert answers and answers[0][1] == (200, "TRUE") and answers[0][0] < 10
