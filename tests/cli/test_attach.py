@@ -7,8 +7,6 @@ import signal
 import subprocess
 import sys
 
-import pytest
-
 from podmanager.core.clock import poll_until
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
@@ -16,7 +14,6 @@ from podmanager.state.run_records import RunRecord, RunStore
 SPEC = {"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
 
 
-@pytest.mark.ray  # starts a podmanager process
 def test_sigterm_to_a_follower_leaves_quietly_and_the_run_goes_on():
     RunStore().create(RunRecord("r", "c", {}, [0], {}, None, status="running"))
     StateStore().save_cluster("c", SPEC, "simulated", "up")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-import pytest
 from typer.testing import CliRunner
 
 import podmanager.api
@@ -19,7 +18,6 @@ def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
-@pytest.mark.ray  # starts a podmanager process
 def test_logs_of_a_run_just_submitted_is_no_error_and_the_latest_is_named(monkeypatch):
     monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: SimpleNamespace(name="c"))
     RunStore().create(RunRecord("older", "c", {}, [0], {}, None, status="succeeded", created_at=1.0))

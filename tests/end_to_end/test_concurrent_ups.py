@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 import yaml
 from race_workers import SPAWN, start, stop_all, up_rounds, up_while_holding
 from typer.testing import CliRunner
@@ -22,7 +21,6 @@ SPEC = {"name": "locked", "zones": ["zone-a"], "slices": [{"accelerator": "v4-8"
         "simulation": {"boot_hosts": False, "create_latency_s": 0.1, "delete_latency_s": 0.01}}
 
 
-@pytest.mark.ray  # starts processes: seconds, not milliseconds
 def test_two_ups_at_once_create_each_slice_once_and_the_second_finds_the_work_done(podmanager_home):
     barrier, results = SPAWN.Barrier(2), SPAWN.Queue()
     procs = [start(up_rounds, str(podmanager_home), SPEC, ROUNDS, barrier, results) for _ in range(2)]

@@ -16,7 +16,7 @@ from podmanager.api import Cluster
 from podmanager.emulator import launcher
 from podmanager.emulator.control import EmulatorControl
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 NO_HOSTS = {"boot_hosts": False, "create_latency_s": 0.01, "delete_latency_s": 0.01}
 PROJECT = "podmanager-sim"
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-import pytest
-
 ROUNDS = 20
 PROCESSES = 3
 
@@ -25,7 +23,6 @@ def open_each(paths: list[str], barrier, results) -> None:  # type: ignore[no-un
             results.put(repr(error))
 
 
-@pytest.mark.ray  # starts processes: seconds, not milliseconds
 def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
     context = multiprocessing.get_context("spawn")
     paths = []

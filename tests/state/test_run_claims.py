@@ -21,7 +21,6 @@ from podmanager.state.run_records import RunStore
 ROUNDS = 25
 
 
-@pytest.mark.ray  # starts processes: seconds, not milliseconds
 def test_concurrent_claims_from_several_processes_give_a_slice_to_exactly_one_run(podmanager_home):
     workers = 4
     barrier, results = SPAWN.Barrier(workers), SPAWN.Queue()

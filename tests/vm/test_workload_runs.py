@@ -65,7 +65,6 @@ def test_working_dir_is_unpacked_and_importable(tmp_path):
     assert wait_exit(runs, "r").output == b"42\n"
 
 
-@pytest.mark.ray  # starts processes: seconds, not milliseconds
 def test_stop_terminates_the_whole_process_group(tmp_path):
     runs = HostRuns(tmp_path)
     code = ("import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']); "
@@ -202,7 +201,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.ray  # starts processes: seconds, not milliseconds
 @pytest.mark.parametrize("ending", ["exit 0", "stop"])
 def test_an_attempt_leaves_no_child_of_the_program_behind_not_even_one_in_its_own_session(tmp_path, ending):
     """On a TPU VM a leftover child holds the chips the next run needs."""
