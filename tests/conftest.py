@@ -23,6 +23,13 @@ def podmanager_home(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def home(tmp_path, monkeypatch):
+    """$PODMANAGER_HOME at the test's own tmp_path, for tests that build paths under it."""
+    monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
 def clock():
     return FakeClock()
 

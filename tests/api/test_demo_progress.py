@@ -1,0 +1,77 @@
+"""The demo says what each phase waits for, in order, around the cluster's own events."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from podmanager.api import demo
+from podmanager.core.spec import parse_spec
+from podmanager.state import StateStore
+
+
+class RecordingCluster:
+    """Stands in for the cluster: records the verbs the demo calls, in order with what it says."""
+
+    name = demo.DEMO_NAME
+
+    def __init__(self, log: list[str]):
+        self.log = log
+
+    def up(self, timeout_s: float):
+        self.log.append("up")
+        return "status"
+
+    def run(self, workload, printer):
+        self.log.append(f"run {workload.entrypoint}")
+        return "result"
+
+    def down(self):
+        self.log.append("down")
+
+
+def test_demo_announces_each_phase_before_it_waits(monkeypatch):
+    log: list[str] = []
+    monkeypatch.setattr(demo.Cluster, "from_dict", classmethod(lambda cls, data, on_event: RecordingCluster(log)))
+    result = demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None,
+                           show_status=lambda status: log.append("status shown"), say=lambda text: log.append(text))
+    assert result == "result"
+    assert [entry.split(":")[0] for entry in log] == [
+        "1/3 up", "up", "status shown", "2/3 run", "run workloads/train_mlp.py", "3/3 down", "down"]
+    assert "step 120" in log[3]
+
+
+def test_demo_finds_the_example_programs_of_the_checkout():
+    assert (demo.workloads_dir() / "train_mlp.py").is_file()
+
+
+def test_the_demo_has_a_name_no_example_gives_a_cluster():
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    examples = [parse_spec_name.group(1) for path in (root / "infra" / "examples").glob("*.yaml")
+                if (parse_spec_name := re.search(r"^name: (\S+)", path.read_text(), re.MULTILINE))]
+    used = set(re.findall(r"(?:-c|--cluster) ([a-z][-a-z0-9]*)", readme)) | set(examples)
+    assert "demo" in used and demo.DEMO_NAME not in used
+
+
+def test_the_demo_refuses_a_cluster_of_its_name_it_did_not_make(monkeypatch):
+    made: list[str] = []
+    monkeypatch.setattr(demo.Cluster, "from_dict", classmethod(lambda cls, data, on_event: made.append("cluster")))
+    users = parse_spec({"name": demo.DEMO_NAME, "project": "my-gcp-project", "slices": [{"accelerator": "v4-16"}]},
+                       dry_run=True)
+    StateStore().save_cluster(demo.DEMO_NAME, users.model_dump(mode="json"), "simulated", "up")
+    with pytest.raises(demo.DemoNameTakenError, match=f"a cluster named {demo.DEMO_NAME}.* that the demo did not make") as refused:
+        demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None, show_status=lambda status: None)
+    assert refused.value.exit_code == 2 and made == []  # no cluster made, so nothing of the user's is taken down
+    assert StateStore().get_cluster(demo.DEMO_NAME).spec == users.model_dump(mode="json")
+
+
+def test_the_demo_resumes_its_own_interrupted_cluster(monkeypatch):
+    log: list[str] = []
+    monkeypatch.setattr(demo.Cluster, "from_dict", classmethod(lambda cls, data, on_event: RecordingCluster(log)))
+    StateStore().save_cluster(demo.DEMO_NAME, parse_spec(demo.DEMO_SPEC).model_dump(mode="json"), "simulated",
+                              "provisioning")
+    demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None, show_status=lambda status: None)
+    assert log == ["up", "run workloads/train_mlp.py", "down"]
