@@ -2,7 +2,7 @@
 to `google-cloud-compute`'s own clients (`ClientOptions(api_endpoint="http://HOST:PORT")`, any
 credentials): what the preflight of `up` reads and the firewall rule it makes.
 
-Served (`compute_calls.py`): networks (get, list, delete), subnetworks (get, list per region,
+Served (`compute_calls.py`): the project (its default service account), networks (get, list, delete), subnetworks (get, list per region,
 delete, setPrivateIpGoogleAccess), firewalls (get, list, insert, delete), routers (get, list per
 region, insert, delete) and global and region operations (get, wait). Bodies and answers are
 the client library's own types (`compute_v1`), read and written as their JSON, so a field the
@@ -30,6 +30,7 @@ from podmanager.emulator.sim.cloud import SimCloud
 _PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/(?:global|regions/(?P<region>[^/]+))/"
                    r"(?P<collection>networks|subnetworks|firewalls|routers|operations)"
                    r"(?:/(?P<name>[^/]+)(?:/(?P<verb>wait|setPrivateIpGoogleAccess))?)?$")
+_PROJECT = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)$")
 _HTTP = {cloud_errors.NotFoundError: (404, "NOT_FOUND"), cloud_errors.AlreadyExistsError: (409, "ALREADY_EXISTS"),
          cloud_errors.PermissionDeniedError: (403, "PERMISSION_DENIED"),
          cloud_errors.InvalidRequestError: (400, "INVALID_ARGUMENT")}
@@ -50,7 +51,12 @@ class ComputeApi:
         threading.Thread(target=_calls, name="emulator-compute-import", daemon=True).start()
 
     def __call__(self, request: rest.Request) -> rest.Answer | None:
-        match = _PATH.match(urlsplit(request.path).path)
+        path = urlsplit(request.path).path
+        project = _PROJECT.match(path)
+        if project is not None and request.method == "GET":  # the project: its default service account
+            message = _calls().get_project(project["project"], self.log)
+            return rest.Answer(200, type(message).to_json(message, use_integers_for_enums=False).encode())
+        match = _PATH.match(path)
         if match is None:
             return None
         where = match.groupdict()

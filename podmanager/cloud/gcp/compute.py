@@ -1,5 +1,5 @@
 """Compute Engine's network side through `google-cloud-compute`, as typed records
-(`cloud/network.py`): networks, subnetworks, firewall rules (read, created, deleted) and Cloud
+(`cloud/network.py`): the project's default service account, networks, subnetworks, firewall rules (read, created, deleted) and Cloud
 Routers with their NAT. What the preflight of `up` reads and the one rule it makes.
 
 The client speaks REST. Against a dry run's emulator it takes the emulator's root as its
@@ -84,6 +84,7 @@ class ComputeNetworks:
         self._firewalls = compute_v1.FirewallsClient(**options)
         self._routers = compute_v1.RoutersClient(**options)
         self._operations = compute_v1.GlobalOperationsClient(**options)
+        self._projects = compute_v1.ProjectsClient(**options)
 
     def in_project(self, project: str) -> ComputeNetworks:
         """The same clients on another project's resources (a Shared VPC's host project)."""
@@ -92,7 +93,8 @@ class ComputeNetworks:
         return other
 
     def close(self) -> None:
-        for client in (self._networks, self._subnetworks, self._firewalls, self._routers, self._operations):
+        for client in (self._networks, self._subnetworks, self._firewalls, self._routers, self._operations,
+                       self._projects):
             client.transport.close()
 
     def __enter__(self) -> ComputeNetworks:
@@ -110,6 +112,11 @@ class ComputeNetworks:
         return lambda **call: list(method(**call))
 
     # ------------------------------------------------------------------ reads
+
+    def default_service_account(self) -> str:
+        """The account the project's VMs run as unless told otherwise (PROJECT_NUMBER-compute@...)."""
+        message = self._call("get project", self._projects.get, project=self.project)
+        return message.default_service_account
 
     def network(self, name: str) -> Network:
         message = self._call(f"get network {name}", self._networks.get, project=self.project, network=name)
