@@ -27,6 +27,7 @@ from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.network import Allowed, FirewallRule, Subnetwork, region_of, short_name
 from podmanager.cluster.bucket_preflight import BucketCheck, bucket_needs
 from podmanager.controller.python_downloads import check_python_download
+from podmanager.controller.staging import vms_install
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import ClusterSpec
 from podmanager.provisioning.plan import cluster_firewall_rule, cluster_tag
@@ -57,7 +58,7 @@ def check_before_up(runtime: ClusterRuntime) -> None:
     install one), the network is checked and the cluster's firewall rule made."""
     spec = runtime.spec
     # Simulated VMs that start from the controller's environment (or none at all) download nothing.
-    if not spec.simulated or (spec.simulation.boot_hosts and spec.simulation.vm_image == "bare"):
+    if vms_install(spec):
         check_python_download(platform.python_version())
     compute = compute_for(runtime)
     if compute is None:

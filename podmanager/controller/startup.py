@@ -77,6 +77,7 @@ def render_startup_script(cluster: str, software: Software, token_secret: str) -
         "install_key": shlex.quote(software.install_key()),
         "requirements": " ".join(shlex.quote(r) for r in software.pinned_requirements()),
         "packages": " ".join(shlex.quote(p) for p in software.packages),
+        "lock": shlex.quote(software.lock),
         "uv_settings": shlex.quote(uv_settings_code()),
         "connect_timeout_s": str(CONNECT_TIMEOUT_S),
         "tries": str(TRIES),
