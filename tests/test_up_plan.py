@@ -169,6 +169,11 @@ def test_a_ready_slice_booted_with_other_boot_settings_is_replaced_one_without_t
     assert [(c.kind, c.slice_index, c.edited, c.failed_boot) for c in edited] == [
         ("replace", 0, True, True), ("replace", 1, True, True), ("keep", 2, False, False)]
     assert "boot settings changed" in edited[0].reason
+    # A slice whose host failed to boot says so, whatever else changed (the spec's fix, often).
+    fixed = changes(desired_slices(spec(packages=["orbax-checkpoint==0.11.1"])), Observed(nodes=ready),
+                    {0: "worker 0 failed to boot: download x failed"})
+    assert (fixed[0].kind, fixed[0].reason, fixed[0].failed_boot) == (
+        "replace", "worker 0 failed to boot: download x failed", True)
     # Other edits leave the boot settings as they were; another runtime_version does not.
     assert desired_slices(spec(packages=["orbax-checkpoint==0.11.0"]))[0].request.labels == booted[0].request.labels
     other_image = parse_spec({"name": "p", "backend": "simulated", "zones": ["z"],

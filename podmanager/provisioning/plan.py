@@ -283,12 +283,12 @@ def changes(desired: list[DesiredSlice], observed: Observed,
                               f"{accelerator}", edited=True))
         elif decide(node) is Decision.REPLACE:
             out.append(change("replace", node.zone, f"node is {node.state.value}"))
+        elif want.index in failed_boots:  # said first: it is why the slice is no use now
+            out.append(change("replace", node.zone, failed_boots[want.index], failed_boot=True))
         elif _boot_changed(node, want):
             out.append(change("replace", node.zone, "boot settings changed (the spec's boot: section or "
                               "runtime_version); a VM runs its startup script only at boot", edited=True,
                               failed_boot=True))
-        elif want.index in failed_boots:
-            out.append(change("replace", node.zone, failed_boots[want.index], failed_boot=True))
         elif decide(node) is Decision.WAIT_BOUNDED:
             out.append(change("keep", node.zone, f"{condition(node)}; replaced if not back within "
                               f"{BOUNDED_WAIT_S:.0f}s"))
