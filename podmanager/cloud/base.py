@@ -26,6 +26,9 @@ from podmanager.core.spec import Capacity
 
 CLUSTER_LABEL = "podmanager-cluster"
 SLICE_LABEL = "podmanager-slice"
+# A hash of the boot settings a node was created with (the spec's `boot:` section and the slice's
+# runtime_version): a VM runs its startup script only at boot, so a node whose hash differs is replaced.
+BOOT_LABEL = "podmanager-boot"
 
 
 class NodeState(str, Enum):

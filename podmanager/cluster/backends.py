@@ -17,6 +17,7 @@ from podmanager.core.spec import ClusterSpec
 if TYPE_CHECKING:
     from podmanager.cloud.gcp.client import GcpCloud  # Google's client loads slowly: only when used
     from podmanager.cloud.gcp.compute import ComputeNetworks
+    from podmanager.cloud.gcp.storage import BucketIam
     from podmanager.controller.host_controller import LocalMachines  # Ray loads only when hosts are used
     from podmanager.emulator.control import EmulatorControl
     from podmanager.emulator.server import Emulator
@@ -70,6 +71,25 @@ def make_compute(spec: ClusterSpec) -> ComputeNetworks | None:
     from podmanager.cloud.gcp.client import check_credentials
 
     return ComputeNetworks(spec.project or "", credentials=check_credentials(spec.project or ""))
+
+
+def make_buckets(spec: ClusterSpec) -> BucketIam | None:
+    """Cloud Storage's bucket calls, for the buckets' preflight, where `make_compute` finds
+    Compute Engine: a dry run's emulator, or Google's with Application Default Credentials."""
+    from podmanager.cloud.gcp.storage import BucketIam
+
+    if spec.simulated:
+        from podmanager.emulator import launcher
+
+        found = launcher.running(spec.project or "")
+        if found is None or not found.buckets_api:
+            return None
+        return BucketIam(endpoint=found.buckets_api, retry_delay_s=0.05)
+    if os.environ.get("TPU_EMULATOR_HOST"):
+        return None
+    from podmanager.cloud.gcp.client import check_credentials
+
+    return BucketIam(credentials=check_credentials(spec.project or ""))
 
 
 def stop_emulator_if_idle(project: str) -> bool:

@@ -238,7 +238,8 @@ class ClusterRuntime:
         metadata = self._start_head() if self.hosts else {}
         failed = [c.slice_index for c in changes if c.failed_boot and c.slice_index is not None]
         if failed:
-            self._delete_only(failed, timeout_s, reason="a host failed to boot; a new slice boots again")
+            self._delete_only(failed, timeout_s, reason="a host failed to boot, or the slice booted with other "
+                                                        "boot settings; a new slice boots again")
         nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
         self.record("slices_ready", f"all {len(nodes)} slice(s) READY")
         self._refresh_metadata(nodes, metadata)

@@ -13,7 +13,8 @@ Read through the Compute Engine API (a dry run: the emulator's, which starts as 
   which every node carries). Where it may not (403), a rule that already allows it will do;
   else the missing rule is named with the command that makes it.
 
-And the controller's exact Python, which the VMs install, has a download (`controller/python_downloads.py`).
+And the controller's exact Python, which the VMs install, has a download (`controller/python_downloads.py`);
+the buckets the VMs read and write exist and their account may use them (`bucket_preflight.py`).
 """
 
 from __future__ import annotations
@@ -23,14 +24,10 @@ import platform
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.network import (
-    Allowed,
-    FirewallRule,
-    Subnetwork,
-    region_of,
-    short_name,
-)
+from podmanager.cloud.network import Allowed, FirewallRule, Subnetwork, region_of, short_name
+from podmanager.cluster.bucket_preflight import BucketCheck, bucket_needs
 from podmanager.controller.python_downloads import check_python_download
+from podmanager.controller.staging import vms_install
 from podmanager.core.errors import SpecError
 from podmanager.core.network_names import (
     cluster_firewall_rule,
@@ -65,13 +62,34 @@ def check_before_up(runtime: ClusterRuntime) -> None:
     install one), the network is checked and the cluster's firewall rule made."""
     spec = runtime.spec
     # Simulated VMs that start from the controller's environment (or none at all) download nothing.
-    if not spec.simulated or (spec.simulation.boot_hosts and spec.simulation.vm_image == "bare"):
+    if vms_install(spec):
         check_python_download(platform.python_version())
     compute = compute_for(runtime)
     if compute is None:
         return
     with compute:
-        check_network(runtime.spec, compute, record=runtime.record)
+        buckets = _bucket_check(runtime, compute)
+        try:
+            check_network(runtime.spec, compute, record=runtime.record, buckets=buckets)
+        finally:
+            if buckets is not None:
+                buckets.buckets.close()
+
+
+def _bucket_check(runtime: ClusterRuntime, compute: ComputeNetworks) -> BucketCheck | None:
+    """The buckets the VMs use, for `check_network` to check and grant; None when there are none
+    or no Cloud Storage to ask."""
+    from podmanager.cluster.backends import make_buckets
+
+    spec = runtime.spec
+    needs = bucket_needs(spec, vms_boot=runtime.hosts is not None)
+    if not needs:
+        return None
+    buckets = make_buckets(spec)
+    if buckets is None:
+        return None
+    account = spec.network.service_account if spec.network and spec.network.service_account else None
+    return BucketCheck(spec, buckets, f"serviceAccount:{account or compute.default_service_account()}", needs)
 
 
 def delete_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks | None, record: Record) -> None:
@@ -93,8 +111,10 @@ def delete_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks | None, reco
     record("firewall_deleted", f"firewall rule {name} deleted")
 
 
-def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record) -> None:
-    """Every check of the module's docstring; SpecError naming each problem and its fix."""
+def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record,
+                  buckets: BucketCheck | None = None) -> None:
+    """Every check of the module's docstring, and the buckets' (`bucket_preflight.py`); one
+    SpecError naming each problem and its fix before anything is made."""
     wanted = spec.network
     network = short_name(wanted.network if wanted and wanted.network else "default")
     project = network_project(spec)
@@ -115,9 +135,13 @@ def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record
         subnetworks.append(found)
         if not (wanted.enable_external_ips if wanted else True):
             problems += _egress_problems(compute, project, network, found)
+    if buckets is not None:
+        problems += buckets.problems()
     if problems:
-        raise SpecError(f"the network cannot carry cluster {spec.name} (nothing was created):\n  "
+        raise SpecError(f"the project cannot carry cluster {spec.name} (nothing was created):\n  "
                         + "\n  ".join(problems))
+    if buckets is not None:
+        buckets.grant(record)
     _ensure_cluster_rule(spec, compute, network, subnetworks, record)
 
 

@@ -89,6 +89,7 @@ class Software:
     podmanager_source: str  # podmanager==0.2.0, or an https:// or gs:// URL of a wheel
     packages: tuple[str, ...] = ()  # boot.packages: requirements every host gets
     tpu: bool = True  # JAX with libtpu; a simulated VM's chips are CPU devices
+    lock: str = ""  # every package of the environment, pinned once (`boot_lock.py`); "": none
 
     @classmethod
     def pinned_to_controller(cls, *, podmanager: str, podmanager_source: str,

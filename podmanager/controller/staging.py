@@ -6,13 +6,16 @@ the emulator's simulated bucket, the folder `$PODMANAGER_HOME/sim/storage/<bucke
 emulator serves to the simulated VMs over Cloud Storage's download route, so their startup
 script fetches it exactly as it would from Google.
 
-`resolve_software` turns the spec's `boot:` section into the `Software` every VM installs.
+`resolve_software` turns the spec's `boot:` section into the `Software` every VM installs, with
+its environment locked once (`boot_lock.py`) where the VMs install one.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from podmanager.controller.boot_lock import lock_for
 from podmanager.controller.software import Software, check_packages, controller_versions
 from podmanager.controller.wheel import build_wheel, wheel_version
 from podmanager.core import paths
@@ -74,6 +77,7 @@ def resolve_software(spec: ClusterSpec) -> Software:
     it names none) and `boot.packages`."""
     check_boot(spec)
     boot = spec.boot
+    wheel: Path | None = None
     match boot.source:
         case PodmanagerSource.VERSION:
             version, source = boot.podmanager_version() or "", f"podmanager=={boot.podmanager}"
@@ -85,8 +89,17 @@ def resolve_software(spec: ClusterSpec) -> Software:
         case PodmanagerSource.BUILT:
             wheel = build_wheel(paths.wheels_dir())
             version, source = wheel_version(wheel), stage_wheel(spec, wheel)
-    return Software.pinned_to_controller(podmanager=version, podmanager_source=source, packages=boot.packages,
-                                         tpu=not spec.simulated)
+    software = Software.pinned_to_controller(podmanager=version, podmanager_source=source, packages=boot.packages,
+                                             tpu=not spec.simulated)
+    if not vms_install(spec):
+        return software
+    return replace(software, lock=lock_for(software, wheel, simulated=spec.simulated))
+
+
+def vms_install(spec: ClusterSpec) -> bool:
+    """Whether the spec's VMs install their environment at boot: real ones do; simulated ones
+    only from a bare image (the others start from the controller's own environment)."""
+    return not spec.simulated or (spec.simulation.boot_hosts and spec.simulation.vm_image == "bare")
 
 
 def _split(url: str) -> tuple[str, str]:

@@ -24,6 +24,14 @@ TEMPLATE_NAME = "startup-script.sh.tmpl"
 STARTUP_SCRIPT_KEY = "startup-script"  # the metadata key Cloud TPU VMs run at boot
 TOKEN_SECRET_KEY = "podmanager-token-secret"  # the secret's name, for people and tools reading metadata
 
+# A VM that cannot reach Google's APIs (the bucket, Secret Manager) gives up after TRIES tries
+# of CONNECT_TIMEOUT_S each, one second apart; the package index (uv, pip) after two tries of
+# INDEX_TIMEOUT_S. Either way its boot reports `error` naming the address well within 90 s.
+CONNECT_TIMEOUT_S = 10
+TRIES = 3
+INDEX_TIMEOUT_S = 20
+UNREACHABLE_WITHIN_S = max(TRIES * CONNECT_TIMEOUT_S + (TRIES - 1), 2 * INDEX_TIMEOUT_S + 5)
+
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 # A Secret Manager secret id, or its resource name with an optional version.
 _SECRET = re.compile(r"^(projects/[a-z0-9-]+/secrets/)?[A-Za-z0-9_-]{1,255}(/versions/(latest|\d+))?$")
@@ -69,7 +77,11 @@ def render_startup_script(cluster: str, software: Software, token_secret: str) -
         "install_key": shlex.quote(software.install_key()),
         "requirements": " ".join(shlex.quote(r) for r in software.pinned_requirements()),
         "packages": " ".join(shlex.quote(p) for p in software.packages),
+        "lock": shlex.quote(software.lock),
         "uv_settings": shlex.quote(uv_settings_code()),
+        "connect_timeout_s": str(CONNECT_TIMEOUT_S),
+        "tries": str(TRIES),
+        "index_timeout_s": str(INDEX_TIMEOUT_S),
     }
     return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template_text())
 

@@ -49,6 +49,13 @@ def wheels_dir() -> Path:
     return path
 
 
+def locks_dir() -> Path:
+    """The TPU VMs' environments as resolved once (`controller/boot_lock.py`), each named by what it resolved."""
+    path = home() / "locks"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def storage_dir() -> Path:
     """The emulator's Cloud Storage: one folder per simulated bucket, an object at its name below it."""
     return home() / "sim" / "storage"

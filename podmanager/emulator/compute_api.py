@@ -2,7 +2,7 @@
 `google-cloud-compute`'s own clients (`ClientOptions(api_endpoint="http://HOST:PORT")`, any
 credentials): what the preflight of `up` reads, the firewall rules it makes, and the controller VM.
 
-Served (`compute_calls.py`): networks (get, list, delete), subnetworks (get, list per region,
+Served (`compute_calls.py`): the project (its default service account), networks (get, list, delete), subnetworks (get, list per region,
 delete, setPrivateIpGoogleAccess), firewalls (get, list, insert, delete), routers (get, list per
 region, insert, delete) and global, region and zone operations (get, wait); (`instance_calls.py`)
 zones (get, list), machine types (get) and instances (insert, get, list per zone or aggregated
@@ -34,6 +34,7 @@ _PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/"
                    r"(?:global/|regions/(?P<region>[^/]+)/|zones/(?P<zone>[^/]+)/|aggregated/)?"
                    r"(?P<collection>networks|subnetworks|firewalls|routers|operations|instances|machineTypes|zones)"
                    r"(?:/(?P<name>[^/]+)(?:/(?P<verb>wait|setPrivateIpGoogleAccess))?)?$")
+_PROJECT = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)$")
 _HTTP = {cloud_errors.NotFoundError: (404, "NOT_FOUND"), cloud_errors.AlreadyExistsError: (409, "ALREADY_EXISTS"),
          cloud_errors.PermissionDeniedError: (403, "PERMISSION_DENIED"),
          cloud_errors.InvalidRequestError: (400, "INVALID_ARGUMENT")}
@@ -55,6 +56,10 @@ class ComputeApi:
 
     def __call__(self, request: rest.Request) -> rest.Answer | None:
         url = urlsplit(request.path)
+        project = _PROJECT.match(url.path)
+        if project is not None and request.method == "GET":  # the project: its default service account
+            message = _calls()[0].get_project(project["project"], self.log)
+            return rest.Answer(200, type(message).to_json(message, use_integers_for_enums=False).encode())
         match = _PATH.match(url.path)
         if match is None:
             return None

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from google.cloud import compute_v1
 
 from podmanager.cloud.network import Allowed, FirewallRule, Nat, Network, Router, Subnetwork, short_name
+from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER
 from podmanager.emulator.sim.compute import SimCompute
 from podmanager.emulator.sim.records import ComputeOperation
 
@@ -96,6 +97,13 @@ def operation_message(call: Call, operation: ComputeOperation) -> compute_v1.Ope
 
 
 # ---------------------------------------------------------------------- the calls
+
+
+def get_project(project: str, log: Log) -> compute_v1.Project:
+    """The project as `projects.get` answers it: what the VMs run as unless told otherwise."""
+    log("compute.projects.get", compute_v1.GetProjectRequest(project=project))
+    return compute_v1.Project(name=project, id=int(SIMULATED_PROJECT_NUMBER),
+                              default_service_account=f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com")
 
 
 def _get_network(call: Call) -> Any:

@@ -76,6 +76,15 @@ class EmulatorControl:
     def deny_firewall_changes(self, denied: bool = True) -> None:
         self.call("deny_firewall_changes", denied=denied)
 
+    def create_bucket(self, name: str) -> None:
+        self.call("create_bucket", name=name)
+
+    def delete_bucket(self, name: str) -> None:
+        self.call("delete_bucket", name=name)
+
+    def deny_bucket_iam_changes(self, denied: bool = True) -> None:
+        self.call("deny_bucket_iam_changes", denied=denied)
+
     def clear_faults(self) -> None:
         self.call("clear_faults")
 

@@ -17,6 +17,7 @@ class EmulatorRecord(BaseModel):
     secrets_api: str = ""  # Secret Manager's REST root (http://host:port/v1), as a startup script reads it
     storage_api: str = ""  # Cloud Storage's root (http://host:port): downloads from the simulated buckets
     compute_api: str = ""  # Compute Engine's root (http://host:port): the network the preflight reads
+    buckets_api: str = ""  # Cloud Storage's root for the bucket calls the preflight makes ("": an older emulator)
     pid: int
     started: float  # the process's create time, as psutil reports it
 

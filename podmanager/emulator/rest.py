@@ -87,6 +87,9 @@ def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...]
         def do_PATCH(self) -> None:  # noqa: N802
             self._answer()
 
+        def do_PUT(self) -> None:  # noqa: N802
+            self._answer()
+
         def do_DELETE(self) -> None:  # noqa: N802
             self._answer()
 

@@ -95,9 +95,10 @@ class Emulator:
     def serve_rest(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve the REST routes a VM's startup script uses on one port, returned: Secret Manager's
         access (`secrets_api`: its /v1) and Cloud Storage's downloads (`storage_api`: its root);
-        and Compute Engine's network calls the preflight makes (`compute_api`: its root)."""
+        and Compute Engine's network calls and Cloud Storage's bucket calls the preflight makes
+        (`compute_api`, `storage_api`: its root)."""
         self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
-                                                request_routes=[self.compute])
+                                                request_routes=[self.compute, storage.BucketApi(self.sim)])
         self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
         return self.rest_port
 
@@ -156,7 +157,8 @@ class Emulator:
 def _write_record(project: str, address: str, rest_root: str) -> None:
     me = psutil.Process()
     record = emulator_record.EmulatorRecord(project=project, address=address, secrets_api=f"{rest_root}/v1",
-                                            storage_api=rest_root, compute_api=rest_root, pid=me.pid, started=me.create_time())
+                                            storage_api=rest_root, compute_api=rest_root, buckets_api=rest_root,
+                                            pid=me.pid, started=me.create_time())
     write_atomic(emulator_record.record_path(project), record.model_dump_json())
 
 

@@ -535,7 +535,7 @@ class TpuEmulator:
 
 
 _SIM_CONTROLS = frozenset({"inject_create_fault", "inject_quota", "inject_transient", "deny_secret_reads",
-                           "deny_firewall_changes",
+                           "deny_firewall_changes", "create_bucket", "delete_bucket", "deny_bucket_iam_changes",
                            "clear_faults", "preempt",
                            "preempt_slice_later", "degrade_slice_later", "maintain_slice_later", "repair",
                            "schedule_maintenance", "terminate", "configure_cluster"})

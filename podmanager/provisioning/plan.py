@@ -8,10 +8,13 @@ go is deleted in this pass and created in a later one, after the delete finished
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
 from podmanager.cloud.base import (
+    BOOT_LABEL,
     BOUNDED_WAIT_S,
     CLUSTER_LABEL,
     SLICE_LABEL,
@@ -26,7 +29,7 @@ from podmanager.cloud.base import (
     decide_queued,
 )
 from podmanager.core.network_names import cluster_tag
-from podmanager.core.spec import ClusterSpec, NetworkSpec
+from podmanager.core.spec import ClusterSpec, NetworkSpec, SliceSpec
 
 
 @dataclass(frozen=True)
@@ -93,11 +96,20 @@ def node_network(network: NetworkSpec | None, cluster: str) -> NodeNetwork:
                        service_account=network.service_account or "", scopes=tuple(network.scopes), tags=tags)
 
 
+def boot_settings(spec: ClusterSpec, slice_spec: SliceSpec) -> str:
+    """A short hash of what a slice's VMs boot with: the spec's `boot:` section and its
+    runtime_version (a label value: lowercase hex)."""
+    text = json.dumps({"boot": spec.boot.model_dump(mode="json"), "runtime_version": slice_spec.runtime_version},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None) -> list[DesiredSlice]:
     out = []
     network = node_network(spec.network, spec.name)
     for instance in spec.slice_list():
-        labels = {**instance.spec.labels, CLUSTER_LABEL: spec.name, SLICE_LABEL: str(instance.index)}
+        labels = {**instance.spec.labels, CLUSTER_LABEL: spec.name, SLICE_LABEL: str(instance.index),
+                  BOOT_LABEL: boot_settings(spec, instance.spec)}
         request = NodeRequest(
             accelerator_type=instance.accelerator.name,
             runtime_version=instance.spec.runtime_version,
@@ -218,8 +230,8 @@ class SliceChange:
     # The spec asks for it (a slice dropped or changed), not the cloud (a dead node): a
     # run on this slice would lose it to the edit, not to a preemption.
     edited: bool = False
-    # A READY slice whose hosts failed to boot: `up` deletes it before it converges (which
-    # sees only the node's state) and creates it again.
+    # A READY slice whose hosts failed to boot, or that booted with other boot settings: `up`
+    # deletes it before it converges (which sees only the node's state) and creates it again.
     failed_boot: bool = False
 
     def as_dict(self) -> dict[str, object]:
@@ -262,8 +274,12 @@ def changes(desired: list[DesiredSlice], observed: Observed,
                               f"{accelerator}", edited=True))
         elif decide(node) is Decision.REPLACE:
             out.append(change("replace", node.zone, f"node is {node.state.value}"))
-        elif want.index in failed_boots:
+        elif want.index in failed_boots:  # said first: it is why the slice is no use now
             out.append(change("replace", node.zone, failed_boots[want.index], failed_boot=True))
+        elif _boot_changed(node, want):
+            out.append(change("replace", node.zone, "boot settings changed (the spec's boot: section or "
+                              "runtime_version); a VM runs its startup script only at boot", edited=True,
+                              failed_boot=True))
         elif decide(node) is Decision.WAIT_BOUNDED:
             out.append(change("keep", node.zone, f"{condition(node)}; replaced if not back within "
                               f"{BOUNDED_WAIT_S:.0f}s"))
@@ -279,6 +295,13 @@ def changes(desired: list[DesiredSlice], observed: Observed,
             out.append(SliceChange("delete", qr.node_name, int(index) if index and index.isdigit() else None, "",
                                    qr.zone, "not in the spec (a queued resource)", edited=True))
     return sorted(out, key=lambda c: (c.slice_index is None, c.slice_index or 0, c.node))
+
+
+def _boot_changed(node: Node, want: DesiredSlice) -> bool:
+    """The node booted with other boot settings than the spec's (a node made before the label
+    existed carries none: nothing is known, so nothing is replaced)."""
+    recorded = node.labels.get(BOOT_LABEL)
+    return recorded is not None and recorded != want.request.labels.get(BOOT_LABEL)
 
 
 def describe_changes(found: list[SliceChange]) -> str:

@@ -6,7 +6,8 @@ uv reads neither pip's configuration nor, by default, the machine's certificate 
 behind a proxy with its own CA, or with a private index set up for pip, uv alone fails
 (`invalid peer certificate: UnknownIssuer`) where pip works. So uv is given:
 - the system certificate store (`UV_SYSTEM_CERTS`; `UV_NATIVE_TLS`, its older name);
-- pip's `index-url` as `UV_DEFAULT_INDEX`, its `extra-index-url`s as `UV_INDEX`, its
+- pip's `index-url` as `UV_DEFAULT_INDEX`, its `extra-index-url`s as `UV_INDEX` (with
+  `UV_INDEX_STRATEGY=unsafe-best-match`: pip, unlike uv, picks from every index alike), its
   `find-links` as `UV_FIND_LINKS`, its `cert` as `SSL_CERT_FILE`, from `PIP_*` variables or
   pip's configuration files, as pip reads them.
 A setting already made for uv itself is left as it is.
@@ -88,6 +89,10 @@ def uv_settings(environ: Mapping[str, str], files: Optional[List[Path]] = None) 
         if not any(environ.get(name) for name in already):
             separator = _LIST_SEPARATOR.get(key)
             out[target] = separator.join(value.split()) if separator else value
+    if "UV_INDEX" in out and not environ.get("UV_INDEX_STRATEGY"):
+        # pip takes the best version from all its indexes; uv, only from the first one that has
+        # the package (ray found on an extra index without the pinned version: unresolvable).
+        out["UV_INDEX_STRATEGY"] = "unsafe-best-match"
     return out
 
 

@@ -22,7 +22,7 @@ from podmanager.state.run_records import RunRecord, RunStore
 runner = CliRunner()
 
 
-def spec_text(count: int = 2, accelerator: str = "v4-8") -> str:
+def spec_text(count: int = 2, accelerator: str = "v4-8", boot: str = "") -> str:
     return f"""
 name: edits
 zones: [zone-a]
@@ -33,12 +33,12 @@ simulation:
   create_latency_s: 0.01
   delete_latency_s: 0.01
   boot_hosts: false
-"""
+""" + (f"boot: {boot}\n" if boot else "")
 
 
-def up(tmp_path, *extra, count: int = 2, accelerator: str = "v4-8"):
+def up(tmp_path, *extra, count: int = 2, accelerator: str = "v4-8", boot: str = ""):
     path = tmp_path / f"spec-{count}-{accelerator}.yaml"
-    path.write_text(spec_text(count, accelerator))
+    path.write_text(spec_text(count, accelerator, boot))
     return runner.invoke(app, ["up", "-f", str(path), "--dry-run", *extra], prog_name="podmanager")
 
 
@@ -153,6 +153,50 @@ def test_a_ready_slice_whose_host_failed_to_boot_is_replaced_and_the_others_kept
     assert [(c.kind, c.slice_index, c.failed_boot) for c in planned] == [("keep", 0, False), ("replace", 1, True)]
     assert describe_changes(planned) == ("replace slice 1 (v4-8, worker 0 failed to boot: download x failed); "
                                          "keep slice 0 (v4-8, READY)")
+
+
+def test_a_ready_slice_booted_with_other_boot_settings_is_replaced_one_without_the_label_kept():
+    def spec(**boot):
+        return parse_spec({"name": "p", "backend": "simulated", "zones": ["z"], "boot": boot,
+                           "slices": [{"accelerator": "v4-8", "count": 3}]})
+
+    booted = desired_slices(spec(packages=["orbax-checkpoint==0.11.0"]))
+    ready = [Node(f"p-s{i}", "z", "v4-8", NodeState.READY, dict(booted[i].request.labels)) for i in range(2)]
+    ready.append(Node("p-s2", "z", "v4-8", NodeState.READY, {CLUSTER_LABEL: "p", SLICE_LABEL: "2"}))  # older podmanager
+
+    assert [c.kind for c in changes(booted, Observed(nodes=ready))] == ["keep"] * 3
+    edited = changes(desired_slices(spec(packages=["orbax-checkpoint==0.11.1"])), Observed(nodes=ready))
+    assert [(c.kind, c.slice_index, c.edited, c.failed_boot) for c in edited] == [
+        ("replace", 0, True, True), ("replace", 1, True, True), ("keep", 2, False, False)]
+    assert "boot settings changed" in edited[0].reason
+    # A slice whose host failed to boot says so, whatever else changed (the spec's fix, often).
+    fixed = changes(desired_slices(spec(packages=["orbax-checkpoint==0.11.1"])), Observed(nodes=ready),
+                    {0: "worker 0 failed to boot: download x failed"})
+    assert (fixed[0].kind, fixed[0].reason, fixed[0].failed_boot) == (
+        "replace", "worker 0 failed to boot: download x failed", True)
+    # Other edits leave the boot settings as they were; another runtime_version does not.
+    assert desired_slices(spec(packages=["orbax-checkpoint==0.11.0"]))[0].request.labels == booted[0].request.labels
+    other_image = parse_spec({"name": "p", "backend": "simulated", "zones": ["z"],
+                              "boot": {"packages": ["orbax-checkpoint==0.11.0"]},
+                              "slices": [{"accelerator": "v4-8", "count": 3, "runtime_version": "tpu-vm-base"}]})
+    assert desired_slices(other_image)[0].request.labels != booted[0].request.labels
+
+
+def test_an_edit_of_boot_packages_makes_the_next_up_replace_the_ready_slices(tmp_path):
+    assert up(tmp_path, count=2, boot="{packages: [six==1.16.0]}").exit_code == 0
+    made = {n.name: n.create_time for n in sim_nodes("podmanager-sim")}
+
+    same = up(tmp_path, count=2, boot="{packages: [six==1.16.0]}")
+    assert "plan for edits: keep slices 0-1 (v4-8, READY)" in same.output
+
+    edited = up(tmp_path, "--json", count=2, boot="{packages: [six==1.17.0]}")
+    assert edited.exit_code == 0, edited.output
+    report = json.loads(edited.stdout)
+    assert [(c["kind"], c["slice"], c["edited"]) for c in report["plan"]["changes"]] == [
+        ("replace", 0, True), ("replace", 1, True)]
+    assert all("boot settings changed" in c["reason"] for c in report["plan"]["changes"])
+    again = {n.name: n.create_time for n in sim_nodes("podmanager-sim")}
+    assert sorted(again) == sorted(made) and all(again[name] != made[name] for name in made)
 
 
 def test_the_api_refuses_with_a_spec_error(tmp_path):

@@ -24,6 +24,7 @@ from google.type import expr_pb2
 
 from podmanager.cloud import errors
 from podmanager.cloud.gcp.secrets import ACCESSOR_ROLE, SecretAccess, TokenSecrets
+from podmanager.controller import boot_lock
 from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.controller.head import HeadStart, HeadState
 from podmanager.core.clock import FakeClock
@@ -39,6 +40,12 @@ TOKEN = "tok-3c5e7a9b1d2f4a6c8e0b2d4f6a8c0e1b"
 SECRET = f"projects/{NUMBER}/secrets/podmanager-demo-ray-token"
 DEFAULT_ACCOUNT = f"serviceAccount:{NUMBER}-compute@developer.gserviceaccount.com"
 VMS = "tpu-vms@my-project.iam.gserviceaccount.com"
+
+
+@pytest.fixture(autouse=True)
+def offline_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No package index here: the VMs' lock is a fixed one (tests/test_boot_lock.py compiles real ones)."""
+    monkeypatch.setattr(boot_lock, "compile_lock", lambda requirements, **_: "six==1.16.0\n")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from podmanager.controller import boot_lock
 from podmanager.controller.software import controller_versions
 from podmanager.controller.staging import resolve_software, stage_root, stage_wheel
 from podmanager.controller.wheel import wheel_version
@@ -30,6 +31,20 @@ BUCKET = "boot-bucket"
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path / "home"))
     return tmp_path / "home"
+
+
+@pytest.fixture(autouse=True)
+def compiled(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """No package index here: each compile of the VMs' lock is recorded and answers a fixed lock
+    (tests/test_boot_lock.py compiles real ones)."""
+    asked: list[dict[str, object]] = []
+
+    def compile_lock(requirements: list[str], **options: object) -> str:
+        asked.append({"requirements": requirements, **options})
+        return "six==1.16.0\n"
+
+    monkeypatch.setattr(boot_lock, "compile_lock", compile_lock)
+    return asked
 
 
 def a_wheel(folder: Path, version: str = "0.2.0", content: bytes = b"a wheel") -> Path:
@@ -97,6 +112,29 @@ def test_resolving_a_dry_runs_software_builds_and_stages_the_running_podmanager(
     assert software.pinned_requirements()[1] == f"jax=={running.jax}"  # a dry run's chips are CPU devices
     assert software.packages == ("optax==0.2.4",)
     assert resolve_software(spec) == software  # the same tree: the same wheel, nothing new
+
+
+def test_a_real_vms_environment_is_locked_once_for_the_tpu_platform_and_reused(
+        compiled: list[dict[str, object]]) -> None:
+    spec = parse_spec({**GCP, "boot": {"podmanager": "0.2.0", "packages": ["orbax-checkpoint"]}})
+    first = resolve_software(spec)
+    again = resolve_software(spec)  # a later `up`, a recovery: the same lock, not resolved again
+
+    assert first.lock == again.lock == "six==1.16.0\n"
+    [asked] = compiled
+    assert asked["platform"] == boot_lock.TPU_VM_PLATFORM and asked["python"] == first.python
+    assert asked["requirements"] == ["podmanager==0.2.0", f"ray[default]=={first.ray}", f"jax[tpu]=={first.jax}",
+                                     "orbax-checkpoint"]
+    edited = resolve_software(parse_spec({**GCP, "boot": {"podmanager": "0.2.0", "packages": ["orbax-checkpoint<1"]}}))
+    assert len(compiled) == 2 and edited.install_key() != first.install_key()
+
+
+def test_simulated_vms_that_start_from_the_controllers_environment_get_no_lock(
+        compiled: list[dict[str, object]]) -> None:
+    assert resolve_software(parse_spec({**SIMULATED, "boot": {"podmanager": "0.2.0"}})).lock == ""
+    bare = resolve_software(parse_spec({**SIMULATED, "boot": {"podmanager": "0.2.0"},
+                                        "simulation": {"vm_image": "bare"}}))
+    assert bare.lock and compiled[0]["platform"] is None  # this machine's platform
 
 
 def test_a_version_or_a_url_is_installed_as_given_and_nothing_is_staged(home: Path) -> None:

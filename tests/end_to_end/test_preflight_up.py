@@ -62,3 +62,18 @@ def test_up_from_the_command_line_without_external_ips_exits_2_and_creates_nothi
     with EmulatorControl(launcher.running(PROJECT).address) as control:
         assert control.all_nodes() == [] and control.all_queued_resources() == []
         assert control.requests("CreateNode", "CreateQueuedResource", "compute.firewalls.insert") == []
+
+
+def test_up_with_a_checkpoint_bucket_that_does_not_exist_exits_2_naming_it_and_creates_nothing(tmp_path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec("nobucket", checkpoints="gs://no-such-ckpt/runs")))
+
+    finished = subprocess.run([sys.executable, "-m", "podmanager", "up", "-f", str(path), "--dry-run"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=150)
+
+    said = finished.stdout + finished.stderr
+    assert finished.returncode == 2, said
+    assert "checkpoints: bucket no-such-ckpt does not exist" in said and "gcloud storage buckets create" in said
+    with EmulatorControl(launcher.running(PROJECT).address) as control:
+        assert [n for n in control.all_nodes() if n.cluster == "nobucket"] == []
+        assert control.requests("CreateNode", "CreateQueuedResource", "compute.firewalls.insert") == []

@@ -33,7 +33,10 @@ QUEUED = desired_slices(parse_spec({"name": "c", "backend": "simulated", "zones"
 
 def test_desired_slices_have_stable_names_and_labels():
     assert [d.node_name for d in DESIRED] == ["c-s0", "c-s1"]
-    assert DESIRED[1].request.labels == {"podmanager-cluster": "c", "podmanager-slice": "1"}
+    labels = DESIRED[1].request.labels
+    assert {k: v for k, v in labels.items() if k != "podmanager-boot"} == {"podmanager-cluster": "c",
+                                                                             "podmanager-slice": "1"}
+    assert labels["podmanager-boot"] == DESIRED[0].request.labels["podmanager-boot"]  # one boot, every slice
 
 
 def test_empty_cloud_creates_every_slice_in_the_first_zone():

@@ -8,10 +8,11 @@ import zipfile
 from pathlib import Path
 
 
-def build_wheel(folder: Path, name: str, version: str, source: str) -> Path:
+def build_wheel(folder: Path, name: str, version: str, source: str, requires: tuple[str, ...] = ()) -> Path:
     """A pure-Python wheel written by hand (a wheel is a zip with its metadata and RECORD)."""
+    depends = "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {f"{name}/__init__.py": source,
-             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{depends}",
              f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
                                                    "Tag: py3-none-any\n"}
     record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"

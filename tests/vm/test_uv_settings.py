@@ -33,7 +33,9 @@ def test_pips_variables_become_uvs() -> None:
                "PIP_FIND_LINKS": "/w1 /w2", "PIP_CERT": "/etc/proxy ca.pem"}
     assert uv_settings(environ, files=[]) == {
         **CERTS, "UV_DEFAULT_INDEX": "https://mirror/simple", "UV_INDEX": "https://a/simple https://b/simple",
-        "UV_FIND_LINKS": "/w1,/w2", "SSL_CERT_FILE": "/etc/proxy ca.pem"}
+        "UV_INDEX_STRATEGY": "unsafe-best-match", "UV_FIND_LINKS": "/w1,/w2", "SSL_CERT_FILE": "/etc/proxy ca.pem"}
+    # pip takes a version from any of its indexes; told otherwise for uv, that is kept.
+    assert "UV_INDEX_STRATEGY" not in uv_settings({**environ, "UV_INDEX_STRATEGY": "first-index"}, files=[])
 
 
 def test_pips_files_are_read_as_pip_reads_them(tmp_path: Path) -> None:
@@ -45,7 +47,7 @@ def test_pips_files_are_read_as_pip_reads_them(tmp_path: Path) -> None:
     settings = uv_settings({}, files=[system, user, broken, tmp_path / "missing.conf"])
     # A later file over an earlier, [install] over [global], a broken or missing file skipped.
     assert settings == {**CERTS, "UV_DEFAULT_INDEX": "https://user/simple", "SSL_CERT_FILE": "/ca.pem",
-                        "UV_INDEX": "https://x/simple https://y/simple"}
+                        "UV_INDEX": "https://x/simple https://y/simple", "UV_INDEX_STRATEGY": "unsafe-best-match"}
     # A PIP_* variable over every file.
     assert uv_settings({"PIP_INDEX_URL": "https://env/simple"}, files=[system, user])["UV_DEFAULT_INDEX"] \
         == "https://env/simple"

@@ -1,7 +1,7 @@
 """Compute Engine's network side through `google-cloud-compute`, as typed records
-(`cloud/network.py`): networks, subnetworks, firewall rules (read, created, deleted) and Cloud
-Routers with their NAT. What the preflight of `up` reads and the rules it makes. `ComputeClients`
-holds what the VMs' client (`instances.py`) shares with it.
+(`cloud/network.py`): the project's default service account, networks, subnetworks, firewall
+rules (read, created, deleted) and Cloud Routers with their NAT. What the preflight of `up` reads
+and the rules it makes. `ComputeClients` holds what the VMs' client (`instances.py`) shares with it.
 
 The client speaks REST. Against a dry run's emulator it takes the emulator's root as its
 endpoint and anonymous credentials; on Google Cloud, Application Default Credentials. Every
@@ -140,6 +140,7 @@ class ComputeNetworks(ComputeClients):
         self._firewalls = compute_v1.FirewallsClient(**self.options)
         self._routers = compute_v1.RoutersClient(**self.options)
         self._operations = compute_v1.GlobalOperationsClient(**self.options)
+        self._projects = compute_v1.ProjectsClient(**self.options)
 
     def in_project(self, project: str) -> ComputeNetworks:
         """The same clients on another project's resources (a Shared VPC's host project)."""
@@ -148,9 +149,14 @@ class ComputeNetworks(ComputeClients):
         return other
 
     def clients(self) -> tuple[Any, ...]:
-        return self._networks, self._subnetworks, self._firewalls, self._routers, self._operations
+        return self._networks, self._subnetworks, self._firewalls, self._routers, self._operations, self._projects
 
     # ------------------------------------------------------------------ reads
+
+    def default_service_account(self) -> str:
+        """The account the project's VMs run as unless told otherwise (PROJECT_NUMBER-compute@...)."""
+        message = self._call("get project", self._projects.get, project=self.project)
+        return message.default_service_account
 
     def network(self, name: str) -> Network:
         message = self._call(f"get network {name}", self._networks.get, project=self.project, network=name)

@@ -38,6 +38,7 @@ from podmanager.core.clock import Clock, RealClock
 from podmanager.core.fault_text import DEFAULT_MAINTENANCE_S, DEFAULT_QUOTA, DEFAULT_TIMES, DEGRADED_HEALTH
 from podmanager.core.spec import Capacity
 from podmanager.emulator.sim.compute import SimCompute
+from podmanager.emulator.sim.storage import SimStorage
 from podmanager.emulator.sim.records import (
     CLUSTER_LABEL,
     SLICE_LABEL,
@@ -196,6 +197,33 @@ class SimCloud:
             finally:
                 if project.changed:
                     self._touch()
+
+    @contextlib.contextmanager
+    def storage(self) -> Iterator[SimStorage]:
+        """The project's Cloud Storage buckets and their IAM policies (`sim/storage.py`), held
+        under the cloud's lock; what it changed is saved with the rest of the state."""
+        with self._transaction() as state:
+            project = SimStorage(state.storage, self.project)
+            try:
+                yield project
+            finally:
+                if project.changed:
+                    self._touch()
+
+    def create_bucket(self, name: str) -> None:
+        """A bucket made in the project (by hand, as a user would before `up`)."""
+        with self.storage() as storage:
+            storage.create_bucket(name)
+
+    def delete_bucket(self, name: str) -> None:
+        with self.storage() as storage:
+            storage.delete_bucket(name)
+
+    def deny_bucket_iam_changes(self, denied: bool = True) -> None:
+        """Cloud Storage refuses (403) to change a bucket's IAM policy: the caller lacks
+        storage.buckets.setIamPolicy (a bucket of another team, a narrow role)."""
+        with self.storage() as storage:
+            storage.deny_iam_changes(denied)
 
     def node_record(self, zone: str, node_id: str) -> NodeRecord | None:
         """A copy of one node's record as it is now (what a VM's metadata server reads)."""

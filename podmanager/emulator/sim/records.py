@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 from podmanager.cloud.base import Node, NodeNetwork, NodeRequest, NodeState, QueuedResource, QueuedResourceState
 from podmanager.cloud.instances import Instance
+from podmanager.cloud.buckets import BucketPolicy
 from podmanager.cloud.network import FirewallRule, Network, Router, Subnetwork
 from podmanager.core.spec import Capacity
 
@@ -174,6 +175,14 @@ class ComputeState(BaseModel):
     seeded: bool = False  # the new project's network and rules are made
 
 
+class StorageState(BaseModel):
+    """The project's Cloud Storage buckets and their IAM policies: see `sim/storage.py`."""
+
+    buckets: dict[str, BucketPolicy] = Field(default_factory=dict)  # name -> its IAM policy
+    iam_changes_denied: bool = False  # the caller may not change a bucket's IAM policy (403)
+    seeded: bool = False  # the dry run's stage bucket is made
+
+
 class SimState(BaseModel):
     seq: int = 0
     timings: dict[str, ClusterSimulation] = Field(default_factory=dict)  # cluster -> its latencies and image
@@ -182,3 +191,4 @@ class SimState(BaseModel):
     operations: dict[str, OperationRecord] = Field(default_factory=dict)  # operation name -> its outcome
     faults: Faults = Field(default_factory=Faults)
     compute: ComputeState = Field(default_factory=ComputeState)
+    storage: StorageState = Field(default_factory=StorageState)

@@ -1,0 +1,87 @@
+"""The TPU VMs' whole environment, resolved once: every package podmanager, Ray, JAX and
+`boot.packages` pull in, pinned by `uv pip compile` against the controller's Python (and, for
+real VMs, the TPU VMs' platform), so a slice booted weeks later installs exactly what its
+siblings did, whatever the index has gained since.
+
+The lock is compiled the first time `up` needs it and kept in `$PODMANAGER_HOME/locks/`, named
+by what it resolved (`Software.install_key` and the platform): later `up`s and recoveries of the
+same software reuse it, and an edit of `boot:` (or a new podmanager) makes a new one. The
+startup script carries it and installs with it as uv's constraints (`--constraint`). podmanager's
+own line is left out: the VMs install the wheel (or version) `boot.podmanager` names.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from podmanager.controller.software import Software
+from podmanager.core import paths
+from podmanager.core.errors import SpecError
+from podmanager.core.files import write_atomic
+from podmanager.vm.uv_settings import uv_argv, uv_env
+
+TPU_VM_PLATFORM = "x86_64-unknown-linux-gnu"  # Cloud TPU VMs: x86-64 Linux (manylinux_2_28 wheels)
+_OWN_LINE = re.compile(r"^podmanager(\s|@|=|\[|$)", re.IGNORECASE)
+
+
+def lock_inputs(software: Software, wheel: Path | None) -> list[str]:
+    """What the lock resolves: Ray and JAX at the controller's versions, `boot.packages`, and
+    podmanager (its local wheel, the release, or a wheel's https URL) for its dependencies."""
+    source = software.podmanager_source
+    if wheel is not None:
+        own = [str(wheel)]
+    elif source.startswith(("https://", "http://")) or source.startswith("podmanager=="):
+        own = [source]
+    else:  # a gs:// wheel uv cannot read: its dependencies resolve with the VM's install
+        own = []
+    return [*own, *software.pinned_requirements(), *software.packages]
+
+
+def compile_lock(requirements: list[str], *, python: str, platform: str | None,
+                 environ: Mapping[str, str] | None = None) -> str:
+    """`uv pip compile` of `requirements` for `python` (and `platform`; None: this machine's),
+    with uv set up as pip reaches the index (`vm/uv_settings.py`); podmanager's own line left
+    out. SpecError with uv's own last lines if it cannot be resolved."""
+    with tempfile.TemporaryDirectory(prefix="pm-lock-") as folder:
+        inputs = Path(folder) / "requirements.in"
+        inputs.write_text("".join(f"{r}\n" for r in requirements))
+        platform_args = ["--python-platform", platform] if platform else []
+        done = subprocess.run(
+            uv_argv(["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python-version", python,
+                     *platform_args, str(inputs)]),
+            env=uv_env(os.environ if environ is None else environ), capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        last = "\n".join(done.stderr.strip().splitlines()[-12:])
+        raise SpecError(f"boot.packages: the TPU VMs' environment ({', '.join(requirements)}) cannot be resolved "
+                        f"for Python {python}:\n{last}",
+                        hint="fix or remove the boot.packages entry uv names, or make the package index reachable")
+    return "".join(line + "\n" for line in done.stdout.splitlines() if line.strip() and not _left_out(line))
+
+
+def _left_out(line: str) -> bool:
+    """A comment, podmanager itself, or a file on this machine (its wheel): no constraint for a VM."""
+    return line.startswith(("#", "/", "file:")) or bool(_OWN_LINE.match(line))
+
+
+def cached_lock(key: str, requirements: list[str], *, python: str, platform: str | None,
+                environ: Mapping[str, str] | None = None) -> str:
+    """The lock named `key`, compiled the first time it is asked for and read ever after."""
+    path = paths.locks_dir() / f"{key}.txt"
+    if path.is_file():
+        return path.read_text()
+    text = compile_lock(requirements, python=python, platform=platform, environ=environ)
+    write_atomic(path, text.encode())
+    return text
+
+
+def lock_for(software: Software, wheel: Path | None, *, simulated: bool) -> str:
+    """The lock every VM installs `software` with: a real VM's for the TPU VMs' platform, a
+    simulated one's for this machine."""
+    platform = None if simulated else TPU_VM_PLATFORM
+    key = f"{software.install_key()}-{'local' if simulated else 'tpu'}"
+    return cached_lock(key, lock_inputs(software, wheel), python=software.python, platform=platform)
