@@ -10,15 +10,18 @@ from podmanager.api import run_handle as runs_api
 from podmanager.api.cluster import Cluster
 from podmanager.api.run_handle import RunHandle
 from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.supervision.ledger import RunResult
+from podmanager.state.run_results import RunResult
+
+PROGRAM = Workload(command=["true"])  # a record names what its run runs
 
 SPEC = {"name": "c", "backend": "simulated", "zones": ["sim-zone-a"], "slices": [{"accelerator": "v4-8", "count": 2}]}
 
 
 def start(runs: RunStore, run_id: str, slice_index: int) -> RunRecord:
-    return runs.create(RunRecord(run_id=run_id, cluster="c", workload={}, slices=[slice_index], budgets={},
+    return runs.create(RunRecord(run_id=run_id, cluster="c", workload=PROGRAM, slices=[slice_index], budgets={},
                                  checkpoint_dir=None, status="running"))
 
 
@@ -26,8 +29,7 @@ def finish(runs: RunStore, run_id: str) -> None:
     run = runs.get(run_id)
     assert run is not None
     run.status = "succeeded"
-    run.result = RunResult(run_id=run_id, cluster="c", status="succeeded", message="done", hosts=[], metrics={},
-                           attempts=1).as_dict()
+    run.result = RunResult(run_id=run_id, cluster="c", status="succeeded", message="done", hosts=[], attempts=1)
     runs.save(run)
 
 

@@ -27,6 +27,9 @@ from podmanager.core.workload import Workload
 from podmanager.runtime import Checkpointer
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_results import RunResult
+
+PROGRAM = Workload(command=["true"])  # a record names what its run runs
 
 SPEC = {"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
 
@@ -63,7 +66,7 @@ def test_events_and_runs_of_an_unknown_name_exit_2_and_of_a_torn_down_cluster_sh
     assert invoke("runs", "-c", "nope").exit_code == 2
     store = StateStore()
     store.add_event("gone", "up", "1 slice(s) on simulated")  # the cluster record went with `down`
-    RunStore().create(RunRecord("gone-run", "gone", {}, [0], {}, None, status="succeeded"))
+    RunStore().create(RunRecord("gone-run", "gone", PROGRAM, [0], {}, None, status="succeeded"))
     events = invoke("events", "-c", "gone")
     assert events.exit_code == 0 and "1 slice(s) on simulated" in events.output
     runs = invoke("runs", "-c", "gone")
@@ -75,8 +78,8 @@ def test_events_and_runs_of_an_unknown_name_exit_2_and_of_a_torn_down_cluster_sh
 @pytest.mark.ray  # starts a podmanager process
 def test_logs_of_a_run_just_submitted_is_no_error_and_the_latest_is_named(monkeypatch):
     monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: SimpleNamespace(name="c"))
-    RunStore().create(RunRecord("older", "c", {}, [0], {}, None, status="succeeded", created_at=1.0))
-    RunStore().create(RunRecord("fresh", "c", {}, [0], {}, None, status="starting", created_at=2.0))
+    RunStore().create(RunRecord("older", "c", PROGRAM, [0], {}, None, status="succeeded", created_at=1.0))
+    RunStore().create(RunRecord("fresh", "c", PROGRAM, [0], {}, None, status="starting", created_at=2.0))
     assert invoke("logs", "-c", "c", "--run", "fresh").exit_code == 0  # its supervisor has made no folder yet
     latest = subprocess.run([sys.executable, "-m", "podmanager", "logs", "-c", "c"], capture_output=True, text=True,
                             timeout=60)
@@ -94,14 +97,13 @@ def test_a_checkpoint_folder_that_cannot_be_one_is_refused_at_submit_and_fails_e
 
 def test_a_followed_run_shows_an_event_before_the_output_written_after_it(tmp_path):
     runs, store = RunStore(), StateStore()
-    runs.create(RunRecord("r", "c", {}, [0], {}, None, status="succeeded", result=None))
+    runs.create(RunRecord("r", "c", PROGRAM, [0], {}, None, status="succeeded", result=None))
     store.add_event("c", "run_submitted", "run r submitted", run_id="r")
     store.add_event("c", "attempt_started", "attempt 0 on 1 host(s)", run_id="r")
     handle = RunHandle("c", "r", runs=runs, store=store)
     handle.folder.append(HostRef(0, 0), b"hello from the program\n")
     record = runs.get("r")
-    record.result = {"run_id": "r", "cluster": "c", "status": "succeeded", "message": "", "hosts": [],
-                     "metrics": {}, "attempts": 1, "attempt_log": []}
+    record.result = RunResult.without_attempts("r", "c", "succeeded", "", attempts=1)
     runs.save(record)
     seen: list[str] = []
     handle.follow(lambda slot, text: seen.append(text.strip()), lambda event: seen.append(event.kind))
@@ -119,7 +121,7 @@ def test_a_thousand_slices_print_a_few_lines_and_a_count():
 
 @pytest.mark.ray  # starts a podmanager process
 def test_sigterm_to_a_follower_leaves_quietly_and_the_run_goes_on():
-    RunStore().create(RunRecord("r", "c", {}, [0], {}, None, status="running"))
+    RunStore().create(RunRecord("r", "c", PROGRAM, [0], {}, None, status="running"))
     StateStore().save_cluster("c", SPEC, "simulated", "up")
     follower = subprocess.Popen([sys.executable, "-m", "podmanager", "attach", "-c", "c", "r"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
