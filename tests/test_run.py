@@ -296,7 +296,7 @@ def test_status_shows_the_monitors_view_of_the_hosts_without_loading_ray(cluster
               "from podmanager import api\n"
               "status = api.resolve_cluster('runtest').status()\n"
               "print(json.dumps({'ray_loaded': 'ray' in sys.modules,"
-              " 'hosts': [(h['slice_index'], h['worker_id'], h['state']) for h in status.hosts]}))")
+              " 'hosts': [(h.slice_index, h.worker_id, h.state) for h in status.hosts]}))")
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     seen = json.loads(shown.stdout.splitlines()[-1])
     assert seen["ray_loaded"] is False

@@ -89,8 +89,8 @@ def print_status(result: Any) -> None:
         print_table(
             "hosts",
             ["slice", "worker", "ip", "chips", "agent", "last heartbeat", "detail"],
-            [(h["slice_index"], h["worker_id"], h["ip"], h["chips"], h["state"],
-              clock_time(h["last_heartbeat"]) if h["last_heartbeat"] else None, h["detail"]) for h in result.hosts],
+            [(h.slice_index, h.worker_id, h.ip, h.chips, h.state,
+              clock_time(h.last_heartbeat) if h.last_heartbeat else None, h.detail) for h in result.hosts],
         )
 
 
