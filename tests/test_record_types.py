@@ -5,6 +5,7 @@ version before its ledger and result were typed still reads."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import importlib
 import inspect
@@ -45,6 +46,7 @@ NAMED = {
     "podmanager.vm.agent.AgentIdentity", "podmanager.controller.host_info.HostInfo",
     "podmanager.api.status.ClusterStatus", "podmanager.api.status.HostStatus",
     "podmanager.state.services.ServiceRecord", "podmanager.runtime.contract.ProgressRecord",
+    "podmanager.controller.snapshot.HostsSnapshot",
 }
 
 
@@ -76,7 +78,7 @@ def loose(annotation: Any) -> str | None:
     if annotation is dict:
         return "a bare dict"
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Callable or origin is getattr(__import__("collections.abc").abc, "Callable"):
+    if origin is collections.abc.Callable:
         return None  # a callback a process object holds, not data it hands on
     if origin is dict and Any in args:
         return "dict[..., Any]"
