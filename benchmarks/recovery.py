@@ -109,9 +109,9 @@ def main() -> None:
 
     rows = []
     for when, incident, attempt in zip(preempter.times, result.incidents, result.attempt_log[1:]):
-        phases = incident["phases"]
+        phases = incident.phases
         rows.append({
-            "detect": incident["detected_at"] - when,
+            "detect": incident.detected_at - when,
             "recover": attempt.first_step_time - when,
             "stop": phases.get("stop", 0.0),
             "delete": phases.get("delete", 0.0),
@@ -119,8 +119,8 @@ def main() -> None:
             "join": phases.get("join", 0.0),
             "swap": phases.get("swap", 0.0),
             "first_step": phases.get("first_step", 0.0),
-            "lost_steps": incident["lost_steps"],
-            "spare": bool(incident.get("swaps")),
+            "lost_steps": incident.lost_steps,
+            "spare": bool(incident.swaps),
         })
     stepping = [a for a in result.attempt_log if a.first_step_time and a.last_step_time and a.last_step > a.first_step]
     step_s = statistics.median((a.last_step_time - a.first_step_time) / (a.last_step - a.first_step) for a in stepping)
@@ -138,7 +138,7 @@ def main() -> None:
     if rows:
         print("| median | " + " | ".join(f"{statistics.median(r[c] for r in rows):.2f}" for c in columns) + " | |")
     print()
-    print(f"run: {result.attempts} attempts, {result.metrics['last_step']} steps, wall {result.wall_s:.0f} s, "
+    print(f"run: {result.attempts} attempts, {result.metrics.last_step} steps, wall {result.wall_s:.0f} s, "
           f"goodput {result.goodput:.0%}" + (f", badput {result.badput}" if getattr(result, "badput", None) else ""))
     if rows:
         lost_s = statistics.median(r["recover"] for r in rows) + statistics.median(r["lost_steps"] or 0 for r in rows) * step_s

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.api.serve import ServeOptions
     from podmanager.api.service_handle import ServiceHandle
     from podmanager.attempts.results import OutputPrinter
-    from podmanager.supervision.ledger import RunResult
+    from podmanager.state.run_results import RunResult
 
 
 class Cluster:

@@ -19,7 +19,7 @@ from podmanager.core.records import HostSlot
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
-from podmanager.supervision.ledger import RunResult
+from podmanager.state.run_results import RunResult
 
 # A name no example of the README uses (they call the user's cluster `demo`), so the demo never
 # takes over a cluster of the user's: one of this name that the demo did not make is refused.

@@ -62,7 +62,7 @@ def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[st
         if not _actor_lost(run):
             continue
         code_uri = None
-        if run.workload.get("working_dir") is not None:
+        if run.workload.working_dir is not None:
             code_uri = package.restore(package.kept_folder(runtime.name, run.run_id))
             if code_uri is None:
                 message = (f"run {run.run_id} failed: its supervisor was lost with the Ray head, and the copy of "

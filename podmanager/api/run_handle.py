@@ -21,8 +21,8 @@ from podmanager.core.records import HostRef
 from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_results import RunResult
 from podmanager.state.services import ServiceRecord, ServiceStore
-from podmanager.supervision.ledger import RunResult
 
 EventCallback = Callable[[Event], None]
 InterruptCallback = Callable[["RunHandle"], bool]
@@ -167,33 +167,32 @@ def final_result(run: RunRecord) -> RunResult:
     """A finished run's result. A run ended without one (marked cancelled by a teardown
     whose supervisor was gone) gets one that says only how it ended."""
     if run.result is not None:
-        return RunResult.from_dict(run.result)
-    return RunResult(run.run_id, run.cluster, run.status, f"run {run.run_id} {run.status}", [],
-                     {"first_step": None, "last_step": None, "first_loss": None, "last_loss": None}, run.attempt)
+        return run.result
+    return RunResult.without_attempts(run.run_id, run.cluster, run.status, f"run {run.run_id} {run.status}",
+                                      attempts=run.attempt)
 
 
 def run_summary(run: RunRecord) -> dict[str, Any]:
     """One line of `podmanager runs`: where the run is and how it went so far."""
-    result = run.result or {}
-    incidents = run.ledger.get("incidents", [])
+    incidents = run.ledger.incidents
     step = run.progress.step
-    if step is None:
-        step = (result.get("metrics") or {}).get("last_step")
+    if step is None and run.result is not None:
+        step = run.result.metrics.last_step
     return {
         "run_id": run.run_id,
         "kind": "run",
         # A replica of a service is a run of its own; this names its service.
-        "service": (run.workload.get("env") or {}).get(ENV_SERVICE_ID),
+        "service": run.workload.env.get(ENV_SERVICE_ID),
         "cluster": run.cluster,
         "status": run.status,
         "attempt": run.attempt,
         "step": step,
         "steps_per_s": run.progress.steps_per_s,
-        "goodput": result.get("goodput"),
+        "goodput": run.result.goodput if run.result is not None else None,
         "started": run.created_at,
-        "last_incident": incidents[-1]["cause"] if incidents else None,
+        "last_incident": incidents[-1].cause if incidents else None,
         # Seconds spent setting hosts up (code, requirements), over every attempt so far.
-        "setup_s": round(sum(a.get("setup_s", 0.0) for a in run.ledger.get("attempts", [])), 1),
+        "setup_s": round(sum(a.setup_s for a in run.ledger.attempts), 1),
         "warnings": list(run.warnings),
     }
 

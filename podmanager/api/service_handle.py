@@ -95,11 +95,11 @@ def replica_endings(service: ServiceRecord, runs: list[RunRecord | None]) -> dic
     """Why each ended replica's run ended: its result's message and its program's last line."""
     endings = {}
     for index, run in zip(service.slices, runs):
-        if run is None or not run.finished or not run.result:
+        if run is None or not run.finished or run.result is None:
             continue
-        text = run.result.get("message", "")
-        attempts = run.result.get("attempt_log") or []
-        lines = [line for line in (attempts[-1].get("last_lines") or []) if line.strip()] if attempts else []
+        text = run.result.message
+        attempts = run.result.attempt_log
+        lines = [line for line in attempts[-1].last_lines if line.strip()] if attempts else []
         if lines and lines[-1].strip() not in text:
             text += f" (its last line: {lines[-1].strip()})"
         endings[index] = text
@@ -108,9 +108,9 @@ def replica_endings(service: ServiceRecord, runs: list[RunRecord | None]) -> dic
 
 def replica_incidents(service: ServiceRecord, runs: list[RunRecord | None]) -> list[dict[str, Any]]:
     """Every incident of the service's replicas (from their runs' ledgers), oldest first."""
-    found = [{**incident, "replica": index} for index, run in zip(service.slices, runs) if run is not None
-             for incident in run.ledger.get("incidents", [])]
-    return sorted(found, key=lambda i: i.get("detected_at") or 0.0)
+    found = [{**incident.model_dump(mode="json"), "replica": index} for index, run in zip(service.slices, runs)
+             if run is not None for incident in run.ledger.incidents]
+    return sorted(found, key=lambda i: i["detected_at"])
 
 
 class ServiceHandle:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from pydantic import BaseModel, ConfigDict, Field
 
 from podmanager.cluster import cloud_view
 from podmanager.cluster.cluster_runtime import ClusterRuntime
-from podmanager.controller.host_info import UNREACHABLE
+from podmanager.controller.host_info import UNREACHABLE, HostInfo
 from podmanager.core import catalog
 from podmanager.core.records import RayAccess
 from podmanager.provisioning.plan import desired_slices
@@ -17,8 +15,11 @@ from podmanager.state.services import ServiceStore
 from podmanager.vm.boot_status import BootStatus
 
 
-@dataclass(frozen=True)
-class SliceStatus:
+class _Shown(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class SliceStatus(_Shown):
     index: int
     name: str
     accelerator: str
@@ -26,32 +27,34 @@ class SliceStatus:
     state: str  # the node's state, or MISSING
     hosts: int
     chips: int
-    boot: list[str] = field(default_factory=list)  # each worker's boot stage as it reported it ("" not yet)
+    boot: list[str] = Field(default_factory=list)  # each worker's boot stage as it reported it ("" not yet)
     spare: bool = False  # a hot spare: kept ready for a run that loses a slice, never worked on
 
 
-@dataclass(frozen=True)
-class ServiceEndpoint:
+class HostStatus(HostInfo):
+    """A host as `status` shows it: as last probed, with the boot stage and the software its VM reported."""
+
+    boot: str = ""
+    versions: dict[str, str] = Field(default_factory=dict)  # {"python": ..., "ray": ..., "jax": ..., "podmanager": ...}
+
+
+class ServiceEndpoint(_Shown):
     service_id: str
     endpoint: str
     slices: list[int]
 
 
-@dataclass(frozen=True)
-class ClusterStatus:
+class ClusterStatus(_Shown):
     name: str
     backend: str
     project: str
     slices: list[SliceStatus]
-    hosts: list[dict[str, Any]] = field(default_factory=list)
+    hosts: list[HostStatus] = Field(default_factory=list)
     ray: RayAccess | None = None  # where Ray users find the cluster (None before the head starts)
     hosts_observed_at: float | None = None  # unix time the hosts were probed (by the cluster's monitor, or now)
-    services: list[ServiceEndpoint] = field(default_factory=list)  # the services serving on it
+    services: list[ServiceEndpoint] = Field(default_factory=list)  # the services serving on it
     slices_observed_at: float | None = None  # unix time the cloud reported the slices (the monitor's view, or now)
     head_problem: str | None = None  # what keeps the Ray head from serving (None: live, or no head yet)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
@@ -86,14 +89,14 @@ def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:
     observed_at, found = hosts.observed_hosts() if hosts else (None, [])
     # The monitor probes the hosts from the head: with the head down its last probe is no news.
     head_problem = hosts.head_problem() if hosts and found else None
-    host_dicts = []
+    shown = []
     for host in found:
         boot = boots.get((host.node_name, host.worker_id), BootStatus())
         if head_problem is not None:
-            host = dataclasses.replace(host, healthy=False, state=UNREACHABLE, detail=head_problem)
-        host_dicts.append({**asdict(host), "boot": boot.stage, "versions": boot.versions_dict()})
-    services = [ServiceEndpoint(s.service_id, s.endpoint, s.slices)
+            host = host.model_copy(update={"healthy": False, "state": UNREACHABLE, "detail": head_problem})
+        shown.append(HostStatus(**host.model_dump(), boot=boot.stage, versions=boot.versions_dict()))
+    services = [ServiceEndpoint(service_id=s.service_id, endpoint=s.endpoint, slices=s.slices)
                 for s in ServiceStore(runtime.store.path).serving(spec.name)]
-    return ClusterStatus(spec.name, spec.backend.value, spec.project or "", slices, host_dicts,
-                         hosts.ray_access() if hosts else None, observed_at, services, view.observed_at,
-                         head_problem)
+    return ClusterStatus(name=spec.name, backend=spec.backend.value, project=spec.project or "", slices=slices,
+                         hosts=shown, ray=hosts.ray_access() if hosts else None, hosts_observed_at=observed_at,
+                         services=services, slices_observed_at=view.observed_at, head_problem=head_problem)

@@ -89,14 +89,13 @@ def end_run(runs: RunStore, run_id: str, message: str, status: str = "failed") -
     """End an unfinished run (`failed` or `cancelled`) with `message`, where no supervisor is
     left to do it; False if it had finished already."""
     from podmanager.state.run_state import Finished
-    from podmanager.supervision.ledger import RunResult
+    from podmanager.state.run_results import RunResult
 
     run = runs.get(run_id)
     if run is None or not run.active:
         return False
-    result = RunResult.without_attempts(run_id, run.cluster, status, message)
-    result.attempts = run.attempt
-    run.status, run.phase, run.result = status, Finished(), result.as_dict()
+    result = RunResult.without_attempts(run_id, run.cluster, status, message, attempts=run.attempt)
+    run.status, run.phase, run.result = status, Finished(), result
     runs.save(run)
     return True
 

@@ -22,11 +22,12 @@ from podmanager.attempts.logs import RunFolder
 from podmanager.attempts.package import zip_folder
 from podmanager.attempts.progress import combine
 from podmanager.attempts.remote import RAY, Remote
-from podmanager.attempts.results import AttemptResult, HostResult, OutputPrinter, SetupError
+from podmanager.attempts.results import OutputPrinter
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism
 from podmanager.runtime.contract import EXIT_PREEMPTED
+from podmanager.state.run_results import AttemptResult, HostResult, SetupError
 from podmanager.vm.environments import HostSetup
 
 CANCELLED = "cancelled on request"  # the reason an attempt stops when its run is cancelled
@@ -140,9 +141,9 @@ class AttemptRunner:
     def _setup_failed(self, gang: Gang, attempt: int, started: float, setup_s: float, slot: HostSlot,
                       report: HostSetup) -> AttemptResult:
         """The run cannot start: nothing was launched, no host is to blame for a failure."""
-        error = SetupError(slot.label, report.error or "setup failed", list(report.lines))
+        error = SetupError(host=slot.label, error=report.error or "setup failed", lines=list(report.lines))
         return AttemptResult(attempt=attempt, status="failed", started=started + setup_s, ended=self.clock.now(),
-                             hosts=[HostResult(h.slot.slice_index, h.slot.worker_id, None, h.lost) for h in gang.hosts],
+                             hosts=[_host_result(h, exit_code=None) for h in gang.hosts],
                              failed_host=slot.label, failure=f"setup failed: {error.error}", last_lines=error.lines,
                              setup_s=setup_s, setup_error=error)
 
@@ -168,7 +169,7 @@ class AttemptRunner:
 
     def _result(self, hosts: list[HostState], attempt: int, started: float, failed: HostState | None,
                 reason: str | None) -> AttemptResult:
-        results = [HostResult(h.slot.slice_index, h.slot.worker_id, h.exit_code, h.lost) for h in hosts]
+        results = [_host_result(h, exit_code=h.exit_code) for h in hosts]
         if failed is not None:
             status = "failed"
             failure = failed.lost or f"exited with code {failed.exit_code}"
@@ -194,3 +195,7 @@ class AttemptRunner:
             first_step_time=first.time if first else None,
             last_step_time=last.time if last else None,
         )
+
+
+def _host_result(host: HostState, *, exit_code: int | None) -> HostResult:
+    return HostResult(slice=host.slot.slice_index, worker_id=host.slot.worker_id, exit_code=exit_code, lost=host.lost)

@@ -9,17 +9,17 @@ result for a person looking in the folder; no code reads it.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import BinaryIO, Iterator
 
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.files import write_atomic
 from podmanager.core.records import HostRef, HostSlot
+from podmanager.state.run_results import RunResult
 
 RUNS = "runs"
 RESULT_FILE = "result.json"
@@ -67,10 +67,10 @@ class RunFolder:
         with open(self.path(host), "ab") as handle:
             handle.write(data)
 
-    def save_result(self, result: dict[str, Any]) -> None:
+    def save_result(self, result: RunResult) -> None:
         """`result.json`, for a person reading the folder (the record has the result too)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.folder / RESULT_FILE, json.dumps(result, indent=2))
+        write_atomic(self.folder / RESULT_FILE, result.model_dump_json(indent=2))
 
     # -------------------------------------------------------------- reading
 

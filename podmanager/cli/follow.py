@@ -30,7 +30,7 @@ def follow_run(follow: Callable[..., api.RunResult], *, all_hosts: bool, as_json
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if as_json:
-        print_json(result.as_dict())
+        print_json(result.model_dump(mode="json"))
     else:
         print_summary(result)
     if result.setup_error is not None:  # bad input (a requirement, a missing program): nothing ran

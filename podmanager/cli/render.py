@@ -8,7 +8,7 @@ import json
 import re
 from shlex import quote  # every value in a command line a person may paste
 import sys
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,6 +16,9 @@ from rich.table import Table
 
 from podmanager.core.records import HostSlot, host_label
 from podmanager.state import Event
+
+if TYPE_CHECKING:  # pydantic loads when a result is shown, not for --help
+    from podmanager.state.run_results import RunResult
 
 # Off a terminal (a pipe, a file, CI) rich would wrap at 80 columns and cut table cells: there,
 # lines never wrap and tables take the width they need.
@@ -86,8 +89,8 @@ def print_status(result: Any) -> None:
         print_table(
             "hosts",
             ["slice", "worker", "ip", "chips", "agent", "last heartbeat", "detail"],
-            [(h["slice_index"], h["worker_id"], h["ip"], h["chips"], h["state"],
-              clock_time(h["last_heartbeat"]) if h["last_heartbeat"] else None, h["detail"]) for h in result.hosts],
+            [(h.slice_index, h.worker_id, h.ip, h.chips, h.state,
+              clock_time(h.last_heartbeat) if h.last_heartbeat else None, h.detail) for h in result.hosts],
         )
 
 
@@ -114,7 +117,7 @@ def printer(all_hosts: bool, *, to_stderr: bool):
     return show
 
 
-def print_summary(result) -> None:  # type: ignore[no-untyped-def]
+def print_summary(result: RunResult) -> None:
     failed = [h for h in result.hosts if h.exit_code not in (0, None) or h.lost] if result.status == "failed" else []
     last = result.attempt_log[-1] if result.attempt_log else None
     if result.setup_error is not None:
@@ -128,16 +131,16 @@ def print_summary(result) -> None:  # type: ignore[no-untyped-def]
     console.print(f"{result.message}\n" + "; ".join(summary_figures(result)), markup=False)
     if result.incidents:
         print_table("incidents", ["attempt", "cause", "slices", "spares", "detect s", "recover s", "lost steps"],
-                    [(i["attempt"], i["cause"], ",".join(map(str, i["slices"])) or "-",
-                      ", ".join(f"{lost}->{spare}" for lost, spare in i.get("swaps") or []) or "-",
-                      _seconds(i["detect_s"]), _seconds(i["recover_s"]), i["lost_steps"]) for i in result.incidents])
+                    [(i.attempt, i.cause, ",".join(map(str, i.slices)) or "-",
+                      ", ".join(f"{lost}->{spare}" for lost, spare in i.swaps or []) or "-",
+                      _seconds(i.detect_s), _seconds(i.recover_s), i.lost_steps) for i in result.incidents])
     if failed:
         console.print("hosts that failed: " + ", ".join(host_label(h.slice, h.worker_id) for h in failed))
     console.print(f"logs: podmanager logs -c {quote(result.cluster)} --run {quote(result.run_id)}", markup=False,
                   highlight=False)
 
 
-def summary_figures(result) -> list[str]:  # type: ignore[no-untyped-def]
+def summary_figures(result: RunResult) -> list[str]:
     """The run's figures, each only when there is one: a command that reports no progress
     has no steps, loss or goodput to show."""
     figures = [f"attempts {result.attempts}, preemptions {result.preemptions}, failures {result.failures}, "
@@ -145,10 +148,10 @@ def summary_figures(result) -> list[str]:  # type: ignore[no-untyped-def]
     if result.goodput is not None:
         figures.append(f"goodput {result.goodput:.0%}")
     metrics = result.metrics
-    if metrics["last_step"] is not None:
-        figures.append(f"steps {metrics['first_step']} -> {metrics['last_step']}")
-    if metrics["last_loss"] is not None:
-        figures.append(f"loss {_number(metrics['first_loss'])} -> {_number(metrics['last_loss'])}")
+    if metrics.last_step is not None:
+        figures.append(f"steps {metrics.first_step} -> {metrics.last_step}")
+    if metrics.last_loss is not None:
+        figures.append(f"loss {_number(metrics.first_loss)} -> {_number(metrics.last_loss)}")
     return figures
 
 

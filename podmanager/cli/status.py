@@ -13,6 +13,6 @@ def status(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION)
     """Slices (and hosts) of a cluster as the cloud reports them (its monitor's view, a second old on a dry run)."""
     result = api.resolve_cluster(cluster).status()
     if as_json:
-        print_json(result.as_dict())
+        print_json(result.model_dump(mode="json"))
     else:
         print_status(result)

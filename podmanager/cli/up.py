@@ -74,7 +74,7 @@ def up(
         plans: list[api.UpPlan] = []
         status = cluster.up(timeout_s=timeout, force=force, on_plan=plans.append, on_event=_to_stderr,
                             delete_on_failure=delete_on_failure)
-        print_json({"plan": plans[-1].as_dict(), "status": status.as_dict()})
+        print_json({"plan": plans[-1].as_dict(), "status": status.model_dump(mode="json")})
         return
     with console.status(f"bringing up {cluster.name} ...") as spinner:
         feed = EventFeed(spinner)

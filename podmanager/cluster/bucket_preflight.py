@@ -16,15 +16,13 @@ then makes the bindings.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.buckets import role_for
+from podmanager.cloud.gcp.storage import BucketIam
 from podmanager.controller.staging import stage_root
 from podmanager.core.spec import ClusterSpec, PodmanagerSource
-
-if TYPE_CHECKING:
-    from podmanager.cloud.gcp.storage import BucketIam
 
 Record = Callable[..., Any]
 

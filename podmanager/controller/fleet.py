@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import ray
+from pydantic import TypeAdapter, ValidationError
 from ray.exceptions import (
     ActorDiedError,
     ActorUnavailableError,
@@ -41,6 +42,7 @@ from podmanager.core import paths
 from podmanager.core.catalog import lookup
 from podmanager.core.files import write_atomic
 from podmanager.vm.agent import AgentIdentity, HostAgent
+from podmanager.vm.probe import ProbeResult
 
 NAMESPACE = "podmanager"
 REGISTRY_FILE = "agents.json"
@@ -64,15 +66,19 @@ def _registry_path(cluster: str) -> Path:
     return paths.cluster_dir(cluster) / REGISTRY_FILE
 
 
-def registry(cluster: str) -> dict[str, dict]:
+# The registry file: agent name -> which host it is for.
+_REGISTRY = TypeAdapter(dict[str, AgentIdentity])
+
+
+def registry(cluster: str) -> dict[str, AgentIdentity]:
     try:
-        return json.loads(_registry_path(cluster).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return _REGISTRY.validate_json(_registry_path(cluster).read_bytes())
+    except (FileNotFoundError, ValidationError):  # none yet, or unreadable: no agent is expected
         return {}
 
 
-def _save_registry(cluster: str, entries: dict[str, dict]) -> None:
-    write_atomic(_registry_path(cluster), json.dumps(entries, indent=1, sort_keys=True))
+def _save_registry(cluster: str, entries: dict[str, AgentIdentity]) -> None:
+    write_atomic(_registry_path(cluster), json.dumps(_REGISTRY.dump_python(entries), indent=1, sort_keys=True))
 
 
 # ---------------------------------------------------------------- placement
@@ -97,7 +103,8 @@ def identities(cluster: str, node: Node, *, simulated: bool) -> list[AgentIdenti
     if node.slice_index is None:
         raise ValueError(f"node {node.name} has no podmanager-slice label")
     return [
-        AgentIdentity(cluster, node.slice_index, node.name, worker, accelerator.chips_per_host, simulated)
+        AgentIdentity(cluster=cluster, slice_index=node.slice_index, node_name=node.name, worker_id=worker,
+                      chips=accelerator.chips_per_host, simulated=simulated)
         for worker in range(accelerator.hosts)
     ]
 
@@ -113,7 +120,7 @@ def ensure_slice(cluster: str, node: Node, *, simulated: bool) -> bool:
     names = [agent_name(cluster, i.slice_index, i.worker_id) for i in wanted]
     known = registry(cluster)
     current = [_get_agent(n) for n in names]
-    if all(current) and all(known.get(n, {}).get("node_name") == node.name for n in names):
+    if all(current) and all(n in known and known[n].node_name == node.name for n in names):
         return False
     for handle in current:
         if handle is not None:
@@ -142,10 +149,10 @@ def ensure_slice(cluster: str, node: Node, *, simulated: bool) -> bool:
                 num_cpus=0,
                 resources={"TPU": chips},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle),
-            ).remote(identity.as_dict())
+            ).remote(identity)
         except ValueError:  # another process created it a moment ago: the name is taken
             pass
-        known[name] = identity.as_dict()
+        known[name] = identity
     _save_registry(cluster, known)
     return True
 
@@ -156,7 +163,7 @@ def remove_all(cluster: str) -> None:
         handle = _get_agent(name)
         if handle is not None:
             ray.kill(handle, no_restart=True)
-        group = _get_group(group_name(cluster, identity["slice_index"]))
+        group = _get_group(group_name(cluster, identity.slice_index))
         if group is not None:
             remove_placement_group(group)
     _registry_path(cluster).unlink(missing_ok=True)
@@ -190,8 +197,8 @@ def probe_hosts(cluster: str, timeout_s: float = 2.0) -> list[HostInfo]:
     if pending:
         ray.wait(list(pending.values()), num_returns=len(pending), timeout=timeout_s)
     out = []
-    for name, identity in sorted(entries.items(), key=lambda e: (e[1]["slice_index"], e[1]["worker_id"])):
-        ray_node = ray_hosts.get((identity["node_name"], str(identity["worker_id"])))
+    for name, identity in sorted(entries.items(), key=lambda e: (e[1].slice_index, e[1].worker_id)):
+        ray_node = ray_hosts.get((identity.node_name, str(identity.worker_id)))
         out.append(_describe(identity, ray_node, pending.get(name)))
     return out
 
@@ -219,19 +226,20 @@ def classify_failure(error: Exception | None, *, joined: bool, node_dead: bool) 
     return UNRESPONSIVE, "agent did not answer (slice not placed yet?)"
 
 
-def _describe(identity: dict, ray_node: dict | None, ref: ray.ObjectRef | None) -> HostInfo:
+def _describe(identity: AgentIdentity, ray_node: dict | None, ref: ray.ObjectRef | None) -> HostInfo:
     base = dict(
-        slice_index=identity["slice_index"],
-        node_name=identity["node_name"],
-        worker_id=identity["worker_id"],
-        chips=identity["chips"],
+        slice_index=identity.slice_index,
+        node_name=identity.node_name,
+        worker_id=identity.worker_id,
+        chips=identity.chips,
         ip=ray_node.get("NodeManagerAddress") if ray_node else None,
         ray_node_id=ray_node.get("NodeID") if ray_node else None,
     )
     error: Exception | None = None
     if ref is not None:
         try:
-            result = ray.get(ref, timeout=0)
+            # An agent of the previous version answers a dict: read alike.
+            result = ProbeResult.model_validate(ray.get(ref, timeout=0))
         except (RayActorError, GetTimeoutError) as failed:
             error = failed
             if isinstance(failed, GetTimeoutError):
@@ -240,10 +248,10 @@ def _describe(identity: dict, ray_node: dict | None, ref: ray.ObjectRef | None) 
                 except Exception:  # noqa: BLE001 - cancelling a queued probe is best effort
                     pass
         else:
-            state = HEALTHY if result["healthy"] else UNHEALTHY
-            base.update(ip=result.get("ip", base["ip"]), ray_node_id=result.get("ray_node_id", base["ray_node_id"]))
-            return HostInfo(**base, healthy=result["healthy"], last_heartbeat=result["timestamp"],
-                            detail=result["detail"], state=state)
+            state = HEALTHY if result.healthy else UNHEALTHY
+            base.update(ip=result.ip or base["ip"], ray_node_id=result.ray_node_id or base["ray_node_id"])
+            return HostInfo(**base, healthy=result.healthy, last_heartbeat=result.timestamp,
+                            detail=result.detail, state=state)
     node_dead = ray_node is not None and not ray_node.get("Alive")
     state, detail = classify_failure(error, joined=ray_node is not None, node_dead=node_dead)
     return HostInfo(**base, healthy=False, last_heartbeat=None, detail=detail, state=state)

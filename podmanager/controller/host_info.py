@@ -6,8 +6,7 @@ snapshot (snapshot.py) without importing Ray.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from pydantic import BaseModel, ConfigDict
 
 # Host states, from best to worst.
 HEALTHY = "healthy"
@@ -18,8 +17,11 @@ UNREACHABLE = "unreachable"  # ActorUnavailableError: the node stopped answering
 DEAD = "dead"  # ActorDiedError, agent gone, or its Ray node declared dead
 
 
-@dataclass(frozen=True)
-class HostInfo:
+class HostInfo(BaseModel):
+    """One host as last probed: in the monitor's snapshot (`hosts.json`) and in `status`."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")  # a snapshot of another version may say more
+
     slice_index: int
     node_name: str
     worker_id: int
@@ -35,7 +37,7 @@ class HostInfo:
 def mark_vanished(infos: list[HostInfo], gone: set[tuple[str, int]]) -> list[HostInfo]:
     """Hosts whose machine is gone, (node name, worker) in `gone`, are dead, whatever Ray says yet."""
     return [
-        dataclasses.replace(h, healthy=False, state=DEAD, detail=f"simulated VM is gone; Ray: {h.detail}")
+        h.model_copy(update={"healthy": False, "state": DEAD, "detail": f"simulated VM is gone; Ray: {h.detail}"})
         if (h.node_name, h.worker_id) in gone else h
         for h in infos
     ]

@@ -9,15 +9,23 @@ not used: the caller probes the hosts itself.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, fields
 from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
 
 from podmanager.controller.host_info import HostInfo
 from podmanager.core import paths
-from podmanager.vm import procs
+from podmanager.core.files import write_atomic
 
 SNAPSHOT_FILE = "hosts.json"
 MAX_AGE_S = 5.0  # a few monitor periods: a slow probe round must not send status to Ray
+
+
+class HostsSnapshot(BaseModel):
+    """What the file holds."""
+
+    observed_at: float  # unix time of the probe round
+    hosts: list[HostInfo]
 
 
 def path(cluster: str) -> Path:
@@ -25,24 +33,20 @@ def path(cluster: str) -> Path:
 
 
 def write(cluster: str, hosts: list[HostInfo], observed_at: float) -> None:
-    procs.write_record(path(cluster), observed_at=observed_at, hosts=[asdict(h) for h in hosts])
+    path(cluster).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path(cluster), HostsSnapshot(observed_at=observed_at, hosts=hosts).model_dump_json())
 
 
 def read_fresh(cluster: str, max_age_s: float = MAX_AGE_S, now: float | None = None) -> tuple[float, list[HostInfo]] | None:
     """(when it was observed, the hosts) if the snapshot is at most `max_age_s` old, else None."""
-    record = procs.read_record(path(cluster))
-    if not record:
+    try:
+        snapshot = HostsSnapshot.model_validate_json(path(cluster).read_bytes())
+    except (FileNotFoundError, ValidationError):  # none, or written by another version: probe instead
         return None
     now = time.time() if now is None else now
-    try:
-        observed_at = float(record["observed_at"])
-        known = {f.name for f in fields(HostInfo)}
-        hosts = [HostInfo(**{k: v for k, v in h.items() if k in known}) for h in record["hosts"]]
-    except (KeyError, TypeError, ValueError):  # written by another version: probe instead
+    if not 0.0 <= now - snapshot.observed_at <= max_age_s:
         return None
-    if not 0.0 <= now - observed_at <= max_age_s:
-        return None
-    return observed_at, hosts
+    return snapshot.observed_at, snapshot.hosts
 
 
 def remove(cluster: str) -> None:

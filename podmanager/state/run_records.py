@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from podmanager.core.errors import SpecError
+from podmanager.core.workload import Workload
 from podmanager.state.db import Database, default_path
+from podmanager.state.run_results import Ledger, RunResult
 from podmanager.state.run_state import PHASE, Launching, RunPhase, RunProgress, SupervisorProcess
 
 _SCHEMA = """
@@ -50,7 +52,7 @@ CREATE TABLE IF NOT EXISTS spares (
 
 ACTIVE = ("starting", "running", "recovering")  # a supervisor is (or will be) looking after it
 FINISHED = ("succeeded", "failed", "cancelled")
-_JSON_FIELDS = ("workload", "slices", "budgets", "ledger", "result", "warnings")
+_JSON_FIELDS = ("slices", "budgets", "warnings")  # plain JSON; the rest are pydantic models
 # Columns added since the first release, with their definition: a database from before gets them.
 _ADDED_COLUMNS = {"warnings": "TEXT NOT NULL DEFAULT '[]'"}
 
@@ -59,18 +61,18 @@ _ADDED_COLUMNS = {"warnings": "TEXT NOT NULL DEFAULT '[]'"}
 class RunRecord:
     run_id: str
     cluster: str
-    workload: dict[str, Any]
+    workload: Workload  # as submitted, its environment's values hidden (state/run_secrets.py keeps them)
     slices: list[int]
     budgets: dict[str, int]  # overrides of the spec's recovery budgets
     checkpoint_dir: str | None
     status: str = "starting"
     attempt: int = 0
     phase: RunPhase = field(default_factory=Launching)  # where the supervisor is (state/run_state.py)
-    # What happened so far, as the supervisor's ledger writes it (supervision/ledger.py::Ledger):
-    # every attempt's result and every incident; the budgets are counted from the incidents.
-    ledger: dict[str, Any] = field(default_factory=lambda: {"attempts": [], "incidents": []})
+    # What happened so far: every attempt's result and every incident; the budgets are counted
+    # from the incidents.
+    ledger: Ledger = field(default_factory=Ledger)
     progress: RunProgress = field(default_factory=RunProgress)
-    result: dict[str, Any] | None = None  # supervision/ledger.py::RunResult, once finished
+    result: RunResult | None = None  # once finished
     cancel_requested: bool = False
     supervisor: SupervisorProcess = field(default_factory=SupervisorProcess)
     warnings: list[str] = field(default_factory=list)  # what the user should know of it (shown by `runs`)
@@ -211,6 +213,9 @@ def _values(run: RunRecord) -> dict[str, Any]:
     values = dict(run.__dict__)
     for name in _JSON_FIELDS:
         values[name] = json.dumps(values[name], default=str) if values[name] is not None else None
+    values["workload"] = run.workload.model_dump_json()
+    values["ledger"] = run.ledger.model_dump_json()
+    values["result"] = run.result.model_dump_json() if run.result is not None else None
     values["phase"] = PHASE.dump_json(run.phase).decode()
     values["progress"] = run.progress.model_dump_json(exclude_none=True)
     # Its defaults left out: a run no supervisor took on yet is '{}' (see `release`).
@@ -223,6 +228,11 @@ def _record(row: dict[str, Any]) -> RunRecord:
     for name in _JSON_FIELDS:
         if row[name] is not None:
             row[name] = json.loads(row[name])
+    # A record of an earlier version reads as well: its ledger's "causes", its result's
+    # "metrics" and its incidents' "slice" are ignored (the rest says the same).
+    row["workload"] = Workload.model_validate_json(row["workload"])
+    row["ledger"] = Ledger.model_validate_json(row["ledger"])
+    row["result"] = RunResult.model_validate_json(row["result"]) if row["result"] is not None else None
     row["phase"] = PHASE.validate_json(row["phase"])
     row["progress"] = RunProgress.model_validate_json(row["progress"])
     row["supervisor"] = SupervisorProcess.model_validate_json(row["supervisor"])

@@ -31,17 +31,18 @@ from podmanager.attempts.attempt import CANCELLED, AttemptRunner
 from podmanager.attempts.gang import Gang
 from podmanager.attempts.progress import combine
 from podmanager.attempts.remote import RAY, Remote
-from podmanager.attempts.results import AttemptResult, OutputPrinter
+from podmanager.attempts.results import OutputPrinter
 from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
 from podmanager.state import run_secrets, service_tokens
 from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_results import AttemptResult, IncidentRecord, RunResult
 from podmanager.state.run_state import Finished, Launching, Replacing, Running, RunProgress, SupervisorProcess
 from podmanager.supervision.classify import Cause, Incident, classify
 from podmanager.supervision.health import HealthMonitor
-from podmanager.supervision.ledger import IncidentRecord, Ledger, RunResult, badput, goodput, summarize
+from podmanager.supervision.ledger import badput, classified, goodput, summarize
 from podmanager.supervision.policy import RecoveryPolicy, RecoveryState, quarantined
 from podmanager.supervision.ports import SupervisedCluster
 from podmanager.vm.workload_runs import HeldRun
@@ -63,16 +64,16 @@ class RunSupervisor:
         self.run = run
         self.run_id = run_id
         # The record keeps the environment's names; its values are the run's secrets.
-        env = run.workload.get("env") or {}
+        env = run.workload.env
         if run.active:
             env = run_secrets.load(cluster.name, run_id, env)
-        self.workload = Workload.model_validate({**run.workload, "env": env})
+        self.workload = run.workload.model_copy(update={"env": env})
         self.policy = RecoveryPolicy.from_spec(cluster.spec.recovery.model_copy(update=run.budgets))
         self.runner = AttemptRunner(cluster.name, self.workload, run_id, simulated=cluster.spec.simulated,
                                     checkpoint_dir=run.checkpoint_dir, code_dir=code_dir, printer=printer,
                                     poll_interval_s=poll_interval_s, remote=remote, clock=self.clock,
                                     secret_env=service_tokens.replica_env(cluster.name, self.workload.env))
-        self.ledger = Ledger.from_dict(run.ledger)
+        self.ledger = run.ledger  # filled in as the run goes, saved with the record
         self._progress_saved = 0.0
 
     # ------------------------------------------------------------------ the loop
@@ -122,7 +123,7 @@ class RunSupervisor:
         return self._finish("failed", stop_reason) if stop_reason is not None else None
 
     def _stored_result(self) -> RunResult:
-        return RunResult.from_dict(self.run.result) if self.run.result else self._finish("failed", None)
+        return self.run.result if self.run.result is not None else self._finish("failed", None)
 
     def _attempt(self, current: Launching | Running) -> tuple[AttemptResult, HealthMonitor | None]:
         """Launch attempt N, or re-attach to it if every host still holds it; its result and
@@ -361,7 +362,7 @@ class RunSupervisor:
         result.goodput = goodput(attempts, result.wall_s)
         result.badput = badput(attempts)
         result.setup_error = attempts[-1].setup_error if attempts else None
-        result.incidents = [i.as_dict() for i in self.ledger.incidents]
+        result.incidents = list(self.ledger.incidents)
         if status == "cancelled":
             result.message = f"run {self.run_id} was cancelled"
         elif reason:
@@ -371,8 +372,8 @@ class RunSupervisor:
             self.run.progress = self.run.progress.model_copy(update={"step": final.last_step, "loss": final.last_loss})
         self.run.status = status
         self.run.phase = Finished()
-        self.run.result = result.as_dict()
-        self.runner.logs.save_result(result.as_dict())
+        self.run.result = result
+        self.runner.logs.save_result(result)
         self._save()
         # No attempt will need them again.
         run_secrets.remove(self.cluster.name, self.run_id)
@@ -382,13 +383,12 @@ class RunSupervisor:
     # ------------------------------------------------------------------ state
 
     def _save(self) -> None:
-        self.run.ledger = self.ledger.as_dict()
         self.runs.save(self.run)  # also reads back whether a cancel was asked for
 
     def _recovery_state(self) -> RecoveryState:
         """What the budgets decide on, counted from the ledger's incidents."""
         return RecoveryState(started=self.run.created_at, now=self.clock.now(),
-                             incidents=[i.classified() for i in self.ledger.incidents])
+                             incidents=[classified(i) for i in self.ledger.incidents])
 
     def record(self, kind: str, message: str, **data: Any) -> None:
         self.cluster.record(kind, message, run_id=self.run_id, **data)
@@ -430,6 +430,6 @@ class _SupervisedMonitor:
 def new_run(cluster: SupervisedCluster, workload: Workload, run_id: str, slices: list[int],
             checkpoint_dir: str | None, budgets: dict[str, int], *, warnings: list[str] | None = None) -> RunRecord:
     """The record a run starts from."""
-    recorded = workload.model_dump(mode="json") | {"env": run_secrets.redacted(workload.env)}
+    recorded = workload.model_copy(update={"env": run_secrets.redacted(workload.env)})
     return RunRecord(run_id=run_id, cluster=cluster.name, workload=recorded,
                      slices=slices, budgets=budgets, checkpoint_dir=checkpoint_dir, warnings=warnings or [])

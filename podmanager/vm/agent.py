@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+
+from pydantic import BaseModel, ConfigDict
 
 from podmanager.vm.environments import HostSetup
-from podmanager.vm.probe import probe_host
+from podmanager.vm.probe import ProbeResult, probe_host
 from podmanager.vm.ray_node import free_port
 from podmanager.vm.workload_runs import HeldRun, HostRuns, PollReply
 
 
-@dataclass(frozen=True)
-class AgentIdentity:
+class AgentIdentity(BaseModel):
+    """Which host an agent is for: handed to the agent when it is created, and kept in the
+    cluster's registry of agents (`agents.json`, controller/fleet.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
     cluster: str
     slice_index: int
     node_name: str
@@ -27,17 +32,14 @@ class AgentIdentity:
     chips: int
     simulated: bool
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 class HostAgent:
     """Plain class; `fleet` wraps it with `ray.remote` and the placement options."""
 
-    def __init__(self, identity: dict) -> None:
+    def __init__(self, identity: AgentIdentity) -> None:
         import ray
 
-        self.identity = AgentIdentity(**identity)
+        self.identity = identity
         context = ray.get_runtime_context()
         self.ray_node_id = context.get_node_id()
         self.ip = ray.util.get_node_ip_address()
@@ -45,15 +47,12 @@ class HostAgent:
         self.started_at = time.time()
 
     def info(self) -> dict:
-        return {**self.identity.as_dict(), "ip": self.ip, "ray_node_id": self.ray_node_id, "pid": self.pid,
+        return {**self.identity.model_dump(), "ip": self.ip, "ray_node_id": self.ray_node_id, "pid": self.pid,
                 "started_at": self.started_at, "tpu_visible_chips": os.environ.get("TPU_VISIBLE_CHIPS")}
 
-    def probe(self) -> dict:
+    def probe(self) -> ProbeResult:
         result = probe_host(self.identity.chips, simulated=self.identity.simulated)
-        # Where the agent really is: after a slice is replaced under the same name, Ray may list
-        # the old host's node as alive for a second or two beside the new one.
-        return {**result.as_dict(), "healthy": result.healthy, "detail": result.detail,
-                "ray_node_id": self.ray_node_id, "ip": self.ip}
+        return result.model_copy(update={"ray_node_id": self.ray_node_id, "ip": self.ip})
 
     # ---------------------------------------------------------------- workloads
 

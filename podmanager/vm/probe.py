@@ -11,15 +11,19 @@ import fcntl
 import glob
 import os
 import time
-from dataclasses import asdict, dataclass
 
 import psutil
+from pydantic import BaseModel, ConfigDict
 
 LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 
 
-@dataclass(frozen=True)
-class ProbeResult:
+class ProbeResult(BaseModel):
+    """What a host's agent answers a probe with (through Ray, to the controller's fleet)."""
+
+    # A field dropped since is no error: an agent of the previous version may answer.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
     alive: bool
     chips_expected: int
     chips_visible: int
@@ -27,6 +31,10 @@ class ProbeResult:
     memory_free_bytes: int
     disk_free_bytes: int
     timestamp: float
+    # Where the agent answering really is (set by the agent): after a slice is replaced under the
+    # same name, Ray may list the old host's node as alive for a second or two beside the new one.
+    ray_node_id: str | None = None
+    ip: str | None = None
 
     @property
     def healthy(self) -> bool:
@@ -40,9 +48,6 @@ class ProbeResult:
         if self.chips_held_by:
             problems.append(f"chips held by {self.chips_held_by} ({LIBTPU_LOCKFILE})")
         return "; ".join(problems) or "ok"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def visible_chips() -> int:

@@ -11,15 +11,18 @@ from podmanager.api.cluster import Cluster
 from podmanager.api.run_handle import RunHandle
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.records import HostRef
+from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.supervision.ledger import RunResult
+from podmanager.state.run_results import RunResult
+
+PROGRAM = Workload(command=["true"])  # a record names what its run runs
 
 SPEC = {"name": "c", "backend": "simulated", "zones": ["sim-zone-a"], "slices": [{"accelerator": "v4-8", "count": 2}]}
 
 
 def start(runs: RunStore, run_id: str, slice_index: int) -> RunRecord:
-    return runs.create(RunRecord(run_id=run_id, cluster="c", workload={}, slices=[slice_index], budgets={},
+    return runs.create(RunRecord(run_id=run_id, cluster="c", workload=PROGRAM, slices=[slice_index], budgets={},
                                  checkpoint_dir=None, status="running"))
 
 
@@ -27,8 +30,7 @@ def finish(runs: RunStore, run_id: str) -> None:
     run = runs.get(run_id)
     assert run is not None
     run.status = "succeeded"
-    run.result = RunResult(run_id=run_id, cluster="c", status="succeeded", message="done", hosts=[], metrics={},
-                           attempts=1).as_dict()
+    run.result = RunResult(run_id=run_id, cluster="c", status="succeeded", message="done", hosts=[], attempts=1)
     runs.save(run)
 
 
@@ -112,14 +114,13 @@ def test_run_follows_from_its_own_submit_event_not_the_clusters_latest(monkeypat
 
 def test_a_followed_run_shows_an_event_before_the_output_written_after_it(tmp_path):
     runs, store = RunStore(), StateStore()
-    runs.create(RunRecord("r", "c", {}, [0], {}, None, status="succeeded", result=None))
+    runs.create(RunRecord("r", "c", PROGRAM, [0], {}, None, status="succeeded", result=None))
     store.add_event("c", "run_submitted", "run r submitted", run_id="r")
     store.add_event("c", "attempt_started", "attempt 0 on 1 host(s)", run_id="r")
     handle = RunHandle("c", "r", runs=runs, store=store)
     handle.folder.append(HostRef(0, 0), b"hello from the program\n")
     record = runs.get("r")
-    record.result = {"run_id": "r", "cluster": "c", "status": "succeeded", "message": "", "hosts": [],
-                     "metrics": {}, "attempts": 1, "attempt_log": []}
+    record.result = RunResult.without_attempts("r", "c", "succeeded", "", attempts=1)
     runs.save(record)
     seen: list[str] = []
     handle.follow(lambda slot, text: seen.append(text.strip()), lambda event: seen.append(event.kind))

@@ -38,7 +38,7 @@ def test_cancel_ends_a_run_whose_supervisor_is_gone_at_once():
     started = time.monotonic()
     record = RunHandle("orphans", "lost-1", runs=runs).cancel(timeout_s=30)
     assert record.status == "cancelled" and time.monotonic() - started < 10
-    assert "supervisor was gone" in record.result["message"]
+    assert "supervisor was gone" in record.result.message
 
 
 def test_a_live_supervisor_is_not_gone_and_a_reused_pid_is():

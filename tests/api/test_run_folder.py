@@ -15,8 +15,11 @@ from podmanager.attempts.logs import RESULT_FILE, RunFolder, Tail, log_name, par
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.records import HostRef, HostSlot
+from podmanager.core.workload import Workload
 from podmanager.state.run_records import ACTIVE, FINISHED, RunRecord, RunStore
-from podmanager.supervision.ledger import RunResult
+from podmanager.state.run_results import RunResult
+
+PROGRAM = Workload(command=["true"])  # a record names what its run runs
 
 HOST = HostRef(0, 0)
 
@@ -45,10 +48,10 @@ def test_the_logs_are_the_host_files_in_host_order():
     folder = RunFolder("c", "r1")
     for host in (HostRef(10, 0), HostRef(2, 1), HostRef(2, 0)):
         folder.append(host, b"x\n")
-    folder.save_result({"status": "succeeded"})
+    folder.save_result(RunResult.without_attempts("r1", "c", "succeeded", "done"))
     assert [host for host, _ in folder.logs()] == [HostRef(2, 0), HostRef(2, 1), HostRef(10, 0)]
     assert folder.logs(HostRef(2, 1)) == [(HostRef(2, 1), folder.path(HostRef(2, 1)))]
-    assert json.loads((folder.folder / RESULT_FILE).read_text()) == {"status": "succeeded"}
+    assert json.loads((folder.folder / RESULT_FILE).read_text())["status"] == "succeeded"
 
 
 def test_a_host_without_output_is_an_error_unless_the_reader_waits_for_it():
@@ -60,7 +63,7 @@ def test_a_host_without_output_is_an_error_unless_the_reader_waits_for_it():
 
 
 def test_a_run_known_only_by_its_record_resolves_to_its_folder_before_it_has_one():
-    RunStore().create(RunRecord("fresh", "c", {}, [0], {}, None, status="starting"))
+    RunStore().create(RunRecord("fresh", "c", PROGRAM, [0], {}, None, status="starting"))
     RunFolder("c", "old").append(HOST, b"x\n")
     assert resolve_run("c", None).run_id == "fresh"
     assert resolve_run("c", "old").folder == RunFolder("c", "old").folder
@@ -96,9 +99,9 @@ def test_a_tail_of_one_host_waits_for_it_and_then_reads_only_it():
 
 def test_a_run_is_finished_by_its_record_status_alone():
     for status in ACTIVE:
-        assert not RunRecord("r", "c", {}, [0], {}, None, status=status).finished
+        assert not RunRecord("r", "c", PROGRAM, [0], {}, None, status=status).finished
     for status in FINISHED:
-        assert RunRecord("r", "c", {}, [0], {}, None, status=status).finished
+        assert RunRecord("r", "c", PROGRAM, [0], {}, None, status=status).finished
 
 
 # ---------------------------------------------------------------- "finished" is the record's
@@ -107,10 +110,10 @@ def test_a_run_is_finished_by_its_record_status_alone():
 def running_run_with_a_result_file(runs: RunStore) -> RunFolder:
     """A run whose `result.json` is written while its record still says it runs (the
     supervisor writes the file, then the record)."""
-    runs.create(RunRecord("r1", "c", {}, [0], {}, None, status="running"))
+    runs.create(RunRecord("r1", "c", PROGRAM, [0], {}, None, status="running"))
     folder = RunFolder("c", "r1")
     folder.append(HOST, b"first\npart")
-    folder.save_result(RunResult("r1", "c", "succeeded", "done", [], {}, 1).as_dict())
+    folder.save_result(RunResult.without_attempts("r1", "c", "succeeded", "done", attempts=1))
     return folder
 
 
@@ -118,7 +121,7 @@ def finish(runs: RunStore, status: str = "succeeded") -> None:
     run = runs.get("r1")
     assert run is not None
     run.status = status
-    run.result = RunResult("r1", "c", status, "done", [], {}, 1).as_dict()
+    run.result = RunResult.without_attempts("r1", "c", status, "done", attempts=1)
     runs.save(run)
 
 
@@ -175,7 +178,7 @@ def test_attach_goes_on_while_the_record_is_active_whatever_the_folder_holds(mon
 
 def test_a_run_ended_without_a_result_is_finished_all_the_same():
     runs = RunStore()
-    runs.create(RunRecord("r1", "c", {}, [0], {}, None, status="cancelled", attempt=2))  # a teardown marked it
+    runs.create(RunRecord("r1", "c", PROGRAM, [0], {}, None, status="cancelled", attempt=2))  # a teardown marked it
     handle = RunHandle("c", "r1", runs=runs)
     result = handle.wait(timeout_s=0)
     assert (result.status, result.attempts, result.message) == ("cancelled", 2, "run r1 cancelled")

@@ -12,9 +12,11 @@ from podmanager.api.serve import replica_slices
 from podmanager.api.service_handle import replica_states, service_summary
 from podmanager.cli import app
 from podmanager.core.errors import SpecError
+from podmanager.core.workload import Workload
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_results import AttemptResult, RunResult
 from podmanager.state.run_state import Replacing
 from podmanager.state.services import ReplicaCounters, ServiceCounters, ServiceRecord, ServiceStore
 
@@ -29,7 +31,7 @@ def service(**changes: object) -> ServiceRecord:
 
 
 def run(run_id: str, slice_index: int, status: str = "running", attempt: int = 0) -> RunRecord:
-    return RunRecord(run_id=run_id, cluster="demo", workload={"entrypoint": "doubler.py"}, slices=[slice_index],
+    return RunRecord(run_id=run_id, cluster="demo", workload=Workload(entrypoint="doubler.py"), slices=[slice_index],
                      budgets={}, checkpoint_dir=None, status=status, attempt=attempt)
 
 
@@ -174,8 +176,10 @@ def test_a_replica_failing_in_warmup_says_why_with_its_run_id_and_logs_of_the_se
     store.save_cluster("demo", spec={"name": "demo"}, backend="simulated", status="up")
     runs = RunStore(store.path)
     failed = run("r0", 0, "failed")
-    failed.result = {"message": "run r0 failed: slice-0/0 exited with code 1", "attempt_log": [
-        {"last_lines": ["Traceback (most recent call last):", "ValueError: warmup: bad shape", ""]}]}
+    last = AttemptResult(attempt=0, status="failed", started=0.0, ended=1.0, hosts=[],
+                         last_lines=["Traceback (most recent call last):", "ValueError: warmup: bad shape", ""])
+    failed.result = RunResult(run_id="r0", cluster="demo", status="failed", attempts=1, attempt_log=[last], hosts=[],
+                              message="run r0 failed: slice-0/0 exited with code 1")
     for record in (failed, run("r1", 1, "failed")):
         runs.create(record)
     ServiceStore(store.path).create(service())

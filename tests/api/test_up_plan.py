@@ -16,6 +16,7 @@ from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeState
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
+from podmanager.core.workload import Workload
 from podmanager.provisioning.plan import Observed, changes, describe_changes, desired_slices
 from podmanager.state.run_records import RunRecord, RunStore
 
@@ -48,7 +49,7 @@ def nodes() -> list[str]:
 
 def active_run(run_id: str, slices: list[int]) -> RunRecord:
     """A run going on these slices, as its record says (its supervisor is not needed here)."""
-    return RunStore().create(RunRecord(run_id, "edits", {}, slices, {}, None, status="running"))
+    return RunStore().create(RunRecord(run_id, "edits", Workload(command=["true"]), slices, {}, None, status="running"))
 
 
 def lines(output: str, *words: str) -> list[int]:

@@ -19,7 +19,7 @@ from podmanager.core.clock import poll_until
 from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.supervision.ledger import RunResult
+from podmanager.state.run_results import RunResult
 from podmanager.vm.process import read_chunk, read_tail
 from podmanager.vm.workload_runs import HostRuns, PollReply
 
@@ -194,15 +194,14 @@ def test_reading_the_logs_gives_every_line(tmp_path):
 
 def test_a_follower_skips_what_it_cannot_show_and_says_where_it_all_is(tmp_path):
     runs = RunStore()
-    run = runs.create(RunRecord(run_id="r1", cluster="c", workload={}, slices=[0], budgets={}, checkpoint_dir=None,
+    run = runs.create(RunRecord(run_id="r1", cluster="c", workload=Workload(command=["true"]), slices=[0], budgets={}, checkpoint_dir=None,
                                 status="running"))
     handle = RunHandle("c", "r1", runs=runs)
     handle.folder.append(HostRef(0, 1), b"")
     log = handle.folder.path(HostRef(0, 1))
     log.write_bytes(b"".join(b"step %05d\n" % i for i in range(20_000)) + b"Traceback\nValueError: boom\n")
     run.status = "failed"
-    run.result = RunResult(run_id="r1", cluster="c", status="failed", message="failed", hosts=[], metrics={},
-                           attempts=1).as_dict()
+    run.result = RunResult(run_id="r1", cluster="c", status="failed", message="failed", hosts=[], attempts=1)
     runs.save(run)
     shown: list[str] = []
     handle.follow(lambda host, text: shown.extend(f"[{host.label}] {line}" for line in text.splitlines()),

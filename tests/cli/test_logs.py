@@ -11,7 +11,10 @@ from typer.testing import CliRunner
 
 import podmanager.api
 from podmanager.cli import app
+from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord, RunStore
+
+PROGRAM = Workload(command=["true"])  # a record names what its run runs
 
 
 def invoke(*args: str):
@@ -20,8 +23,8 @@ def invoke(*args: str):
 
 def test_logs_of_a_run_just_submitted_is_no_error_and_the_latest_is_named(monkeypatch):
     monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: SimpleNamespace(name="c"))
-    RunStore().create(RunRecord("older", "c", {}, [0], {}, None, status="succeeded", created_at=1.0))
-    RunStore().create(RunRecord("fresh", "c", {}, [0], {}, None, status="starting", created_at=2.0))
+    RunStore().create(RunRecord("older", "c", PROGRAM, [0], {}, None, status="succeeded", created_at=1.0))
+    RunStore().create(RunRecord("fresh", "c", PROGRAM, [0], {}, None, status="starting", created_at=2.0))
     assert invoke("logs", "-c", "c", "--run", "fresh").exit_code == 0  # its supervisor has made no folder yet
     latest = subprocess.run([sys.executable, "-m", "podmanager", "logs", "-c", "c"], capture_output=True, text=True,
                             timeout=60)

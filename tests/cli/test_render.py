@@ -1,11 +1,10 @@
 """What the CLI prints off a terminal: no wrapping, event text as written, no Gloo chatter,
 rounded figures, and no empty figures for a plain command."""
 
-from podmanager.attempts.attempt import AttemptResult, HostResult
 from podmanager.cli import render
 from podmanager.core.records import HostRef
 from podmanager.state import Event
-from podmanager.supervision.ledger import RunResult
+from podmanager.state.run_results import AttemptResult, HostResult, IncidentRecord, RunResult
 
 
 def test_event_lines_keep_brackets_and_never_wrap(capsys):
@@ -30,11 +29,13 @@ def test_gloo_connection_chatter_is_kept_out_of_the_stream(capsys):
     assert capsys.readouterr().out == "[slice-0/host-0] step 1 loss 2.39\n"
 
 
-def result(**fields) -> RunResult:
-    attempt = AttemptResult(0, "succeeded", 0.0, 1.0, [HostResult(0, 0, 0)])
-    base = dict(run_id="r", cluster="c", status="succeeded", message="run r succeeded on 1 host(s)",
-                hosts=[HostResult(0, 0, 0)], metrics={"first_step": None, "last_step": None, "first_loss": None,
-                                                       "last_loss": None}, attempts=1, attempt_log=[attempt])
+HOST = HostResult(slice=0, worker_id=0, exit_code=0)
+
+
+def result(attempt_log: list[AttemptResult] | None = None, **fields) -> RunResult:
+    attempt = AttemptResult(attempt=0, status="succeeded", started=0.0, ended=1.0, hosts=[HOST])
+    base = dict(run_id="r", cluster="c", status="succeeded", message="run r succeeded on 1 host(s)", hosts=[HOST],
+                attempts=1, attempt_log=attempt_log or [attempt])
     return RunResult(**{**base, **fields})
 
 
@@ -44,8 +45,9 @@ def test_a_command_without_progress_shows_no_steps_loss_or_goodput():
 
 
 def test_figures_are_rounded():
-    metrics = {"first_step": 1, "last_step": 300, "first_loss": 2.3923275470733643, "last_loss": 0.4711698889732361}
-    figures = "; ".join(render.summary_figures(result(metrics=metrics, goodput=0.7012)))
+    attempt = AttemptResult(attempt=0, status="succeeded", started=0.0, ended=1.0, hosts=[HOST], first_step=1,
+                            last_step=300, first_loss=2.3923275470733643, last_loss=0.4711698889732361)
+    figures = "; ".join(render.summary_figures(result([attempt], goodput=0.7012)))
     assert figures == "attempts 1, preemptions 0, failures 0, hangs 0; goodput 70%; steps 1 -> 300; loss 2.392 -> 0.4712"
 
 
@@ -53,3 +55,11 @@ def test_a_printed_command_line_quotes_what_came_from_the_user(capsys):
     render.print_summary(result(run_id="odd $(id) name", cluster="c"))
     out = capsys.readouterr().out
     assert "logs: podmanager logs -c c --run 'odd $(id) name'" in out
+
+
+def test_the_incidents_table_shows_each_incident_of_the_result(capsys):
+    incident = IncidentRecord(attempt=0, cause="preemption", slices=[1], detail="slice 1 preempted", detected_at=5.0,
+                              detect_s=0.4, recover_s=12.25, lost_steps=3, phases={"stop": 0.1}, swaps=[[1, 2]])
+    render.print_summary(result(incidents=[incident]))
+    row = next(line for line in capsys.readouterr().out.splitlines() if "preemption" in line and "preemptions" not in line)
+    assert row.replace("│", " ").split() == ["0", "preemption", "1", "1->2", "0.4", "12.2", "3"]

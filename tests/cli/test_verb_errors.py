@@ -11,9 +11,12 @@ from typer.testing import CliRunner
 
 import podmanager.api
 from podmanager.cli import app
+from podmanager.core.workload import Workload
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
+
+PROGRAM = Workload(command=["true"])  # a record names what its run runs
 
 SPEC = {"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
 
@@ -27,7 +30,7 @@ def test_events_and_runs_of_an_unknown_name_exit_2_and_of_a_torn_down_cluster_sh
     assert invoke("runs", "-c", "nope").exit_code == 2
     store = StateStore()
     store.add_event("gone", "up", "1 slice(s) on simulated")  # the cluster record went with `down`
-    RunStore().create(RunRecord("gone-run", "gone", {}, [0], {}, None, status="succeeded"))
+    RunStore().create(RunRecord("gone-run", "gone", PROGRAM, [0], {}, None, status="succeeded"))
     events = invoke("events", "-c", "gone")
     assert events.exit_code == 0 and "1 slice(s) on simulated" in events.output
     runs = invoke("runs", "-c", "gone")

@@ -102,9 +102,10 @@ def test_ray_sees_the_v4_16_as_one_slice(env):
 def test_probe_reports_host_facts(env):
     agent = fleet.agent_handle(CLUSTER, 0, 1)
     result = ray.get(agent.probe.remote(), timeout=10)
-    assert result["alive"] and result["healthy"] and result["chips_visible"] == 4
-    assert result["memory_free_bytes"] > 0 and result["disk_free_bytes"] > 0
-    assert abs(result["timestamp"] - time.time()) < 30
+    assert result.alive and result.healthy and result.chips_visible == 4
+    assert result.memory_free_bytes > 0 and result.disk_free_bytes > 0
+    assert abs(result.timestamp - time.time()) < 30
+    assert result.ray_node_id is not None and result.ip is not None  # where the agent answering is
 
 
 def test_start_head_is_idempotent_and_hosts_are_not_booted_twice(env):

@@ -8,14 +8,24 @@ from podmanager.controller import snapshot
 from podmanager.controller.host_info import DEAD, HEALTHY, HostInfo, mark_vanished
 
 HOSTS = [
-    HostInfo(0, "demo-s0", 0, "127.0.0.1", 4, True, 100.0, "n0", "ok", HEALTHY),
-    HostInfo(0, "demo-s0", 1, "127.0.0.1", 4, True, 100.0, "n1", "ok", HEALTHY),
+    HostInfo(slice_index=0, node_name="demo-s0", worker_id=worker, ip="127.0.0.1", chips=4, healthy=True,
+             last_heartbeat=100.0, ray_node_id=f"n{worker}", detail="ok", state=HEALTHY)
+    for worker in (0, 1)
 ]
 
 
 def test_a_fresh_snapshot_reads_back_as_written(podmanager_home):
     snapshot.write("demo", HOSTS, observed_at=100.0)
     assert snapshot.read_fresh("demo", max_age_s=5.0, now=104.0) == (100.0, HOSTS)
+
+
+def test_a_snapshot_written_by_the_previous_version_reads(podmanager_home):
+    # It wrote each host as a plain dict of the same fields (dataclasses.asdict).
+    hosts = [{"slice_index": 0, "node_name": "demo-s0", "worker_id": w, "ip": "127.0.0.1", "chips": 4, "healthy": True,
+              "last_heartbeat": 100.0, "ray_node_id": f"n{w}", "detail": "ok", "state": "healthy"} for w in (0, 1)]
+    snapshot.path("demo").parent.mkdir(parents=True, exist_ok=True)
+    snapshot.path("demo").write_text(json.dumps({"observed_at": 100.0, "hosts": hosts}))
+    assert snapshot.read_fresh("demo", max_age_s=5.0, now=101.0) == (100.0, HOSTS)
 
 
 def test_an_old_or_future_snapshot_is_not_used(podmanager_home):

@@ -105,8 +105,8 @@ def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster
     with final_loss_meanwhile("workloads/train_mlp.py", ["--steps", str(LONG_STEPS)], devices=2) as uninterrupted:
         result = client_killed_then_preempted(cluster, home, tmp_path)
         reference = uninterrupted()
-    assert result.metrics["last_step"] == LONG_STEPS
-    assert result.metrics["last_loss"] == pytest.approx(reference, abs=1e-6)
+    assert result.metrics.last_step == LONG_STEPS
+    assert result.metrics.last_loss == pytest.approx(reference, abs=1e-6)
 
 
 def client_killed_then_preempted(cluster, home, tmp_path):

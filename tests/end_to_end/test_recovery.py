@@ -91,13 +91,13 @@ def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, t
     # the lost host's last report lags its output by up to a poll (several ~35 ms steps).
     assert first.last_step >= 25 and second.last_step == STEPS
     assert second.first_step - 1 >= first.last_step - 20  # resumed from a checkpoint at most 20 steps old
-    assert result.metrics["last_loss"] == pytest.approx(reference, abs=1e-6)
+    assert result.metrics.last_loss == pytest.approx(reference, abs=1e-6)
     [incident] = result.incidents
-    assert incident["cause"] == "preemption" and incident["slices"] == [1]
+    assert incident.cause == "preemption" and incident.slices == [1]
     # The attempt's last step is the one every host had reported; the checkpoint it resumed
     # from may be newer than a slow host's last report, and then nothing was lost.
-    assert incident["lost_steps"] == max(0, first.last_step - (second.first_step - 1))
-    assert incident["recover_s"] is not None and incident["recover_s"] > 0
+    assert incident.lost_steps == max(0, first.last_step - (second.first_step - 1))
+    assert incident.recover_s is not None and incident.recover_s > 0
     assert 0 < result.goodput <= 1
     kinds = [e.kind for e in cluster.events()]
     for kind in ("incident", "zone_fallback", "slice_preempted", "slices_replaced", "resumed"):
@@ -120,7 +120,7 @@ def test_program_failure_is_paid_from_the_failure_budget(cluster, tmp_path):
     assert result.status == "failed"
     assert (result.attempts, result.failures, result.preemptions) == (2, 2, 0)
     assert "max_failures budget is spent" in result.message
-    assert [i["cause"] for i in result.incidents] == ["program-failure", "program-failure"]
+    assert [i.cause for i in result.incidents] == ["program-failure", "program-failure"]
 
 
 HANGS_ONCE = textwrap.dedent("""
@@ -140,8 +140,8 @@ def test_a_hang_is_detected_and_restarted(cluster, tmp_path):
     result = cluster.run(Workload(entrypoint="hang.py", working_dir=str(tmp_path), hang_timeout_s=2.0))
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.hangs, result.preemptions) == (2, 1, 0)
-    assert result.incidents[0]["cause"] == "hang"
-    assert result.metrics["last_step"] == 30
+    assert result.incidents[0].cause == "hang"
+    assert result.metrics.last_step == 30
 
 
 class NoticeAt(PreemptAt):
@@ -201,7 +201,7 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     assert (result.attempts, result.preemptions) == (2, 1)
     first, second = result.attempt_log
     assert {h.exit_code for h in first.hosts} == {75}  # stopped at a step boundary after checkpointing
-    assert result.incidents[0]["lost_steps"] == 0  # resumed exactly where it stopped
+    assert result.incidents[0].lost_steps == 0  # resumed exactly where it stopped
     assert second.first_step == first.last_step + 1
     assert "preemption_notice" in [e.kind for e in cluster.events()]
 

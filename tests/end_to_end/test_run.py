@@ -77,7 +77,7 @@ def test_data_parallel_on_one_multi_host_slice(cluster):
         local.communicate()
     assert result.status == "succeeded", result.message
     assert [(h.slice, h.worker_id, h.exit_code) for h in result.hosts] == [(0, 0, 0), (0, 1, 0)]
-    assert result.metrics["last_step"] == 30 and result.metrics["last_loss"] < result.metrics["first_loss"]
+    assert result.metrics.last_step == 30 and result.metrics.last_loss < result.metrics.first_loss
     assert local.returncode == 0, stderr[-3000:]
     reference = [float(line.split()[3]) for line in stdout.splitlines() if line.startswith("step ")]
     assert losses(result) == pytest.approx(reference, rel=1e-4)
@@ -138,7 +138,7 @@ def trained_and_served(cluster, tmp_path, uninterrupted) -> None:
                         checkpoint_dir=str(checkpoints), working_dir=str(REPO))
     result = cluster.run(workload)
     assert result.status == "succeeded", result.message
-    assert result.metrics["last_loss"] < result.metrics["first_loss"]
+    assert result.metrics.last_loss < result.metrics.first_loss
 
     # One replica on the v4-16: the model over all 8 chips of its 2 hosts ("model" axis of 8),
     # following the checkpoints of a training run that goes on meanwhile on slice 1.
@@ -163,8 +163,8 @@ def trained_and_served(cluster, tmp_path, uninterrupted) -> None:
         more = cluster.run(workload.model_copy(update={"slices": [1], "parallelism": "model",
                                                        "args": ["--steps", "40", "--checkpoint-every", "20"]}))
         assert more.status == "succeeded", more.message
-        assert more.metrics["first_step"] == 21
-        assert more.metrics["last_loss"] == pytest.approx(uninterrupted(), rel=1e-4)
+        assert more.metrics.first_step == 21
+        assert more.metrics.last_loss == pytest.approx(uninterrupted(), rel=1e-4)
         poll_until(lambda: [r.step for r in handle.replicas()] == [40], timeout_s=60, interval_s=0.25,
                    what="the replica to load step 40")
         served[40] = answers()
@@ -296,7 +296,7 @@ def test_status_shows_the_monitors_view_of_the_hosts_without_loading_ray(cluster
               "from podmanager import api\n"
               "status = api.resolve_cluster('runtest').status()\n"
               "print(json.dumps({'ray_loaded': 'ray' in sys.modules,"
-              " 'hosts': [(h['slice_index'], h['worker_id'], h['state']) for h in status.hosts]}))")
+              " 'hosts': [(h.slice_index, h.worker_id, h.state) for h in status.hosts]}))")
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     seen = json.loads(shown.stdout.splitlines()[-1])
     assert seen["ray_loaded"] is False

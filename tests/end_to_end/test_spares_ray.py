@@ -39,9 +39,9 @@ def test_a_preempted_slice_is_swapped_for_the_spare_at_once_and_a_new_spare_is_m
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions) == (2, 1)
     [incident] = result.incidents
-    assert incident["slices"] == [1] and incident["swaps"] == [[1, 2]]
-    assert incident["recover_s"] is not None and incident["recover_s"] <= 15.0, incident
-    assert "create" not in incident["phases"]  # no create was waited for
+    assert incident.slices == [1] and incident.swaps == [[1, 2]]
+    assert incident.recover_s is not None and incident.recover_s <= 15.0, incident
+    assert "create" not in incident.phases  # no create was waited for
     run = cluster.runs_store.get(result.run_id)
     assert run.slices == [0, 2]
     kinds = [e.kind for e in cluster.events()]

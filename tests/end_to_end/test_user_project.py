@@ -127,8 +127,8 @@ def test_a_requirement_that_cannot_be_installed_is_bad_input(cluster, project):
     done = podmanager(project, "run", "-c", NAME, "--slices", "1", "--requirements", "requirements.txt", "train.py")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "tinydepx" in done.stdout and "slice-1/host-0" in done.stdout  # uv's own words, and where
-    [run] = [r for r in RunStore().list(NAME) if r.result and r.result.get("setup_error")]
-    assert run.status == "failed" and (run.result["failures"], run.result["incidents"]) == (0, [])
+    [run] = [r for r in RunStore().list(NAME) if r.result and r.result.setup_error]
+    assert run.status == "failed" and (run.result.failures, run.result.incidents) == (0, [])
     kinds = [e.kind for e in cluster.store.events(NAME, after_id=events_before)]
     assert "slices_deleted" not in kinds and "incident" not in kinds
     assert not list(RunFolder(cluster.name, run.run_id).folder.glob("slice-*-host-*.log"))  # no program started

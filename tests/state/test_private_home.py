@@ -80,15 +80,15 @@ def test_a_home_made_open_by_an_older_version_is_closed_again(open_parent):
 def test_no_record_holds_an_env_value_and_the_supervisor_gets_them_back(open_parent):
     _store_a_run(open_parent)
     record = RunStore().get("train-1")
-    assert record.workload["env"] == {"API_KEY": run_secrets.HIDDEN, "PODMANAGER_SERVICE_ID": "svc-1"}
+    assert record.workload.env == {"API_KEY": run_secrets.HIDDEN, "PODMANAGER_SERVICE_ID": "svc-1"}
     with sqlite3.connect(open_parent / "state.db") as db:
         dump = "\n".join(db.iterdump())
     assert SECRET not in dump
-    restored = run_secrets.load("vault", "train-1", record.workload["env"])
+    restored = run_secrets.load("vault", "train-1", record.workload.env)
     assert restored == {"API_KEY": SECRET, "PODMANAGER_SERVICE_ID": "svc-1"}
     run_secrets.remove("vault", "train-1")
     with pytest.raises(FileNotFoundError, match="API_KEY"):
-        run_secrets.load("vault", "train-1", record.workload["env"])
+        run_secrets.load("vault", "train-1", record.workload.env)
 
 
 def test_a_record_from_before_keeps_its_values():

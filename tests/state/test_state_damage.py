@@ -19,9 +19,12 @@ from typer.testing import CliRunner
 
 from podmanager.cli import app
 from podmanager.core.errors import StateStoreError
+from podmanager.core.workload import Workload
 from podmanager.state import StateStore, db
 from podmanager.state.db import default_path
 from podmanager.state.run_records import RunRecord, RunStore
+
+PROGRAM = Workload(command=["true"])  # a record names what its run runs
 
 runner = CliRunner()
 NAME = "damaged"
@@ -68,7 +71,7 @@ def up(spec_file, podmanager_home):
     """A control-plane-only dry-run cluster with an event log and a finished run on record."""
     result = invoke("up", "-f", spec_file, "--dry-run")
     assert result.exit_code == 0, result.output
-    RunStore().create(RunRecord("r-1", NAME, {"entrypoint": "x.py"}, [0], {}, None, status="succeeded"))
+    RunStore().create(RunRecord("r-1", NAME, Workload(entrypoint="x.py"), [0], {}, None, status="succeeded"))
     assert len(sim_nodes("podmanager-sim")) == 2
     # The commands ran in this process: close the connections they left, as their processes would
     # have on exit. (The last one to close writes the WAL back into the file, over any damage.)
@@ -193,9 +196,9 @@ def test_a_store_replaced_under_an_open_connection_raises(podmanager_home):
 
 def test_errors_that_are_not_damage_stay_sqlite_errors(podmanager_home):
     runs = RunStore()
-    runs.create(RunRecord("r-1", "c", {}, [0], {}, None))
+    runs.create(RunRecord("r-1", "c", PROGRAM, [0], {}, None))
     with pytest.raises(sqlite3.IntegrityError):
-        runs.create(RunRecord("r-1", "c", {}, [0], {}, None))
+        runs.create(RunRecord("r-1", "c", PROGRAM, [0], {}, None))
 
 
 def test_a_second_store_in_one_process_does_not_drop_the_first_ones_locks(podmanager_home):

@@ -122,7 +122,7 @@ def test_a_preempted_slice_is_swapped_for_the_ready_spare_without_waiting_for_a_
     assert cluster.deleted == [] and cluster.restored == 0  # no delete, no create waited for
     assert runs.get("run-1").slices == [0, 2] and runs.spares("c") == [1]
     [incident] = result.incidents
-    assert incident["slices"] == [1] and incident["swaps"] == [[1, 2]] and "swap" in incident["phases"]
+    assert incident.slices == [1] and incident.swaps == [[1, 2]] and "swap" in incident.phases
     swap = next(data for kind, data in cluster.events if kind == "spare_swapped")
     assert (swap["lost"], swap["spare"]) == (1, 2)
     started = {slot.slice_index: agent.started for slot, agent in cluster.hosts}
@@ -135,7 +135,7 @@ def test_without_a_ready_spare_the_lost_slice_is_replaced_as_before(tmp_path) ->
     assert result.status == "succeeded"
     assert cluster.deleted == [[1]] and cluster.restored == 1
     assert runs.get("run-1").slices == [0, 1] and runs.spares("c") == [2]
-    assert result.incidents[0]["swaps"] is None
+    assert result.incidents[0].swaps is None
 
 
 def test_an_unhealthy_slice_is_replaced_not_swapped_so_no_broken_slice_becomes_a_spare(tmp_path) -> None:
@@ -155,7 +155,7 @@ def test_an_unhealthy_slice_is_replaced_not_swapped_so_no_broken_slice_becomes_a
     runs.set_spares("c", [2])
     runs.create(new_run(cluster, Workload(command=["train"], working_dir=None), "run-1", [0, 1], "/ck", {}))
     result = RunSupervisor(cluster, runs, "run-1", poll_interval_s=1.0, remote=FakeRemote()).supervise()
-    assert result.status == "succeeded" and result.incidents[0]["cause"] == "infrastructure"
+    assert result.status == "succeeded" and result.incidents[0].cause == "infrastructure"
     assert cluster.deleted == [[1]] and runs.spares("c") == [2] and runs.get("run-1").slices == [0, 1]
     assert "spare_swapped" not in cluster.kinds()
 

@@ -112,7 +112,7 @@ def test_a_program_failure_relaunches_on_the_same_slices_and_never_replaces_one(
     assert result.status == "succeeded" and (result.attempts, result.failures) == (2, 1)
     assert cluster.deleted == [] and cluster.restored == 0
     assert runs.get("run-1").status == "succeeded"
-    assert result.incidents[0]["cause"] == "program-failure"
+    assert result.incidents[0].cause == "program-failure"
 
 
 def test_a_preemption_replaces_the_lost_slice_once_and_resumes(tmp_path, runs):
@@ -123,8 +123,8 @@ def test_a_preemption_replaces_the_lost_slice_once_and_resumes(tmp_path, runs):
     assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 1)
     assert cluster.deleted == [[1]] and cluster.restored == 1
     [incident] = result.incidents
-    assert incident["cause"] == "preemption" and incident["slices"] == [1]
-    assert incident["recover_s"] is not None
+    assert incident.cause == "preemption" and incident.slices == [1]
+    assert incident.recover_s is not None
     assert [a.started[-1]["PODMANAGER_ATTEMPT"] for _, a in cluster.hosts] == ["1", "1"]
 
 
@@ -189,7 +189,7 @@ def test_a_finished_run_is_left_as_it_is(tmp_path, runs):
     run_id = submit(cluster, runs)
     first = supervise(cluster, runs, run_id)
     again = supervise(cluster, runs, run_id)
-    assert again.as_dict() == first.as_dict()
+    assert again == first
     assert [len(a.started) for _, a in cluster.hosts] == [1, 1]
 
 
@@ -242,9 +242,9 @@ def test_runs_and_the_summary_count_the_step_every_host_has_reached(tmp_path, ru
     result = supervise(cluster, runs, submit(cluster, runs))
     assert result.status == "succeeded"
     # While the attempt ran (the supervisor's saved progress) and once it had finished alike.
-    assert {step for step in shown if step is not None} == {result.metrics["last_step"]}
-    assert result.metrics["last_step"] == result.attempt_log[0].last_step == 9
-    assert result.metrics["first_step"] == 9  # the earliest first step of any host
+    assert {step for step in shown if step is not None} == {result.metrics.last_step}
+    assert result.metrics.last_step == result.attempt_log[0].last_step == 9
+    assert result.metrics.first_step == 9  # the earliest first step of any host
 
 
 def test_the_steps_lost_to_a_failure_count_from_the_step_every_host_had_reached(tmp_path, runs):
@@ -257,7 +257,7 @@ def test_the_steps_lost_to_a_failure_count_from_the_step_every_host_had_reached(
     result = supervise(cluster, runs, submit(cluster, runs))
     assert result.status == "succeeded" and result.attempt_log[0].last_step == 9
     [incident] = result.incidents
-    assert incident["cause"] == "program-failure" and incident["lost_steps"] == 0
+    assert incident.cause == "program-failure" and incident.lost_steps == 0
 
 
 def test_a_slice_an_edited_spec_took_is_never_created_again_and_the_run_stops_saying_why(tmp_path, runs):
@@ -367,7 +367,7 @@ def test_a_supervisor_killed_in_any_phase_is_carried_on_by_the_next_without_doin
         assert [env["PODMANAGER_ATTEMPT"] for env in agent.started] == ["0", "1"]
     record = runs.get("run-1")
     assert record.status == "succeeded" and isinstance(record.phase, Finished)
-    assert [i["cause"] for i in record.ledger["incidents"]] == ["preemption"]  # each incident once
+    assert [i.cause for i in record.ledger.incidents] == ["preemption"]  # each incident once
     if kill_at != PATH[-1]:  # a supervisor killed once the run had finished leaves nothing to carry on
         assert cluster.kinds().count("supervisor_restarted") == 1
 
@@ -392,6 +392,6 @@ def test_a_degraded_slice_is_waited_for_then_replaced_as_an_infrastructure_incid
     result = supervise(cluster, runs, submit(cluster, runs), poll_interval_s=1.0)
     assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 0)
     [incident] = result.incidents
-    assert incident["cause"] == "infrastructure" and incident["slices"] == [1]
+    assert incident.cause == "infrastructure" and incident.slices == [1]
     assert cluster.deleted == [[1]] and cluster.kinds().count("slice_unwell") == 1
     assert BOUNDED_WAIT_S <= cluster.clock.now() - started < BOUNDED_WAIT_S + 60

@@ -30,12 +30,13 @@ def claim_rounds(home: str, worker: int, rounds: int, barrier: Any, results: Any
     """In every round, claim slice 0 of that round's cluster at the same moment as the
     other processes; put (round, run id, the run in the way or None)."""
     os.environ["PODMANAGER_HOME"] = home
+    from podmanager.core.workload import Workload
     from podmanager.state.run_records import RunRecord, RunStore
 
     runs = RunStore()
     for round_ in range(rounds):
         barrier.wait(timeout=60)
-        run = RunRecord(f"r{round_}-w{worker}", f"c{round_}", {}, [0], {}, None)
+        run = RunRecord(f"r{round_}-w{worker}", f"c{round_}", Workload(command=["true"]), [0], {}, None)
         holder = runs.claim(run)
         results.put((round_, run.run_id, None if holder is None else holder.run_id))
 

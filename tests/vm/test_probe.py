@@ -35,5 +35,15 @@ def test_probe_sees_a_held_libtpu_lock(tmp_path):
 def test_probe_result_health():
     good = probe.probe_host(4, simulated=True)
     assert good.healthy and good.detail == "ok"
-    bad = probe.ProbeResult(True, 4, 0, "pid 1 (x)", 1, 1, 0.0)
+    bad = probe.ProbeResult(alive=True, chips_expected=4, chips_visible=0, chips_held_by="pid 1 (x)",
+                            memory_free_bytes=1, disk_free_bytes=1, timestamp=0.0)
     assert not bad.healthy and "0 of 4 chips" in bad.detail and "pid 1" in bad.detail
+
+
+def test_a_probe_answered_as_the_previous_version_did_reads_alike():
+    # Its agent answered a dict: the probe's fields, its verdict and where the agent is.
+    answered = {"alive": True, "chips_expected": 4, "chips_visible": 4, "chips_held_by": None,
+                "memory_free_bytes": 1, "disk_free_bytes": 1, "timestamp": 5.0, "healthy": True, "detail": "ok",
+                "ray_node_id": "n0", "ip": "10.0.0.2"}
+    read = probe.ProbeResult.model_validate(answered)
+    assert (read.healthy, read.detail, read.ray_node_id, read.ip, read.timestamp) == (True, "ok", "n0", "10.0.0.2", 5.0)
