@@ -10,6 +10,7 @@ from podmanager.api import run_handle as runs_api
 from podmanager.api.cluster import Cluster
 from podmanager.api.run_handle import RunHandle
 from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.core.events import EventKind
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.supervision.ledger import RunResult
@@ -40,23 +41,23 @@ def test_following_a_run_shows_all_of_its_events_and_none_of_another_runs(monkey
     store, runs = StateStore(), RunStore()
     store.save_cluster("c", SPEC, "simulated", "ready")
     client = Cluster.from_name("c", store=store)  # a client's: no run of its own
-    client.runtime.record("up", "cluster-wide, before any run")
+    client.runtime.record(EventKind.UP, "cluster-wide, before any run")
     start(runs, "run-a", 0)
     start(runs, "run-b", 1)
     a, b = supervisor_cluster(store, "run-a"), supervisor_cluster(store, "run-b")
-    client.runtime.record("run_submitted", "A submitted", run_id="run-a")
-    client.runtime.record("run_submitted", "B submitted", run_id="run-b")
-    b.record("attempt_started", "B attempt 1")
-    a.record("attempt_started", "A attempt 1")
+    client.runtime.record(EventKind.RUN_SUBMITTED, "A submitted", run_id="run-a")
+    client.runtime.record(EventKind.RUN_SUBMITTED, "B submitted", run_id="run-b")
+    b.record(EventKind.ATTEMPT_STARTED, "B attempt 1")
+    a.record(EventKind.ATTEMPT_STARTED, "A attempt 1")
 
     def between_polls(seconds: float) -> None:
         """Where the follower waits for more: both runs go on meanwhile, then A ends."""
         polls.append(seconds)
         assert len(polls) == 1, "still following run-a after it ended"
-        b.record("slice_deleting", "B's slice replaced", 1)  # provisioning, through B's cluster object
-        a.record("retry", "A's create retried", call="create_node")  # its caller gives no run id
-        client.runtime.record("fault_injected", "cluster-wide, during the runs")
-        a.record("slice_ready", "A's slice back", 0)
+        b.record(EventKind.SLICE_DELETING, "B's slice replaced", 1)  # provisioning, through B's cluster object
+        a.record(EventKind.RETRY, "A's create retried", call="create_node")  # its caller gives no run id
+        client.runtime.record(EventKind.FAULT_INJECTED, "cluster-wide, during the runs")
+        a.record(EventKind.SLICE_READY, "A's slice back", 0)
         finish(runs, "run-a")
 
     polls: list[float] = []
@@ -77,7 +78,7 @@ def test_following_a_run_shows_all_of_its_events_and_none_of_another_runs(monkey
 def test_a_run_id_given_by_the_caller_wins_over_the_clusters():
     store = StateStore()
     store.save_cluster("c", SPEC, "simulated", "ready")
-    event = supervisor_cluster(store, "run-a").record("run_submitted", "another run", run_id="run-b")
+    event = supervisor_cluster(store, "run-a").record(EventKind.RUN_SUBMITTED, "another run", run_id="run-b")
     assert event.run_id == "run-b"
     assert [e.id for e in store.events("c", run_id="run-b")] == [event.id]
     assert store.events("c", run_id="run-a") == []
@@ -94,11 +95,11 @@ def test_run_follows_from_its_own_submit_event_not_the_clusters_latest(monkeypat
 
     def submit(workload, *, budgets=None):  # type: ignore[no-untyped-def]
         start(runs, "run-a", 0)
-        cluster.runtime.record("run_submitted", "A submitted", run_id="run-a")
-        supervisor_cluster(store, "run-a").record("run_started", "A started")  # its supervisor is quick
+        cluster.runtime.record(EventKind.RUN_SUBMITTED, "A submitted", run_id="run-a")
+        supervisor_cluster(store, "run-a").record(EventKind.RUN_STARTED, "A started")  # its supervisor is quick
         start(runs, "run-b", 1)
-        other_client.runtime.record("run_submitted", "B submitted", run_id="run-b")
-        supervisor_cluster(store, "run-a").record("run_succeeded", "A done")
+        other_client.runtime.record(EventKind.RUN_SUBMITTED, "B submitted", run_id="run-b")
+        supervisor_cluster(store, "run-a").record(EventKind.RUN_SUCCEEDED, "A done")
         finish(runs, "run-a")
         return cluster.run_handle("run-a")
 

@@ -21,6 +21,7 @@ from podmanager.cli import app
 from podmanager.cli.up import SAME_KIND_SHOWN, EventFeed
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
@@ -62,7 +63,7 @@ def test_events_and_runs_of_an_unknown_name_exit_2_and_of_a_torn_down_cluster_sh
     assert invoke("events", "-c", "nope").exit_code == 2
     assert invoke("runs", "-c", "nope").exit_code == 2
     store = StateStore()
-    store.add_event("gone", "up", "1 slice(s) on simulated")  # the cluster record went with `down`
+    store.add_event("gone", EventKind.UP, "1 slice(s) on simulated")  # the cluster record went with `down`
     RunStore().create(RunRecord("gone-run", "gone", {}, [0], {}, None, status="succeeded"))
     events = invoke("events", "-c", "gone")
     assert events.exit_code == 0 and "1 slice(s) on simulated" in events.output
@@ -95,8 +96,8 @@ def test_a_checkpoint_folder_that_cannot_be_one_is_refused_at_submit_and_fails_e
 def test_a_followed_run_shows_an_event_before_the_output_written_after_it(tmp_path):
     runs, store = RunStore(), StateStore()
     runs.create(RunRecord("r", "c", {}, [0], {}, None, status="succeeded", result=None))
-    store.add_event("c", "run_submitted", "run r submitted", run_id="r")
-    store.add_event("c", "attempt_started", "attempt 0 on 1 host(s)", run_id="r")
+    store.add_event("c", EventKind.RUN_SUBMITTED, "run r submitted", run_id="r")
+    store.add_event("c", EventKind.ATTEMPT_STARTED, "attempt 0 on 1 host(s)", run_id="r")
     handle = RunHandle("c", "r", runs=runs, store=store)
     handle.folder.append(HostRef(0, 0), b"hello from the program\n")
     record = runs.get("r")

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from podmanager.cloud.base import Node, NodeState, TpuCloud
 from podmanager.core.clock import Clock
 from podmanager.core.errors import PodmanagerError
+from podmanager.core.events import EventKind
 from podmanager.vm.boot_status import NAMESPACE, BootStatus
 
 
@@ -64,7 +65,7 @@ class BootWatch:
     def _heard(self, node: Node, worker: int, status: BootStatus) -> None:
         host = f"slice {node.slice_index} worker {worker} ({node.name})"
         if status.failed:
-            self.record("host_boot_failed", f"{host}: {status.detail.splitlines()[0] if status.detail else 'error'}",
+            self.record(EventKind.HOST_BOOT_FAILED, f"{host}: {status.detail.splitlines()[0] if status.detail else 'error'}",
                         node=node.name, worker=worker, detail=status.detail)
             raise PodmanagerError(
                 f"{host} failed to boot: {status.detail or 'no detail reported'}",
@@ -72,4 +73,4 @@ class BootWatch:
                      "again, or 'podmanager down' to delete the slices.")
         if status.stage and self._said.get((node.name, worker)) != status.stage:
             self._said[(node.name, worker)] = status.stage
-            self.record("host_boot", f"{host}: {status.stage}", node=node.name, worker=worker, stage=status.stage)
+            self.record(EventKind.HOST_BOOT, f"{host}: {status.stage}", node=node.name, worker=worker, stage=status.stage)
