@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from podmanager.cloud.base import Node, NodeState, TpuCloud
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.events import EventKind
@@ -50,7 +51,7 @@ class BootWatch:
         self.nodes = nodes
         self.record = record
         self.clock = clock
-        self.interval_s = 0.5 if simulated else 5.0  # the real API has read quotas
+        self.interval_s = Cadence.for_mode(simulated=simulated).boot_poll_s
         self._last = -float("inf")
         self._said: dict[tuple[str, int], str] = {}
 

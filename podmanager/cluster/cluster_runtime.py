@@ -21,6 +21,7 @@ from podmanager.cluster.shared_listing import SharedZoneListing
 from podmanager.cluster.spare_keeper import SpareKeeper
 from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core import catalog, paths, spares
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock, RealClock, poll_until
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.events import EventKind
@@ -204,9 +205,8 @@ class ClusterRuntime:
     # ------------------------------------------------------------------ converging
 
     def provisioner(self) -> Provisioner:
-        poll = 0.05 if self.spec.simulated else 5.0
         return Provisioner(self.cloud, self.name, self.spec.zones, record=self.record, clock=self.clock,
-                           poll_interval_s=poll)
+                           poll_interval_s=Cadence.for_spec(self.spec).converge_poll_s)
 
     def observe(self) -> Observed:
         """The cluster's nodes and queued resources as the cloud has them now."""
@@ -281,7 +281,7 @@ class ClusterRuntime:
             polled = self.cloud.get_operation(name)
             return polled if polled.done else None
 
-        poll = 0.05 if self.spec.simulated else 2.0
+        poll = Cadence.for_spec(self.spec).metadata_poll_s
         for operation in operations:
             done = poll_until(lambda: finished(operation.name), timeout_s=300.0, interval_s=poll, clock=self.clock,
                               what=f"updating the metadata of the slices of {self.name}")

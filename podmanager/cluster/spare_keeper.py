@@ -19,9 +19,9 @@ from collections import defaultdict
 from typing import Any, Callable, Protocol
 
 from podmanager.cloud.base import Decision, Node, decide
-from podmanager.cluster.cloud_view import period_s
 from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core import catalog
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.events import EventKind
@@ -88,7 +88,7 @@ class SpareKeeper:
             self._runtime = self.open_cluster(self.cluster)
         runtime = self._runtime
         runtime.refresh_spec()  # a later `up` may have changed the spares
-        self._next = time.time() + period_s(runtime.spec.simulated)
+        self._next = time.time() + Cadence.for_spec(runtime.spec).cloud_view_period_s
         if not self._serving(runtime):
             return
         if self._runs is None:

@@ -13,6 +13,7 @@ from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.cluster.preflight import delete_cluster_rule
 from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core import paths
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock
 from podmanager.core.errors import SpecError
 from podmanager.core.events import EventKind
@@ -36,7 +37,7 @@ def teardown(spec: ClusterSpec, cloud: TpuCloud, store: StateStore, *,
     record = record or (lambda kind, message, slice_index=None, **data: store.add_event(
         name, kind, message, slice_index=slice_index, **data))
     record(EventKind.DOWN, f"deleting everything labelled podmanager-cluster={name} in {', '.join(zones)}")
-    poll = 0.05 if spec.simulated else 5.0
+    poll = Cadence.for_spec(spec).converge_poll_s
     if hosts is not None:
         hosts.close()  # leave Ray before its hosts go, rather than watch them die
     Provisioner(cloud, name, zones, record=record, clock=clock, poll_interval_s=poll).converge(
