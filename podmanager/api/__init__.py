@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from podmanager.api.status import ClusterStatus, SliceStatus
     from podmanager.api.up_plan import UpPlan
     from podmanager.cluster.teardown import LabelDownReport, down_by_label, teardown
+    from podmanager.core.events import EventKind
     from podmanager.state import StateStore
 
 _WHERE = {
@@ -29,9 +30,9 @@ _WHERE = {
     "latest_run_id": "podmanager.api.run_handle", "cluster_events": "podmanager.api.history",
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
-    "teardown": "podmanager.cluster.teardown", "StateStore": "podmanager.state",
+    "teardown": "podmanager.cluster.teardown", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
 }
-__all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "ServiceHandle", "SliceStatus",
+__all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RunHandle", "ServiceHandle", "SliceStatus",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
            "run_history", "run_log_lines", "run_summary", "service_history", "teardown"]
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from podmanager.api.cluster import resolve_cluster
 from podmanager.api.history import cluster_events
 from podmanager.api.status import ClusterStatus
@@ -33,10 +31,10 @@ def status_reply(status: ClusterStatus) -> records.StatusReply:
     ray = records.RayEndpoint(address=status.ray.address, dashboard_url=status.ray.dashboard_url) if status.ray else None
     return records.StatusReply(
         name=status.name, backend=status.backend, project=status.project,
-        slices=[records.SliceState.model_validate(asdict(s)) for s in status.slices],
-        hosts=[records.HostState.model_validate(h) for h in status.hosts], ray=ray,
+        slices=[records.SliceState.model_validate(s.model_dump()) for s in status.slices],
+        hosts=[records.HostState.model_validate(h.model_dump()) for h in status.hosts], ray=ray,
         hosts_observed_at=status.hosts_observed_at,
-        services=[records.ServiceEndpointState.model_validate(asdict(s)) for s in status.services],
+        services=[records.ServiceEndpointState.model_validate(s.model_dump()) for s in status.services],
         slices_observed_at=status.slices_observed_at, head_problem=status.head_problem)
 
 

@@ -32,6 +32,7 @@ from podmanager.cluster.teardown import stop_idle_emulator, teardown
 from podmanager.core import spares
 from podmanager.core.clock import Clock
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.records import RayAccess
 from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
@@ -95,7 +96,7 @@ class Cluster:
         record = store.get_cluster(name)
         if record is None:
             known = ", ".join(r.name for r in store.list_clusters()) or "none"
-            was_up = bool(store.events(name, kind="up"))
+            was_up = bool(store.events(name, kind=EventKind.UP))
             raise ClusterNotFoundError(
                 f"--cluster: no cluster named {name!r} (known: {known})"
                 + ("; it was torn down: 'podmanager runs' and 'podmanager events' still show its history"
@@ -324,7 +325,7 @@ class Cluster:
         if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
             stop_router(service_id)  # (no head: the router went with it)
         service_tokens.remove(self.name, service_id)
-        self.runtime.record("service_cancelled", service.message, service_id=service_id)
+        self.runtime.record(EventKind.SERVICE_CANCELLED, service.message, service_id=service_id)
         return handle.record()
 
     def services(self) -> list[ServiceRecord]:
@@ -364,11 +365,11 @@ class Cluster:
     # ------------------------------------------------------------------ helpers
 
     def _cancel_run(self, run: RunRecord, message: str) -> None:
-        self.runtime.record("cancelling", message, run_id=run.run_id)
+        self.runtime.record(EventKind.CANCELLING, message, run_id=run.run_id)
         try:
             self.run_handle(run.run_id).cancel(timeout_s=60)
         except PodmanagerError as stuck:  # its supervisor is gone: the teardown stops the processes
-            self.runtime.record("cancel_timeout", stuck.message)
+            self.runtime.record(EventKind.CANCEL_TIMEOUT, stuck.message)
             stuck_run = self.runs_store.get(run.run_id)
             if stuck_run is not None:
                 stuck_run.status = "cancelled"

@@ -12,6 +12,7 @@ from podmanager.cluster import backends
 from podmanager.cluster.backends import simulated_cloud
 from podmanager.cluster.teardown import simulated_projects
 from podmanager.core.errors import PodmanagerError, StateStoreError
+from podmanager.core.events import EventKind
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
 from podmanager.state.db import default_path, move_aside, recorded_clusters, spec_copy_path
@@ -63,7 +64,7 @@ def rebuild_state(*, force: bool = False) -> RebuildReport:
             continue
         store.save_cluster(name, copy["spec"], spec.backend.value, "rebuilt")
         where = f" (the damaged store is kept as {moved[0]})" if moved else ""
-        store.add_event(name, "state_rebuilt", f"state store rebuilt from the spec copy of {name}{where}; "
+        store.add_event(name, EventKind.STATE_REBUILT, f"state store rebuilt from the spec copy of {name}{where}; "
                         "its runs and events before now are lost")
         restored.append(name)
     unknown = []

@@ -16,6 +16,7 @@ import psutil
 
 from podmanager.attempts import package
 from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.core.events import EventKind
 from podmanager.state.run_records import RunRecord, RunStore
 
 # A run no supervisor took on yet is its submit's business for this long (the submit is
@@ -68,9 +69,9 @@ def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[st
                 message = (f"run {run.run_id} failed: its supervisor was lost with the Ray head, and the copy of "
                            f"its code kept on the controller is gone; submit it again")
                 end_run(runs, run.run_id, message)
-                runtime.record("run_failed", message, run_id=run.run_id)
+                runtime.record(EventKind.RUN_FAILED, message, run_id=run.run_id)
                 continue
-        runtime.record("supervisor_restarting", f"run {run.run_id}: its supervisor was lost with the Ray head; "
+        runtime.record(EventKind.SUPERVISOR_RESTARTING, f"run {run.run_id}: its supervisor was lost with the Ray head; "
                        "starting it again on the new head", run_id=run.run_id)
         start_supervisor(runtime.name, run.run_id, code_uri)
         resumed.append(run.run_id)

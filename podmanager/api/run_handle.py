@@ -17,6 +17,7 @@ from podmanager.attempts.results import OutputPrinter
 from podmanager.core import selectors
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
+from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
 from podmanager.state import Event, StateStore
@@ -149,7 +150,7 @@ class RunHandle:
             elif now - gone_since >= ORPHAN_S:
                 end_run(self.runs, self.run_id, f"run {self.run_id} was cancelled (its supervisor was gone)",
                         status="cancelled")
-                self.store.add_event(self.cluster, "run_cancelled",
+                self.store.add_event(self.cluster, EventKind.RUN_CANCELLED,
                                   f"run {self.run_id} cancelled; its supervisor was gone", run_id=self.run_id)
                 return
             if now >= deadline:
@@ -159,7 +160,7 @@ class RunHandle:
     def submit_event_id(self) -> int:
         """The id of this run's `run_submitted` event (0 if it has none), found by the run's
         id: the cluster's latest such event may already be another run's."""
-        submitted = self.store.events(self.cluster, kind="run_submitted", run_id=self.run_id)
+        submitted = self.store.events(self.cluster, kind=EventKind.RUN_SUBMITTED, run_id=self.run_id)
         return submitted[0].id if submitted else 0
 
 

@@ -16,6 +16,7 @@ from podmanager.api.submission import run_slices
 from podmanager.api.submit import submit_run
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.workload import Workload
 from podmanager.runtime import replica_protocol as protocol
 from podmanager.runtime.contract import ENV_CHECKPOINT_DIR
@@ -100,7 +101,7 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
         start_router(runtime.name, service_id, RouterConfig(token="", slices=tuple(slices),
                                                             queue_timeout_s=options.queue_timeout_s,
                                                             replicas=len(slices)), place)
-        runtime.record("service_starting", f"service {service_id}: router at {endpoint}, {len(slices)} replica(s) "
+        runtime.record(EventKind.SERVICE_STARTING, f"service {service_id}: router at {endpoint}, {len(slices)} replica(s) "
                        f"on slice(s) {slices}", service_id=service_id)
         for index in slices:
             env = {**workload.env, protocol.ENV_SERVE_URL: replica_url, protocol.ENV_SERVICE_ID: service_id,

@@ -8,6 +8,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from podmanager.core.errors import SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.fault_text import parse_duration
 from podmanager.core.records import host_label
 
@@ -34,7 +35,7 @@ def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
         hang(cluster, fault.slice, fault.worker)
         return f"froze the workload on {host_label(fault.slice, fault.worker)}"
     fault.apply(cluster.simulator, cluster=cluster.name)
-    cluster.record("fault_injected", f"simulated fault: {fault.describe()}",
+    cluster.record(EventKind.FAULT_INJECTED, f"simulated fault: {fault.describe()}",
                    fault.slice if isinstance(fault, (PreemptFault, DegradeFault, MaintenanceFault)) else None)
     return fault.describe()
 
@@ -45,7 +46,7 @@ def preempt(cluster: "ClusterRuntime", slice_index: int, notice_s: float = 0.0) 
     for node in cluster.observe().nodes:
         if node.slice_index == slice_index:
             sim.preempt(node.zone, node.name, notice_s=notice_s)
-            cluster.record("fault_injected", f"simulated preemption of {node.name}"
+            cluster.record(EventKind.FAULT_INJECTED, f"simulated preemption of {node.name}"
                             + (f" with {notice_s:.0f}s notice" if notice_s else ""), slice_index)
             return node.name
     raise SpecError(f"--slice: cluster {cluster.name} has no node for slice {slice_index}")
@@ -63,7 +64,7 @@ def hang(cluster: "ClusterRuntime", slice_index: int, worker_id: int) -> None:
     if agent is None:
         raise SpecError(f"--host: {host_label(slice_index, worker_id)} of {cluster.name} has no live agent")
     ray.get(agent.signal_workload.remote(None, signal.SIGSTOP), timeout=30)
-    cluster.record("fault_injected", f"simulated hang of the workload on {host_label(slice_index, worker_id)}",
+    cluster.record(EventKind.FAULT_INJECTED, f"simulated hang of the workload on {host_label(slice_index, worker_id)}",
                     slice_index)
 
 
@@ -78,7 +79,7 @@ def head_crash(cluster: "ClusterRuntime") -> str:
     if state is None or not state.started or not procs.kill(state.machine_id, wait_s=10.0):
         raise SpecError(f"--cluster: {cluster.name} has no running Ray head that podmanager started",
                         hint="Run 'podmanager up' first.")
-    cluster.record("fault_injected", f"simulated crash of the Ray head at {state.address}")
+    cluster.record(EventKind.FAULT_INJECTED, f"simulated crash of the Ray head at {state.address}")
     return f"killed the Ray head of {cluster.name} at {state.address}; 'podmanager up' starts a new one"
 
 
@@ -91,7 +92,7 @@ def arm_scripted_faults(cluster: "ClusterRuntime") -> None:
     for fault in cluster.spec.simulation.faults:
         if not isinstance(fault, HangFault):
             fault.apply(sim, cluster=cluster.name)
-        cluster.record("fault_armed", f"simulated fault armed: {fault.text()} ({fault.describe()})")
+        cluster.record(EventKind.FAULT_ARMED, f"simulated fault armed: {fault.text()} ({fault.describe()})")
 
 
 def arm_hangs(cluster: "ClusterRuntime") -> list[threading.Timer]:

@@ -11,6 +11,7 @@ from podmanager.attempts import package
 from podmanager.attempts.attempt import new_run_id
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.workload import Workload
 from podmanager.state import run_secrets
 from podmanager.state.run_records import RunStore
@@ -57,11 +58,11 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
         keep = package.kept_folder(runtime.name, run_id)  # for a supervisor started again on a new head
         code = package.upload(workload.working_dir, keep) if workload.working_dir is not None else None
         workload.check_program(code.files if code else None)
-        runtime.record("run_submitted", f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
+        runtime.record(EventKind.RUN_SUBMITTED, f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
                        run_id=run_id)
         submitted = True
         for warning in warnings:
-            runtime.record("warning", f"run {run_id}: {warning}", run_id=run_id)
+            runtime.record(EventKind.WARNING, f"run {run_id}: {warning}", run_id=run_id)
         supervisor_actor.start_supervisor(runtime.name, run_id, code.uri if code else None)
     except BaseException as error:
         # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
@@ -69,7 +70,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
         run_secrets.remove(runtime.name, run_id)
         shutil.rmtree(package.kept_folder(runtime.name, run_id), ignore_errors=True)
         if submitted:
-            runtime.record("run_not_started", f"run {run_id} did not start ({type(error).__name__}: {error}); "
+            runtime.record(EventKind.RUN_NOT_STARTED, f"run {run_id} did not start ({type(error).__name__}: {error}); "
                            f"slice(s) {slices} are free again", run_id=run_id)
         raise
     return run_id

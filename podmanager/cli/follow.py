@@ -13,11 +13,15 @@ import typer
 
 from podmanager import api
 from podmanager.cli.render import console, errors, print_json, print_summary, printer, replicas_text
+from podmanager.core.events import EventKind
 
 # Events worth a line while a run is followed (the rest are in `podmanager events`).
-RUN_EVENTS = frozenset({"attempt_started", "setup_started", "setup_progress", "setup_done", "setup_failed", "warning", "incident", "slices_replaced", "resumed", "preemption_notice",
-                        "run_failed", "backoff", "zone_fallback", "reattached", "supervisor_restarted",
-                        "run_cancelled"})
+RUN_EVENTS = frozenset({
+    EventKind.ATTEMPT_STARTED, EventKind.SETUP_STARTED, EventKind.SETUP_PROGRESS, EventKind.SETUP_DONE,
+    EventKind.SETUP_FAILED, EventKind.WARNING, EventKind.INCIDENT, EventKind.SLICES_REPLACED, EventKind.RESUMED,
+    EventKind.PREEMPTION_NOTICE, EventKind.RUN_FAILED, EventKind.BACKOFF, EventKind.ZONE_FALLBACK,
+    EventKind.REATTACHED, EventKind.SUPERVISOR_RESTARTED, EventKind.RUN_CANCELLED,
+})
 
 
 def follow_run(follow: Callable[..., api.RunResult], *, all_hosts: bool, as_json: bool,

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from podmanager.cloud.base import SimulatedCloud, TpuCloud
 from podmanager.cloud.retry import RetryCallback
+from podmanager.core.cadence import GOOGLE_CLOUD, SIMULATED
 from podmanager.core.clock import Clock
 from podmanager.core.spec import ClusterSpec
 
@@ -21,11 +23,6 @@ if TYPE_CHECKING:
     from podmanager.controller.host_controller import LocalMachines  # Ray loads only when hosts are used
     from podmanager.emulator.control import EmulatorControl
     from podmanager.emulator.server import Emulator
-
-# The real client's timing, at the pace of the local emulator: its operations take
-# `simulation.create_latency_s`, not minutes, and a restarted emulator is back within a second.
-DRY_RUN_TIMING = {"poll_interval_s": 0.05, "retry_initial_s": 0.05, "retry_max_s": 0.5, "retry_deadline_s": 60.0,
-                  "call_timeout_s": 30.0}
 
 
 def local_machines(spec: ClusterSpec) -> LocalMachines | None:
@@ -48,7 +45,7 @@ def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None,
     emulator = os.environ.get("TPU_EMULATOR_HOST")
     if not emulator:
         check_credentials(spec.project)
-    return GcpCloud(spec.project, emulator_host=emulator, on_retry=on_retry), None
+    return GcpCloud(spec.project, emulator_host=emulator, on_retry=on_retry, **asdict(GOOGLE_CLOUD.tpu_api)), None
 
 
 def make_compute(spec: ClusterSpec) -> ComputeNetworks | None:
@@ -64,13 +61,13 @@ def make_compute(spec: ClusterSpec) -> ComputeNetworks | None:
         found = launcher.running(spec.project or "")
         if found is None or not found.compute_api:
             return None
-        return ComputeNetworks(spec.project or "", endpoint=found.compute_api, retry_initial_s=0.05, retry_max_s=0.5,
-                               poll_interval_s=0.05)
+        return ComputeNetworks(spec.project or "", endpoint=found.compute_api, **asdict(SIMULATED.compute_api))
     if os.environ.get("TPU_EMULATOR_HOST"):
         return None
     from podmanager.cloud.gcp.client import check_credentials
 
-    return ComputeNetworks(spec.project or "", credentials=check_credentials(spec.project or ""))
+    return ComputeNetworks(spec.project or "", credentials=check_credentials(spec.project or ""),
+                           **asdict(GOOGLE_CLOUD.compute_api))
 
 
 def make_buckets(spec: ClusterSpec) -> BucketIam | None:
@@ -124,5 +121,6 @@ def simulated_cloud(project: str, *, clock: Clock | None = None,
         from podmanager.emulator.control import EmulatorControl
 
         address = starting.result()
-    cloud = GcpCloud(project, emulator_host=address, clock=clock, on_retry=restart_then_report, **DRY_RUN_TIMING)
+    cloud = GcpCloud(project, emulator_host=address, clock=clock, on_retry=restart_then_report,
+                     **asdict(SIMULATED.tpu_api))
     return cloud, EmulatorControl(address)

@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from podmanager.cloud.base import Node, NodeState, TpuCloud
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock
 from podmanager.core.errors import PodmanagerError
+from podmanager.core.events import EventKind
 from podmanager.vm.boot_status import NAMESPACE, BootStatus
 
 
@@ -49,7 +51,7 @@ class BootWatch:
         self.nodes = nodes
         self.record = record
         self.clock = clock
-        self.interval_s = 0.5 if simulated else 5.0  # the real API has read quotas
+        self.interval_s = Cadence.for_mode(simulated=simulated).boot_poll_s
         self._last = -float("inf")
         self._said: dict[tuple[str, int], str] = {}
 
@@ -64,7 +66,7 @@ class BootWatch:
     def _heard(self, node: Node, worker: int, status: BootStatus) -> None:
         host = f"slice {node.slice_index} worker {worker} ({node.name})"
         if status.failed:
-            self.record("host_boot_failed", f"{host}: {status.detail.splitlines()[0] if status.detail else 'error'}",
+            self.record(EventKind.HOST_BOOT_FAILED, f"{host}: {status.detail.splitlines()[0] if status.detail else 'error'}",
                         node=node.name, worker=worker, detail=status.detail)
             raise PodmanagerError(
                 f"{host} failed to boot: {status.detail or 'no detail reported'}",
@@ -72,4 +74,4 @@ class BootWatch:
                      "again, or 'podmanager down' to delete the slices.")
         if status.stage and self._said.get((node.name, worker)) != status.stage:
             self._said[(node.name, worker)] = status.stage
-            self.record("host_boot", f"{host}: {status.stage}", node=node.name, worker=worker, stage=status.stage)
+            self.record(EventKind.HOST_BOOT, f"{host}: {status.stage}", node=node.name, worker=worker, stage=status.stage)

@@ -23,14 +23,13 @@ from podmanager.cloud.base import Node, NodeState, TpuCloud
 from podmanager.cluster.boot_watch import boot_statuses
 from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core import paths
+from podmanager.core.cadence import Cadence
 from podmanager.core.files import write_atomic
 from podmanager.core.spec import ClusterSpec
 from podmanager.provisioning.plan import Observed
 from podmanager.vm.boot_status import JOINED, BootStatus
 
 VIEW_FILE = "slices.json"
-SIMULATED_PERIOD_S = 1.0
-CLOUD_PERIOD_S = 10.0
 BOOTS_REREAD_S = 60.0  # a node whose every host joined is asked again this seldom (the stage rarely moves then)
 STALE_AFTER_PERIODS = 3  # a slow round must not send status to the API
 
@@ -74,10 +73,6 @@ def path(cluster: str) -> Path:
     return paths.cluster_dir(cluster) / VIEW_FILE
 
 
-def period_s(simulated: bool) -> float:
-    return SIMULATED_PERIOD_S if simulated else CLOUD_PERIOD_S
-
-
 def observe(runtime: WatchedCluster, previous: CloudView | None = None, reread_s: float = 0.0) -> CloudView:
     """The cluster's nodes now, and the boot stages of its READY nodes' hosts. A node whose
     hosts had all joined in `previous` (the same node: same creation time) is not asked again
@@ -111,7 +106,8 @@ def read_fresh(cluster: str, *, simulated: bool, newer_than: float | None,
     except (OSError, ValueError):  # missing, half-written by another version, unreadable
         return None
     now = time.time() if now is None else now
-    if not 0.0 <= now - view.observed_at <= STALE_AFTER_PERIODS * period_s(simulated):
+    period_s = Cadence.for_mode(simulated=simulated).cloud_view_period_s
+    if not 0.0 <= now - view.observed_at <= STALE_AFTER_PERIODS * period_s:
         return None
     if newer_than is not None and view.observed_at <= newer_than:
         return None
@@ -144,6 +140,6 @@ class CloudWatcher:
         if self._runtime is None:
             self._runtime = self.open_cluster(self.cluster)
         self._runtime.refresh_spec()  # a later `up` may have edited the slices
-        self._next = time.time() + period_s(self._runtime.spec.simulated)
+        self._next = time.time() + Cadence.for_spec(self._runtime.spec).cloud_view_period_s
         self._view = observe(self._runtime, self._view, reread_s=BOOTS_REREAD_S)
         write(self.cluster, self._view)

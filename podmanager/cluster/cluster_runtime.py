@@ -21,8 +21,10 @@ from podmanager.cluster.shared_listing import SharedZoneListing
 from podmanager.cluster.spare_keeper import SpareKeeper
 from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core import catalog, paths, spares
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock, RealClock, poll_until
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.provisioning.loop import Provisioner
@@ -151,7 +153,7 @@ class ClusterRuntime:
 
     # ------------------------------------------------------------------ events and the lock
 
-    def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> Event:
+    def record(self, kind: EventKind, message: str, slice_index: int | None = None, **data: Any) -> Event:
         if self.run_id is not None:
             # What a run's supervisor causes through us (a slice replaced, a retried call)
             # belongs to that run: following it shows these, and no other run does.
@@ -184,14 +186,14 @@ class ClusterRuntime:
         last, self._last_retry = self._last_retry, (what, now)
         if last is not None and last[0] == what and now - last[1] < OUTAGE_GAP_S:
             return
-        self.record("retry", f"{call} failed ({error}); retrying until the API answers", call=call)
+        self.record(EventKind.RETRY, f"{call} failed ({error}); retrying until the API answers", call=call)
 
     def lock(self, verb: str, timeout_s: float) -> ContextManager[None]:
         """The cluster's lock (state/lock.py), saying whom it waits for when it must."""
 
         def waiting(holder: Holder | None) -> None:
             who = holder.describe(self.name) if holder else f"another podmanager process working on {self.name}"
-            self.record("waiting", f"waiting for {who}", holder_pid=holder.pid if holder else None,
+            self.record(EventKind.WAITING, f"waiting for {who}", holder_pid=holder.pid if holder else None,
                         holder_verb=holder.verb if holder else None)
 
         return cluster_lock(self.name, verb, timeout_s=timeout_s, on_wait=waiting)
@@ -203,9 +205,8 @@ class ClusterRuntime:
     # ------------------------------------------------------------------ converging
 
     def provisioner(self) -> Provisioner:
-        poll = 0.05 if self.spec.simulated else 5.0
         return Provisioner(self.cloud, self.name, self.spec.zones, record=self.record, clock=self.clock,
-                           poll_interval_s=poll)
+                           poll_interval_s=Cadence.for_spec(self.spec).converge_poll_s)
 
     def observe(self) -> Observed:
         """The cluster's nodes and queued resources as the cloud has them now."""
@@ -224,10 +225,10 @@ class ClusterRuntime:
         the spec and wait for every host's agent: `up`, and a recovery's heal. The caller
         holds the cluster's lock. `before_converge` runs once the plan is recorded."""
         self.store.save_cluster(self.name, self.spec.model_dump(mode="json"), self.spec.backend.value, "provisioning")
-        self.record("up", f"{len(self.spec.slice_list())} slice(s) on {self.spec.backend.value} "
+        self.record(EventKind.UP, f"{len(self.spec.slice_list())} slice(s) on {self.spec.backend.value} "
                     f"in {', '.join(self.spec.zones)}")
         cost = spares.describe_cost(self.spec)
-        self.record("up_plan", f"plan for {self.name}: {describe_changes(changes)}" + (f"; {cost}" if cost else ""),
+        self.record(EventKind.UP_PLAN, f"plan for {self.name}: {describe_changes(changes)}" + (f"; {cost}" if cost else ""),
                     changes=[c.as_dict() for c in changes], spares=cost)
         if self.spec.simulated and self._backend_from_spec:
             simulation = self.spec.simulation
@@ -241,7 +242,7 @@ class ClusterRuntime:
             self._delete_only(failed, timeout_s, reason="a host failed to boot, or the slice booted with other "
                                                         "boot settings; a new slice boots again")
         nodes = self._converge(desired_slices(self.spec, metadata), timeout_s)
-        self.record("slices_ready", f"all {len(nodes)} slice(s) READY")
+        self.record(EventKind.SLICES_READY, f"all {len(nodes)} slice(s) READY")
         self._refresh_metadata(nodes, metadata)
         if self.hosts:
             self._wait_for_hosts(nodes)
@@ -263,7 +264,7 @@ class ClusterRuntime:
         are created (their hosts wait for it); `_wait_for_hosts` waits for it first."""
         assert self.hosts is not None
         running = self.spec.head.address or self.hosts.controller.head_address()
-        self.record("head_starting", f"using the Ray head at {running}" if running
+        self.record(EventKind.HEAD_STARTING, f"using the Ray head at {running}" if running
                     else "starting the Ray head (it comes up while the slices are made)")
         return self.hosts.start()
 
@@ -274,14 +275,14 @@ class ClusterRuntime:
         stale = [n for n in nodes if any(n.metadata.get(key) != value for key, value in metadata.items())]
         if not stale:
             return
-        self.record("metadata_update", f"telling {len(stale)} slice(s) the current head and startup script: "
+        self.record(EventKind.METADATA_UPDATE, f"telling {len(stale)} slice(s) the current head and startup script: "
                     + ", ".join(n.name for n in stale))
         operations = [self.cloud.update_node_metadata(n.zone, n.name, {**n.metadata, **metadata}) for n in stale]
         def finished(name: str) -> Operation | None:
             polled = self.cloud.get_operation(name)
             return polled if polled.done else None
 
-        poll = 0.05 if self.spec.simulated else 2.0
+        poll = Cadence.for_spec(self.spec).metadata_poll_s
         for operation in operations:
             done = poll_until(lambda: finished(operation.name), timeout_s=300.0, interval_s=poll, clock=self.clock,
                               what=f"updating the metadata of the slices of {self.name}")
@@ -292,16 +293,16 @@ class ClusterRuntime:
         """Wait until every host of these slices has a healthy agent, saying how many have."""
         assert self.hosts is not None
         if self.hosts.head_ready():
-            self.record("head_ready", f"Ray head is up at {self.hosts.controller.head_address()}")
+            self.record(EventKind.HEAD_READY, f"Ray head is up at {self.hosts.controller.head_address()}")
         expected = sum(len(node.endpoints) or catalog.lookup(node.accelerator_type).hosts for node in nodes)
-        self.record("hosts_joining", f"waiting for {expected} host(s) to join Ray "
+        self.record(EventKind.HOSTS_JOINING, f"waiting for {expected} host(s) to join Ray "
                     f"(up to {self.spec.head.join_timeout_s:.0f}s)", expected=expected)
         joined = self.hosts.wait(nodes, on_progress=lambda healthy, of: self.record(
-            "hosts_joining", f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of),
+            EventKind.HOSTS_JOINING, f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of),
             check=BootWatch(self.cloud, nodes, self.record, self.clock, simulated=self.spec.simulated),
             watch=MonitorRounds(CloudWatcher(self.name, ClusterRuntime.from_name),
                                 SpareKeeper(self.name, ClusterRuntime.from_name)))
-        self.record("hosts_joined", f"{len(joined)} host(s) joined Ray, each with a healthy agent")
+        self.record(EventKind.HOSTS_JOINED, f"{len(joined)} host(s) joined Ray, each with a healthy agent")
 
     def _converge(self, desired: list[Any], timeout_s: float, reason: str = "not in the spec") -> list[Node]:
         return self.provisioner().converge(desired, timeout_s, unwanted_reason=reason)
@@ -372,7 +373,7 @@ class ClusterRuntime:
                 fresh = sorted(n.slice_index for n in self.observe().nodes if n.slice_index in indexes
                                and n.state is NodeState.READY and (n.create_time or 0.0) > since)
                 if fresh:
-                    self.record("slices_kept", f"slice(s) {fresh} were created again since the incident; kept")
+                    self.record(EventKind.SLICES_KEPT, f"slice(s) {fresh} were created again since the incident; kept")
                     indexes = [i for i in indexes if i not in fresh]
             if indexes:
                 self._delete_only(indexes, timeout_s, reason=f"replacing it ({reason})")

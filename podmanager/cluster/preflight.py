@@ -34,6 +34,7 @@ from podmanager.core.network_names import (
     cluster_tag,
     network_project,
 )
+from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec
 
 if TYPE_CHECKING:
@@ -105,10 +106,10 @@ def delete_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks | None, reco
     except cloud_errors.NotFoundError:
         return
     except cloud_errors.CloudError as failed:
-        record("firewall_left", f"firewall rule {name} is left: {failed.message}; delete it with: gcloud compute "
+        record(EventKind.FIREWALL_LEFT, f"firewall rule {name} is left: {failed.message}; delete it with: gcloud compute "
                                 f"firewall-rules delete {name} --project {project}")
         return
-    record("firewall_deleted", f"firewall rule {name} deleted")
+    record(EventKind.FIREWALL_DELETED, f"firewall rule {name} deleted")
 
 
 def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record,
@@ -216,7 +217,7 @@ def _ensure_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks, network: s
     except cloud_errors.PermissionDeniedError as denied:
         covering = [r.name for r in existing.values() if r.network == network and _lets_in(r, rule, subnetworks)]
         if covering:
-            record("firewall_existing", f"may not create firewall rule {rule.name}; rule {covering[0]} lets the "
+            record(EventKind.FIREWALL_EXISTING, f"may not create firewall rule {rule.name}; rule {covering[0]} lets the "
                                         "cluster's VMs reach each other")
             return
         raise SpecError(
@@ -227,7 +228,7 @@ def _ensure_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks, network: s
                  f"--source-tags {cluster_tag(spec.name)} --target-tags {cluster_tag(spec.name)}") from None
     except cloud_errors.AlreadyExistsError:
         return  # made meanwhile (another `up` of the cluster)
-    record("firewall_created", f"firewall rule {rule.name} created: TCP, UDP and ICMP between the cluster's VMs "
+    record(EventKind.FIREWALL_CREATED, f"firewall rule {rule.name} created: TCP, UDP and ICMP between the cluster's VMs "
                                f"(tag {cluster_tag(spec.name)}) in network {network}")
 
 

@@ -19,11 +19,12 @@ from collections import defaultdict
 from typing import Any, Callable, Protocol
 
 from podmanager.cloud.base import Decision, Node, decide
-from podmanager.cluster.cloud_view import period_s
 from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core import catalog
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock
 from podmanager.core.errors import PodmanagerError
+from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import (
@@ -63,7 +64,7 @@ class KeptCluster(Protocol):
 
     def provisioner(self) -> Provisioner: ...
 
-    def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> Any: ...
+    def record(self, kind: EventKind, message: str, slice_index: int | None = None, **data: Any) -> Any: ...
 
 
 class SpareKeeper:
@@ -87,7 +88,7 @@ class SpareKeeper:
             self._runtime = self.open_cluster(self.cluster)
         runtime = self._runtime
         runtime.refresh_spec()  # a later `up` may have changed the spares
-        self._next = time.time() + period_s(runtime.spec.simulated)
+        self._next = time.time() + Cadence.for_spec(runtime.spec).cloud_view_period_s
         if not self._serving(runtime):
             return
         if self._runs is None:
@@ -121,7 +122,7 @@ class SpareKeeper:
             with cluster_lock(self.cluster, "keeping the hot spares", timeout_s=0.0):
                 if not self._serving(runtime):  # a `down` finished meanwhile: create nothing
                     return
-                runtime.record("spare_upkeep", f"keeping {len(spare_slices)} hot spare(s) of {self.cluster}: "
+                runtime.record(EventKind.SPARE_UPKEEP, f"keeping {len(spare_slices)} hot spare(s) of {self.cluster}: "
                                + "; ".join(_what(a) for a in actions), slices=spare_slices)
                 started = provisioner.start(actions, deadline)
         except PodmanagerError:  # the lock is busy (or the cloud refused): next round
@@ -146,7 +147,7 @@ class SpareKeeper:
                 self._told_ready.add((node.name, node.create_time))
                 if node.slice_index is not None:
                     self._exhausted.pop(node.slice_index, None)
-                runtime.record("spare_ready", f"hot spare slice {node.slice_index} ({node.name}) is READY with its "
+                runtime.record(EventKind.SPARE_READY, f"hot spare slice {node.slice_index} ({node.name}) is READY with its "
                                f"{expected} host(s) joined", node.slice_index, node=node.name)
 
 

@@ -13,8 +13,10 @@ from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.cluster.preflight import delete_cluster_rule
 from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core import paths
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock
 from podmanager.core.errors import SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.spec import SIMULATED_PROJECT, SIMULATED_ZONES, ClusterSpec, parse_spec
 from podmanager.provisioning.loop import Provisioner
 from podmanager.state import StateStore
@@ -34,8 +36,8 @@ def teardown(spec: ClusterSpec, cloud: TpuCloud, store: StateStore, *,
     name, zones = spec.name, spec.zones
     record = record or (lambda kind, message, slice_index=None, **data: store.add_event(
         name, kind, message, slice_index=slice_index, **data))
-    record("down", f"deleting everything labelled podmanager-cluster={name} in {', '.join(zones)}")
-    poll = 0.05 if spec.simulated else 5.0
+    record(EventKind.DOWN, f"deleting everything labelled podmanager-cluster={name} in {', '.join(zones)}")
+    poll = Cadence.for_spec(spec).converge_poll_s
     if hosts is not None:
         hosts.close()  # leave Ray before its hosts go, rather than watch them die
     Provisioner(cloud, name, zones, record=record, clock=clock, poll_interval_s=poll).converge(
@@ -46,9 +48,9 @@ def teardown(spec: ClusterSpec, cloud: TpuCloud, store: StateStore, *,
     cloud_view.remove(name)
     strays = procs.stop_cluster(name)
     if strays:
-        record("strays_stopped", f"stopped {strays} local process(es) of {name} that no record named")
+        record(EventKind.STRAYS_STOPPED, f"stopped {strays} local process(es) of {name} that no record named")
     store.delete_cluster(name)
-    record("cluster_deleted", f"cluster {name} is down; nothing of it is left in the cloud")
+    record(EventKind.CLUSTER_DELETED, f"cluster {name} is down; nothing of it is left in the cloud")
     return strays
 
 
@@ -56,7 +58,7 @@ def stop_idle_emulator(spec: ClusterSpec, record: Callable[..., Any]) -> None:
     """After `down` of a dry-run cluster (its channels closed): stop the project's emulator if
     that was its last cluster (the emulator holds nothing any more)."""
     if spec.simulated and backends.stop_emulator_if_idle(spec.project or ""):
-        record("emulator_stopped", f"the local Cloud TPU emulator of {spec.project} stopped: it holds nothing")
+        record(EventKind.EMULATOR_STOPPED, f"the local Cloud TPU emulator of {spec.project} stopped: it holds nothing")
 
 
 @dataclass(frozen=True)

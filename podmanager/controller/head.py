@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 
 from podmanager.core import paths
+from podmanager.core.cadence import Cadence
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import ClusterSpec
 from podmanager.vm import auth, loopback, procs
@@ -25,28 +26,12 @@ log = logging.getLogger(__name__)
 
 HEAD_FILE = "head.json"
 HEAD_LOG = "head.log"
-# How fast the GCS declares a silent node dead (the head's system config, which every worker
-# node takes from the GCS). Simulated hosts share this machine's loopback, where no healthy
-# node misses a check: 3 misses of a 0.5 s check, a killed host dead in ~1.5 s.
-LOOPBACK_HEALTH_CHECKS = {
-    "health_check_period_ms": 500,
-    "health_check_failure_threshold": 3,
-    "health_check_timeout_ms": 500,
-}
-# TPU VMs on a real network (GC pauses, a busy host, a network blip) keep Ray's own defaults:
-# 5 misses of a check every 3 s, each allowed 10 s. A host whose process died is dead in ~15 s;
-# a host that stopped answering (frozen, cut off) in up to ~1 min. A healthy slice must never
-# be deleted for a pause: detection is slower, a false alarm costs a whole slice and a restart.
-NETWORK_HEALTH_CHECKS = {
-    "health_check_period_ms": 3000,
-    "health_check_failure_threshold": 5,
-    "health_check_timeout_ms": 10000,
-}
 
 
 def health_checks(spec: ClusterSpec) -> dict[str, int]:
-    """The GCS health-check settings for this cluster's hosts: loopback-fast only when simulated."""
-    return LOOPBACK_HEALTH_CHECKS if spec.simulated else NETWORK_HEALTH_CHECKS
+    """The GCS health-check settings for this cluster's hosts: loopback-fast only when simulated
+    (`core/cadence.py` says why each)."""
+    return Cadence.for_spec(spec).ray_health.system_config()
 
 
 START_TIMEOUT_S = 120.0

@@ -30,6 +30,7 @@ from podmanager.cloud.base import (
 )
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
+from podmanager.core.events import EventKind
 from podmanager.provisioning.plan import (
     Action,
     CreateSlice,
@@ -161,7 +162,7 @@ class Provisioner:
             waiting = self._queued_not_ready.get(node.name)
             if waiting is not None and decide(node) is Decision.USE:
                 del self._queued_not_ready[node.name]
-                self.record("slice_ready", f"{node.name} is READY in {node.zone}", waiting[0],
+                self.record(EventKind.SLICE_READY, f"{node.name} is READY in {node.zone}", waiting[0],
                             node=node.name, zone=node.zone)
 
     def _queue_overdue(self, desired: list[DesiredSlice], observed: Observed, queue_since: dict[str, float],
@@ -181,7 +182,7 @@ class Provisioner:
             if qr.zone not in exhausted[want.index]:
                 exhausted[want.index].add(qr.zone)
                 left = [z for z in want.zones if z not in exhausted[want.index]]
-                self.record("zone_fallback", f"{want.node_name}: waited {waited:.0f}s for capacity in {qr.zone}; "
+                self.record(EventKind.ZONE_FALLBACK, f"{want.node_name}: waited {waited:.0f}s for capacity in {qr.zone}; "
                             + (f"trying {left[0]}" if left else "no zone left"), want.index,
                             node=want.node_name, zone=qr.zone, error="WaitingForResources")
         return out
@@ -264,7 +265,7 @@ class Provisioner:
         try:
             if isinstance(action, CreateSlice):
                 want = action.slice
-                self.record("slice_creating", f"creating {want.node_name} ({want.request.accelerator_type}, "
+                self.record(EventKind.SLICE_CREATING, f"creating {want.node_name} ({want.request.accelerator_type}, "
                             f"{want.request.capacity.value}) in {action.zone}", want.index,
                             node=want.node_name, zone=action.zone)
                 if want.queued:
@@ -277,11 +278,11 @@ class Provisioner:
                 else:
                     operation = self.cloud.create_node(action.zone, want.node_name, want.request)
             elif isinstance(action, DeleteNode):
-                self.record("slice_deleting", f"deleting {action.name} in {action.zone}: {action.reason}",
+                self.record(EventKind.SLICE_DELETING, f"deleting {action.name} in {action.zone}: {action.reason}",
                             action.slice_index, node=action.name, zone=action.zone, reason=action.reason)
                 operation = self.cloud.delete_node(action.zone, action.name)
             elif isinstance(action, DeleteQueuedResource):
-                self.record("queued_resource_deleting", f"deleting queued resource {action.name} in {action.zone}: "
+                self.record(EventKind.QUEUED_RESOURCE_DELETING, f"deleting queued resource {action.name} in {action.zone}: "
                             f"{action.reason}", action.slice_index, name=action.name, zone=action.zone)
                 operation = self.cloud.delete_queued_resource(action.zone, action.name)
             else:
@@ -296,20 +297,20 @@ class Provisioner:
             want = action.slice
             if error is None and want.queued:
                 self._queued_not_ready[want.node_name] = (want.index, action.zone)
-                self.record("slice_queued", f"{want.node_name}: queued resource accepted in {action.zone}; it is "
+                self.record(EventKind.SLICE_QUEUED, f"{want.node_name}: queued resource accepted in {action.zone}; it is "
                             "READY once the queued resource is granted", want.index,
                             node=want.node_name, zone=action.zone)
             elif error is None:
-                self.record("slice_ready", f"{want.node_name} is READY in {action.zone}", want.index,
+                self.record(EventKind.SLICE_READY, f"{want.node_name} is READY in {action.zone}", want.index,
                             node=want.node_name, zone=action.zone)
             elif isinstance(error, (cloud_errors.CapacityError, cloud_errors.ReservationShortfallError)):
                 exhausted[want.index].add(action.zone)
                 left = [z for z in want.zones if z not in exhausted[want.index]]
-                self.record("zone_fallback", f"{want.node_name}: {error.message}; "
+                self.record(EventKind.ZONE_FALLBACK, f"{want.node_name}: {error.message}; "
                             + (f"trying {left[0]}" if left else "no zone left"), want.index,
                             node=want.node_name, zone=action.zone, error=type(error).__name__)
             elif isinstance(error, cloud_errors.PreemptedWhileCreatingError):
-                self.record("slice_preempted", f"{want.node_name} was preempted while being created in "
+                self.record(EventKind.SLICE_PREEMPTED, f"{want.node_name} was preempted while being created in "
                             f"{action.zone}; it will be deleted and created again", want.index,
                             node=want.node_name, zone=action.zone, while_creating=True)
             elif isinstance(error, cloud_errors.InvalidRequestError):
@@ -326,7 +327,7 @@ class Provisioner:
             raise error
         else:
             name = action.name  # type: ignore[union-attr]
-            self.record("slice_deleted", f"{name} deleted", action.slice_index, node=name)  # type: ignore[union-attr]
+            self.record(EventKind.SLICE_DELETED, f"{name} deleted", action.slice_index, node=name)  # type: ignore[union-attr]
 
 
 def _describe_request(want: DesiredSlice) -> str:
@@ -360,7 +361,7 @@ class _WaitReporter:
             if queued.state is not QueuedResourceState.WAITING_FOR_RESOURCES or self.told.get(key) == queued.state.value:
                 continue
             self.told[key] = queued.state.value
-            self.record("slice_waiting", f"{queued.node_name} is waiting for capacity in {queued.zone} (queued resource "
+            self.record(EventKind.SLICE_WAITING, f"{queued.node_name} is waiting for capacity in {queued.zone} (queued resource "
                         f"{queued.name} is {queued.state.value}); waiting up to {max(0.0, self.time_left()):.0f}s",
                         self.index.get(queued.node_name), node=queued.node_name, zone=queued.zone,
                         state=queued.state.value)
@@ -371,19 +372,19 @@ class _WaitReporter:
             self.told[node.name] = now
             index = self.index.get(node.name)
             if node.state is NodeState.REPAIRING:
-                self.record("slice_repairing", f"{node.name} is REPAIRING (maintenance); waiting up to "
+                self.record(EventKind.SLICE_REPAIRING, f"{node.name} is REPAIRING (maintenance); waiting up to "
                             f"{max(0.0, self.time_left()):.0f}s for it to come back READY", index,
                             node=node.name, zone=node.zone)
             elif decide(node) is Decision.WAIT_BOUNDED:
                 wait = min(self.bounded_wait_s, max(0.0, self.time_left()))
-                self.record("slice_waiting", f"{node.name} is {now}; waiting up to {wait:.0f}s for it to come "
+                self.record(EventKind.SLICE_WAITING, f"{node.name} is {now}; waiting up to {wait:.0f}s for it to come "
                             "back, then replacing it", index, node=node.name, zone=node.zone, state=now)
             else:
-                self.record("slice_waiting", f"waiting for {node.name} ({now})", index,
+                self.record(EventKind.SLICE_WAITING, f"waiting for {node.name} ({now})", index,
                             node=node.name, zone=node.zone, state=now)
 
     def settled(self, observed: Observed) -> None:
         for node in observed.nodes:
             if self.told.get(node.name) == NodeState.REPAIRING.value and node.state is NodeState.READY:
-                self.record("slice_repaired", f"{node.name} is READY again after its repair", self.index.get(node.name),
+                self.record(EventKind.SLICE_REPAIRED, f"{node.name} is READY again after its repair", self.index.get(node.name),
                             node=node.name, zone=node.zone)

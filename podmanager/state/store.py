@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from podmanager.core.events import EventKind
 from podmanager.core.files import write_atomic
 from podmanager.state.db import MEMORY, Database, default_path, spec_copy_path
 
@@ -52,7 +53,7 @@ class Event:
     id: int
     cluster: str
     time: float
-    kind: str
+    kind: str  # an `EventKind`'s value; an old log may hold one no longer written
     slice_index: int | None
     message: str
     data: dict[str, Any]
@@ -131,12 +132,14 @@ class StateStore:
 
     # ------------------------------------------------------------- events
 
-    def add_event(self, cluster: str, kind: str, message: str, *, slice_index: int | None = None,
+    def add_event(self, cluster: str, kind: EventKind, message: str, *, slice_index: int | None = None,
                   when: float | None = None, **data: Any) -> Event:
+        if not isinstance(kind, EventKind):  # a bare string could be misspelt: no filter would see it
+            raise TypeError(f"event kind {kind!r} is not an EventKind member (podmanager/core/events.py)")
         when = time.time() if when is None else when
         event_id = self._db.insert(
             "INSERT INTO events (cluster, time, kind, slice_index, message, data) VALUES (?, ?, ?, ?, ?, ?)",
-            (cluster, when, kind, slice_index, message, json.dumps(data, default=str)),
+            (cluster, when, kind.value, slice_index, message, json.dumps(data, default=str)),
         )
         return Event(event_id, cluster, when, kind, slice_index, message, data)
 
@@ -145,7 +148,7 @@ class StateStore:
         rows = self._execute("SELECT time FROM events WHERE cluster=? ORDER BY id DESC LIMIT 1", (cluster,))
         return rows[0][0] if rows else None
 
-    def events(self, cluster: str, *, after_id: int = 0, kind: str | None = None,
+    def events(self, cluster: str, *, after_id: int = 0, kind: EventKind | None = None,
                run_id: str | None = None) -> list[Event]:
         """The cluster's events after `after_id`, oldest first; only those of one kind, or
         caused by one run (`run_id` in their data), when asked."""

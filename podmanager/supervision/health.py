@@ -25,6 +25,7 @@ from podmanager.attempts.progress import combine
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import BOUNDED_WAIT_S, DEAD_STATES, Decision, Node, NodeState, TpuCloud, condition, decide
 from podmanager.core.clock import Clock, RealClock
+from podmanager.core.events import EventKind
 from podmanager.core.records import SliceRef
 from podmanager.supervision.classify import HostOutcome, Observation
 
@@ -123,7 +124,7 @@ class HealthMonitor:
             # the host agents watch it (vm/notices.py).
             if ref.index not in self.notices and self.gang.any_notice(ref.index):
                 self.notices.add(ref.index)
-                self._event("preemption_notice", f"preemption notice for slice {ref.index}; asking the program "
+                self._event(EventKind.PREEMPTION_NOTICE, f"preemption notice for slice {ref.index}; asking the program "
                             "to checkpoint (SIGTERM)", ref.index)
                 self.gang.signal(signal.SIGTERM)
         self.last_healthy_check = self.clock.now()
@@ -143,7 +144,7 @@ class HealthMonitor:
             return f"no step after {step:.0f} for {now - self._step_time:.0f}s (health.hang_timeout_s)"
         return None
 
-    def _event(self, kind: str, message: str, slice_index: int | None = None) -> None:
+    def _event(self, kind: EventKind, message: str, slice_index: int | None = None) -> None:
         if self.on_event:
             self.on_event(kind, message, slice_index)
 
@@ -156,7 +157,7 @@ class HealthMonitor:
         now = self.clock.now()
         if ref.index not in self.unwell_since:
             self.unwell_since[ref.index] = now
-            self._event("slice_unwell", f"slice {ref.index} ({ref.node_name}) is {condition(node)}; waiting up to "
+            self._event(EventKind.SLICE_UNWELL, f"slice {ref.index} ({ref.node_name}) is {condition(node)}; waiting up to "
                         f"{self.bounded_wait_s:.0f}s for it", ref.index)
         if now - self.unwell_since[ref.index] < self.bounded_wait_s:
             return False

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from podmanager.cloud.base import Node, TpuCloud
 from podmanager.core.clock import Clock
+from podmanager.core.events import EventKind
 from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import ClusterSpec
 
@@ -25,7 +26,7 @@ class SupervisedCluster(Protocol):
         listed once per slot for the whole cluster, however many runs' supervisors ask."""
         ...
 
-    def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> Any:
+    def record(self, kind: EventKind, message: str, slice_index: int | None = None, **data: Any) -> Any:
         """Append an event to the cluster's durable event log."""
         ...
 

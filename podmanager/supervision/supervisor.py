@@ -34,6 +34,7 @@ from podmanager.attempts.remote import RAY, Remote
 from podmanager.attempts.results import OutputPrinter
 from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError
+from podmanager.core.events import EventKind
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
 from podmanager.state import run_secrets, service_tokens
@@ -84,10 +85,10 @@ class RunSupervisor:
         starts = self.run.supervisor.starts
         self.run.supervisor = SupervisorProcess(pid=os.getpid(), started_at=self.clock.now(), starts=starts + 1)
         if starts == 0:
-            self.record("run_started", f"run {self.run_id}: {self.workload.display_name} on slice(s) "
+            self.record(EventKind.RUN_STARTED, f"run {self.run_id}: {self.workload.display_name} on slice(s) "
                         f"{self.run.slices}")
         else:
-            self.record("supervisor_restarted", f"run {self.run_id}: supervisor restarted; carrying on from "
+            self.record(EventKind.SUPERVISOR_RESTARTED, f"run {self.run_id}: supervisor restarted; carrying on from "
                         f"{self.run.phase.name} attempt {self.run.attempt}")
         self._save()
         while True:
@@ -114,10 +115,10 @@ class RunSupervisor:
             return self._finish("cancelled", CANCELLED)
         if result.setup_error is not None:  # bad input: no budget spent, no slice replaced
             error = result.setup_error
-            self.record("setup_failed", f"run {self.run_id}: setting up {error.host} failed: {error.error}")
+            self.record(EventKind.SETUP_FAILED, f"run {self.run_id}: setting up {error.host} failed: {error.error}")
             return self._finish("failed", None)
         if result.status == "succeeded":
-            self.record("run_succeeded", f"run {self.run_id} finished at step {result.last_step}")
+            self.record(EventKind.RUN_SUCCEEDED, f"run {self.run_id} finished at step {result.last_step}")
             return self._finish("succeeded", None)
         stop_reason = self._after_failure(result, monitor)
         return self._finish("failed", stop_reason) if stop_reason is not None else None
@@ -134,7 +135,7 @@ class RunSupervisor:
         if current.attempt == attempt and self._all_hold(agents, attempt):
             base = current.log_base
             reattach = {slot.label: max(0, self.runner.logs.size(slot) - base.get(slot.label, 0)) for slot, _ in agents}
-            self.record("reattached", f"attempt {attempt} still runs on all {len(agents)} host(s); re-attached "
+            self.record(EventKind.REATTACHED, f"attempt {attempt} still runs on all {len(agents)} host(s); re-attached "
                         "without restarting it", attempt=attempt)
             started = current.started if current.started is not None else self.clock.now()
         else:
@@ -144,7 +145,7 @@ class RunSupervisor:
                                        log_base={slot.label: self.runner.logs.size(slot) for slot, _ in agents})
             self.run.status = "running"
             self._save()
-            self.record("attempt_started", f"attempt {attempt} on {len(agents)} host(s)", attempt=attempt)
+            self.record(EventKind.ATTEMPT_STARTED, f"attempt {attempt} on {len(agents)} host(s)", attempt=attempt)
 
         def launched() -> None:  # also after a re-attach, to an attempt that may be `Running` already
             phase = self.run.phase
@@ -153,16 +154,16 @@ class RunSupervisor:
             self._save()
 
         def set_up(done: int, of: int) -> None:
-            self.record("setup_progress", f"setup: {done}/{of} host(s) ready", ready=done, hosts=of)
+            self.record(EventKind.SETUP_PROGRESS, f"setup: {done}/{of} host(s) ready", ready=done, hosts=of)
 
         def setup_done(seconds: float, installed: list[str]) -> None:  # before the programs start
-            self.record("setup_done", f"{len(agents)} host(s) set up in {seconds:.1f}s"
+            self.record(EventKind.SETUP_DONE, f"{len(agents)} host(s) set up in {seconds:.1f}s"
                         + (f" (installed on {', '.join(installed)})" if installed else " (nothing to install)"),
                         attempt=attempt, seconds=seconds, installed=installed)
 
         if reattach is None:
             wanted = [r for r in self.workload.requirements or [] if not r.startswith("-")]  # not index options
-            self.record("setup_started", f"setting up {len(agents)} host(s): the working dir"
+            self.record(EventKind.SETUP_STARTED, f"setting up {len(agents)} host(s): the working dir"
                         + (f", {len(wanted)} requirement(s)" if wanted else ""), attempt=attempt)
         monitor_box: list[HealthMonitor] = []
         result = self.runner.run_attempt(agents, attempt, lambda gang: self._monitor(gang, monitor_box),
@@ -183,14 +184,14 @@ class RunSupervisor:
         incident = classify(monitor.observation(self.cluster.lost_hosts())) if monitor else \
             Incident(Cause.INFRASTRUCTURE, frozenset(), result.failure or "the attempt ended without a clear cause")
         detected_at = result.detected_at or result.ended
-        self.record("incident", f"attempt {result.attempt}: {incident.cause.value}: {incident.detail}",
+        self.record(EventKind.INCIDENT, f"attempt {result.attempt}: {incident.cause.value}: {incident.detail}",
                     cause=incident.cause.value, slices=sorted(incident.slices))
         self.ledger.incidents.append(
             self._incident(result.attempt, incident, detected_at, monitor, {"stop": result.ended - detected_at}))
         state = self._recovery_state()
         decision = self.policy.decide(state)
         if not decision.retry:
-            self.record("run_failed", f"run {self.run_id} stopped: {decision.reason}")
+            self.record(EventKind.RUN_FAILED, f"run {self.run_id} stopped: {decision.reason}")
             self._save()
             self.cluster.delete_dead_slices()  # never leave a preempted slice holding quota
             return decision.reason
@@ -207,7 +208,7 @@ class RunSupervisor:
             self.run.phase = Launching(attempt=self.run.attempt)
         self._save()
         if decision.wait_s:
-            self.record("backoff", f"waiting {decision.wait_s:.0f}s before the next attempt")
+            self.record(EventKind.BACKOFF, f"waiting {decision.wait_s:.0f}s before the next attempt")
             self.clock.sleep(decision.wait_s)
         return None
 
@@ -233,7 +234,7 @@ class RunSupervisor:
             spare = spares.pick(self.cluster.spec, index, free, ready)
             if spare is not None and self.runs.swap_spare(self.run, index, spare):
                 swapped[index] = spare
-                self.record("spare_swapped", f"run {self.run_id}: hot spare slice {spare} takes the place of lost "
+                self.record(EventKind.SPARE_SWAPPED, f"run {self.run_id}: hot spare slice {spare} takes the place of lost "
                             f"slice {index} at once; slice {index} becomes a spare, made again in the background",
                             lost=index, spare=spare, slices=self.run.slices)
         if swapped and self.ledger.incidents:
@@ -255,12 +256,12 @@ class RunSupervisor:
                 timings["delete"] = self.clock.now() - started
                 self.run.phase = phase = phase.model_copy(update={"deleted": True})
                 self._save()
-                self.record("slices_deleted", f"slice(s) {phase.slices} deleted; creating them again",
+                self.record(EventKind.SLICES_DELETED, f"slice(s) {phase.slices} deleted; creating them again",
                             slices=phase.slices)
             created = self.clock.now()
             self.cluster.restore_slices(timings)
             timings["replace_total"] = self.clock.now() - started
-            self.record("slices_replaced", f"slice(s) {phase.slices} replaced ({phase.reason}) in "
+            self.record(EventKind.SLICES_REPLACED, f"slice(s) {phase.slices} replaced ({phase.reason}) in "
                         + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items() if k != "stop"),
                         slices=phase.slices, phases=timings, since=created)
         self.run.attempt = phase.attempt
@@ -275,7 +276,7 @@ class RunSupervisor:
             return None
         reason = (f"slice(s) {dropped} of the run are no longer in the cluster's spec (an 'up' of an edited "
                   "spec removed them); they are not created again")
-        self.record("run_failed", f"run {self.run_id} stopped: {reason}")
+        self.record(EventKind.RUN_FAILED, f"run {self.run_id} stopped: {reason}")
         return reason
 
     # ------------------------------------------------------------------ hosts
@@ -286,7 +287,7 @@ class RunSupervisor:
         try:
             return self.cluster.agents(self.run.slices)
         except PodmanagerError as missing:
-            self.record("healing", f"before launching: {missing.message}; bringing the slices back")
+            self.record(EventKind.HEALING, f"before launching: {missing.message}; bringing the slices back")
             self.cluster.heal()
             return self.cluster.agents(self.run.slices)
 
@@ -341,13 +342,13 @@ class RunSupervisor:
             record.lost_steps = max(0, previous.last_step - (result.first_step - 1))
         where = (f"resumed at step {result.first_step}" if result.first_step is not None
                  else "ran without reporting a step")  # a plain command reports none
-        self.record("resumed", f"attempt {result.attempt} {where}"
+        self.record(EventKind.RESUMED, f"attempt {result.attempt} {where}"
                     + (f", {record.lost_steps} step(s) lost" if record.lost_steps is not None else ""),
                     recover_s=record.recover_s, lost_steps=record.lost_steps)
 
     def _finish(self, status: str, reason: str | None) -> RunResult:
         if status == "cancelled":
-            self.record("run_cancelled", f"run {self.run_id} cancelled; every process of it is stopped")
+            self.record(EventKind.RUN_CANCELLED, f"run {self.run_id} cancelled; every process of it is stopped")
         attempts = self.ledger.attempts
         if attempts:
             result = summarize(self.cluster.name, self.run_id, attempts, self.runner.logs.folder)
@@ -390,7 +391,7 @@ class RunSupervisor:
         return RecoveryState(started=self.run.created_at, now=self.clock.now(),
                              incidents=[classified(i) for i in self.ledger.incidents])
 
-    def record(self, kind: str, message: str, **data: Any) -> None:
+    def record(self, kind: EventKind, message: str, **data: Any) -> None:
         self.cluster.record(kind, message, run_id=self.run_id, **data)
 
     def save_progress(self, gang: Gang) -> None:

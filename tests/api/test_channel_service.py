@@ -4,18 +4,22 @@ cross. No Ray: status is converted from a `ClusterStatus` built here, events com
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import pytest
 
 from podmanager.api.channel_service import ControllerChannelApi, status_reply
-from podmanager.api.status import ClusterStatus, ServiceEndpoint, SliceStatus
+from podmanager.api.status import (
+    ClusterStatus,
+    HostStatus,
+    ServiceEndpoint,
+    SliceStatus,
+)
 from podmanager.channel import identity, pinned, records
 from podmanager.channel.client import ChannelClient
 from podmanager.channel.errors import RemoteError
 from podmanager.channel.server import ChannelServer
 from podmanager.controller.host_info import HEALTHY, HostInfo
 from podmanager.core.errors import ClusterNotFoundError
+from podmanager.core.events import EventKind
 from podmanager.core.records import RayAccess
 from podmanager.state import StateStore
 
@@ -27,17 +31,17 @@ def test_a_cluster_status_becomes_the_typed_reply_without_the_controllers_paths(
         name="c1", backend="simulated", project="demo",
         slices=[SliceStatus(index=0, name="c1-s0", accelerator="v4-8", zone="z", state="READY", hosts=1, chips=4,
                             boot=["joined"], spare=False)],
-        hosts=[{**asdict(host), "boot": "joined", "versions": {"ray": "2.50.0"}}],
+        hosts=[HostStatus(**host.model_dump(), boot="joined", versions={"ray": "2.50.0"})],
         ray=RayAccess("127.0.0.1:6379", "http://127.0.0.1:8265", "/home/u/.podmanager/clusters/c1/ray_token",
                       {"RAY_ADDRESS": "127.0.0.1:6379", "RAY_AUTH_TOKEN_PATH": "/home/u/.podmanager/clusters/c1/ray_token"}),
-        hosts_observed_at=13.0, services=[ServiceEndpoint("svc-1", "http://127.0.0.1:9000", [0])],
+        hosts_observed_at=13.0, services=[ServiceEndpoint(service_id="svc-1", endpoint="http://127.0.0.1:9000", slices=[0])],
         slices_observed_at=14.0, head_problem="the head is restarting")
 
     reply = status_reply(status)
 
     assert reply.slices == [records.SliceState(index=0, name="c1-s0", accelerator="v4-8", zone="z", state="READY",
                                                hosts=1, chips=4, boot=["joined"])]
-    assert reply.hosts[0].model_dump() == {**asdict(host), "boot": "joined", "versions": {"ray": "2.50.0"}}
+    assert reply.hosts[0].model_dump() == {**host.model_dump(), "boot": "joined", "versions": {"ray": "2.50.0"}}
     assert reply.ray == records.RayEndpoint(address="127.0.0.1:6379", dashboard_url="http://127.0.0.1:8265")
     assert reply.services[0].service_id == "svc-1" and reply.head_problem == "the head is restarting"
     assert (reply.hosts_observed_at, reply.slices_observed_at) == (13.0, 14.0)
@@ -46,11 +50,11 @@ def test_a_cluster_status_becomes_the_typed_reply_without_the_controllers_paths(
 
 def test_events_are_read_from_the_store_after_a_cursor_and_an_unknown_cluster_is_refused() -> None:
     store = StateStore()
-    first = store.add_event("c1", "slice_created", "created c1-s0", slice_index=0, zone="z")
-    store.add_event("c1", "slice_ready", "c1-s0 is READY", slice_index=0)
+    first = store.add_event("c1", EventKind.SLICE_CREATING, "created c1-s0", slice_index=0, zone="z")
+    store.add_event("c1", EventKind.SLICE_READY, "c1-s0 is READY", slice_index=0)
     api = ControllerChannelApi(store)
 
-    assert [(e.kind, e.data) for e in api.events("c1", 0).events] == [("slice_created", {"zone": "z"}),
+    assert [(e.kind, e.data) for e in api.events("c1", 0).events] == [("slice_creating", {"zone": "z"}),
                                                                       ("slice_ready", {})]
     assert [e.kind for e in api.events("c1", first.id).events] == ["slice_ready"]
     with pytest.raises(ClusterNotFoundError, match="no cluster named 'nope'"):
@@ -59,7 +63,7 @@ def test_events_are_read_from_the_store_after_a_cursor_and_an_unknown_cluster_is
 
 def test_the_channel_serves_the_controllers_event_log() -> None:
     store = StateStore()
-    store.add_event("c1", "slice_created", "created c1-s0", slice_index=0)
+    store.add_event("c1", EventKind.SLICE_CREATING, "created c1-s0", slice_index=0)
     made = identity.load_or_create("c1", identity.controller_address(simulated=True))
     with ChannelServer(ControllerChannelApi(store), made) as server:
         credentials = pinned.install("c1", pinned.ControllerAddress(host=server.host, port=server.port),

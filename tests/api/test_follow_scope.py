@@ -12,6 +12,7 @@ from podmanager.api.run_handle import RunHandle
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
+from podmanager.core.events import EventKind
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_results import RunResult
@@ -43,23 +44,23 @@ def test_following_a_run_shows_all_of_its_events_and_none_of_another_runs(monkey
     store, runs = StateStore(), RunStore()
     store.save_cluster("c", SPEC, "simulated", "ready")
     client = Cluster.from_name("c", store=store)  # a client's: no run of its own
-    client.runtime.record("up", "cluster-wide, before any run")
+    client.runtime.record(EventKind.UP, "cluster-wide, before any run")
     start(runs, "run-a", 0)
     start(runs, "run-b", 1)
     a, b = supervisor_cluster(store, "run-a"), supervisor_cluster(store, "run-b")
-    client.runtime.record("run_submitted", "A submitted", run_id="run-a")
-    client.runtime.record("run_submitted", "B submitted", run_id="run-b")
-    b.record("attempt_started", "B attempt 1")
-    a.record("attempt_started", "A attempt 1")
+    client.runtime.record(EventKind.RUN_SUBMITTED, "A submitted", run_id="run-a")
+    client.runtime.record(EventKind.RUN_SUBMITTED, "B submitted", run_id="run-b")
+    b.record(EventKind.ATTEMPT_STARTED, "B attempt 1")
+    a.record(EventKind.ATTEMPT_STARTED, "A attempt 1")
 
     def between_polls(seconds: float) -> None:
         """Where the follower waits for more: both runs go on meanwhile, then A ends."""
         polls.append(seconds)
         assert len(polls) == 1, "still following run-a after it ended"
-        b.record("slice_deleting", "B's slice replaced", 1)  # provisioning, through B's cluster object
-        a.record("retry", "A's create retried", call="create_node")  # its caller gives no run id
-        client.runtime.record("fault_injected", "cluster-wide, during the runs")
-        a.record("slice_ready", "A's slice back", 0)
+        b.record(EventKind.SLICE_DELETING, "B's slice replaced", 1)  # provisioning, through B's cluster object
+        a.record(EventKind.RETRY, "A's create retried", call="create_node")  # its caller gives no run id
+        client.runtime.record(EventKind.FAULT_INJECTED, "cluster-wide, during the runs")
+        a.record(EventKind.SLICE_READY, "A's slice back", 0)
         finish(runs, "run-a")
 
     polls: list[float] = []
@@ -80,7 +81,7 @@ def test_following_a_run_shows_all_of_its_events_and_none_of_another_runs(monkey
 def test_a_run_id_given_by_the_caller_wins_over_the_clusters():
     store = StateStore()
     store.save_cluster("c", SPEC, "simulated", "ready")
-    event = supervisor_cluster(store, "run-a").record("run_submitted", "another run", run_id="run-b")
+    event = supervisor_cluster(store, "run-a").record(EventKind.RUN_SUBMITTED, "another run", run_id="run-b")
     assert event.run_id == "run-b"
     assert [e.id for e in store.events("c", run_id="run-b")] == [event.id]
     assert store.events("c", run_id="run-a") == []
@@ -97,11 +98,11 @@ def test_run_follows_from_its_own_submit_event_not_the_clusters_latest(monkeypat
 
     def submit(workload, *, budgets=None):  # type: ignore[no-untyped-def]
         start(runs, "run-a", 0)
-        cluster.runtime.record("run_submitted", "A submitted", run_id="run-a")
-        supervisor_cluster(store, "run-a").record("run_started", "A started")  # its supervisor is quick
+        cluster.runtime.record(EventKind.RUN_SUBMITTED, "A submitted", run_id="run-a")
+        supervisor_cluster(store, "run-a").record(EventKind.RUN_STARTED, "A started")  # its supervisor is quick
         start(runs, "run-b", 1)
-        other_client.runtime.record("run_submitted", "B submitted", run_id="run-b")
-        supervisor_cluster(store, "run-a").record("run_succeeded", "A done")
+        other_client.runtime.record(EventKind.RUN_SUBMITTED, "B submitted", run_id="run-b")
+        supervisor_cluster(store, "run-a").record(EventKind.RUN_SUCCEEDED, "A done")
         finish(runs, "run-a")
         return cluster.run_handle("run-a")
 
@@ -115,8 +116,8 @@ def test_run_follows_from_its_own_submit_event_not_the_clusters_latest(monkeypat
 def test_a_followed_run_shows_an_event_before_the_output_written_after_it(tmp_path):
     runs, store = RunStore(), StateStore()
     runs.create(RunRecord("r", "c", PROGRAM, [0], {}, None, status="succeeded", result=None))
-    store.add_event("c", "run_submitted", "run r submitted", run_id="r")
-    store.add_event("c", "attempt_started", "attempt 0 on 1 host(s)", run_id="r")
+    store.add_event("c", EventKind.RUN_SUBMITTED, "run r submitted", run_id="r")
+    store.add_event("c", EventKind.ATTEMPT_STARTED, "attempt 0 on 1 host(s)", run_id="r")
     handle = RunHandle("c", "r", runs=runs, store=store)
     handle.folder.append(HostRef(0, 0), b"hello from the program\n")
     record = runs.get("r")

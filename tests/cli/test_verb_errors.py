@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import podmanager.api
 from podmanager.cli import app
+from podmanager.core.events import EventKind
 from podmanager.core.workload import Workload
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
@@ -29,7 +30,7 @@ def test_events_and_runs_of_an_unknown_name_exit_2_and_of_a_torn_down_cluster_sh
     assert invoke("events", "-c", "nope").exit_code == 2
     assert invoke("runs", "-c", "nope").exit_code == 2
     store = StateStore()
-    store.add_event("gone", "up", "1 slice(s) on simulated")  # the cluster record went with `down`
+    store.add_event("gone", EventKind.UP, "1 slice(s) on simulated")  # the cluster record went with `down`
     RunStore().create(RunRecord("gone-run", "gone", PROGRAM, [0], {}, None, status="succeeded"))
     events = invoke("events", "-c", "gone")
     assert events.exit_code == 0 and "1 slice(s) on simulated" in events.output

@@ -11,6 +11,7 @@ import pytest
 from podmanager.cloud.base import GuestAttribute, Node, NodeState
 from podmanager.cluster import cloud_view
 from podmanager.cluster.cloud_view import CloudView
+from podmanager.core.cadence import SIMULATED
 from podmanager.vm.boot_status import NAMESPACE, STAGE_KEY
 
 
@@ -77,7 +78,7 @@ def test_every_node_is_asked_again_once_its_reading_is_older_than_the_reread_int
 def test_status_uses_the_view_only_while_it_is_fresh_and_newer_than_the_last_event(
         podmanager_home, age_periods, event_after_view, used):  # type: ignore[no-untyped-def]
     now = time.time()
-    observed = now - age_periods * cloud_view.SIMULATED_PERIOD_S
+    observed = now - age_periods * SIMULATED.cloud_view_period_s
     cloud_view.write("viewed", CloudView(observed, [node("a")]))
     last_event = observed + 0.1 if event_after_view else observed - 0.1
     found = cloud_view.read_fresh("viewed", simulated=True, newer_than=last_event, now=now)

@@ -22,7 +22,9 @@ from podmanager.cloud.base import NodeState
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cluster import cloud_view
 from podmanager.core import paths
+from podmanager.core.cadence import SIMULATED
 from podmanager.core.clock import poll_until
+from podmanager.core.events import EventKind
 from podmanager.emulator import launcher
 from podmanager.emulator import record as emulator_record
 
@@ -133,10 +135,10 @@ def test_status_shows_the_monitors_view_of_the_slices_until_podmanager_changes_t
     assert [s.state for s in shown.slices] == ["READY", "PREEMPTED"] and shown.slices_observed_at == seen.observed_at
     assert control.requests()[calls:] == []  # the cloud was asked nothing
 
-    cluster.store.add_event("viewer", "note", "podmanager changed something")
+    cluster.store.add_event("viewer", EventKind.FAULT_INJECTED, "podmanager changed something")
     asked = Cluster.from_name("viewer").status()
     assert [s.state for s in asked.slices] == ["READY", "READY"] and asked.slices_observed_at > seen.observed_at
-    cloud_view.write("viewer", replace(seen, observed_at=time.time() - 3.5 * cloud_view.SIMULATED_PERIOD_S))
+    cloud_view.write("viewer", replace(seen, observed_at=time.time() - 3.5 * SIMULATED.cloud_view_period_s))
     assert [s.state for s in Cluster.from_name("viewer").status().slices] == ["READY", "READY"]  # nobody kept it
     cluster.down()
     assert not cloud_view.path("viewer").exists()

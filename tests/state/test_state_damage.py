@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from podmanager.cli import app
 from podmanager.core.errors import StateStoreError
 from podmanager.core.workload import Workload
+from podmanager.core.events import EventKind
 from podmanager.state import StateStore, db
 from podmanager.state.db import default_path
 from podmanager.state.run_records import RunRecord, RunStore
@@ -178,10 +179,10 @@ def test_a_store_damaged_under_an_open_connection_raises_at_its_next_use(podmana
     overwritten in place is seen only when SQLite reads a page its WAL does not hold.)"""
     store = StateStore()
     store.save_cluster("c", {}, "simulated", "up")
-    store.add_event("c", "up", "one")
+    store.add_event("c", EventKind.UP, "one")
     damage(default_path())
     with pytest.raises(StateStoreError, match=says) as raised:
-        store.add_event("c", "up", "two")
+        store.add_event("c", EventKind.UP, "two")
     assert "podmanager rebuild-state" in str(raised.value)
 
 
@@ -211,7 +212,7 @@ def test_a_second_store_in_one_process_does_not_drop_the_first_ones_locks(podman
     runs = RunStore()  # the same file, a second connection in this process
     runs.list()
     subprocess.run([sys.executable, "-c", query, str(default_path())], check=True)  # opens and closes
-    store.add_event("c", "up", "written after")
+    store.add_event("c", EventKind.UP, "written after")
     seen = subprocess.run([sys.executable, "-c", query, str(default_path())], check=True, capture_output=True,
                           text=True).stdout
     assert "written after" in seen
