@@ -205,7 +205,7 @@ class Cluster:
                                                                           f"slice(s) this up created: {made}"]))
                     failed.hint = "\n".join(filter(None, [failed.hint, left_running(self.runtime)]))
                     raise
-                if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
+                if self.runtime.connect_ray():
                     # A new head (after a crash) has none of the old one's supervisors.
                     restart_lost_supervisors(self.runtime, self.runs_store)
             return self.status()
@@ -321,7 +321,7 @@ class Cluster:
             run = self.runs_store.get(run_id)
             if run is not None and run.active:
                 self._cancel_run(run, f"cancelling run {run_id}, replica of service {service_id}")
-        if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
+        if self.runtime.connect_ray():
             stop_router(service_id)  # (no head: the router went with it)
         service_tokens.remove(self.name, service_id)
         self.runtime.record("service_cancelled", service.message, service_id=service_id)

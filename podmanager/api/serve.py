@@ -87,7 +87,7 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
         raise SpecError(f"serve: slice(s) {sorted(set(busy[0].slices) & set(slices))} are busy with run "
                         f"{busy[0].run_id} ({busy[0].status})",
                         hint="Cancel it, or serve on other slices with --slices / --replicas.")
-    if not runtime.hosts.controller.connect():
+    if not runtime.connect_ray():
         raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
     service_id = new_service_id(workload)
     place = _router_place(runtime, options)

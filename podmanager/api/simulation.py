@@ -59,7 +59,7 @@ def hang(cluster: "ClusterRuntime", slice_index: int, worker_id: int) -> None:
     import ray
 
     cluster.simulator  # dry-run clusters only
-    agent = cluster.hosts.controller.agent(slice_index, worker_id) if cluster.hosts else None
+    agent = cluster.hosts.agent(slice_index, worker_id) if cluster.hosts else None
     if agent is None:
         raise SpecError(f"--host: {host_label(slice_index, worker_id)} of {cluster.name} has no live agent")
     ray.get(agent.signal_workload.remote(None, signal.SIGSTOP), timeout=30)

@@ -34,7 +34,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
     # A head whose raylet died answers on its port but places no supervisor: the run would
     # wait in `starting` for ever, holding its slices.
     head_problem = runtime.hosts.head_problem()
-    if head_problem is not None or not runtime.hosts.controller.connect():
+    if head_problem is not None or not runtime.connect_ray():
         raise PodmanagerError(f"cluster {runtime.name}: {head_problem or 'the cluster has no Ray head'}",
                               hint="Run 'podmanager up': it starts the head again, the hosts rejoin and "
                                    "runs carry on.")

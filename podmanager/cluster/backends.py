@@ -17,7 +17,7 @@ from podmanager.core.spec import ClusterSpec
 if TYPE_CHECKING:
     from podmanager.cloud.gcp.client import GcpCloud  # Google's client loads slowly: only when used
     from podmanager.cloud.gcp.compute import ComputeNetworks
-    from podmanager.controller.host_controller import LocalMachines  # Ray loads only when hosts are used
+    from podmanager.controller.cluster_hosts import LocalMachines
     from podmanager.emulator.control import EmulatorControl
     from podmanager.emulator.server import Emulator
 

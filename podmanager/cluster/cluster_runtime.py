@@ -130,6 +130,11 @@ class ClusterRuntime:
             self._hosts_built = True
         return self._hosts
 
+    def connect_ray(self) -> bool:
+        """Connect this process to the cluster's Ray as a driver; False when it has no Ray side
+        or no head."""
+        return self.hosts is not None and self.hosts.connect()
+
     def _secrets_host(self) -> str | None:
         """Where the cluster's Secret Manager is: a dry run's emulator (opened on first need);
         None on Google Cloud (the client finds it, or TPU_EMULATOR_HOST)."""
@@ -261,7 +266,7 @@ class ClusterRuntime:
         """Start (or reuse) the Ray head, saying so first. A new one comes up while the slices
         are created (their hosts wait for it); `_wait_for_hosts` waits for it first."""
         assert self.hosts is not None
-        running = self.spec.head.address or self.hosts.controller.head_address()
+        running = self.spec.head.address or self.hosts.head_address()
         self.record("head_starting", f"using the Ray head at {running}" if running
                     else "starting the Ray head (it comes up while the slices are made)")
         return self.hosts.start()
@@ -291,11 +296,11 @@ class ClusterRuntime:
         """Wait until every host of these slices has a healthy agent, saying how many have."""
         assert self.hosts is not None
         if self.hosts.head_ready():
-            self.record("head_ready", f"Ray head is up at {self.hosts.controller.head_address()}")
+            self.record("head_ready", f"Ray head is up at {self.hosts.head_address()}")
         expected = sum(len(node.endpoints) or catalog.lookup(node.accelerator_type).hosts for node in nodes)
         self.record("hosts_joining", f"waiting for {expected} host(s) to join Ray "
                     f"(up to {self.spec.head.join_timeout_s:.0f}s)", expected=expected)
-        joined = self.hosts.wait(nodes, on_progress=lambda healthy, of: self.record(
+        joined = self.hosts.wait_for_hosts(nodes, on_progress=lambda healthy, of: self.record(
             "hosts_joining", f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of),
             check=BootWatch(self.cloud, nodes, self.record, self.clock, simulated=self.spec.simulated),
             watch=MonitorRounds(CloudWatcher(self.name, ClusterRuntime.from_name),
