@@ -163,6 +163,23 @@ class RunHandle:
         return submitted[0].id if submitted else 0
 
 
+def open_run(cluster: str, run_id: str, *, runs: RunStore, services: ServiceStore, store: StateStore) -> RunHandle:
+    """The handle of one run of `cluster`; a SpecError naming the latest runs when there is
+    none, and the replicas' runs when `run_id` names a service."""
+    run = runs.get(run_id)
+    service = services.get(run_id) if run is None else None
+    if service is not None and service.cluster == cluster:
+        replicas = ", ".join(f"replica {i}: {r}" for i, r in zip(service.slices, service.replica_runs)) or "none yet"
+        first = service.replica_runs[0] if service.replica_runs else "RUN_ID"
+        raise SpecError(f"{run_id} is a service; each of its replicas is a run with logs of its own ({replicas})",
+                        hint=f"See one with 'podmanager logs --run {first}'.")
+    if run is None or run.cluster != cluster:
+        known = ", ".join(r.run_id for r in runs.list(cluster)[-5:]) or "none"
+        raise SpecError(f"RUN: no run {run_id!r} in cluster {cluster} (latest: {known})",
+                        hint="See them all with 'podmanager runs'.")
+    return RunHandle(cluster, run_id, runs=runs, store=store)
+
+
 def final_result(run: RunRecord) -> RunResult:
     """A finished run's result. A run ended without one (marked cancelled by a teardown
     whose supervisor was gone) gets one that says only how it ended."""

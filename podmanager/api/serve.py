@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from podmanager.api.cancel import cancel_run
+from podmanager.api.service_handle import open_service
 from podmanager.api.submission import run_slices
 from podmanager.api.submit import submit_run
 from podmanager.cluster.cluster_runtime import ClusterRuntime
@@ -115,6 +117,23 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
             raise ServeInterrupted(service_id, undone) from None
         raise
     return service_id
+
+
+def cancel_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStore, service_id: str) -> ServiceRecord:
+    """Stop a service: each replica's run (it drains and stops), then its router."""
+    handle = open_service(runtime.name, service_id, services=services, runs=runs)
+    if handle.record().finished:
+        return handle.record()
+    service = handle.mark_cancelled()
+    for run_id in service.replica_runs:
+        run = runs.get(run_id)
+        if run is not None and run.active:
+            cancel_run(runtime, runs, run, f"cancelling run {run_id}, replica of service {service_id}")
+    if runtime.connect_ray():
+        stop_router(service_id)  # (no head: the router went with it)
+    service_tokens.remove(runtime.name, service_id)
+    runtime.record("service_cancelled", service.message, service_id=service_id)
+    return handle.record()
 
 
 def _undo(runs: RunStore, services: ServiceStore, service_id: str, cluster: str, error: BaseException) -> bool:
