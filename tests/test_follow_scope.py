@@ -32,7 +32,7 @@ def finish(runs: RunStore, run_id: str) -> None:
 
 
 def supervisor_cluster(store: StateStore, run_id: str) -> ClusterRuntime:
-    """The cluster runtime a run's supervisor records through (as api/supervisor_actor.py builds it)."""
+    """The cluster runtime a run's supervisor records through (as supervision/supervisor_actor.py builds it)."""
     return ClusterRuntime.from_name("c", store=store, run_id=run_id)
 
 

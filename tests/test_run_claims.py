@@ -97,7 +97,7 @@ def faked_ray(monkeypatch, tmp_path):
         state["started"].append(run_id)
 
     monkeypatch.setattr("podmanager.attempts.package.upload", upload)
-    monkeypatch.setattr("podmanager.api.supervisor_actor.start_supervisor", start_supervisor)
+    monkeypatch.setattr("podmanager.supervision.supervisor_actor.start_supervisor", start_supervisor)
     monkeypatch.setattr("podmanager.api.submit.new_run_id", lambda workload: f"run-{next(ids)}")
     return state
 

@@ -40,7 +40,7 @@ def supervisor_gone(run: RunRecord) -> bool:
 def _actor_lost(run: RunRecord) -> bool:
     import ray
 
-    from podmanager.api.supervisor_actor import actor_name
+    from podmanager.supervision.supervisor_actor import actor_name
     from podmanager.controller.fleet import NAMESPACE
 
     if run.supervisor.starts == 0 and time.time() - run.created_at <= SUBMIT_GRACE_S:
@@ -55,7 +55,7 @@ def _actor_lost(run: RunRecord) -> bool:
 def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[str]:
     """Start a supervisor again for every unfinished run of the cluster that has none in its Ray
     cluster (this process is connected to it); the ids of the runs that carry on."""
-    from podmanager.api.supervisor_actor import end_run, start_supervisor
+    from podmanager.supervision.supervisor_actor import end_run, start_supervisor
 
     resumed = []
     for run in runs.active(runtime.name):

@@ -136,7 +136,7 @@ class RunHandle:
         a Ray head, and not started again by Ray within `ORPHAN_S`) is ended here at once,
         since no one else would: its processes went with the hosts' agents."""
         from podmanager.api.resume import supervisor_gone
-        from podmanager.api.supervisor_actor import end_run
+        from podmanager.supervision.supervisor_actor import end_run
 
         gone_since: float | None = None
         deadline = time.monotonic() + timeout_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from podmanager.api import supervisor_actor
+from podmanager.supervision import supervisor_actor
 from podmanager.api.submission import check_bucket, run_checkpoints, run_slices
 from podmanager.attempts import package
 from podmanager.attempts.attempt import new_run_id

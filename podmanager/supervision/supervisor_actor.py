@@ -42,8 +42,8 @@ class SupervisorActor:
         return os.getpid()
 
     def _supervise(self) -> None:
-        from podmanager.api import simulation
         from podmanager.cluster.cluster_runtime import ClusterRuntime
+        from podmanager.cluster.hangs import arm_hangs
         from podmanager.core.errors import StateStoreError
         from podmanager.supervision.supervisor import RunSupervisor
 
@@ -54,7 +54,7 @@ class SupervisorActor:
             cluster = ClusterRuntime.from_name(self.cluster, run_id=self.run_id)
             run = runs.get(self.run_id)
             first_start = run is not None and run.supervisor.starts == 0
-            timers = simulation.arm_hangs(cluster) if first_start and cluster.spec.simulated else []
+            timers = arm_hangs(cluster) if first_start and cluster.spec.simulated else []
             try:
                 RunSupervisor(cluster, runs, self.run_id, code_dir=self.code_dir).supervise()
             finally:
