@@ -38,18 +38,12 @@ def supervisor_gone(run: RunRecord) -> bool:
 
 
 def _actor_lost(run: RunRecord) -> bool:
-    import ray
-
+    from podmanager.controller import head_actors
     from podmanager.supervision.supervisor_actor import actor_name
-    from podmanager.controller.fleet import NAMESPACE
 
     if run.supervisor.starts == 0 and time.time() - run.created_at <= SUBMIT_GRACE_S:
         return False
-    try:
-        ray.get_actor(actor_name(run.run_id), namespace=NAMESPACE)
-    except ValueError:
-        return True
-    return False
+    return head_actors.find(actor_name(run.run_id)) is None
 
 
 def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[str]:

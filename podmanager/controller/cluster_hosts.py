@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from podmanager.cloud.base import Node, NodeState
-from podmanager.controller import driver_output, head, snapshot
+from podmanager.controller import driver_output, head, head_actors, snapshot
 from podmanager.controller.host_info import DEAD, UNREACHABLE, HostInfo, mark_vanished
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
@@ -180,8 +180,6 @@ class ClusterHosts:
         """Connect this process as a Ray driver (namespace 'podmanager'); False if no head."""
         import ray
 
-        from podmanager.controller import fleet
-
         address = self._address or self.head_address()
         if address is None:
             return False
@@ -198,7 +196,7 @@ class ClusterHosts:
         with loopback.as_given(address):
             ray.init(
                 address=address,
-                namespace=fleet.NAMESPACE,
+                namespace=head_actors.NAMESPACE,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
                 configure_logging=False,

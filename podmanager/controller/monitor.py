@@ -18,10 +18,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import ray
 
-from podmanager.controller import fleet, head, snapshot
-from podmanager.core import paths
+from podmanager.controller import fleet, head, head_actors, snapshot
 from podmanager.vm import procs
 
 log = logging.getLogger(__name__)
@@ -35,10 +33,10 @@ def monitor_name(cluster: str) -> str:
 
 
 class HostMonitor:
-    """Plain class; `ensure_monitor` wraps it with `ray.remote` and its options."""
+    """Plain class; `ensure_monitor` starts it as one of the head's actors."""
 
     def __init__(self, home: str, cluster: str, also: Callable[[], None] | None = None) -> None:
-        os.environ["PODMANAGER_HOME"] = home  # the snapshot goes to the client's state folder
+        head_actors.enter_home(home)  # the snapshot goes to the client's state folder
         self.cluster = cluster
         self._also = also
         self._head_record = Path(home) / "clusters" / cluster / head.HEAD_FILE
@@ -71,20 +69,10 @@ class HostMonitor:
 def ensure_monitor(cluster: str, also: Callable[[], None] | None = None) -> None:
     """Start the cluster's monitor unless it runs (the caller is connected to the cluster's Ray);
     `also` runs in the monitor once a round."""
-    try:
-        ray.get_actor(monitor_name(cluster), namespace=fleet.NAMESPACE)
+    if head_actors.find(monitor_name(cluster)) is not None:
         return
-    except ValueError:
-        pass
-    try:
-        ray.remote(HostMonitor).options(
-            name=monitor_name(cluster),
-            namespace=fleet.NAMESPACE,
-            lifetime="detached",
-            max_restarts=-1,  # a crashed monitor comes back; meanwhile status probes live
-            num_cpus=0,
-            resources={fleet.HEAD_RESOURCE: 0.001},
-        ).remote(str(paths.home()), cluster, also)
+    try:  # a crashed monitor comes back (Ray restarts it); meanwhile status probes live
+        head_actors.start(HostMonitor, monitor_name(cluster), cluster, also)
     except ValueError:  # another process started it a moment ago
         pass
 
