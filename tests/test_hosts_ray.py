@@ -53,6 +53,7 @@ def env(tmp_path_factory):
             nodes = create_ready_nodes(cloud, clock, CLUSTER, ["v4-16", "v4-8"], metadata)
             started = time.monotonic()
             infos = controller.wait_for_hosts(nodes, timeout_s=120)
+            controller.ensure_monitor()  # the plain host monitor: no cluster record here for the cloud's view
             machines = cluster_machines(CLUSTER)
             yield {"controller": controller, "cloud": cloud, "clock": clock, "nodes": nodes, "infos": infos,
                    "home": home, "spec": spec, "up_s": time.monotonic() - started, "booter": emulator.booter,
@@ -164,7 +165,7 @@ def snapshot_states() -> dict[tuple[str, int], str] | None:
 
 
 def test_the_monitor_keeps_a_fresh_snapshot_of_every_host(env):
-    """wait_for_hosts started the monitor: the snapshot has every host as a live probe does."""
+    """The monitor the fixture started: its snapshot has every host as a live probe does."""
     live = {(h.node_name, h.worker_id): (h.state, h.ray_node_id) for h in env["controller"].hosts()}
     first = poll_until(lambda: snapshot.read_fresh(CLUSTER), timeout_s=30, interval_s=0.2, what="a snapshot")
     assert {(h.node_name, h.worker_id): (h.state, h.ray_node_id) for h in first[1]} == live

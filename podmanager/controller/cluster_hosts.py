@@ -32,6 +32,7 @@ from podmanager.core.spec import ClusterSpec
 from podmanager.vm import auth, loopback, ray_node
 
 if TYPE_CHECKING:
+    from podmanager.controller.monitor import HostMonitor
     from podmanager.controller.software import Software
 
 log = logging.getLogger(__name__)
@@ -220,17 +221,15 @@ class ClusterHosts:
 
     def wait_for_hosts(self, nodes: list[Node], timeout_s: float | None = None,
                        on_progress: Callable[[int, int], None] | None = None,
-                       check: Callable[[], None] | None = None,
-                       watch: Callable[[], None] | None = None) -> list[HostInfo]:
+                       check: Callable[[], None] | None = None) -> list[HostInfo]:
         """Place one agent per host of every node and wait until all are healthy (at most
         `timeout_s`, by default the spec's `head.join_timeout_s`); `on_progress(healthy,
         expected)` hears each change of the count; `check()` runs on every poll until then and
-        may end the wait by raising (a host reported a boot error); `watch` is handed to the
-        cluster's monitor, started here (it runs once a round there).
+        may end the wait by raising (a host reported a boot error).
 
         Raises TimeoutExceededError naming every host still missing at the deadline.
         """
-        from podmanager.controller import fleet, monitor
+        from podmanager.controller import fleet
 
         timeout_s = self.spec.head.join_timeout_s if timeout_s is None else timeout_s
         if not self.connect():
@@ -256,12 +255,18 @@ class ClusterHosts:
             ready = not not_ready and len(seen) == expected and all(h.healthy for h in seen)
             return list(seen) if ready else None
 
-        joined = poll_until(all_healthy, timeout_s=timeout_s, interval_s=0.5, on_timeout=lambda: TimeoutExceededError(
+        return poll_until(all_healthy, timeout_s=timeout_s, interval_s=0.5, on_timeout=lambda: TimeoutExceededError(
             f"hosts not ready after {timeout_s:.0f}s: " + _missing(seen, not_ready), hint=self._hint()))
+
+    def ensure_monitor(self, monitor_class: type[HostMonitor] | None = None) -> None:
+        """Start the cluster's monitor (`monitor_class`, by default the plain `HostMonitor`)
+        unless it runs; only for a head podmanager started on this machine, since the monitor
+        writes to this machine's state folder (for a head the spec names, `status` probes live)."""
+        from podmanager.controller import monitor
+
         state = head.load_state(self.cluster)
-        if state is not None and state.started:  # the monitor writes to this machine's state folder
-            monitor.ensure_monitor(self.cluster, watch)
-        return joined
+        if state is not None and state.started and self.connect():
+            monitor.ensure_monitor(self.cluster, monitor_class or monitor.HostMonitor)
 
     def place(self, nodes: list[Node]) -> list[HostInfo]:
         """Give the hosts of these READY nodes their agents as `wait_for_hosts` does, without

@@ -3,8 +3,9 @@ host about once a second and keeps `cluster_dir/hosts.json` (snapshot.py) up to 
 
 It exists so that `status` can show the hosts without connecting to Ray itself. It only
 observes: health checks during a run and the launch of a run still probe the hosts live.
-Each round it also runs `also` (the caller's: the operations layer keeps the cloud's view of
-the slices this way, `cluster/cloud_view.py`).
+Each round it also runs `also`, given by a subclass in its own process: the cluster's
+monitor (`cluster/cluster_monitor.py`) keeps the cloud's view of the slices and the hot
+spares this way.
 It runs where the client's state folder is, so it is started only for a head podmanager
 started on this machine (for a head the spec names, `status` probes the hosts live).
 """
@@ -33,7 +34,7 @@ def monitor_name(cluster: str) -> str:
 
 
 class HostMonitor:
-    """Plain class; `ensure_monitor` starts it as one of the head's actors."""
+    """Plain class; `ensure_monitor` starts it (or a subclass) as one of the head's actors."""
 
     def __init__(self, home: str, cluster: str, also: Callable[[], None] | None = None) -> None:
         head_actors.enter_home(home)  # the snapshot goes to the client's state folder
@@ -66,13 +67,13 @@ class HostMonitor:
             time.sleep(max(0.0, PERIOD_S - (time.time() - started)))
 
 
-def ensure_monitor(cluster: str, also: Callable[[], None] | None = None) -> None:
-    """Start the cluster's monitor unless it runs (the caller is connected to the cluster's Ray);
-    `also` runs in the monitor once a round."""
+def ensure_monitor(cluster: str, monitor_class: type[HostMonitor] = HostMonitor) -> None:
+    """Start the cluster's monitor, a `monitor_class` built from (home, cluster) alone, unless
+    it runs (the caller is connected to the cluster's Ray)."""
     if head_actors.find(monitor_name(cluster)) is not None:
         return
     try:  # a crashed monitor comes back (Ray restarts it); meanwhile status probes live
-        head_actors.start(HostMonitor, monitor_name(cluster), cluster, also)
+        head_actors.start(monitor_class, monitor_name(cluster), cluster)
     except ValueError:  # another process started it a moment ago
         pass
 
