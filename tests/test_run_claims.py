@@ -48,13 +48,9 @@ SPEC = {"name": "claims", "zones": ["zone-a"], "slices": [{"accelerator": "v4-8"
         "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0}}
 
 
-class _Controller:
+class _Hosts:
     def connect(self) -> bool:
         return True
-
-
-class _Hosts:
-    controller = _Controller()
 
     def head_problem(self) -> None:
         return None  # a live head
