@@ -3,7 +3,7 @@
     python benchmarks/hosts.py [--hosts 1 2 4 8]
 
 For each size, one slice with that many hosts (v4-8, v4-16, v4-32, v4-64) is made
-READY in the simulator; SimHostBooter boots its hosts in parallel and HostController
+READY in the simulator; SimHostBooter boots its hosts in parallel and ClusterHosts
 waits until every host's agent answers its probe. Reported: head start time, time
 from READY to all agents healthy, and the PSS of each host's processes (raylet, Ray's
 per-node agents, the HostAgent worker) averaged over hosts. Everything runs in a
@@ -55,7 +55,7 @@ def head_pss_mib(cluster: str) -> float:
 
 def run(hosts: int) -> dict:
     from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
-    from podmanager.controller.host_controller import HostController
+    from podmanager.controller.cluster_hosts import ClusterHosts
     from podmanager.core.clock import FakeClock
     from podmanager.core.spec import parse_spec
     from podmanager.emulator import vms
@@ -64,7 +64,7 @@ def run(hosts: int) -> dict:
     cluster = f"bench{hosts}"
     accelerator = SHAPES[hosts]
     spec = parse_spec({"name": cluster, "backend": "simulated", "slices": [{"accelerator": accelerator}]})
-    controller = HostController(spec, vms.SimulatedMachines())
+    controller = ClusterHosts(spec, vms.SimulatedMachines())
     clock = FakeClock()
     cloud = SimCloud(clock=clock, listeners=[vms.SimHostBooter()])
     try:
@@ -89,7 +89,7 @@ def run(hosts: int) -> dict:
             "pss_mean": sum(per_host) / len(per_host), "pss_max": max(per_host), "head_pss": head_pss_mib(cluster),
         }
     finally:
-        controller.stop()
+        controller.stop_ray()
 
 
 def main() -> int:

@@ -150,3 +150,34 @@ def test_the_cli_imports_neither_ray_nor_jax_until_a_command_needs_them() -> Non
     code = "import sys, podmanager.cli; print(sorted(m for m in ('ray', 'jax', 'pydantic') if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", loaded  # `podmanager --help` stays fast
+
+
+def test_api_uses_the_ray_side_through_its_methods_only() -> None:
+    """`api/` calls methods of the cluster's one Ray-side object (`runtime.hosts`), never
+    reaches through it to what it holds (`runtime.hosts.controller.connect()` was one)."""
+    reach = []
+    for path in sorted((PACKAGE / "api").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                    and node.value.attr == "hosts" and id(node) not in called):
+                reach.append(f"{path.name}:{node.lineno}: .hosts.{node.attr}")
+    assert reach == [], "api/ reaching through the Ray side:\n" + "\n".join(reach)
+
+
+def test_the_head_actors_options_and_state_folder_are_set_in_one_place() -> None:
+    """Every named Ray actor gets its namespace, lifetime and restarts from
+    `controller/head_actors.py`, and only there does an actor enter its client's state folder."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "controller" / "head_actors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "options":
+                found += [f"{path.name}:{node.lineno}: options({k.arg}=...)" for k in node.keywords
+                          if k.arg in ("name", "namespace", "lifetime", "max_restarts")]
+            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.slice, ast.Constant) and node.slice.value == "PODMANAGER_HOME"):
+                found.append(f"{path.name}:{node.lineno}: sets PODMANAGER_HOME")
+    assert found == [], "the head's actors' options or environment set outside head_actors.py:\n" + "\n".join(found)

@@ -13,7 +13,12 @@ if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, resolve_cluster
     from podmanager.api.down import DownReport, down
     from podmanager.api.history import cluster_events, run_history, service_history
-    from podmanager.api.run_handle import RunHandle, latest_run_id, run_log_lines, run_summary
+    from podmanager.api.run_handle import (
+        RunHandle,
+        latest_run_id,
+        run_log_lines,
+        run_summary,
+    )
     from podmanager.api.service_handle import ServiceHandle
     from podmanager.api.status import ClusterStatus, SliceStatus
     from podmanager.api.up_plan import UpPlan

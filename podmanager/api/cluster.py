@@ -12,7 +12,7 @@ or, to have the cluster deleted however the block ends:
         cluster.run(workload)
 
 The machinery below the verbs (the backend, the Ray side, converging, replacing slices) is
-`operations.cluster_runtime.ClusterRuntime`, which a run's supervisor drives too.
+`cluster.cluster_runtime.ClusterRuntime`, which a run's supervisor drives too.
 """
 
 from __future__ import annotations
@@ -20,23 +20,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from podmanager.api import simulation
-from podmanager.api.resume import restart_lost_supervisors
+from podmanager.api.cancel import cancel_run
+from podmanager.api.cluster_names import only_cluster, stored_spec
 from podmanager.api.status import ClusterStatus, cluster_status
-from podmanager.api.up_failure import left_running
-from podmanager.api.up_plan import UpPlan, in_the_way, runs_in_the_way
+from podmanager.api.up import FirstUpFailed, bring_up, plan_up
+from podmanager.api.up_plan import UpPlan
 from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
 from podmanager.cluster.cluster_runtime import ClusterRuntime, EventCallback
-from podmanager.cluster.preflight import check_before_up, compute_for
+from podmanager.cluster.preflight import compute_for
 from podmanager.cluster.teardown import stop_idle_emulator, teardown
-from podmanager.core import spares
 from podmanager.core.clock import Clock
-from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
-from podmanager.core.events import EventKind
 from podmanager.core.records import RayAccess
 from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
-from podmanager.state import Event, StateStore, service_tokens
+from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
@@ -93,17 +90,7 @@ class Cluster:
     def from_name(cls, name: str, *, store: StateStore | None = None, **kwargs: Any) -> "Cluster":
         """The cluster that `up` recorded under this name."""
         store = store or StateStore()
-        record = store.get_cluster(name)
-        if record is None:
-            known = ", ".join(r.name for r in store.list_clusters()) or "none"
-            was_up = bool(store.events(name, kind=EventKind.UP))
-            raise ClusterNotFoundError(
-                f"--cluster: no cluster named {name!r} (known: {known})"
-                + ("; it was torn down: 'podmanager runs' and 'podmanager events' still show its history"
-                   if was_up else ""),
-                hint="Create it with 'podmanager up -f SPEC', or pass -f SPEC to 'down' if its local state was lost.",
-            )
-        return cls(parse_spec(record.spec, source=f"stored spec of {name}"), store=store, **kwargs)
+        return cls(stored_spec(name, store), store=store, **kwargs)
 
     @property
     def name(self) -> str:
@@ -159,61 +146,19 @@ class Cluster:
         deleted first: the slices this `up` created, or, for a cluster's first `up`,
         everything, as `down` does."""
         try:
-            return self._up(timeout_s, force, on_plan, on_event, delete_on_failure)
-        except _FirstUpFailed as failed:
+            with self.runtime.listening(on_event):
+                bring_up(self.runtime, self.runs_store, timeout_s=timeout_s, force=force, on_plan=on_plan,
+                         delete_on_failure=delete_on_failure)
+                return self.status()
+        except FirstUpFailed as failed:
             self.down(on_event=on_event)
             failed.error.hint = "\n".join(filter(None, [failed.error.hint, "--delete-on-failure: the cluster was "
                                                          "deleted, as 'podmanager down' does"]))
             raise failed.error from None
 
-    def _up(self, timeout_s: float, force: bool, on_plan: Callable[[UpPlan], None] | None,
-            on_event: EventCallback | None, delete_on_failure: bool) -> ClusterStatus:
-        with self.runtime.listening(on_event):
-            if self.runtime.hosts:
-                self.runtime.hosts.check()  # a boot: the VMs could not boot with costs nothing
-            self.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
-            check_before_up(self.runtime)  # the network: checked (exit 2 naming the fix), the cluster's rule made
-            with self.runtime.lock("up", timeout_s):
-                plan = self.plan_up()
-                blocked = runs_in_the_way(plan, self.runs_store.active(self.name))
-                if blocked and not force:
-                    raise in_the_way(plan, blocked)
-                for run, hit in blocked:
-                    self._cancel_run(run, f"cancelling run {run.run_id}: 'up --force' takes slice(s) {hit} it runs on")
-                first_time = self.store.get_cluster(self.name) is None
-                # Which slices are the hot spares: those recorded still fit, else the highest free ones.
-                busy = [i for run in self.runs_store.active(self.name) for i in run.slices]
-                self.runs_store.set_spares(self.name, spares.assign(self.spec, self.runs_store.spares(self.name), busy))
-
-                def before_converge() -> None:
-                    if on_plan is not None:
-                        on_plan(plan)
-                    if first_time and self.spec.simulated and self.spec.simulation.faults:
-                        simulation.arm_scripted_faults(self.runtime)
-
-                try:
-                    self.runtime.bring_up(plan.changes, timeout_s, before_converge=before_converge)
-                except PodmanagerError as failed:
-                    if isinstance(failed, SpecError):
-                        raise
-                    if delete_on_failure and first_time:
-                        raise _FirstUpFailed(failed) from None  # `down` takes the lock this holds
-                    if delete_on_failure:
-                        made = sorted(c.slice_index for c in plan.changes
-                                      if c.kind in ("create", "replace") and c.slice_index is not None)
-                        self.runtime.delete_created(made)
-                        failed.hint = "\n".join(filter(None, [failed.hint, f"--delete-on-failure: deleted the "
-                                                                          f"slice(s) this up created: {made}"]))
-                    failed.hint = "\n".join(filter(None, [failed.hint, left_running(self.runtime)]))
-                    raise
-                if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
-                    # A new head (after a crash) has none of the old one's supervisors.
-                    restart_lost_supervisors(self.runtime, self.runs_store)
-            return self.status()
-
     def plan_up(self) -> UpPlan:
         """What `up` of this spec would do to the cloud now (nothing is changed)."""
-        return UpPlan(self.name, self.runtime.plan_changes(), spares.describe_cost(self.spec))
+        return plan_up(self.runtime)
 
     def status(self) -> ClusterStatus:
         """Slices as the cloud reported them to the cluster's monitor a moment ago and after
@@ -233,7 +178,7 @@ class Cluster:
             for service in self.services_store.serving(self.name):  # its replicas are runs: it goes first
                 self.cancel_service(service.service_id)
             for run in self.runs_store.active(self.name):  # before the lock: a supervisor may need it to wind down
-                self._cancel_run(run, f"cancelling run {run.run_id} before tearing down")
+                cancel_run(self.runtime, self.runs_store, run, f"cancelling run {run.run_id} before tearing down")
             with self.runtime.lock("down", timeout_s):
                 teardown(self.spec, self.cloud, self.store, record=self.runtime.record,
                          clock=self.runtime.clock, timeout_s=timeout_s, hosts=self.runtime.hosts,
@@ -301,52 +246,24 @@ class Cluster:
         return ServiceHandle(self.name, service_id, services=self.services_store, runs=self.runs_store)
 
     def service_handle(self, service_id: str) -> ServiceHandle:
-        from podmanager.api.service_handle import ServiceHandle
+        from podmanager.api.service_handle import open_service
 
-        service = self.services_store.get(service_id)
-        if service is None or service.cluster != self.name:
-            known = ", ".join(s.service_id for s in self.services_store.list(self.name)[-5:]) or "none"
-            raise SpecError(f"SERVICE: no service {service_id!r} in cluster {self.name} (latest: {known})",
-                            hint="See them all with 'podmanager runs'.")
-        return ServiceHandle(self.name, service_id, services=self.services_store, runs=self.runs_store)
+        return open_service(self.name, service_id, services=self.services_store, runs=self.runs_store)
 
     def cancel_service(self, service_id: str) -> ServiceRecord:
         """Stop a service: each replica's run (it drains and stops), then its router."""
-        from podmanager.serving.router_actor import stop_router
+        from podmanager.api.serve import cancel_service
 
-        handle = self.service_handle(service_id)
-        if handle.record().finished:
-            return handle.record()
-        service = handle.mark_cancelled()
-        for run_id in service.replica_runs:
-            run = self.runs_store.get(run_id)
-            if run is not None and run.active:
-                self._cancel_run(run, f"cancelling run {run_id}, replica of service {service_id}")
-        if self.runtime.hosts is not None and self.runtime.hosts.controller.connect():
-            stop_router(service_id)  # (no head: the router went with it)
-        service_tokens.remove(self.name, service_id)
-        self.runtime.record(EventKind.SERVICE_CANCELLED, service.message, service_id=service_id)
-        return handle.record()
+        return cancel_service(self.runtime, self.runs_store, self.services_store, service_id)
 
     def services(self) -> list[ServiceRecord]:
         """Every service of this cluster, oldest first."""
         return self.services_store.list(self.name)
 
     def run_handle(self, run_id: str) -> RunHandle:
-        from podmanager.api.run_handle import RunHandle
+        from podmanager.api.run_handle import open_run
 
-        run = self.runs_store.get(run_id)
-        service = self.services_store.get(run_id) if run is None else None
-        if service is not None and service.cluster == self.name:
-            replicas = ", ".join(f"replica {i}: {r}" for i, r in zip(service.slices, service.replica_runs)) or "none yet"
-            first = service.replica_runs[0] if service.replica_runs else "RUN_ID"
-            raise SpecError(f"{run_id} is a service; each of its replicas is a run with logs of its own ({replicas})",
-                            hint=f"See one with 'podmanager logs --run {first}'.")
-        if run is None or run.cluster != self.name:
-            known = ", ".join(r.run_id for r in self.runs_store.list(self.name)[-5:]) or "none"
-            raise SpecError(f"RUN: no run {run_id!r} in cluster {self.name} (latest: {known})",
-                            hint="See them all with 'podmanager runs'.")
-        return RunHandle(self.name, run_id, runs=self.runs_store, store=self.store)
+        return open_run(self.name, run_id, runs=self.runs_store, services=self.services_store, store=self.store)
 
     def runs(self) -> list[RunRecord]:
         """Every run of this cluster, oldest first."""
@@ -362,38 +279,8 @@ class Cluster:
         """Disconnect from Ray (the cluster stays up)."""
         self.runtime.close()
 
-    # ------------------------------------------------------------------ helpers
-
-    def _cancel_run(self, run: RunRecord, message: str) -> None:
-        self.runtime.record(EventKind.CANCELLING, message, run_id=run.run_id)
-        try:
-            self.run_handle(run.run_id).cancel(timeout_s=60)
-        except PodmanagerError as stuck:  # its supervisor is gone: the teardown stops the processes
-            self.runtime.record(EventKind.CANCEL_TIMEOUT, stuck.message)
-            stuck_run = self.runs_store.get(run.run_id)
-            if stuck_run is not None:
-                stuck_run.status = "cancelled"
-                self.runs_store.save(stuck_run)
-
-
-class _FirstUpFailed(Exception):
-    """A cluster's first `up` failed and is to be deleted whole (`delete_on_failure`)."""
-
-    def __init__(self, error: PodmanagerError):
-        super().__init__(str(error))
-        self.error = error
-
 
 def resolve_cluster(name: str | None, *, store: StateStore | None = None, **kwargs: Any) -> Cluster:
     """The named cluster, or the only one there is when no name is given."""
     store = store or StateStore()
-    if name is None:
-        known = store.list_clusters()
-        if len(known) != 1:
-            listing = ", ".join(r.name for r in known) or "none"
-            raise ClusterNotFoundError(
-                f"--cluster: {'no cluster exists' if not known else 'several clusters exist'} (known: {listing})",
-                hint="Name one with -c NAME, or create one with 'podmanager up -f SPEC'.",
-            )
-        name = known[0].name
-    return Cluster.from_name(name, store=store, **kwargs)
+    return Cluster.from_name(name if name is not None else only_cluster(store), store=store, **kwargs)

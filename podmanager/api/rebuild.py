@@ -15,7 +15,12 @@ from podmanager.core.errors import PodmanagerError, StateStoreError
 from podmanager.core.events import EventKind
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
-from podmanager.state.db import default_path, move_aside, recorded_clusters, spec_copy_path
+from podmanager.state.db import (
+    default_path,
+    move_aside,
+    recorded_clusters,
+    spec_copy_path,
+)
 from podmanager.state.run_records import RunStore
 
 LOST = ("the run history and the event log (each run's output stays in clusters/<name>/runs/); "

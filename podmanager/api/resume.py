@@ -39,24 +39,18 @@ def supervisor_gone(run: RunRecord) -> bool:
 
 
 def _actor_lost(run: RunRecord) -> bool:
-    import ray
-
-    from podmanager.api.supervisor_actor import actor_name
-    from podmanager.controller.fleet import NAMESPACE
+    from podmanager.controller import head_actors
+    from podmanager.supervision.supervisor_actor import actor_name
 
     if run.supervisor.starts == 0 and time.time() - run.created_at <= SUBMIT_GRACE_S:
         return False
-    try:
-        ray.get_actor(actor_name(run.run_id), namespace=NAMESPACE)
-    except ValueError:
-        return True
-    return False
+    return head_actors.find(actor_name(run.run_id)) is None
 
 
 def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[str]:
     """Start a supervisor again for every unfinished run of the cluster that has none in its Ray
     cluster (this process is connected to it); the ids of the runs that carry on."""
-    from podmanager.api.supervisor_actor import end_run, start_supervisor
+    from podmanager.supervision.supervisor_actor import end_run, start_supervisor
 
     resumed = []
     for run in runs.active(runtime.name):

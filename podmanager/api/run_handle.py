@@ -137,7 +137,7 @@ class RunHandle:
         a Ray head, and not started again by Ray within `ORPHAN_S`) is ended here at once,
         since no one else would: its processes went with the hosts' agents."""
         from podmanager.api.resume import supervisor_gone
-        from podmanager.api.supervisor_actor import end_run
+        from podmanager.supervision.supervisor_actor import end_run
 
         gone_since: float | None = None
         deadline = time.monotonic() + timeout_s
@@ -162,6 +162,23 @@ class RunHandle:
         id: the cluster's latest such event may already be another run's."""
         submitted = self.store.events(self.cluster, kind=EventKind.RUN_SUBMITTED, run_id=self.run_id)
         return submitted[0].id if submitted else 0
+
+
+def open_run(cluster: str, run_id: str, *, runs: RunStore, services: ServiceStore, store: StateStore) -> RunHandle:
+    """The handle of one run of `cluster`; a SpecError naming the latest runs when there is
+    none, and the replicas' runs when `run_id` names a service."""
+    run = runs.get(run_id)
+    service = services.get(run_id) if run is None else None
+    if service is not None and service.cluster == cluster:
+        replicas = ", ".join(f"replica {i}: {r}" for i, r in zip(service.slices, service.replica_runs)) or "none yet"
+        first = service.replica_runs[0] if service.replica_runs else "RUN_ID"
+        raise SpecError(f"{run_id} is a service; each of its replicas is a run with logs of its own ({replicas})",
+                        hint=f"See one with 'podmanager logs --run {first}'.")
+    if run is None or run.cluster != cluster:
+        known = ", ".join(r.run_id for r in runs.list(cluster)[-5:]) or "none"
+        raise SpecError(f"RUN: no run {run_id!r} in cluster {cluster} (latest: {known})",
+                        hint="See them all with 'podmanager runs'.")
+    return RunHandle(cluster, run_id, runs=runs, store=store)
 
 
 def final_result(run: RunRecord) -> RunResult:

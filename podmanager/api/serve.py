@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from podmanager.api.cancel import cancel_run
+from podmanager.api.service_handle import open_service
 from podmanager.api.submission import run_slices
 from podmanager.api.submit import submit_run
 from podmanager.cluster.cluster_runtime import ClusterRuntime
@@ -88,7 +90,7 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
         raise SpecError(f"serve: slice(s) {sorted(set(busy[0].slices) & set(slices))} are busy with run "
                         f"{busy[0].run_id} ({busy[0].status})",
                         hint="Cancel it, or serve on other slices with --slices / --replicas.")
-    if not runtime.hosts.controller.connect():
+    if not runtime.connect_ray():
         raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
     service_id = new_service_id(workload)
     place = _router_place(runtime, options)
@@ -116,6 +118,23 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
             raise ServeInterrupted(service_id, undone) from None
         raise
     return service_id
+
+
+def cancel_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStore, service_id: str) -> ServiceRecord:
+    """Stop a service: each replica's run (it drains and stops), then its router."""
+    handle = open_service(runtime.name, service_id, services=services, runs=runs)
+    if handle.record().finished:
+        return handle.record()
+    service = handle.mark_cancelled()
+    for run_id in service.replica_runs:
+        run = runs.get(run_id)
+        if run is not None and run.active:
+            cancel_run(runtime, runs, run, f"cancelling run {run_id}, replica of service {service_id}")
+    if runtime.connect_ray():
+        stop_router(service_id)  # (no head: the router went with it)
+    service_tokens.remove(runtime.name, service_id)
+    runtime.record(EventKind.SERVICE_CANCELLED, service.message, service_id=service_id)
+    return handle.record()
 
 
 def _undo(runs: RunStore, services: ServiceStore, service_id: str, cluster: str, error: BaseException) -> bool:

@@ -172,3 +172,13 @@ class ServiceHandle:
             service.status, service.message = "cancelled", f"service {self.service_id} was cancelled"
             self.services.save(service)
         return service
+
+
+def open_service(cluster: str, service_id: str, *, services: ServiceStore, runs: RunStore) -> ServiceHandle:
+    """The handle of one service of `cluster`; a SpecError naming the latest ones when there is none."""
+    service = services.get(service_id)
+    if service is None or service.cluster != cluster:
+        known = ", ".join(s.service_id for s in services.list(cluster)[-5:]) or "none"
+        raise SpecError(f"SERVICE: no service {service_id!r} in cluster {cluster} (latest: {known})",
+                        hint="See them all with 'podmanager runs'.")
+    return ServiceHandle(cluster, service_id, services=services, runs=runs)

@@ -1,12 +1,13 @@
 """Fault injection for dry-run clusters: what `podmanager sim ...` and the spec's scripted
 faults do, as functions. Every fault is one `core/faults.py` type; this module adds what
-takes a cluster: finding a slice's node now, and the host agents a hang freezes."""
+takes a cluster: finding a slice's node now, and (`cluster/hangs.py`, which a run's
+supervisor arms too) the host agents a hang freezes."""
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
+from podmanager.cluster.hangs import hang
 from podmanager.core.errors import SpecError
 from podmanager.core.events import EventKind
 from podmanager.core.fault_text import parse_duration
@@ -16,7 +17,7 @@ if TYPE_CHECKING:  # core.faults loads pydantic, which the CLI does not load on 
     from podmanager.cluster.cluster_runtime import ClusterRuntime
     from podmanager.core.faults import FaultKind
 
-__all__ = ["arm_hangs", "arm_scripted_faults", "hang", "head_crash", "inject", "parse_duration", "preempt"]
+__all__ = ["arm_scripted_faults", "hang", "head_crash", "inject", "parse_duration", "preempt"]
 
 
 def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
@@ -24,7 +25,12 @@ def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
 
     A preemption without `after_s` takes the node that holds the slice now (the slice must
     exist); a hang freezes the program on its host now. Everything else goes to the cloud."""
-    from podmanager.core.faults import DegradeFault, HangFault, MaintenanceFault, PreemptFault
+    from podmanager.core.faults import (
+        DegradeFault,
+        HangFault,
+        MaintenanceFault,
+        PreemptFault,
+    )
 
     if isinstance(fault, PreemptFault) and not fault.after_s:
         return f"preempting {preempt(cluster, fault.slice, fault.notice_s)}"
@@ -52,22 +58,6 @@ def preempt(cluster: "ClusterRuntime", slice_index: int, notice_s: float = 0.0) 
     raise SpecError(f"--slice: cluster {cluster.name} has no node for slice {slice_index}")
 
 
-def hang(cluster: "ClusterRuntime", slice_index: int, worker_id: int) -> None:
-    """Freeze (SIGSTOP) the workload processes on one host: they stop making steps, and
-    their peers block in the next collective, exactly like a hung program."""
-    import signal
-
-    import ray
-
-    cluster.simulator  # dry-run clusters only
-    agent = cluster.hosts.controller.agent(slice_index, worker_id) if cluster.hosts else None
-    if agent is None:
-        raise SpecError(f"--host: {host_label(slice_index, worker_id)} of {cluster.name} has no live agent")
-    ray.get(agent.signal_workload.remote(None, signal.SIGSTOP), timeout=30)
-    cluster.record(EventKind.FAULT_INJECTED, f"simulated hang of the workload on {host_label(slice_index, worker_id)}",
-                    slice_index)
-
-
 def head_crash(cluster: "ClusterRuntime") -> str:
     """SIGKILL the Ray head's processes, as a crash of the machine that runs it: the hosts
     lose their head; `up` starts a new one and they rejoin it (no slice is re-created)."""
@@ -93,18 +83,3 @@ def arm_scripted_faults(cluster: "ClusterRuntime") -> None:
         if not isinstance(fault, HangFault):
             fault.apply(sim, cluster=cluster.name)
         cluster.record(EventKind.FAULT_ARMED, f"simulated fault armed: {fault.text()} ({fault.describe()})")
-
-
-def arm_hangs(cluster: "ClusterRuntime") -> list[threading.Timer]:
-    """Timers for the spec's scripted `hang` faults (`after_s` into the run); the caller
-    cancels them when the run ends."""
-    from podmanager.core.faults import HangFault
-
-    timers = []
-    for fault in cluster.spec.simulation.faults:
-        if isinstance(fault, HangFault):
-            timer = threading.Timer(fault.after_s, hang, args=(cluster, fault.slice, fault.worker))
-            timer.daemon = True
-            timer.start()
-            timers.append(timer)
-    return timers

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from podmanager.api import supervisor_actor
 from podmanager.api.submission import check_bucket, run_checkpoints, run_slices
 from podmanager.attempts import package
 from podmanager.attempts.attempt import new_run_id
@@ -15,6 +14,7 @@ from podmanager.core.events import EventKind
 from podmanager.core.workload import Workload
 from podmanager.state import run_secrets
 from podmanager.state.run_records import RunStore
+from podmanager.supervision import supervisor_actor
 from podmanager.supervision.supervisor import new_run
 
 BUDGETS = ("max_preemptions", "max_failures", "max_hangs")
@@ -35,7 +35,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
     # A head whose raylet died answers on its port but places no supervisor: the run would
     # wait in `starting` for ever, holding its slices.
     head_problem = runtime.hosts.head_problem()
-    if head_problem is not None or not runtime.hosts.controller.connect():
+    if head_problem is not None or not runtime.connect_ray():
         raise PodmanagerError(f"cluster {runtime.name}: {head_problem or 'the cluster has no Ray head'}",
                               hint="Run 'podmanager up': it starts the head again, the hosts rejoin and "
                                    "runs carry on.")

@@ -16,7 +16,10 @@ from podmanager.cli.render import (
 
 def demo() -> None:
     """A dry run on the simulated cloud: up, train across two slices, survive a preemption, down."""
-    from podmanager.api.demo import DEMO_NAME, run_demo  # imports Ray: only when the demo runs
+    from podmanager.api.demo import (  # imports Ray: only when the demo runs
+        DEMO_NAME,
+        run_demo,
+    )
 
     console.print(f"podmanager demo: a cluster {DEMO_NAME} of two spot v4-8 slices on the simulated cloud; slice 1 is preempted "
                   "halfway through training and the run recovers from its last checkpoint.")

@@ -12,7 +12,14 @@ from typing import Callable
 import typer
 
 from podmanager import api
-from podmanager.cli.render import console, errors, print_json, print_summary, printer, replicas_text
+from podmanager.cli.render import (
+    console,
+    errors,
+    print_json,
+    print_summary,
+    printer,
+    replicas_text,
+)
 from podmanager.core.events import EventKind
 
 # Events worth a line while a run is followed (the rest are in `podmanager events`).

@@ -13,7 +13,8 @@ def rebuild_state(
     force: bool = typer.Option(False, "--force", help="Rebuild even a healthy store (its runs and events are lost)."),
 ) -> None:
     """Rebuild a missing or damaged state store from the cluster folders and the cloud."""
-    from podmanager.api.rebuild import LOST, rebuild_state as rebuild  # loads the spec, the cloud: not for --help
+    from podmanager.api.rebuild import LOST  # loads the spec, the cloud: not for --help
+    from podmanager.api.rebuild import rebuild_state as rebuild
 
     report = rebuild(force=force)
     if not report.rebuilt:

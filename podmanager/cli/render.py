@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from shlex import quote  # every value in a command line a person may paste
 import sys
+from shlex import quote  # every value in a command line a person may paste
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from rich.console import Console

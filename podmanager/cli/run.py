@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
 from shlex import quote
+from typing import Optional
 
 import typer
 
@@ -51,7 +51,9 @@ def run(
     if detach and down_on_exit:
         raise SpecError("--down-on-exit: needs a client that waits for the run; drop --detach, or run "
                         "'podmanager down' after the run")
-    from podmanager.core.workload import Workload  # pydantic: loaded when a run is parsed, not for --help
+    from podmanager.core.workload import (
+        Workload,  # pydantic: loaded when a run is parsed, not for --help
+    )
 
     target = api.resolve_cluster(cluster)
     workload = Workload.from_argv(program or [],

@@ -10,7 +10,13 @@ import typer
 from podmanager import api
 from podmanager.cli.follow import detach_or_cancel, follow_run, follow_service
 from podmanager.cli.options import CLUSTER_OPTION, JSON_OPTION
-from podmanager.cli.render import clock_time, console, print_json, print_table, replicas_text
+from podmanager.cli.render import (
+    clock_time,
+    console,
+    print_json,
+    print_table,
+    replicas_text,
+)
 
 
 def runs(cluster: Optional[str] = CLUSTER_OPTION, as_json: bool = JSON_OPTION) -> None:

@@ -12,7 +12,12 @@ from podmanager.cli.options import CLUSTER_OPTION
 from podmanager.cli.render import console
 from podmanager.core import selectors
 from podmanager.core.errors import SpecError
-from podmanager.core.fault_text import CREATE_KINDS, DEFAULT_TIMES, FAULT_HELP, UNTIL_CLEARED
+from podmanager.core.fault_text import (
+    CREATE_KINDS,
+    DEFAULT_TIMES,
+    FAULT_HELP,
+    UNTIL_CLEARED,
+)
 
 
 def preempt(
@@ -21,7 +26,9 @@ def preempt(
     notice: str = typer.Option("0", "--notice", metavar="DURATION", help="Announce it this long before, e.g. 10s."),
 ) -> None:
     """Preempt a slice now, or after a notice period (as the metadata server announces it)."""
-    from podmanager.core import faults  # loads pydantic: when a command runs, not for --help
+    from podmanager.core import (
+        faults,  # loads pydantic: when a command runs, not for --help
+    )
 
     target = api.resolve_cluster(cluster)
     slice_index = selectors.parse_slice(slice_name, target.name, flag="--slice")
@@ -38,7 +45,9 @@ def fail_create(
                               help=f"How many creates fail ({UNTIL_CLEARED}: every one until cleared)."),
 ) -> None:
     """Make the next slice creations fail."""
-    from podmanager.core import faults  # loads pydantic: when a command runs, not for --help
+    from podmanager.core import (
+        faults,  # loads pydantic: when a command runs, not for --help
+    )
 
     if kind not in (*CREATE_KINDS, "quota"):
         raise SpecError(f"--kind: {kind!r} is not one of {', '.join(CREATE_KINDS)}, quota")
@@ -56,7 +65,9 @@ def hang(
                              help="The host whose program freezes: SLICE/WORKER, e.g. 0/1 or slice-0/1."),
 ) -> None:
     """Freeze the running program on one host (SIGSTOP), as a hang would."""
-    from podmanager.core import faults  # loads pydantic: when a command runs, not for --help
+    from podmanager.core import (
+        faults,  # loads pydantic: when a command runs, not for --help
+    )
 
     target = api.resolve_cluster(cluster)
     slice_index, worker_id = selectors.parse_host(host, target.name, flag="--host")
@@ -72,7 +83,9 @@ def inject(
     cluster: Optional[str] = CLUSTER_OPTION,
 ) -> None:
     """Inject faults written as text, as the spec's and the emulator's (e.g. capacity:sim-zone-a:2 transient:3)."""
-    from podmanager.core import faults  # loads pydantic: when a command runs, not for --help
+    from podmanager.core import (
+        faults,  # loads pydantic: when a command runs, not for --help
+    )
 
     parsed = [faults.parse(text, flag="FAULT") for text in fault_texts]  # all checked before any is injected
     target = api.resolve_cluster(cluster)

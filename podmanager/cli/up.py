@@ -13,7 +13,6 @@ from podmanager import api
 from podmanager.cli.render import console, print_event, print_json, print_status
 from podmanager.state import Event
 
-
 # Of a run of events of one kind (one per slice: 1,024 slices make 1,024 "creating" lines),
 # this many are printed, then one line that counts the rest; `podmanager events` has them all.
 SAME_KIND_SHOWN = 3

@@ -10,7 +10,14 @@ from typing import Any, Callable, TypeVar
 
 import tenacity
 
-from podmanager.cloud.base import GuestAttribute, Node, NodeRequest, Operation, QueuedResource, TpuCloud
+from podmanager.cloud.base import (
+    GuestAttribute,
+    Node,
+    NodeRequest,
+    Operation,
+    QueuedResource,
+    TpuCloud,
+)
 from podmanager.cloud.errors import TransientError
 from podmanager.core.clock import Clock, RealClock
 

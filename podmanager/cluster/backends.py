@@ -17,10 +17,12 @@ from podmanager.core.clock import Clock
 from podmanager.core.spec import ClusterSpec
 
 if TYPE_CHECKING:
-    from podmanager.cloud.gcp.client import GcpCloud  # Google's client loads slowly: only when used
+    from podmanager.cloud.gcp.client import (
+        GcpCloud,  # Google's client loads slowly: only when used
+    )
     from podmanager.cloud.gcp.compute import ComputeNetworks
     from podmanager.cloud.gcp.storage import BucketIam
-    from podmanager.controller.host_controller import LocalMachines  # Ray loads only when hosts are used
+    from podmanager.controller.cluster_hosts import LocalMachines
     from podmanager.emulator.control import EmulatorControl
     from podmanager.emulator.server import Emulator
 
@@ -98,7 +100,9 @@ def stop_emulator_if_idle(project: str) -> bool:
 
 def standalone_emulator(project: str, create_latency_s: float) -> Emulator:
     """An in-memory emulator for `podmanager emulator`, not yet serving."""
-    from podmanager.emulator.server import Emulator  # gRPC and the client types load slowly
+    from podmanager.emulator.server import (
+        Emulator,  # gRPC and the client types load slowly
+    )
 
     return Emulator(project, persist=False, create_latency_s=create_latency_s)
 

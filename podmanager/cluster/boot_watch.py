@@ -42,7 +42,7 @@ def failed_boots(cloud: TpuCloud, nodes: list[Node]) -> dict[int, str]:
 
 
 class BootWatch:
-    """`check()` for `HostController.wait_for_hosts`: one GetGuestAttributes per node at most
+    """`check()` for `ClusterHosts.wait_for_hosts`: one GetGuestAttributes per node at most
     every `interval_s`."""
 
     def __init__(self, cloud: TpuCloud, nodes: list[Node], record: Callable[..., Any], clock: Clock, *,

@@ -1,6 +1,6 @@
 """The cluster's slices as the cloud last reported them: `clusters/<name>/slices.json`.
 
-The cluster's monitor (`controller/monitor.py`, a Ray actor next to the head) runs a `CloudWatcher`
+The cluster's monitor (`cluster_monitor.py`, a Ray actor next to the head) runs a `CloudWatcher`
 once a second: it lists a dry run's slices every second, Google Cloud's every ten seconds (the
 API has read quotas), and asks again for the boot stages of a slice whose hosts all joined once
 a minute. `status` shows that view instead of asking the cloud itself, so it loads neither
@@ -58,7 +58,7 @@ _VIEW = TypeAdapter(CloudView)
 
 
 class WatchedCluster(Protocol):
-    """What the view is read through: `ClusterRuntime` (which builds the watcher)."""
+    """What the view is read through: `ClusterAccess` (the monitor opens one), or `ClusterRuntime`."""
 
     spec: ClusterSpec
     hosts: ClusterHosts | None  # None for a control-plane-only dry run: no VM reports a boot stage

@@ -24,17 +24,23 @@ import platform
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.network import Allowed, FirewallRule, Subnetwork, region_of, short_name
+from podmanager.cloud.network import (
+    Allowed,
+    FirewallRule,
+    Subnetwork,
+    region_of,
+    short_name,
+)
 from podmanager.cluster.bucket_preflight import BucketCheck, bucket_needs
 from podmanager.controller.python_downloads import check_python_download
 from podmanager.controller.staging import vms_install
 from podmanager.core.errors import SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.network_names import (
     cluster_firewall_rule,
     cluster_tag,
     network_project,
 )
-from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec
 
 if TYPE_CHECKING:

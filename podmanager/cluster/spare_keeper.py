@@ -1,5 +1,5 @@
 """Keeps a cluster's hot spares READY with their hosts joined; the cluster's monitor
-(`controller/monitor.py`) runs it once a round, beside the cloud's view (`cloud_view.py`).
+(`cluster_monitor.py`) runs it once a round, beside the cloud's view (`cloud_view.py`).
 
 Level-triggered: once a period it looks at the spare slices (their roles are in the state
 store: `core/spares.py`) as the cloud has them. A dead spare (preempted as a spare, or a
@@ -49,7 +49,7 @@ SERVING = "up"  # the cluster's status while nothing else (`up`, `down`) is chan
 
 
 class KeptCluster(Protocol):
-    """What the keeper works through: `ClusterRuntime` (which builds the keeper)."""
+    """What the keeper works through: `ClusterAccess` (the cluster's monitor opens one)."""
 
     spec: ClusterSpec
     store: StateStore

@@ -17,7 +17,12 @@ from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock
 from podmanager.core.errors import SpecError
 from podmanager.core.events import EventKind
-from podmanager.core.spec import SIMULATED_PROJECT, SIMULATED_ZONES, ClusterSpec, parse_spec
+from podmanager.core.spec import (
+    SIMULATED_PROJECT,
+    SIMULATED_ZONES,
+    ClusterSpec,
+    parse_spec,
+)
 from podmanager.provisioning.loop import Provisioner
 from podmanager.state import StateStore
 from podmanager.vm import procs

@@ -29,6 +29,7 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from podmanager.cloud.base import Node
+from podmanager.controller.head_actors import detached, find
 from podmanager.controller.host_info import (
     DEAD,
     HEALTHY,
@@ -44,11 +45,9 @@ from podmanager.core.files import write_atomic
 from podmanager.vm.agent import AgentIdentity, HostAgent
 from podmanager.vm.probe import ProbeResult
 
-NAMESPACE = "podmanager"
 REGISTRY_FILE = "agents.json"
 SLICE_LABEL = "ray.io/tpu-slice-name"
 WORKER_LABEL = "ray.io/tpu-worker-id"
-HEAD_RESOURCE = "node:__internal_head__"  # every Ray head node has it; pins an actor there
 
 
 def agent_name(cluster: str, slice_index: int, worker_id: int) -> str:
@@ -85,10 +84,7 @@ def _save_registry(cluster: str, entries: dict[str, AgentIdentity]) -> None:
 
 
 def _get_agent(name: str):
-    try:
-        return ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:
-        return None
+    return find(name)
 
 
 def _get_group(name: str) -> PlacementGroup | None:
@@ -140,16 +136,14 @@ def ensure_slice(cluster: str, node: Node, *, simulated: bool) -> bool:
     actor = ray.remote(HostAgent)
     for bundle, (identity, name) in enumerate(zip(wanted, names)):
         try:
-            actor.options(
-                name=name,
-                namespace=NAMESPACE,
-                lifetime="detached",
+            actor.options(**detached(
+                name,
                 max_restarts=0,
                 max_concurrency=8,  # a probe must not wait behind a workload stop's grace period
                 num_cpus=0,
                 resources={"TPU": chips},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle),
-            ).remote(identity)
+            )).remote(identity)
         except ValueError:  # another process created it a moment ago: the name is taken
             pass
         known[name] = identity

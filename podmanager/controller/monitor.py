@@ -3,8 +3,9 @@ host about once a second and keeps `cluster_dir/hosts.json` (snapshot.py) up to 
 
 It exists so that `status` can show the hosts without connecting to Ray itself. It only
 observes: health checks during a run and the launch of a run still probe the hosts live.
-Each round it also runs `also` (the caller's: the operations layer keeps the cloud's view of
-the slices this way, `cluster/cloud_view.py`).
+Each round it also runs `also`, given by a subclass in its own process: the cluster's
+monitor (`cluster/cluster_monitor.py`) keeps the cloud's view of the slices and the hot
+spares this way.
 It runs where the client's state folder is, so it is started only for a head podmanager
 started on this machine (for a head the spec names, `status` probes the hosts live).
 """
@@ -18,10 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import ray
-
-from podmanager.controller import fleet, head, snapshot
-from podmanager.core import paths
+from podmanager.controller import fleet, head, head_actors, snapshot
 from podmanager.vm import procs
 
 log = logging.getLogger(__name__)
@@ -35,10 +33,10 @@ def monitor_name(cluster: str) -> str:
 
 
 class HostMonitor:
-    """Plain class; `ensure_monitor` wraps it with `ray.remote` and its options."""
+    """Plain class; `ensure_monitor` starts it (or a subclass) as one of the head's actors."""
 
     def __init__(self, home: str, cluster: str, also: Callable[[], None] | None = None) -> None:
-        os.environ["PODMANAGER_HOME"] = home  # the snapshot goes to the client's state folder
+        head_actors.enter_home(home)  # the snapshot goes to the client's state folder
         self.cluster = cluster
         self._also = also
         self._head_record = Path(home) / "clusters" / cluster / head.HEAD_FILE
@@ -68,23 +66,13 @@ class HostMonitor:
             time.sleep(max(0.0, PERIOD_S - (time.time() - started)))
 
 
-def ensure_monitor(cluster: str, also: Callable[[], None] | None = None) -> None:
-    """Start the cluster's monitor unless it runs (the caller is connected to the cluster's Ray);
-    `also` runs in the monitor once a round."""
-    try:
-        ray.get_actor(monitor_name(cluster), namespace=fleet.NAMESPACE)
+def ensure_monitor(cluster: str, monitor_class: type[HostMonitor] = HostMonitor) -> None:
+    """Start the cluster's monitor, a `monitor_class` built from (home, cluster) alone, unless
+    it runs (the caller is connected to the cluster's Ray)."""
+    if head_actors.find(monitor_name(cluster)) is not None:
         return
-    except ValueError:
-        pass
-    try:
-        ray.remote(HostMonitor).options(
-            name=monitor_name(cluster),
-            namespace=fleet.NAMESPACE,
-            lifetime="detached",
-            max_restarts=-1,  # a crashed monitor comes back; meanwhile status probes live
-            num_cpus=0,
-            resources={fleet.HEAD_RESOURCE: 0.001},
-        ).remote(str(paths.home()), cluster, also)
+    try:  # a crashed monitor comes back (Ray restarts it); meanwhile status probes live
+        head_actors.start(monitor_class, monitor_name(cluster), cluster)
     except ValueError:  # another process started it a moment ago
         pass
 

@@ -30,7 +30,11 @@ from pydantic import (
 
 from podmanager.core import catalog
 from podmanager.core.errors import SpecError
-from podmanager.core.faults import A_DAY_S, Fault, explain  # A_DAY_S: the bound of every simulated delay
+from podmanager.core.faults import (  # A_DAY_S: the bound of every simulated delay
+    A_DAY_S,
+    Fault,
+    explain,
+)
 from podmanager.runtime.checkpoints import is_url
 
 NAME_PATTERN = re.compile(r"[a-z]([-a-z0-9]{0,28}[a-z0-9])?")  # always fullmatch: '$' lets a newline through

@@ -9,7 +9,15 @@ from typing import Any, Callable
 
 from google.cloud import compute_v1
 
-from podmanager.cloud.network import Allowed, FirewallRule, Nat, Network, Router, Subnetwork, short_name
+from podmanager.cloud.network import (
+    Allowed,
+    FirewallRule,
+    Nat,
+    Network,
+    Router,
+    Subnetwork,
+    short_name,
+)
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER
 from podmanager.emulator.sim.compute import SimCompute
 from podmanager.emulator.sim.records import ComputeOperation

@@ -21,7 +21,12 @@ from pydantic import TypeAdapter
 
 from podmanager.cloud.base import Node, NodeState, QueuedResource
 from podmanager.core.errors import SpecError
-from podmanager.core.fault_text import DEFAULT_MAINTENANCE_S, DEFAULT_QUOTA, DEFAULT_TIMES, FAULT_HELP
+from podmanager.core.fault_text import (
+    DEFAULT_MAINTENANCE_S,
+    DEFAULT_QUOTA,
+    DEFAULT_TIMES,
+    FAULT_HELP,
+)
 from podmanager.core.faults import FaultKind, FaultTarget, parse
 from podmanager.emulator.sim.records import Faults
 

@@ -46,7 +46,13 @@ from grpc_status import rpc_status
 from pydantic import TypeAdapter
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.base import Node, NodeRequest, NodeState, Operation, QueuedResource
+from podmanager.cloud.base import (
+    Node,
+    NodeRequest,
+    NodeState,
+    Operation,
+    QueuedResource,
+)
 from podmanager.cloud.gcp.client import network_record
 from podmanager.core.errors import SpecError
 from podmanager.core.peer import OwnerOnlyInterceptor, listening_address

@@ -45,7 +45,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from podmanager.runtime import replica_protocol as protocol
-from podmanager.runtime.contract import ENV_ATTEMPT, ENV_CHECKPOINT_DIR, ENV_RUN_ID, EXIT_PREEMPTED
+from podmanager.runtime.contract import (
+    ENV_ATTEMPT,
+    ENV_CHECKPOINT_DIR,
+    ENV_RUN_ID,
+    EXIT_PREEMPTED,
+)
 from podmanager.runtime.preemption import preemption_requested_anywhere
 from podmanager.runtime.progress import _process_index, report_progress
 

@@ -29,9 +29,23 @@ from typing import Any, Callable
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 
 from podmanager.core import peer
-from podmanager.runtime.replica_protocol import (CAUSES, INPUTS, MAX_BODY_BYTES, MAX_FRAME_BYTES, REPLICA_PATH, Draining,
-                                                 Failed, Hello, Message, Reload, Request, Result, Working, decode,
-                                                 encode)
+from podmanager.runtime.replica_protocol import (
+    CAUSES,
+    INPUTS,
+    MAX_BODY_BYTES,
+    MAX_FRAME_BYTES,
+    REPLICA_PATH,
+    Draining,
+    Failed,
+    Hello,
+    Message,
+    Reload,
+    Request,
+    Result,
+    Working,
+    decode,
+    encode,
+)
 from podmanager.state.services import ReplicaCounters, ServiceCounters
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from podmanager.controller import head_actors
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.serving.router import Router, RouterConfig
 from podmanager.state import service_tokens
@@ -45,12 +46,12 @@ class RouterPlace:
 
 
 class RouterActor:
-    """Plain class; `start_router` wraps it with `ray.remote` and its options. What its module
-    imports is paid again at each restart, while users are refused: `hosts.fleet` (the cloud's
-    client with it) only where the actor is created or stopped."""
+    """Plain class; `start_router` starts it as one of the head's actors. What its module
+    imports is paid again at each restart, while users are refused: nothing of Ray's or the
+    cloud's client at module level."""
 
     def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace, cluster: str = "") -> None:
-        os.environ["PODMANAGER_HOME"] = home  # the submitting client's state folder: the service's record
+        head_actors.enter_home(home)  # the service's record is in the serving client's state folder
         self.service_id = service_id
         if not config.token:  # read from its owner-only file, so it is in no Ray argument either
             token = service_tokens.read(cluster, service_id)
@@ -132,20 +133,9 @@ def start_router(cluster: str, service_id: str, config: RouterConfig, place: Rou
     service's token file (`state/service_tokens.py`)."""
     import ray
 
-    from podmanager.controller.fleet import HEAD_RESOURCE, NAMESPACE
-    from podmanager.core import paths
-
-    remote = ray.remote(RouterActor).options(
-        name=actor_name(service_id),
-        namespace=NAMESPACE,
-        lifetime="detached",
-        max_restarts=-1,
-        max_concurrency=4,  # counters and draining while a `stop` waits
-        num_cpus=0,
-        resources={HEAD_RESOURCE: 0.001},
-        runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},  # latency: not at Ray's nice 15
-    )
-    actor = remote.remote(str(paths.home().resolve()), service_id, config, place, cluster)
+    actor = head_actors.start(RouterActor, actor_name(service_id), service_id, config, place, cluster,
+                              max_concurrency=4,  # counters and draining while a `stop` waits
+                              runtime_env={"env_vars": head_actors.NOT_SLOWED})  # latency
     ray.get(actor.ready.remote(), timeout=60)
 
 
@@ -153,11 +143,8 @@ def stop_router(service_id: str) -> bool:
     """Stop the service's router if it is there; True if it was."""
     import ray
 
-    from podmanager.controller.fleet import NAMESPACE
-
-    try:
-        actor = ray.get_actor(actor_name(service_id), namespace=NAMESPACE)
-    except ValueError:
+    actor = head_actors.find(actor_name(service_id))
+    if actor is None:
         return False
     try:
         ray.get(actor.stop.remote(), timeout=30)

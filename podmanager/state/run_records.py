@@ -18,7 +18,13 @@ from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
 from podmanager.state.db import Database, default_path
 from podmanager.state.run_results import Ledger, RunResult
-from podmanager.state.run_state import PHASE, Launching, RunPhase, RunProgress, SupervisorProcess
+from podmanager.state.run_state import (
+    PHASE,
+    Launching,
+    RunPhase,
+    RunProgress,
+    SupervisorProcess,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

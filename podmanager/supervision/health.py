@@ -23,7 +23,16 @@ from typing import Any, Callable
 from podmanager.attempts.gang import Gang
 from podmanager.attempts.progress import combine
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.base import BOUNDED_WAIT_S, DEAD_STATES, Decision, Node, NodeState, TpuCloud, condition, decide
+from podmanager.cloud.base import (
+    BOUNDED_WAIT_S,
+    DEAD_STATES,
+    Decision,
+    Node,
+    NodeState,
+    TpuCloud,
+    condition,
+    decide,
+)
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.events import EventKind
 from podmanager.core.records import SliceRef

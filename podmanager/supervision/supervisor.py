@@ -40,7 +40,14 @@ from podmanager.core.workload import Workload
 from podmanager.state import run_secrets, service_tokens
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_results import AttemptResult, IncidentRecord, RunResult
-from podmanager.state.run_state import Finished, Launching, Replacing, Running, RunProgress, SupervisorProcess
+from podmanager.state.run_state import (
+    Finished,
+    Launching,
+    Replacing,
+    Running,
+    RunProgress,
+    SupervisorProcess,
+)
 from podmanager.supervision.classify import Cause, Incident, classify
 from podmanager.supervision.health import HealthMonitor
 from podmanager.supervision.ledger import badput, classified, goodput, summarize

@@ -35,9 +35,6 @@ class NoRay:
         self.connects += 1
         return False
 
-    def close(self) -> None:
-        pass
-
 
 @pytest.fixture
 def emulator(monkeypatch) -> Iterator[TpuEmulator]:
@@ -61,7 +58,7 @@ def emulator(monkeypatch) -> Iterator[TpuEmulator]:
 def test_a_local_checkpoint_dir_on_a_multi_host_gcp_run_is_refused_before_anything_starts(
         emulator: TpuEmulator, tmp_path, monkeypatch) -> None:
     ray = NoRay()
-    monkeypatch.setattr(ClusterHosts, "controller", property(lambda self: ray))
+    monkeypatch.setattr(ClusterHosts, "connect", lambda self: ray.connect())
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('trained')\n")
     calls_before = len(emulator.requests)
@@ -85,7 +82,7 @@ def test_the_same_run_with_a_bucket_gets_past_the_check(emulator: TpuEmulator, t
     """The refusal above is the checkpoint dir's, not some other check's: with gs:// the submit
     goes on to the Ray head's check (no head here, so it stops there with exit 1)."""
     ray = NoRay()
-    monkeypatch.setattr(ClusterHosts, "controller", property(lambda self: ray))
+    monkeypatch.setattr(ClusterHosts, "connect", lambda self: ray.connect())
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('trained')\n")
 

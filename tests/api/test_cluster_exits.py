@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from sim_view import sim_nodes
 
 from podmanager.api import Cluster
-from sim_view import sim_nodes
 from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore

@@ -10,9 +10,9 @@ from podmanager.api import run_handle as runs_api
 from podmanager.api.cluster import Cluster
 from podmanager.api.run_handle import RunHandle
 from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
-from podmanager.core.events import EventKind
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_results import RunResult
@@ -36,7 +36,7 @@ def finish(runs: RunStore, run_id: str) -> None:
 
 
 def supervisor_cluster(store: StateStore, run_id: str) -> ClusterRuntime:
-    """The cluster runtime a run's supervisor records through (as api/supervisor_actor.py builds it)."""
+    """The cluster runtime a run's supervisor records through (as supervision/supervisor_actor.py builds it)."""
     return ClusterRuntime.from_name("c", store=store, run_id=run_id)
 
 

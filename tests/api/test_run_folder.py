@@ -11,7 +11,14 @@ import pytest
 
 from podmanager.api import run_handle as runs_api
 from podmanager.api.run_handle import RunHandle, run_log_lines
-from podmanager.attempts.logs import RESULT_FILE, RunFolder, Tail, log_name, parse_log_name, resolve_run
+from podmanager.attempts.logs import (
+    RESULT_FILE,
+    RunFolder,
+    Tail,
+    log_name,
+    parse_log_name,
+    resolve_run,
+)
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.records import HostRef, HostSlot

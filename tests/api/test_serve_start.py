@@ -60,7 +60,7 @@ def started(monkeypatch):
     return seen
 
 
-RUNTIME = SimpleNamespace(name="demo", spec=None, hosts=SimpleNamespace(controller=SimpleNamespace(connect=lambda: True)),
+RUNTIME = SimpleNamespace(name="demo", spec=None, hosts=SimpleNamespace(), connect_ray=lambda: True,
                           record=lambda *args, **fields: None)
 
 

@@ -18,7 +18,12 @@ from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_results import AttemptResult, RunResult
 from podmanager.state.run_state import Replacing
-from podmanager.state.services import ReplicaCounters, ServiceCounters, ServiceRecord, ServiceStore
+from podmanager.state.services import (
+    ReplicaCounters,
+    ServiceCounters,
+    ServiceRecord,
+    ServiceStore,
+)
 
 NOW = 1_000_000.0
 

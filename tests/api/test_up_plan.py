@@ -17,7 +17,12 @@ from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
-from podmanager.provisioning.plan import Observed, changes, describe_changes, desired_slices
+from podmanager.provisioning.plan import (
+    Observed,
+    changes,
+    describe_changes,
+    desired_slices,
+)
 from podmanager.state.run_records import RunRecord, RunStore
 
 runner = CliRunner()

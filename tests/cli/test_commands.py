@@ -4,10 +4,10 @@ import json
 import os
 
 import pytest
+from sim_view import sim_nodes
 from typer.testing import CliRunner
 
 import podmanager
-from sim_view import sim_nodes
 from podmanager.cli import app
 
 runner = CliRunner()

@@ -4,7 +4,12 @@ rounded figures, and no empty figures for a plain command."""
 from podmanager.cli import render
 from podmanager.core.records import HostRef
 from podmanager.state import Event
-from podmanager.state.run_results import AttemptResult, HostResult, IncidentRecord, RunResult
+from podmanager.state.run_results import (
+    AttemptResult,
+    HostResult,
+    IncidentRecord,
+    RunResult,
+)
 
 
 def test_event_lines_keep_brackets_and_never_wrap(capsys):

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 import podmanager.api
 from podmanager.cli import app
 from podmanager.core.events import EventKind
-from podmanager.core.workload import Workload
 from podmanager.core.spec import parse_spec
+from podmanager.core.workload import Workload
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 

@@ -6,10 +6,10 @@ import os
 import shutil
 import threading
 
+from sim_view import sim_nodes
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster, StateStore, down_by_label
-from sim_view import sim_nodes
 from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.state.lock import cluster_lock

@@ -149,7 +149,10 @@ def test_a_python_without_a_download_is_refused_before_anything_is_created(monke
 
     from podmanager.cluster.cluster_runtime import ClusterRuntime
     from podmanager.cluster.preflight import check_before_up
-    from podmanager.controller.python_downloads import check_python_download, tpu_vm_downloads
+    from podmanager.controller.python_downloads import (
+        check_python_download,
+        tpu_vm_downloads,
+    )
     from podmanager.emulator.sim.cloud import SimCloud
     from podmanager.state import StateStore
 

@@ -13,7 +13,7 @@ import pytest
 from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
 
 from podmanager.controller import head
-from podmanager.controller.host_controller import HostController
+from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core.spec import parse_spec
 from podmanager.emulator import vms
 
@@ -26,13 +26,13 @@ CRASHING_UP = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {tests!r})
     from podmanager.core.clock import FakeClock
-    from podmanager.controller.host_controller import HostController
+    from podmanager.controller.cluster_hosts import ClusterHosts
     from podmanager.emulator import vms
     from podmanager.core.spec import parse_spec
     from ray_fixtures import booting_emulator, create_ready_nodes
 
     spec = parse_spec({spec!r})
-    controller = HostController(spec, vms.SimulatedMachines())
+    controller = ClusterHosts(spec, vms.SimulatedMachines())
     clock = FakeClock()
     with booting_emulator(spec, clock) as (emulator, metadata):
         nodes = create_ready_nodes(emulator.sim, clock, spec.name, ["v4-8"], metadata)
@@ -47,7 +47,7 @@ def test_stop_after_a_crashed_up_leaves_nothing(podmanager_home):
     before = ray_like()
     script = CRASHING_UP.format(tests=str(Path(__file__).parents[1] / "support"), spec=SPEC)
     machines: set[str] = set()
-    controller = HostController(parse_spec(SPEC), vms.SimulatedMachines())
+    controller = ClusterHosts(parse_spec(SPEC), vms.SimulatedMachines())
     try:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
                               env={**os.environ, "PODMANAGER_HOME": str(podmanager_home)})
@@ -59,8 +59,8 @@ def test_stop_after_a_crashed_up_leaves_nothing(podmanager_home):
         infos = controller.hosts()  # a new process finds the detached, named agent
         assert [(h.slice_index, h.worker_id, h.healthy, h.chips) for h in infos] == [(0, 0, True, 4)]
     finally:
-        controller.stop()
+        controller.stop_ray()
         left = wait_no_leftovers(machines, before)
     assert not left, f"Ray processes left after stop(): {left}"
     assert vms.host_records("crashed") == [] and head.load_state("crashed") is None
-    controller.stop()  # idempotent
+    controller.stop_ray()  # idempotent

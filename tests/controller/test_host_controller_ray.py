@@ -1,4 +1,4 @@
-"""HostController on a real local Ray cluster: a v4-16 (2 hosts) and a v4-8 (1 host),
+"""ClusterHosts on a real local Ray cluster: a v4-16 (2 hosts) and a v4-8 (1 host),
 booted as simulated TPU VMs by SimHostBooter. One cluster for the whole module."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ray_fixtures import (
 
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.controller import fleet, head, snapshot
-from podmanager.controller.host_controller import HostController
+from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core.clock import FakeClock, poll_until
 from podmanager.core.spec import parse_spec
 from podmanager.emulator import vms
@@ -44,7 +44,7 @@ def env(tmp_path_factory):
     spec = parse_spec(
         {"name": CLUSTER, "backend": "simulated", "slices": [{"accelerator": "v4-16"}, {"accelerator": "v4-8"}]}
     )
-    controller = HostController(spec, vms.SimulatedMachines())
+    controller = ClusterHosts(spec, vms.SimulatedMachines())
     clock = FakeClock()
     machines: set[str] = set()
     try:
@@ -53,13 +53,14 @@ def env(tmp_path_factory):
             nodes = create_ready_nodes(cloud, clock, CLUSTER, ["v4-16", "v4-8"], metadata)
             started = time.monotonic()
             infos = controller.wait_for_hosts(nodes, timeout_s=120)
+            controller.ensure_monitor()  # the plain host monitor: no cluster record here for the cloud's view
             machines = cluster_machines(CLUSTER)
             yield {"controller": controller, "cloud": cloud, "clock": clock, "nodes": nodes, "infos": infos,
                    "home": home, "spec": spec, "up_s": time.monotonic() - started, "booter": emulator.booter,
                    "metadata": metadata}
     finally:
         machines |= cluster_machines(CLUSTER)
-        controller.stop()
+        controller.stop_ray()
         left = wait_no_leftovers(machines, before)
         if saved is None:
             os.environ.pop("PODMANAGER_HOME", None)
@@ -111,7 +112,7 @@ def test_probe_reports_host_facts(env):
 def test_start_head_is_idempotent_and_hosts_are_not_booted_twice(env):
     controller = env["controller"]
     before = cluster_machines(CLUSTER)
-    assert HostController(env["spec"], vms.SimulatedMachines()).start_head() == controller.start_head()
+    assert ClusterHosts(env["spec"], vms.SimulatedMachines()).start_head() == controller.start_head()
     assert env["booter"].boot(env["nodes"][0]) == []  # its hosts run: none is booted again
     assert cluster_machines(CLUSTER) == before
     assert len(controller.hosts()) == 3
@@ -165,7 +166,7 @@ def snapshot_states() -> dict[tuple[str, int], str] | None:
 
 
 def test_the_monitor_keeps_a_fresh_snapshot_of_every_host(env):
-    """wait_for_hosts started the monitor: the snapshot has every host as a live probe does."""
+    """The monitor the fixture started: its snapshot has every host as a live probe does."""
     live = {(h.node_name, h.worker_id): (h.state, h.ray_node_id) for h in env["controller"].hosts()}
     first = poll_until(lambda: snapshot.read_fresh(CLUSTER), timeout_s=30, interval_s=0.2, what="a snapshot")
     assert {(h.node_name, h.worker_id): (h.state, h.ray_node_id) for h in first[1]} == live

@@ -245,19 +245,12 @@ def test_without_the_projects_number_nothing_is_granted_and_it_says_why(unnumber
 # ---------------------------------------------------------------------- `up`: the boot metadata
 
 
-class NoRay:
-    """The Ray half of `start`: a head at a fixed address, its metadata entry."""
-
-    def begin_head(self) -> HeadStart:
-        return HeadStart("demo", HeadState(address="10.128.0.2:6379", started=False))
-
-    def node_metadata(self) -> dict[str, str]:
-        return {"podmanager-head": "10.128.0.2:6379"}
-
-
 def start_hosts(spec: dict[str, Any], address: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """`start` without its Ray half: a head at a fixed address, its metadata entry."""
     monkeypatch.setenv("TPU_EMULATOR_HOST", address)
-    monkeypatch.setattr(ClusterHosts, "controller", property(lambda self: NoRay()))
+    monkeypatch.setattr(ClusterHosts, "begin_head",
+                        lambda self: HeadStart("demo", HeadState(address="10.128.0.2:6379", started=False)))
+    monkeypatch.setattr(ClusterHosts, "node_metadata", lambda self: {"podmanager-head": "10.128.0.2:6379"})
     return ClusterHosts(parse_spec(spec)).start()
 
 

@@ -9,7 +9,13 @@ from importlib import metadata
 
 import pytest
 
-from podmanager.controller.software import Software, Versions, check_packages, content_version, controller_versions
+from podmanager.controller.software import (
+    Software,
+    Versions,
+    check_packages,
+    content_version,
+    controller_versions,
+)
 from podmanager.core.errors import SpecError
 from podmanager.core.version import __version__
 

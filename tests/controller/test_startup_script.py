@@ -9,7 +9,12 @@ import subprocess
 import pytest
 
 from podmanager.controller.software import Software
-from podmanager.controller.startup import STARTUP_SCRIPT_KEY, TOKEN_SECRET_KEY, render_startup_script, startup_metadata
+from podmanager.controller.startup import (
+    STARTUP_SCRIPT_KEY,
+    TOKEN_SECRET_KEY,
+    render_startup_script,
+    startup_metadata,
+)
 from podmanager.core.errors import SpecError
 
 

@@ -23,7 +23,9 @@ TEMPLATE = "podmanager/controller/templates/startup-script.sh.tmpl"
 
 
 def uv() -> str:
-    from uv import find_uv_bin  # the binary podmanager depends on (the hosts install with it too)
+    from uv import (
+        find_uv_bin,  # the binary podmanager depends on (the hosts install with it too)
+    )
 
     return find_uv_bin()
 

@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import grpc
 import pytest
 from google.cloud.tpu_v2.types import cloud_tpu
 

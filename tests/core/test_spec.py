@@ -3,7 +3,13 @@ import re
 import pytest
 
 from podmanager.core.errors import SpecError
-from podmanager.core.spec import SIMULATED_PROJECT, Capacity, PodmanagerSource, load_spec, parse_spec
+from podmanager.core.spec import (
+    SIMULATED_PROJECT,
+    Capacity,
+    PodmanagerSource,
+    load_spec,
+    parse_spec,
+)
 
 SPEC = {"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
 

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from podmanager.api import Cluster, simulation
 from podmanager.cli import app
+from podmanager.cluster.hangs import arm_hangs
 from podmanager.core import faults
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import SpecError
@@ -210,7 +211,7 @@ def test_scripted_hangs_wait_for_a_run_and_freeze_the_host_they_name(clock):
     assert [e.message for e in cluster.events() if e.kind == "fault_armed"] == [
         "simulated fault armed: hang:1:1:60 (the program on host 1/1 freezes 60s into the run)",
         "simulated fault armed: hang:0:0:120 (the program on host 0/0 freezes 120s into the run)"]
-    timers = simulation.arm_hangs(cluster.runtime)  # at a run's start
+    timers = arm_hangs(cluster.runtime)  # at a run's start
     try:
         assert [(t.interval, t.args[1:]) for t in timers] == [(60.0, (1, 1)), (120.0, (0, 0))]
     finally:

@@ -8,10 +8,10 @@ import threading
 
 import yaml
 from race_workers import SPAWN, start, stop_all, up_rounds, up_while_holding
+from sim_view import sim_nodes
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster
-from sim_view import sim_nodes
 from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.state import StateStore

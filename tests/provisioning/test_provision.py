@@ -1,9 +1,9 @@
 """Provisioning through the Cluster API against the simulator (state asserted, not calls)."""
 
 import pytest
+from sim_view import sim_nodes
 
 from podmanager.api import Cluster, down_by_label
-from sim_view import sim_nodes
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.retry import RetryingCloud

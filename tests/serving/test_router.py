@@ -17,8 +17,19 @@ from typing import Any
 import aiohttp
 import pytest
 
-from podmanager.runtime.replica_protocol import (MAX_BODY_BYTES, REPLICA_PATH, Draining, Failed, Hello, Reload,
-                                                 Request, Result, Working, decode, encode)
+from podmanager.runtime.replica_protocol import (
+    MAX_BODY_BYTES,
+    REPLICA_PATH,
+    Draining,
+    Failed,
+    Hello,
+    Reload,
+    Request,
+    Result,
+    Working,
+    decode,
+    encode,
+)
 from podmanager.serving.router import Router, RouterConfig
 from podmanager.state.services import ServiceCounters
 

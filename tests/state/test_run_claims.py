@@ -47,13 +47,9 @@ SPEC = {"name": "claims", "zones": ["zone-a"], "slices": [{"accelerator": "v4-8"
         "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0}}
 
 
-class _Controller:
+class _Hosts:
     def connect(self) -> bool:
         return True
-
-
-class _Hosts:
-    controller = _Controller()
 
     def head_problem(self) -> None:
         return None  # a live head
@@ -96,7 +92,7 @@ def faked_ray(monkeypatch, tmp_path):
         state["started"].append(run_id)
 
     monkeypatch.setattr("podmanager.attempts.package.upload", upload)
-    monkeypatch.setattr("podmanager.api.supervisor_actor.start_supervisor", start_supervisor)
+    monkeypatch.setattr("podmanager.supervision.supervisor_actor.start_supervisor", start_supervisor)
     monkeypatch.setattr("podmanager.api.submit.new_run_id", lambda workload: f"run-{next(ids)}")
     return state
 

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from podmanager.cli import app
 from podmanager.core.errors import StateStoreError
-from podmanager.core.workload import Workload
 from podmanager.core.events import EventKind
+from podmanager.core.workload import Workload
 from podmanager.state import StateStore, db
 from podmanager.state.db import default_path
 from podmanager.state.run_records import RunRecord, RunStore

@@ -18,7 +18,14 @@ from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.state.run_records import RunStore
-from podmanager.state.run_state import Finished, Launching, Replacing, Running, RunPhase, SupervisorProcess
+from podmanager.state.run_state import (
+    Finished,
+    Launching,
+    Replacing,
+    Running,
+    RunPhase,
+    SupervisorProcess,
+)
 from podmanager.supervision.supervisor import RunSupervisor, new_run
 from podmanager.vm.environments import HostSetup
 

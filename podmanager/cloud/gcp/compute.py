@@ -25,7 +25,15 @@ from google.cloud import compute_v1
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.gcp.calls import call_google
 from podmanager.cloud.gcp.errors import AUTH_HINT
-from podmanager.cloud.network import Allowed, FirewallRule, Nat, Network, Router, Subnetwork, short_name
+from podmanager.cloud.network import (
+    Allowed,
+    FirewallRule,
+    Nat,
+    Network,
+    Router,
+    Subnetwork,
+    short_name,
+)
 from podmanager.core.clock import Clock, RealClock, poll_until
 from podmanager.core.errors import TimeoutExceededError
 

@@ -35,10 +35,14 @@ from podmanager.cloud.base import (
 )
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
-from podmanager.core.fault_text import DEFAULT_MAINTENANCE_S, DEFAULT_QUOTA, DEFAULT_TIMES, DEGRADED_HEALTH
+from podmanager.core.fault_text import (
+    DEFAULT_MAINTENANCE_S,
+    DEFAULT_QUOTA,
+    DEFAULT_TIMES,
+    DEGRADED_HEALTH,
+)
 from podmanager.core.spec import Capacity
 from podmanager.emulator.sim.compute import SimCompute
-from podmanager.emulator.sim.storage import SimStorage
 from podmanager.emulator.sim.records import (
     CLUSTER_LABEL,
     SLICE_LABEL,
@@ -54,6 +58,7 @@ from podmanager.emulator.sim.records import (
     TimedMaintenance,
     TimedPreemption,
 )
+from podmanager.emulator.sim.storage import SimStorage
 
 # A queued resource not granted yet: what valid_until applies to.
 _QUEUED_WAITING = (QueuedResourceState.CREATING, QueuedResourceState.ACCEPTED,

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from podmanager.cloud.base import Node, NodeNetwork, NodeRequest, NodeState, QueuedResource, QueuedResourceState
-from podmanager.cloud.instances import Instance
+from podmanager.cloud.base import (
+    Node,
+    NodeNetwork,
+    NodeRequest,
+    NodeState,
+    QueuedResource,
+    QueuedResourceState,
+)
 from podmanager.cloud.buckets import BucketPolicy
+from podmanager.cloud.instances import Instance
 from podmanager.cloud.network import FirewallRule, Network, Router, Subnetwork
 from podmanager.core.spec import Capacity
 

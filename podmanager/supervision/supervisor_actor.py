@@ -15,7 +15,7 @@ import threading
 import traceback
 from pathlib import Path
 
-from podmanager.controller.fleet import HEAD_RESOURCE, NAMESPACE
+from podmanager.controller import head_actors
 from podmanager.state.run_records import RunStore
 
 log = logging.getLogger(__name__)
@@ -29,8 +29,7 @@ class SupervisorActor:
     """Plain class; `start_supervisor` wraps it with `ray.remote` and its options."""
 
     def __init__(self, home: str, cluster: str, run_id: str, code_uri: str | None) -> None:
-        # The submitting client's state folder: paths, the store and the simulated cloud live there.
-        os.environ["PODMANAGER_HOME"] = home
+        head_actors.enter_home(home)
         self.cluster = cluster
         self.run_id = run_id
         # Ray unpacked the run's code package here, as this actor's working dir (see start_supervisor).
@@ -42,8 +41,8 @@ class SupervisorActor:
         return os.getpid()
 
     def _supervise(self) -> None:
-        from podmanager.api import simulation
         from podmanager.cluster.cluster_runtime import ClusterRuntime
+        from podmanager.cluster.hangs import arm_hangs
         from podmanager.core.errors import StateStoreError
         from podmanager.supervision.supervisor import RunSupervisor
 
@@ -54,7 +53,7 @@ class SupervisorActor:
             cluster = ClusterRuntime.from_name(self.cluster, run_id=self.run_id)
             run = runs.get(self.run_id)
             first_start = run is not None and run.supervisor.starts == 0
-            timers = simulation.arm_hangs(cluster) if first_start and cluster.spec.simulated else []
+            timers = arm_hangs(cluster) if first_start and cluster.spec.simulated else []
             try:
                 RunSupervisor(cluster, runs, self.run_id, code_dir=self.code_dir).supervise()
             finally:
@@ -88,8 +87,8 @@ def _record_crash(runs: RunStore, run_id: str, trace: str) -> None:
 def end_run(runs: RunStore, run_id: str, message: str, status: str = "failed") -> bool:
     """End an unfinished run (`failed` or `cancelled`) with `message`, where no supervisor is
     left to do it; False if it had finished already."""
-    from podmanager.state.run_state import Finished
     from podmanager.state.run_results import RunResult
+    from podmanager.state.run_state import Finished
 
     run = runs.get(run_id)
     if run is None or not run.active:
@@ -108,24 +107,12 @@ def start_supervisor(cluster: str, run_id: str, code_uri: str | None) -> None:
     actor's runtime-environment working dir: a detached actor that names a package keeps it
     in the cluster for as long as the actor lives (restarts included), and Ray deletes it
     once the run is over. The supervisor hands it on to the hosts."""
-    import ray
-
-    from podmanager.core import paths
-
-    remote = ray.remote(SupervisorActor).options(
-        name=actor_name(run_id),
-        namespace=NAMESPACE,
-        lifetime="detached",
-        max_restarts=-1,
-        num_cpus=0,
-        resources={HEAD_RESOURCE: 0.001},
-        runtime_env={**({"working_dir": code_uri} if code_uri else {}), "env_vars": {
+    head_actors.start(SupervisorActor, actor_name(run_id), cluster, run_id, code_uri, runtime_env={
+        **({"working_dir": code_uri} if code_uri else {}), "env_vars": {
             # Hosts of replaced simulated slices are children of this process; they must outlive it.
             "RAY_kill_child_processes_on_worker_exit": "false",
-            # Ray starts workers at nice 15; the supervisor (and the simulated hosts it boots
-            # when it replaces a slice) must not lag behind the program it watches.
-            "RAY_worker_niceness": "0",
-        }},
-    )
-    remote.remote(str(paths.home().resolve()), cluster, run_id, code_uri)
+            # The supervisor (and the simulated hosts it boots when it replaces a slice) must not
+            # lag behind the program it watches.
+            **head_actors.NOT_SLOWED,
+        }})
 

@@ -1,12 +1,12 @@
-"""controller/host_controller.py without a Ray cluster: `simulation.boot_hosts: false` boots
+"""controller/cluster_hosts.py without a Ray cluster: `simulation.boot_hosts: false` boots
 nothing, and the hosts' boot metadata needs a head."""
 
 from __future__ import annotations
 
 import pytest
+from podmanager.controller.cluster_hosts import ClusterHosts
 from ray_fixtures import create_ready_nodes, ray_like
 
-from podmanager.controller.host_controller import HostController
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import parse_spec
@@ -31,7 +31,7 @@ def test_boot_hosts_false_boots_nothing(home):
         {"name": "noboot", "backend": "simulated", "slices": [{"accelerator": "v4-16"}],
          "simulation": {"boot_hosts": False}}
     )
-    controller = HostController(spec, vms.SimulatedMachines())
+    controller = ClusterHosts(spec, vms.SimulatedMachines())
     assert controller.node_metadata() == {}
     before = ray_like()
     clock = FakeClock()
@@ -45,10 +45,10 @@ def test_boot_hosts_false_boots_nothing(home):
     assert vms.host_records("noboot") == []
     assert ray_like() - before == set()
     assert controller.hosts() == []  # no head: nothing to report
-    controller.stop()  # idempotent, nothing to stop
+    controller.stop_ray()  # idempotent, nothing to stop
 
 
 def test_node_metadata_needs_a_head(home):
     spec = parse_spec({"name": "nohead", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]})
     with pytest.raises(PodmanagerError):
-        HostController(spec, vms.SimulatedMachines()).node_metadata()
+        ClusterHosts(spec, vms.SimulatedMachines()).node_metadata()
