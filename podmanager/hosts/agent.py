@@ -61,8 +61,10 @@ class HostAgent:
         if not hasattr(self, "_host_runs"):
             from podmanager.core import paths
 
-            self._host_runs = HostRuns(paths.cluster_dir(self.identity.cluster) / "hosts"
-                                       / f"{self.identity.node_name}-w{self.identity.worker_id}")
+            cluster_dir = paths.cluster_dir(self.identity.cluster)
+            # The host's XLA compile cache, beside its run folders: kept for the host's next launches.
+            self._host_runs = HostRuns(cluster_dir / "hosts" / f"{self.identity.node_name}-w{self.identity.worker_id}",
+                                       compile_cache=cluster_dir / "jax-cache")
         return self._host_runs
 
     def preemption_notice(self) -> str | None:

@@ -32,6 +32,8 @@ _PRIVATE_PREFIXES = ("RAY_", "PODMANAGER_", "JAX_", "MEGASCALE_", "TPU_WORKER", 
 _PRIVATE_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV"})
 # Set on a simulated VM only: the file its metadata server reads `tpu-env`'s MEGASCALE_* from.
 MEGASCALE_FILE_ENV = "PODMANAGER_SIM_MEGASCALE_FILE"
+# JAX's persistent compilation cache: where a workload process keeps what XLA compiled.
+COMPILE_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
 # Output sent per poll: a program that writes faster than this per `hold_s` is caught up
@@ -89,8 +91,9 @@ for part in sys.argv[1].split("."):
 class HostRuns:
     """The workload processes of one host, by run id (one live process per run)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, compile_cache: Path | None = None):
         self.root = root
+        self.compile_cache = compile_cache
         self.prepared: dict[str, PreparedRun] = {}
         self.processes: dict[str, WorkloadProcess] = {}
         self.progress_files: dict[str, Path] = {}
@@ -131,6 +134,10 @@ class HostRuns:
         for tag in (MACHINE_ENV, OWNER_ENV):  # a simulated host's: its program dies with it, found by `down`
             if tag in os.environ:
                 process_env[tag] = os.environ[tag]
+        if self.compile_cache is not None:
+            # What XLA compiled is kept on the host: a relaunch (after a preemption; the same
+            # program run again) loads it rather than compiling again. A run's --env wins.
+            process_env[COMPILE_CACHE_ENV] = str(self.compile_cache)
         process_env.update(env)
         process_env.update(workload.env)
         process_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(prepared.cwd), process_env.get("PYTHONPATH")]))
