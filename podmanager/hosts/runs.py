@@ -24,6 +24,7 @@ from podmanager.hosts.environments import Environment, HostSetup
 from podmanager.hosts.process import WorkloadProcess, first_progress, read_progress
 from podmanager.hosts.procs import MACHINE_ENV, OWNER_ENV
 from podmanager.runtime import contract
+from podmanager.runtime.launch import JAX_COMPILATION_CACHE_ENV
 
 # Variables of the agent's own process that a workload must not inherit: Ray's worker
 # settings (OMP_NUM_THREADS=1 for a zero-CPU actor would throttle the program's threads;
@@ -32,8 +33,6 @@ _PRIVATE_PREFIXES = ("RAY_", "PODMANAGER_", "JAX_", "MEGASCALE_", "TPU_WORKER", 
 _PRIVATE_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV"})
 # Set on a simulated VM only: the file its metadata server reads `tpu-env`'s MEGASCALE_* from.
 MEGASCALE_FILE_ENV = "PODMANAGER_SIM_MEGASCALE_FILE"
-# JAX's persistent compilation cache: where a workload process keeps what XLA compiled.
-COMPILE_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
 # Output sent per poll: a program that writes faster than this per `hold_s` is caught up
@@ -136,8 +135,9 @@ class HostRuns:
                 process_env[tag] = os.environ[tag]
         if self.compile_cache is not None:
             # What XLA compiled is kept on the host: a relaunch (after a preemption; the same
-            # program run again) loads it rather than compiling again. A run's --env wins.
-            process_env[COMPILE_CACHE_ENV] = str(self.compile_cache)
+            # program run again) of a one-host run loads it rather than compiling again. The
+            # launch's (a dry run's, shared by its hosts) and a run's --env win.
+            process_env[JAX_COMPILATION_CACHE_ENV] = str(self.compile_cache)
         process_env.update(env)
         process_env.update(workload.env)
         process_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(prepared.cwd), process_env.get("PYTHONPATH")]))
