@@ -61,10 +61,12 @@ class HostAgent:
         if not hasattr(self, "_host_runs"):
             from podmanager.core import paths
 
-            cluster_dir = paths.cluster_dir(self.identity.cluster)
-            # The host's XLA compile cache, beside its run folders: kept for the host's next launches.
-            self._host_runs = HostRuns(cluster_dir / "hosts" / f"{self.identity.node_name}-w{self.identity.worker_id}",
-                                       compile_cache=cluster_dir / "jax-cache")
+            from podmanager.hosts.environments import cache_root
+
+            # XLA's compiled programs go to the host's cache, as its requirements environments do.
+            self._host_runs = HostRuns(paths.cluster_dir(self.identity.cluster) / "hosts"
+                                       / f"{self.identity.node_name}-w{self.identity.worker_id}",
+                                       compile_cache=cache_root() / "jax")
         return self._host_runs
 
     def preemption_notice(self) -> str | None:
