@@ -9,7 +9,7 @@ through the real client (`GcpCloud`, google-cloud-tpu) to an in-process emulator
 the API requests the emulator received over a simulated window: no Ray, no processes, and
 the clock makes the figure independent of the machine's speed. Each of `--runs` runs on one
 cluster has its own supervisor (as on a real cluster), with one slice per zone, and its own
-handle on the cluster's shared listing (`operations/shared_listing.py`), as separate
+handle on the cluster's shared listing (`cluster/shared_listing.py`), as separate
 processes would; their checks are spread over each quarter second.
 
 Detection: a slice is preempted at 20 moments spread over one health interval, and the time
@@ -26,12 +26,12 @@ from pathlib import Path
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
 from podmanager.cloud.gcp.client import GcpCloud
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cluster.shared_listing import SharedZoneListing
 from podmanager.core.clock import FakeClock
 from podmanager.core.records import SliceRef
 from podmanager.core.spec import Capacity
+from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.tpu_api import TpuEmulator
-from podmanager.operations.shared_listing import SharedZoneListing
 from podmanager.supervision.health import HealthMonitor
 
 POLL_S = 0.25  # the attempt runner's poll: how often it calls the monitor's check

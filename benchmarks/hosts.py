@@ -25,7 +25,7 @@ SHAPES = {1: "v4-8", 2: "v4-16", 4: "v4-32", 8: "v4-64"}
 
 
 def host_pss_mib(cluster: str) -> list[float]:
-    from podmanager.hosts.sim import vms
+    from podmanager.emulator import vms
 
     out = []
     for pids in vms.host_pids(cluster).values():
@@ -40,7 +40,8 @@ def host_pss_mib(cluster: str) -> list[float]:
 
 
 def head_pss_mib(cluster: str) -> float:
-    from podmanager.hosts import head, procs
+    from podmanager.controller import head
+    from podmanager.vm import procs
 
     state = head.load_state(cluster)
     total = 0
@@ -54,11 +55,11 @@ def head_pss_mib(cluster: str) -> float:
 
 def run(hosts: int) -> dict:
     from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
-    from podmanager.cloud.sim.cloud import SimCloud
+    from podmanager.controller.host_controller import HostController
     from podmanager.core.clock import FakeClock
     from podmanager.core.spec import parse_spec
-    from podmanager.hosts import HostController
-    from podmanager.hosts.sim import vms
+    from podmanager.emulator import vms
+    from podmanager.emulator.sim.cloud import SimCloud
 
     cluster = f"bench{hosts}"
     accelerator = SHAPES[hosts]

@@ -24,21 +24,24 @@ def measure(slices: int, latency: float) -> tuple[float, float | None]:
     from podmanager.api import Cluster
 
     try:
-        from podmanager.operations import emulator_process
-    except ImportError:  # a version before the emulator process (the back-to-back baseline)
-        emulator_process = None
+        from podmanager.emulator import launcher
+    except ImportError:
+        try:  # the layout before issue 35 (a back-to-back baseline)
+            from podmanager.operations import emulator_process as launcher  # type: ignore[no-redef]
+        except ImportError:  # a version before the emulator process
+            launcher = None  # type: ignore[assignment]
     spec = {"name": "bench", "backend": "simulated",
             "simulation": {"create_latency_s": latency, "delete_latency_s": 0.0, "boot_hosts": False},
             "slices": [{"accelerator": "v4-8", "count": slices}]}
     times: list[float | None] = []
     for warm in (False, True):
-        if warm and emulator_process is None:
+        if warm and launcher is None:
             times.append(None)
             continue
         with tempfile.TemporaryDirectory() as home:
             os.environ["PODMANAGER_HOME"] = home
             if warm:
-                emulator_process.ensure("podmanager-sim")
+                launcher.ensure("podmanager-sim")
             cluster = Cluster.from_dict(spec)
             start = time.perf_counter()
             cluster.up()

@@ -42,8 +42,8 @@ def timing(start: float, end: float, steps: int, first_time: float, last_time: f
 
 
 def by_hand(steps: int, chips: int, hosts: int) -> Timing:
-    from podmanager.hosts.head import free_port
-    from podmanager.running.launch import HostSlot, launch_envs
+    from podmanager.attempts.launch import HostSlot, launch_envs
+    from podmanager.vm.ray_node import free_port
 
     slots = [HostSlot(0, w, "bench-s0", "127.0.0.1", chips, "v4-16") for w in range(hosts)]
     envs = launch_envs(slots, coordinator_port=free_port(), cluster="bench", run_id="by-hand", attempt=0,

@@ -42,7 +42,7 @@ def main() -> None:
 
     from podmanager.api import Cluster
     from podmanager.core.workload import Workload
-    from podmanager.state.runs import RunStore
+    from podmanager.state.run_records import RunStore
 
     cluster = Cluster.from_dict({
         "name": "bench", "backend": "simulated",

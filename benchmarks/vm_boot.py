@@ -32,7 +32,7 @@ CLUSTER, ZONE, NODE = "bootbench", "sim-zone-a", "bootbench-s0"
 
 def boot(emulator, rest_api: str, worker: int, root: Path, home: Path | None) -> float:
     """Run the node's startup script as VM `worker` in `root`; seconds until it says `joining`."""
-    from podmanager.hosts.sim.vms import GUEST_BOOT, vm_env
+    from podmanager.emulator.vms import GUEST_BOOT, vm_env
 
     node = emulator.sim.get_node(ZONE, NODE)
     port = emulator.metadata.start(zone=ZONE, node=NODE, worker=worker, accelerator="v4-16",
@@ -61,9 +61,9 @@ def boot(emulator, rest_api: str, worker: int, root: Path, home: Path | None) ->
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pm-bootbench-") as scratch:
         os.environ["PODMANAGER_HOME"] = str(Path(scratch) / "home")
-        from podmanager.emulator.service import Emulator
-        from podmanager.hosts.staging import resolve_software
-        from podmanager.hosts.startup import startup_metadata
+        from podmanager.controller.staging import resolve_software
+        from podmanager.controller.startup import startup_metadata
+        from podmanager.emulator.server import Emulator
 
         spec = parse_spec({"name": CLUSTER, "backend": "simulated", "slices": [{"accelerator": "v4-16"}],
                            "simulation": {"create_latency_s": 0.0, "vm_image": "bare"}}, dry_run=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock
+from podmanager.emulator.sim.cloud import SimCloud
 
 
 @pytest.fixture(autouse=True)
@@ -16,10 +16,10 @@ def podmanager_home(tmp_path, monkeypatch):
     monkeypatch.delenv("TPU_EMULATOR_HOST", raising=False)
     yield home
     # A dry run started this home's emulator; `down` stops it, a test that never downs does here.
-    from podmanager.operations import emulator_process
+    from podmanager.emulator import launcher
 
     monkeypatch.setenv("PODMANAGER_HOME", str(home))
-    emulator_process.stop_all()
+    launcher.stop_all()
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 see of the hosts, scripted per attempt, with no Ray.
 
 A `FakeAgent` answers the agent's methods (`agent.poll_workload.remote(...)` and so on) like
-`hosts/agent.py` does, from a `Behaviour` per attempt: how many polls its process runs, its
+`vm/agent.py` does, from a `Behaviour` per attempt: how many polls its process runs, its
 exit code, its steps, whether it stops answering or its node dies.
 """
 
@@ -14,9 +14,9 @@ from typing import Any, Callable
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.core.records import HostSlot
-from podmanager.hosts.environments import HostSetup
-from podmanager.hosts.runs import HeldRun, PollReply
 from podmanager.runtime.contract import ProgressRecord
+from podmanager.vm.environments import HostSetup
+from podmanager.vm.workload_runs import HeldRun, PollReply
 
 
 @dataclass

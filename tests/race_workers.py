@@ -30,7 +30,7 @@ def claim_rounds(home: str, worker: int, rounds: int, barrier: Any, results: Any
     """In every round, claim slice 0 of that round's cluster at the same moment as the
     other processes; put (round, run id, the run in the way or None)."""
     os.environ["PODMANAGER_HOME"] = home
-    from podmanager.state.runs import RunRecord, RunStore
+    from podmanager.state.run_records import RunRecord, RunStore
 
     runs = RunStore()
     for round_ in range(rounds):

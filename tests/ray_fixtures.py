@@ -15,14 +15,15 @@ import psutil
 import pytest
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeRequest
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.hosts import head, procs
-from podmanager.hosts.sim import vms
+from podmanager.controller import head
+from podmanager.emulator import vms
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.vm import procs
 
 if TYPE_CHECKING:
     from podmanager.api import Cluster
     from podmanager.core.spec import ClusterSpec
-    from podmanager.emulator.service import Emulator
+    from podmanager.emulator.server import Emulator
 
 ZONE = "sim-zone-a"
 
@@ -101,8 +102,8 @@ def booting_emulator(spec: "ClusterSpec", clock) -> Iterator[tuple["Emulator", d
     simulated VMs, through their startup script as every VM does, and the metadata to create
     the cluster's nodes with: the head's address (the head is started) and the startup script,
     the token secret made in the emulator's Secret Manager. Stops the emulator, not the VMs."""
-    from podmanager.emulator.service import Emulator
-    from podmanager.hosts.cluster_hosts import ClusterHosts
+    from podmanager.controller.cluster_hosts import ClusterHosts
+    from podmanager.emulator.server import Emulator
 
     emulator = Emulator(spec.project or "", persist=False, create_latency_s=0.5, delete_latency_s=0.1, clock=clock)
     try:
@@ -120,8 +121,9 @@ def booting_emulator(spec: "ClusterSpec", clock) -> Iterator[tuple["Emulator", d
 def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
     """A dry-run cluster brought up in `home` for a whole test module, and torn down after it;
     asserts that `down` leaves no process of the cluster and no node in the simulator."""
-    from podmanager.api import Cluster
     from sim_view import sim_nodes
+
+    from podmanager.api import Cluster
 
     saved = os.environ.get("PODMANAGER_HOME")
     os.environ["PODMANAGER_HOME"] = str(home)

@@ -4,16 +4,16 @@ view while it runs, else the state it saved when it stopped (no emulator is star
 from __future__ import annotations
 
 from podmanager.cloud.base import Node
-from podmanager.cloud.sim.records import SimState
 from podmanager.core import paths
+from podmanager.emulator import launcher
 from podmanager.emulator.control import EmulatorControl
-from podmanager.operations import emulator_process
+from podmanager.emulator.sim.records import SimState
 
 PROJECT = "podmanager-sim"
 
 
 def sim_nodes(project: str = PROJECT) -> list[Node]:
-    running = emulator_process.running(project)
+    running = launcher.running(project)
     if running is not None:
         with EmulatorControl(running.address) as control:
             return control.all_nodes()
@@ -25,4 +25,4 @@ def sim_nodes(project: str = PROJECT) -> list[Node]:
 
 def sim_control(project: str = PROJECT) -> EmulatorControl:
     """The project's emulator's controls (started if it is not running)."""
-    return EmulatorControl(emulator_process.ensure(project))
+    return EmulatorControl(launcher.ensure(project))

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeState
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
-from podmanager.hosts import procs
-from podmanager.hosts.sim import vms
-from podmanager.hosts.startup import STARTUP_SCRIPT_KEY
+from podmanager.emulator import vms
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.vm import procs
 
 
 def test_boot_delay_defaults_to_zero_and_refuses_a_negative_value_by_its_field() -> None:

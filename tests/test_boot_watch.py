@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from podmanager.cloud.base import NodeRequest
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.cluster.boot_watch import BootWatch, boot_statuses
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import Capacity
-from podmanager.hosts.boot_status import BootStatus
-from podmanager.operations.boot_watch import BootWatch, boot_statuses
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.vm.boot_status import BootStatus
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ import time
 
 import pytest
 
+from podmanager.attempts.launch import launch_envs
 from podmanager.core.clock import poll_until
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
-from podmanager.hosts.head import free_port
-from podmanager.hosts.runs import HostRuns
-from podmanager.running.launch import launch_envs
 from podmanager.runtime.contract import EXIT_PREEMPTED
+from podmanager.vm.ray_node import free_port
+from podmanager.vm.workload_runs import HostRuns
 
 pytestmark = [pytest.mark.ray]  # starts JAX processes: seconds, not milliseconds
 

@@ -13,14 +13,14 @@ from podmanager.api.cluster import Cluster
 from podmanager.cli import app
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.gcp.client import GcpCloud
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.emulator.tpu_api import TpuEmulator
+from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core.clock import FakeClock
-from podmanager.hosts.cluster_hosts import ClusterHosts
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import desired_slices
 from podmanager.state import StateStore
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 
 SPEC = {"name": "c", "project": "my-project", "zones": ["zone-a"], "slices": [{"accelerator": "v4-16"}]}
 

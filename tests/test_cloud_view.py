@@ -1,4 +1,4 @@
-"""The cloud's view of a cluster's slices that its monitor keeps (operations/cloud_view.py):
+"""The cloud's view of a cluster's slices that its monitor keeps (cluster/cloud_view.py):
 when `status` may show it, and which nodes' boot stages a round asks the cloud for again."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from podmanager.cloud.base import GuestAttribute, Node, NodeState
-from podmanager.hosts.boot_status import NAMESPACE, STAGE_KEY
-from podmanager.operations import cloud_view
-from podmanager.operations.cloud_view import CloudView
+from podmanager.cluster import cloud_view
+from podmanager.cluster.cloud_view import CloudView
+from podmanager.vm.boot_status import NAMESPACE, STAGE_KEY
 
 
 def node(name: str, state: NodeState = NodeState.READY, created: float = 1.0, workers: int = 2) -> Node:

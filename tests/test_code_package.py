@@ -1,4 +1,4 @@
-"""The run's working dir as it is packed at submit (`running/package.py`): Python environments
+"""The run's working dir as it is packed at submit (`attempts/package.py`): Python environments
 stay out whatever their folder is called, and what the packing says is in podmanager's terms,
 never Ray's advice to call `ray.init(runtime_env=...)`."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ray._private.runtime_env import packaging
 
-from podmanager.running import package
+from podmanager.attempts import package
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import logging
 
 from ray._private import worker
 
-from podmanager.hosts import driver_output
+from podmanager.controller import driver_output
 
 
 def test_raylet_messages_go_to_the_log_not_stdout(capsys, caplog, monkeypatch):

@@ -19,14 +19,14 @@ import pytest
 import ray
 from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
-
-from podmanager.running.logs import RunFolder
-from podmanager.api import Cluster, simulation
 from sim_view import sim_nodes
+
+from podmanager.api import Cluster, simulation
+from podmanager.attempts.logs import RunFolder
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

@@ -13,12 +13,12 @@ import pytest
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.cloud.gcp.client import GcpCloud
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.emulator.control import EmulatorControl, apply_fault
-from podmanager.emulator.tpu_api import TpuEmulator, serve
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import Capacity
+from podmanager.emulator.control import EmulatorControl, apply_fault
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.tpu_api import TpuEmulator, serve
 
 REQUEST = NodeRequest("v4-8", "tpu-ubuntu2204-base", Capacity.SPOT, labels={"podmanager-cluster": "demo"})
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import queue
 
 from podmanager.cloud.base import CLUSTER_LABEL, Node, NodeRequest, NodeState
+from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
-from podmanager.emulator.service import Emulator
-from podmanager.hosts.startup import STARTUP_SCRIPT_KEY
+from podmanager.emulator.server import Emulator
 
 ZONE = "z"
 

@@ -10,8 +10,8 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.emulator.service import Emulator
+from podmanager.emulator.server import Emulator
+from podmanager.emulator.sim.cloud import SimCloud
 
 PROJECT = "p-net"
 
@@ -90,7 +90,7 @@ def test_the_records_are_kept_with_the_state():
         project.delete_firewall("default-allow-internal")
         project.delete_subnetwork("sim-zone", "default")
     _, saved = sim.snapshot()
-    from podmanager.cloud.sim.records import SimState
+    from podmanager.emulator.sim.records import SimState
 
     again = SimCloud(PROJECT, state=SimState.model_validate_json(saved))
     with again.compute() as project:

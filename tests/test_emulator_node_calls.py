@@ -18,11 +18,11 @@ from podmanager.cloud import errors
 from podmanager.cloud.base import CLUSTER_LABEL, GuestAttribute, NodeRequest, NodeState
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cloud.retry import RetryingCloud
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.records import SimState
-from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.sim.records import SimState
+from podmanager.emulator.tpu_api import TpuEmulator
 
 ZONE = "us-central2-b"
 NODE = f"projects/my-project/locations/{ZONE}/nodes/demo-s0"

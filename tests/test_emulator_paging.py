@@ -20,9 +20,9 @@ from podmanager.cloud.base import CLUSTER_LABEL, NodeRequest
 from podmanager.cloud.gcp.calls import call_google
 from podmanager.cloud.gcp.client import GcpCloud
 from podmanager.cloud.gcp.errors import map_call_error
-from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
+from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.tpu_api import MAX_PAGE_SIZE, TpuEmulator
 
 ZONE = "us-central2-b"

@@ -20,10 +20,11 @@ import pytest
 from podmanager.api import Cluster, simulation
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.gcp.client import GcpCloud
+from podmanager.cluster import cloud_view
 from podmanager.core import paths
 from podmanager.core.clock import poll_until
+from podmanager.emulator import launcher
 from podmanager.emulator import record as emulator_record
-from podmanager.operations import cloud_view, emulator_process
 
 pytestmark = pytest.mark.timeout(120)
 NO_HOSTS = {"boot_hosts": False, "create_latency_s": 0.01, "delete_latency_s": 0.01}
@@ -49,29 +50,29 @@ def test_a_dry_run_goes_through_the_real_client_to_one_emulator_per_project():
     first = spot_cluster("one")
     first.up()
     assert isinstance(first.cloud, GcpCloud)  # the code users run on Google Cloud
-    emulator = emulator_process.running(PROJECT)
+    emulator = launcher.running(PROJECT)
     assert emulator is not None and first.cloud.emulator_host == emulator.address
     second = spot_cluster("two")
     second.up()
-    assert emulator_process.running(PROJECT) == emulator  # found again, not started twice
+    assert launcher.running(PROJECT) == emulator  # found again, not started twice
     first.down()
-    assert emulator_process.running(PROJECT) == emulator  # cluster two still has nodes in it
+    assert launcher.running(PROJECT) == emulator  # cluster two still has nodes in it
     second.down()
-    assert emulator_process.running(PROJECT) is None  # the project's last cluster went: so did it
+    assert launcher.running(PROJECT) is None  # the project's last cluster went: so did it
     assert not psutil.pid_exists(emulator.pid) or psutil.Process(emulator.pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_a_killed_emulator_comes_back_from_its_saved_state_on_its_old_port():
     cluster = spot_cluster("phoenix")
     cluster.up()
-    before = emulator_process.running(PROJECT)
+    before = launcher.running(PROJECT)
     poll_until(lambda: saved_states() == {"phoenix-s0": "READY", "phoenix-s1": "READY"}, timeout_s=10,
                interval_s=0.05, what="the emulator to save its state")
     psutil.Process(before.pid).kill()
     psutil.Process(before.pid).wait(10)
     status = Cluster.from_name("phoenix").status()  # a later command restarts it
     assert [s.state for s in status.slices] == ["READY", "READY"]
-    after = emulator_process.running(PROJECT)
+    after = launcher.running(PROJECT)
     assert after.pid != before.pid and after.address == before.address
     # The old client's channel reconnects to the same address: the cluster object still works.
     simulation.preempt(cluster.runtime, 0)
@@ -117,7 +118,7 @@ def test_status_and_runs_change_nothing_in_the_simulated_cloud():
 
 
 def test_status_shows_the_monitors_view_of_the_slices_until_podmanager_changes_the_cluster():
-    """A cluster's monitor keeps the cloud's view of its slices (operations/cloud_view.py):
+    """A cluster's monitor keeps the cloud's view of its slices (cluster/cloud_view.py):
     `status` shows a fresh one without asking the cloud, and asks the cloud when the view is
     older than the cluster's last event or than a few of the monitor's periods."""
     cluster = spot_cluster("viewer")
@@ -145,19 +146,19 @@ def test_the_emulator_outlives_a_starter_that_kills_its_children_as_a_ray_worker
     """A run's supervisor or a cluster's monitor (Ray workers) may be the one to start the
     project's emulator after it died, and Ray kills a worker's children when the worker exits:
     the emulator must be no one's child, or the next `down` finds no cloud."""
-    starter = ("import psutil\nfrom podmanager.operations import emulator_process\n"
-               f"print(emulator_process.ensure({PROJECT!r}))\n"
+    starter = ("import psutil\nfrom podmanager.emulator import launcher\n"
+               f"print(launcher.ensure({PROJECT!r}))\n"
                "for child in psutil.Process().children(recursive=True):\n    child.kill()\n")
     done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    emulator = emulator_process.running(PROJECT)
+    emulator = launcher.running(PROJECT)
     assert emulator is not None and emulator.address == done.stdout.strip()
-    assert emulator_process.ensure(PROJECT) == emulator.address  # still serving: found, not started again
-    assert emulator_process.stop(PROJECT)
+    assert launcher.ensure(PROJECT) == emulator.address  # still serving: found, not started again
+    assert launcher.stop(PROJECT)
 
 
 def test_an_emulator_that_cannot_start_says_why(monkeypatch):
-    monkeypatch.setattr(emulator_process, "MODULE", "podmanager.no_such_module")
+    monkeypatch.setattr(launcher, "MODULE", "podmanager.no_such_module")
     with pytest.raises(Exception, match="did not start") as failed:
-        emulator_process.ensure("broken")
+        launcher.ensure("broken")
     assert str(emulator_record.log_path("broken")) in failed.value.hint

@@ -25,10 +25,10 @@ from google.iam.v1 import policy_pb2
 
 from podmanager.cloud.checksum import crc32c
 from podmanager.cloud.gcp.secrets import TokenSecrets
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.secret_manager import VM_TOKEN_PREFIX, SecretManagerEmulator
-from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core.clock import FakeClock
+from podmanager.emulator.secret_manager import VM_TOKEN_PREFIX, SecretManagerEmulator
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.tpu_api import TpuEmulator
 
 PROJECT = "my-project"
 TOKEN = "tok-5e1d9a3c7b2f4e6a8c0d1b3f5a7c9e2d"

@@ -13,12 +13,12 @@ from urllib.parse import quote
 
 import pytest
 
+from podmanager.controller.staging import stage_wheel
 from podmanager.core import paths
 from podmanager.core.spec import parse_spec
 from podmanager.emulator import record as emulator_record
-from podmanager.emulator import service
-from podmanager.emulator.service import Emulator
-from podmanager.hosts.staging import stage_wheel
+from podmanager.emulator import server
+from podmanager.emulator.server import Emulator
 
 PROJECT = "podmanager-sim"
 BEARER = {"Authorization": "Bearer ya29.vm-token"}
@@ -97,7 +97,7 @@ def test_secret_managers_route_is_served_on_the_same_port(emulator: str) -> None
 
 def test_the_record_names_both_rest_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path))
-    service._write_record(PROJECT, "127.0.0.1:8470", "http://127.0.0.1:8471")
+    server._write_record(PROJECT, "127.0.0.1:8470", "http://127.0.0.1:8471")
     found = emulator_record.read(PROJECT)
     assert found is not None
     assert (found.secrets_api, found.storage_api) == ("http://127.0.0.1:8471/v1", "http://127.0.0.1:8471")

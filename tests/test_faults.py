@@ -4,14 +4,11 @@ as the same fault, with the same defaults, and leave the simulator in the same s
 from __future__ import annotations
 
 import pytest
+from sim_view import sim_control
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster, simulation
-from sim_view import sim_control
 from podmanager.cli import app
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.emulator.control import apply_fault
-from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core import faults
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import SpecError
@@ -28,6 +25,9 @@ from podmanager.core.faults import (
     TransientFault,
 )
 from podmanager.core.spec import parse_spec
+from podmanager.emulator.control import apply_fault
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.tpu_api import TpuEmulator
 
 SPEC = {"name": "c", "backend": "simulated", "zones": ["zone-a", "zone-b"],
         "slices": [{"accelerator": "v4-8", "count": 2}]}

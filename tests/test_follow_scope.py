@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from podmanager.api import runs as runs_api
+from podmanager.api import run_handle as runs_api
 from podmanager.api.cluster import Cluster
-from podmanager.operations.cluster_runtime import ClusterRuntime
-from podmanager.api.runs import RunHandle
+from podmanager.api.run_handle import RunHandle
+from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.state import Event, StateStore
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.supervision.ledger import RunResult
 
 SPEC = {"name": "c", "backend": "simulated", "zones": ["sim-zone-a"], "slices": [{"accelerator": "v4-8", "count": 2}]}
@@ -32,7 +32,7 @@ def finish(runs: RunStore, run_id: str) -> None:
 
 
 def supervisor_cluster(store: StateStore, run_id: str) -> ClusterRuntime:
-    """The cluster runtime a run's supervisor records through (as api/service.py builds it)."""
+    """The cluster runtime a run's supervisor records through (as api/supervisor_actor.py builds it)."""
     return ClusterRuntime.from_name("c", store=store, run_id=run_id)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from fake_hosts import Behaviour, FakeRemote, agents
 
+from podmanager.attempts.attempt import AttemptRunner
+from podmanager.attempts.gang import Gang
 from podmanager.core.workload import Workload
-from podmanager.running.attempt import AttemptRunner
-from podmanager.running.gang import Gang
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 
 from podmanager.cloud import errors
 from podmanager.cloud.gcp.client import GcpCloud
-from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock
+from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.tpu_api import TpuEmulator
 
 

@@ -22,11 +22,11 @@ from podmanager.cloud.base import (
     QueuedResourceState,
 )
 from podmanager.cloud.gcp.client import GcpCloud
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core.clock import FakeClock, RealClock
 from podmanager.core.errors import TimeoutExceededError
 from podmanager.core.spec import Capacity
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.tpu_api import TpuEmulator
 
 ZONE = "us-central2-b"
 LABELS = {CLUSTER_LABEL: "demo", SLICE_LABEL: "0"}

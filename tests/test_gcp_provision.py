@@ -11,14 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from podmanager.cloud import errors
-
 from podmanager.cloud.base import NodeState, QueuedResourceState
 from podmanager.cloud.gcp.client import GcpCloud
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import TimeoutExceededError
 from podmanager.core.spec import Capacity, parse_spec
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import desired_slices
 
@@ -315,8 +314,8 @@ def test_a_suspended_spot_queued_slice_is_seen_within_one_health_interval_and_re
     google-cloud-tpu and sees the slice gone at the next interval; its recovery (the runtime's
     delete_slices, restore_slices) deletes the SUSPENDED queued resource with force and queues
     the slice again."""
+    from podmanager.cluster.cluster_runtime import ClusterRuntime
     from podmanager.core.records import SliceRef
-    from podmanager.operations.cluster_runtime import ClusterRuntime
     from podmanager.state import StateStore
     from podmanager.supervision.health import HealthMonitor
 

@@ -5,12 +5,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from podmanager.attempts.gang import HostState
 from podmanager.cloud.base import NodeRequest, NodeState
-from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock
 from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import Capacity
-from podmanager.running.gang import HostState
+from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.runtime.contract import ProgressRecord
 from podmanager.supervision.classify import Cause, classify
 from podmanager.supervision.health import HealthMonitor
@@ -174,7 +174,7 @@ class CountingCloud:
 
 
 def test_the_runs_of_one_cluster_share_one_listing_per_zone_per_interval_and_see_a_loss_as_soon(tmp_path):
-    from podmanager.operations.shared_listing import SharedZoneListing
+    from podmanager.cluster.shared_listing import SharedZoneListing
 
     clock = FakeClock()
     sim, gang, _, _ = setup(clock)

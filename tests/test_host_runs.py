@@ -14,9 +14,9 @@ import pytest
 
 from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
-from podmanager.hosts.procs import MACHINE_ENV, OWNER_ENV
-from podmanager.hosts.runs import HostRuns
 from podmanager.runtime.contract import ProgressRecord
+from podmanager.vm.procs import MACHINE_ENV, OWNER_ENV
+from podmanager.vm.workload_runs import HostRuns
 
 
 def wait_exit(runs, run_id, timeout=30):
@@ -107,7 +107,7 @@ def test_the_program_does_not_inherit_the_agents_niceness(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys
         os.nice(15)
-        from podmanager.hosts.runs import HostRuns
+        from podmanager.vm.workload_runs import HostRuns
         from podmanager.core.workload import Workload
         runs = HostRuns(__import__("pathlib").Path({str(tmp_path)!r}))
         code = "import os; print(os.nice(0))"

@@ -1,11 +1,11 @@
-"""The monitor's snapshot of a cluster's hosts (hosts/snapshot.py), read without Ray."""
+"""The monitor's snapshot of a cluster's hosts (controller/snapshot.py), read without Ray."""
 
 from __future__ import annotations
 
 import json
 
-from podmanager.hosts import snapshot
-from podmanager.hosts.host_info import DEAD, HEALTHY, HostInfo, mark_vanished
+from podmanager.controller import snapshot
+from podmanager.controller.host_info import DEAD, HEALTHY, HostInfo, mark_vanished
 
 HOSTS = [
     HostInfo(0, "demo-s0", 0, "127.0.0.1", 4, True, 100.0, "n0", "ok", HEALTHY),

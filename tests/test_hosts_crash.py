@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
 
+from podmanager.controller import head
+from podmanager.controller.host_controller import HostController
 from podmanager.core.spec import parse_spec
-from podmanager.hosts import HostController, head
-from podmanager.hosts.sim import vms
+from podmanager.emulator import vms
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
@@ -25,8 +26,8 @@ CRASHING_UP = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {tests!r})
     from podmanager.core.clock import FakeClock
-    from podmanager.hosts import HostController
-    from podmanager.hosts.sim import vms
+    from podmanager.controller.host_controller import HostController
+    from podmanager.emulator import vms
     from podmanager.core.spec import parse_spec
     from ray_fixtures import booting_emulator, create_ready_nodes
 

@@ -23,10 +23,12 @@ from ray_fixtures import (
 )
 
 from podmanager.cloud.base import NodeRequest, NodeState
+from podmanager.controller import fleet, head, snapshot
+from podmanager.controller.host_controller import HostController
 from podmanager.core.clock import FakeClock, poll_until
 from podmanager.core.spec import parse_spec
-from podmanager.hosts import HostController, auth, fleet, head, snapshot
-from podmanager.hosts.sim import vms
+from podmanager.emulator import vms
+from podmanager.vm import auth
 
 CLUSTER = "hosttest"
 
@@ -137,7 +139,7 @@ def test_head_refuses_a_driver_without_the_token(env, tmp_path):
     script = textwrap.dedent(
         f"""
         import ray
-        from podmanager.hosts import loopback
+        from podmanager.vm import loopback
         with loopback.as_given({address!r}):
             ray.init(address={address!r}, _node_ip_address="127.0.0.1", log_to_driver=False)
         print("CONNECTED")

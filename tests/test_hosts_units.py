@@ -10,20 +10,14 @@ import time
 import pytest
 from ray_fixtures import create_ready_nodes, ray_like
 
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.controller import fleet, head
+from podmanager.controller.host_controller import HostController
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import parse_spec
-from podmanager.hosts import (
-    HostController,
-    auth,
-    fleet,
-    head,
-    join,
-    loopback,
-    probe,
-)
-from podmanager.hosts.sim import vms
+from podmanager.emulator import vms
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.vm import auth, join, loopback, probe, ray_node
 
 
 @pytest.fixture
@@ -123,7 +117,7 @@ def test_agent_names():
 def head_health_checks(spec) -> dict:
     import json
 
-    from podmanager.hosts import head
+    from podmanager.controller import head
 
     command = head.head_command(spec, "10.0.0.2", 6379, 8265, 10001, 52365)
     return json.loads(next(c for c in command if c.startswith("--system-config=")).split("=", 1)[1])
@@ -150,17 +144,17 @@ def test_the_heads_ports_are_all_different_whatever_the_kernel_hands_out(monkeyp
         def getsockname(self) -> tuple[str, int]:
             return ("127.0.0.1", self.port)
 
-    monkeypatch.setattr(head.socket, "socket", Probe)
-    assert head.free_ports("127.0.0.1", "", "127.0.0.1", avoid=(6379,)) == [40001, 40002, 40003]
+    monkeypatch.setattr(ray_node.socket, "socket", Probe)
+    assert ray_node.free_ports("127.0.0.1", "", "127.0.0.1", avoid=(6379,)) == [40001, 40002, 40003]
 
 
 def test_free_ports_hold_their_probes_until_every_port_is_chosen():
-    ports = head.free_ports("127.0.0.1", "", "127.0.0.1", "")
+    ports = ray_node.free_ports("127.0.0.1", "", "127.0.0.1", "")
     assert len(set(ports)) == 4
 
 
 def test_head_command_has_a_small_store_and_no_token(home):
-    from podmanager.hosts import head
+    from podmanager.controller import head
 
     spec = parse_spec({"name": "h", "project": "my-project", "zones": ["z"], "slices": [{"accelerator": "v4-8"}],
                        "head": {"dashboard_host": "127.0.0.1"}})
@@ -168,7 +162,7 @@ def test_head_command_has_a_small_store_and_no_token(home):
     assert command[3:5] == ["start", "--head"]
     assert "--node-ip-address=10.0.0.2" in command and "--port=6379" in command
     assert "--dashboard-host=127.0.0.1" in command
-    assert f"--object-store-memory={head.OBJECT_STORE_BYTES}" in command
+    assert f"--object-store-memory={ray_node.OBJECT_STORE_BYTES}" in command
     assert not any(auth.token_path("h").exists() and auth.token_path("h").read_text() in c for c in command)
 
 

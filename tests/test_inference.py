@@ -273,7 +273,7 @@ def test_replicas_lose_no_request_to_preemptions_or_a_new_checkpoint_and_none_re
 def test_a_killed_router_is_back_on_its_ports_with_its_counters_and_its_replica(cluster, tmp_path):
     import ray
 
-    from podmanager.hosts.fleet import NAMESPACE
+    from podmanager.controller.fleet import NAMESPACE
     from podmanager.serving.router_actor import actor_name
 
     (tmp_path / "doubler.py").write_text(textwrap.dedent("""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from podmanager.hosts import boot_status, join
+from podmanager.vm import boot_status, join
 
 REFUSAL = ("Version mismatch: The cluster was started with:\n    Ray: 2.60.0\n    Python: 3.11.7\n"
            "This process on node 10.0.0.2 was started with:\n    Ray: 2.51.0\n    Python: 3.10.12\n")

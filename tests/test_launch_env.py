@@ -5,11 +5,11 @@ import zipfile
 
 import pytest
 
+from podmanager.attempts.launch import launch_envs
+from podmanager.attempts.package import zip_folder
 from podmanager.core.errors import SpecError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism, expand
-from podmanager.running.launch import launch_envs
-from podmanager.running.package import zip_folder
 
 
 def slots(*shape):
@@ -67,7 +67,7 @@ def test_workload_argv_and_expansion():
 
 
 def test_the_code_the_supervisor_holds_reaches_the_hosts_whole(tmp_path):
-    """Filtered once, at submit (running/package.upload): the supervisor's copy is shipped as it is."""
+    """Filtered once, at submit (attempts/package.upload): the supervisor's copy is shipped as it is."""
     (tmp_path / "code.py").write_text("print(1)")
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "m.py").write_text("x = 1")

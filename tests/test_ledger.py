@@ -3,7 +3,7 @@ attempt's own pace, over the run's wall time."""
 
 import pytest
 
-from podmanager.running.attempt import AttemptResult
+from podmanager.attempts.attempt import AttemptResult
 from podmanager.supervision.ledger import goodput
 
 

@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from podmanager.core.clock import poll_until
-from podmanager.hosts import procs
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
+from podmanager.vm import procs
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]

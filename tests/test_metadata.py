@@ -13,11 +13,11 @@ import urllib.request
 import pytest
 
 from podmanager.cloud.base import NodeRequest, NodeState
-from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
-from podmanager.hosts import notices
 from podmanager.emulator.metadata import MetadataServers
+from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
+from podmanager.vm import notices
 
 
 @pytest.fixture

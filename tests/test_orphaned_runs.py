@@ -10,10 +10,10 @@ import sys
 import time
 
 from podmanager.api.resume import supervisor_gone
-from podmanager.api.runs import RunHandle
+from podmanager.api.run_handle import RunHandle
 from podmanager.core.workload import Workload
+from podmanager.state.run_records import RunStore
 from podmanager.state.run_state import SupervisorProcess
-from podmanager.state.runs import RunStore
 from podmanager.supervision.supervisor import new_run
 
 

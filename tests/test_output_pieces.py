@@ -10,18 +10,18 @@ import textwrap
 import pytest
 from fake_hosts import Behaviour, FakeRemote, agents
 
-from podmanager.api.runs import RunHandle
+from podmanager.api.run_handle import RunHandle
+from podmanager.attempts import logs
+from podmanager.attempts.attempt import AttemptRunner
+from podmanager.attempts.gang import Gang
+from podmanager.attempts.logs import read_new_lines
 from podmanager.core.clock import poll_until
 from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
-from podmanager.hosts.process import read_chunk, read_tail
-from podmanager.hosts.runs import HostRuns, PollReply
-from podmanager.running import logs
-from podmanager.running.attempt import AttemptRunner
-from podmanager.running.gang import Gang
-from podmanager.running.logs import read_new_lines
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.supervision.ledger import RunResult
+from podmanager.vm.process import read_chunk, read_tail
+from podmanager.vm.workload_runs import HostRuns, PollReply
 
 
 def read_all(path, max_bytes: int, *, final: bool) -> list[bytes]:

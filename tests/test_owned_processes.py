@@ -12,10 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from podmanager.operations import emulator_process
 from podmanager.core.clock import poll_until
-from podmanager.hosts import procs
-from podmanager.hosts.sim import lease
+from podmanager.emulator import launcher, vm_lease
+from podmanager.vm import procs
 
 # Starts a child with an empty environment (as a process that overwrote its own would look),
 # writes the child's pid, then waits.
@@ -137,24 +136,24 @@ def test_the_emulator_is_no_clusters_process(podmanager_home):
     cluster (by its owner tag) must not stop it."""
     os.environ[procs.OWNER_ENV] = procs.owner("demo")  # as if a process of cluster demo started it
     try:
-        emulator_process.ensure("podmanager-sim")
+        launcher.ensure("podmanager-sim")
     finally:
         del os.environ[procs.OWNER_ENV]
-    pid = emulator_process.running("podmanager-sim").pid
-    assert pid in {p.pid for p in procs.owned(emulator_process.owner("podmanager-sim"))}
+    pid = launcher.running("podmanager-sim").pid
+    assert pid in {p.pid for p in procs.owned(launcher.owner("podmanager-sim"))}
     assert procs.stop_cluster("demo") == 0 and live(pid)
-    assert emulator_process.stop("podmanager-sim") and not live(pid)
+    assert launcher.stop("podmanager-sim") and not live(pid)
 
 
 def test_the_lease_is_held_while_the_record_names_the_machine(tmp_path):
     record = tmp_path / "vm.json"
     procs.write_record(record, machine_id="m1")
-    assert lease.holds(record, "m1")
-    assert not lease.holds(record, "m2")
+    assert vm_lease.holds(record, "m1")
+    assert not vm_lease.holds(record, "m2")
     procs.write_record(record, machine_id="m2")  # a new VM in its place
-    assert not lease.holds(record, "m1")
+    assert not vm_lease.holds(record, "m1")
     record.unlink()
-    assert not lease.holds(record, "m2")
+    assert not vm_lease.holds(record, "m2")
 
 
 def test_keep_returns_only_after_the_record_is_gone_twice_in_a_row(tmp_path, monkeypatch):
@@ -173,7 +172,7 @@ def test_keep_returns_only_after_the_record_is_gone_twice_in_a_row(tmp_path, mon
         if len(checks) == 5:
             record.unlink()
 
-    lease.keep(record, "m1", None, interval_s=0, sleep=sleep)
+    vm_lease.keep(record, "m1", None, interval_s=0, sleep=sleep)
     assert len(checks) == 6 and killed == ["m1"]
 
 
@@ -188,7 +187,7 @@ def test_a_simulated_vm_stops_itself_when_its_record_is_gone(tmp_path):
     procs.write_record(record, machine_id=machine_id)
     vm, _ = procs.launch([sys.executable, "-c", "import time; time.sleep(120)"], dict(os.environ),
                          tmp_path / "log", machine_id)
-    holder, _ = procs.launch([sys.executable, "-m", "podmanager.hosts.sim.lease", "--lease", str(record),
+    holder, _ = procs.launch([sys.executable, "-m", "podmanager.emulator.vm_lease", "--lease", str(record),
                               "--temp-dir", str(temp_dir)], dict(os.environ), tmp_path / "log", machine_id)
     try:
         poll_until(lambda: len(procs.members(machine_id)) == 2, timeout_s=30, interval_s=0.05, what="the VM")

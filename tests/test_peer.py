@@ -25,12 +25,12 @@ import grpc
 import pytest
 from google.cloud.tpu_v2.types import cloud_tpu
 
-from podmanager.cloud.sim import rest
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
 from podmanager.core import peer
 from podmanager.core.clock import FakeClock
+from podmanager.emulator import rest
 from podmanager.emulator.metadata import MetadataServers
+from podmanager.emulator.secret_manager import SecretManagerEmulator
+from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.tpu_api import TpuEmulator
 from podmanager.serving.router import Router, RouterConfig
 

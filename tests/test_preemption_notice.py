@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from podmanager.hosts.notices import metadata_notice, parse_upcoming_maintenance
+from podmanager.vm.notices import metadata_notice, parse_upcoming_maintenance
 
 
 @pytest.fixture

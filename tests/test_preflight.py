@@ -9,10 +9,10 @@ import pytest
 
 from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.network import Nat, Router
+from podmanager.cluster.preflight import check_network, delete_cluster_rule
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
-from podmanager.emulator.service import Emulator
-from podmanager.operations.preflight import check_network, delete_cluster_rule
+from podmanager.emulator.server import Emulator
 
 PROJECT = "podmanager-sim"
 REGION = "sim-zone"  # the region of the simulated zones sim-zone-a, -b, -c
@@ -147,10 +147,10 @@ def test_down_without_the_rule_or_the_right_to_delete_it_still_goes_on(emulator,
 def test_a_python_without_a_download_is_refused_before_anything_is_created(monkeypatch):
     import platform
 
-    from podmanager.cloud.sim.cloud import SimCloud
-    from podmanager.hosts.python_downloads import check_python_download, tpu_vm_downloads
-    from podmanager.operations.cluster_runtime import ClusterRuntime
-    from podmanager.operations.preflight import check_before_up
+    from podmanager.cluster.cluster_runtime import ClusterRuntime
+    from podmanager.cluster.preflight import check_before_up
+    from podmanager.controller.python_downloads import check_python_download, tpu_vm_downloads
+    from podmanager.emulator.sim.cloud import SimCloud
     from podmanager.state import StateStore
 
     downloads = tpu_vm_downloads()  # uv's built-in list, read offline

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from podmanager.api import Cluster
+from podmanager.emulator import launcher
 from podmanager.emulator.control import EmulatorControl
-from podmanager.operations import emulator_process
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 NO_HOSTS = {"boot_hosts": False, "create_latency_s": 0.01, "delete_latency_s": 0.01}
@@ -34,7 +34,7 @@ def test_up_makes_the_clusters_rule_and_tags_its_nodes_and_down_deletes_it():
     keep.up()
     cluster = Cluster.from_dict(spec("net"), dry_run=True)
     cluster.up()
-    with EmulatorControl(emulator_process.running(PROJECT).address) as control:
+    with EmulatorControl(launcher.running(PROJECT).address) as control:
         inserted = {r["firewall_resource"]["name"]: r["firewall_resource"] for r in firewall_calls(control, "insert")}
         assert inserted["pm-net-internal"]["source_tags"] == ["pm-net"]
         assert inserted["pm-net-internal"]["target_tags"] == ["pm-net"]
@@ -59,6 +59,6 @@ def test_up_from_the_command_line_without_external_ips_exits_2_and_creates_nothi
     said = finished.stdout + finished.stderr
     assert finished.returncode == 2, said
     assert "Cloud NAT" in said and "Private Google Access" in said and "enable_external_ips" in said
-    with EmulatorControl(emulator_process.running(PROJECT).address) as control:
+    with EmulatorControl(launcher.running(PROJECT).address) as control:
         assert control.all_nodes() == [] and control.all_queued_resources() == []
         assert control.requests("CreateNode", "CreateQueuedResource", "compute.firewalls.insert") == []

@@ -19,7 +19,7 @@ import pytest
 from podmanager.core import paths
 from podmanager.core.workload import Workload
 from podmanager.state import run_secrets
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 from podmanager.supervision.supervisor import new_run
 
 SECRET = "hunter2-not-in-any-record"

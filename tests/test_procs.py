@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from podmanager.hosts import procs
+from podmanager.vm import procs
 
 # Starts a child with an empty environment (as if it had overwritten its own, the way
 # setproctitle can), which starts a grandchild; writes its own pid and the child's, then waits.
@@ -96,7 +96,7 @@ def test_a_process_that_kills_its_own_machine_takes_everything_with_it(tmp_path)
     code = textwrap.dedent(
         f"""
         import os, subprocess, sys, time
-        from podmanager.hosts import procs
+        from podmanager.vm import procs
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         open({str(pids)!r}, "w").write(str(child.pid))
         procs.kill(os.environ[procs.MACHINE_ENV])

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import pytest
 
 from podmanager import runtime
-from podmanager.hosts.process import first_progress, read_progress
-from podmanager.running.progress import AttemptProgress, combine
+from podmanager.attempts.progress import AttemptProgress, combine
 from podmanager.runtime.contract import ProgressRecord
+from podmanager.vm.process import first_progress, read_progress
 
 
 @pytest.fixture(autouse=True)

@@ -21,10 +21,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from podmanager.api import Cluster
 from podmanager.cloud import errors
 from podmanager.cloud.base import Decision, NodeState, decide_queued
-from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core import paths
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import TimeoutExceededError
+from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.state import StateStore
 
 ZONES = ["zone-a", "zone-b"]

@@ -11,14 +11,13 @@ import psutil
 import pytest
 from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
+from sim_view import sim_nodes
 
 from podmanager.api import Cluster, simulation
 from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
-from podmanager.hosts import procs
-from podmanager.hosts.sim import vms
-from podmanager.operations import emulator_process
-from sim_view import sim_nodes
+from podmanager.emulator import launcher, vms
+from podmanager.vm import procs
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -174,7 +173,7 @@ class KillEmulatorAt(PreemptAt):
         for line in text.splitlines():
             parts = line.split()
             if self.killed is None and parts[:1] == ["step"] and int(parts[1]) >= self.step:
-                self.killed = emulator_process.running("podmanager-sim").pid
+                self.killed = launcher.running("podmanager-sim").pid
                 psutil.Process(self.killed).kill()
         self.notice(slot, text)
 
@@ -192,11 +191,11 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     reader.runs()
     assert live_hosts() == hosts and len(hosts) == 2 and cluster.simulator.version() == version
 
-    before = emulator_process.running("podmanager-sim")
+    before = launcher.running("podmanager-sim")
     printer = KillEmulatorAt(cluster, step=10, notice_step=40)
     result = cluster.run(train(tmp_path / "noticed", steps=400), printer=printer)
     assert printer.killed == before.pid
-    after = emulator_process.running("podmanager-sim")
+    after = launcher.running("podmanager-sim")
     assert after.pid != before.pid and after.address == before.address  # restarted, where clients look
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions) == (2, 1)

@@ -1,9 +1,9 @@
 """What the CLI prints off a terminal: no wrapping, event text as written, no Gloo chatter,
 rounded figures, and no empty figures for a plain command."""
 
+from podmanager.attempts.attempt import AttemptResult, HostResult
 from podmanager.cli import render
 from podmanager.core.records import HostRef
-from podmanager.running.attempt import AttemptResult, HostResult
 from podmanager.state import Event
 from podmanager.supervision.ledger import RunResult
 

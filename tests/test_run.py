@@ -33,12 +33,12 @@ from typer.testing import CliRunner
 
 from podmanager.api import simulation
 from podmanager.api.serve import ServeOptions
+from podmanager.attempts.logs import RunFolder
 from podmanager.cli import app
+from podmanager.controller import snapshot
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
-from podmanager.hosts import snapshot
-from podmanager.running.logs import RunFolder
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

@@ -13,10 +13,10 @@ import pytest
 from race_workers import SPAWN, claim_rounds, start, stop_all
 
 from podmanager.api import Cluster
+from podmanager.attempts.package import CodePackage
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
-from podmanager.running.package import CodePackage
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 
 ROUNDS = 25
 
@@ -96,8 +96,8 @@ def faked_ray(monkeypatch, tmp_path):
             raise state["fail_start"]
         state["started"].append(run_id)
 
-    monkeypatch.setattr("podmanager.running.package.upload", upload)
-    monkeypatch.setattr("podmanager.api.service.start_supervisor", start_supervisor)
+    monkeypatch.setattr("podmanager.attempts.package.upload", upload)
+    monkeypatch.setattr("podmanager.api.supervisor_actor.start_supervisor", start_supervisor)
     monkeypatch.setattr("podmanager.api.submit.new_run_id", lambda workload: f"run-{next(ids)}")
     return state
 

@@ -76,7 +76,7 @@ def test_a_folder_or_a_data_file_as_the_program_is_refused_at_submit(tmp_path):
                                         (["-m", "pkg.train"], "pkg"), (["--", "./run it;rm -rf x.sh"], "run-it-rm--rf-x.sh"),
                                         (["..py"], "program")])
 def test_the_program_name_in_run_ids_keeps_only_a_safe_charset(argv, name):
-    from podmanager.running.attempt import new_run_id
+    from podmanager.attempts.attempt import new_run_id
 
     workload = Workload.from_argv(argv[1:] if argv[0] == "--" else argv)
     assert workload.display_name == name

@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from podmanager.api import runs as runs_api
-from podmanager.api.runs import RunHandle, run_log_lines
+from podmanager.api import run_handle as runs_api
+from podmanager.api.run_handle import RunHandle, run_log_lines
+from podmanager.attempts.logs import RESULT_FILE, RunFolder, Tail, log_name, parse_log_name, resolve_run
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.records import HostRef, HostSlot
-from podmanager.running.logs import RESULT_FILE, RunFolder, Tail, log_name, parse_log_name, resolve_run
-from podmanager.state.runs import ACTIVE, FINISHED, RunRecord, RunStore
+from podmanager.state.run_records import ACTIVE, FINISHED, RunRecord, RunStore
 from podmanager.supervision.ledger import RunResult
 
 HOST = HostRef(0, 0)

@@ -24,14 +24,14 @@ from google.type import expr_pb2
 
 from podmanager.cloud import errors
 from podmanager.cloud.gcp.secrets import ACCESSOR_ROLE, SecretAccess, TokenSecrets
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
+from podmanager.controller.cluster_hosts import ClusterHosts
+from podmanager.controller.head import HeadStart, HeadState
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import parse_spec
+from podmanager.emulator.secret_manager import SecretManagerEmulator
+from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.tpu_api import TpuEmulator
-from podmanager.hosts import auth
-from podmanager.hosts.cluster_hosts import ClusterHosts
-from podmanager.hosts.head import HeadStart, HeadState
+from podmanager.vm import auth
 
 PROJECT = "my-project"
 NUMBER = "123456789012"
@@ -275,7 +275,7 @@ def test_up_grants_the_default_compute_account_without_a_network_section(
 
 def test_up_says_so_when_it_cannot_grant(unnumbered: Rig, monkeypatch: pytest.MonkeyPatch,
                                          caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="podmanager.hosts.cluster_hosts"):
+    with caplog.at_level(logging.WARNING, logger="podmanager.controller.cluster_hosts"):
         metadata = start_hosts(GCP, unnumbered.address, monkeypatch)
 
     assert "startup-script" in metadata  # not fatal: a grant made by hand works as well

@@ -1,6 +1,6 @@
 """TokenSecrets — the real google-cloud-secret-manager client — against the emulator's Secret Manager.
 
-`cloud/sim/secret_manager.py::SecretManagerEmulator` serves
+`emulator/secret_manager.py::SecretManagerEmulator` serves
 `google.cloud.secretmanager.v1.SecretManagerService` over real gRPC on 127.0.0.1, keeps secrets
 and versions in memory as the service does, and fails chosen calls with chosen status codes
 (`fail_next`). A FakeClock takes the retry backoff, so nothing waits.
@@ -22,10 +22,9 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
 )
 
 from podmanager.cloud import errors
-from podmanager.cloud.gcp.secrets import TokenSecrets, crc32c
-from podmanager.cloud.gcp.secrets import token_secret_id
-from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
+from podmanager.cloud.gcp.secrets import TokenSecrets, crc32c, token_secret_id
 from podmanager.core.clock import FakeClock
+from podmanager.emulator.secret_manager import SecretManagerEmulator
 
 PROJECT = "my-project"
 TOKEN = "tok-7f3a9c1e5b2d4f60a8e1c3b5d7f9a2c4"

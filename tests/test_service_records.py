@@ -14,8 +14,8 @@ from podmanager.cli import app
 from podmanager.core.errors import SpecError
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.state import StateStore
+from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_state import Replacing
-from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import ReplicaCounters, ServiceCounters, ServiceRecord, ServiceStore
 
 NOW = 1_000_000.0

@@ -4,9 +4,9 @@ import pytest
 
 from podmanager.cloud import errors
 from podmanager.cloud.base import NodeRequest, NodeState, QueuedResourceState
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.records import SimState
 from podmanager.core.spec import Capacity
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.sim.records import SimState
 
 REQUEST = NodeRequest("v4-16", "tpu-ubuntu2204-base", Capacity.SPOT, labels={"podmanager-cluster": "c", "podmanager-slice": "0"})
 

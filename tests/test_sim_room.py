@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from podmanager.cli import app
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
-from podmanager.hosts import sim_room as room
+from podmanager.emulator import vm_room as room
 from podmanager.state import StateStore
 
 GIB = 1024 ** 3

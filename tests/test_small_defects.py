@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import podmanager.api
-from podmanager.api.runs import RunHandle
+from podmanager.api.run_handle import RunHandle
 from podmanager.api.submission import run_checkpoints
 from podmanager.cli import app
 from podmanager.cli.up import SAME_KIND_SHOWN, EventFeed
@@ -26,7 +26,7 @@ from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.runtime import Checkpointer
 from podmanager.state import StateStore
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore
 
 SPEC = {"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
 
@@ -145,7 +145,7 @@ def _follows(pid: int) -> bool:
 
 
 def test_down_searches_a_simulated_project_whose_emulator_has_not_saved_yet(podmanager_home):
-    from podmanager.operations.teardown import simulated_projects
+    from podmanager.cluster.teardown import simulated_projects
 
     (podmanager_home / "sim" / "emulators").mkdir(parents=True)
     (podmanager_home / "sim" / "saved-project.json").write_text("{}")

@@ -1,4 +1,4 @@
-"""`hosts/software.py`: what every TPU VM installs, pinned to the controller, and the key that
+"""`controller/software.py`: what every TPU VM installs, pinned to the controller, and the key that
 says whether a VM has it already."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from importlib import metadata
 
 import pytest
 
-from podmanager.core.version import __version__
+from podmanager.controller.software import Software, Versions, check_packages, content_version, controller_versions
 from podmanager.core.errors import SpecError
-from podmanager.hosts.software import Software, Versions, check_packages, content_version, controller_versions
+from podmanager.core.version import __version__
 
 
 def software(**changes: object) -> Software:

@@ -15,7 +15,7 @@ from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 from podmanager.supervision.supervisor import RunSupervisor, new_run
 
 
@@ -163,8 +163,8 @@ def test_an_unhealthy_slice_is_replaced_not_swapped_so_no_broken_slice_becomes_a
 # ---------------------------------------------------------------- the keeper (control plane only)
 
 def _kept_cluster() -> tuple:
-    from podmanager.cloud.sim.cloud import SimCloud
-    from podmanager.operations.cluster_runtime import ClusterRuntime
+    from podmanager.cluster.cluster_runtime import ClusterRuntime
+    from podmanager.emulator.sim.cloud import SimCloud
     from podmanager.state import StateStore
 
     spec = parse_spec({"name": "k", "backend": "simulated", "zones": [ZONE], "simulation": {"boot_hosts": False},
@@ -192,7 +192,7 @@ def _keep_until(keeper, condition, timeout_s: float = 20.0) -> None:
 
 def test_the_keeper_replaces_a_preempted_spare_and_leaves_working_slices_alone() -> None:
     from podmanager.cloud.base import NodeState
-    from podmanager.operations.spare_keeper import SpareKeeper
+    from podmanager.cluster.spare_keeper import SpareKeeper
 
     runtime, sim = _kept_cluster()
     first = _node(sim, "k-s1").create_time
@@ -214,7 +214,7 @@ def test_the_keeper_replaces_a_preempted_spare_and_leaves_working_slices_alone()
 def test_the_keeper_creates_nothing_while_another_holds_the_clusters_lock_or_the_cluster_is_not_up() -> None:
     import threading
 
-    from podmanager.operations.spare_keeper import SpareKeeper
+    from podmanager.cluster.spare_keeper import SpareKeeper
     from podmanager.state.lock import cluster_lock
 
     runtime, sim = _kept_cluster()

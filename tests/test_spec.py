@@ -254,7 +254,7 @@ def test_boot_defaults_ship_the_running_podmanager_and_nothing_else():
 
 def test_a_local_wheel_is_checked_for_its_form_only(tmp_path):
     # A stored spec is read again by later commands, after the file may be gone: whether it
-    # exists is the upload's business (hosts/staging.py).
+    # exists is the upload's business (controller/staging.py).
     gone = tmp_path / "podmanager-0.2.0-py3-none-any.whl"
     assert parse_spec({**GOOD, "boot": {"podmanager": str(gone)}}).boot.podmanager == str(gone)
 

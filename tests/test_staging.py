@@ -1,4 +1,4 @@
-"""`hosts/staging.py`: where the TPU VMs get podmanager from, and its wheel put there: a dry
+"""`controller/staging.py`: where the TPU VMs get podmanager from, and its wheel put there: a dry
 run's into the emulator's simulated bucket on this disk, Google Cloud's through gcsfs (here
 against a local GCS emulator, in a process of its own)."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from podmanager.controller.software import controller_versions
+from podmanager.controller.staging import resolve_software, stage_root, stage_wheel
+from podmanager.controller.wheel import wheel_version
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
-from podmanager.hosts.software import controller_versions
-from podmanager.hosts.staging import resolve_software, stage_root, stage_wheel
-from podmanager.hosts.wheel import wheel_version
 
 SIMULATED = {"name": "demo", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
 GCP = {"name": "demo", "project": "my-project", "zones": ["us-central2-b"], "slices": [{"accelerator": "v4-8"}]}
@@ -134,7 +134,7 @@ import json, sys
 from pathlib import Path
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import parse_spec
-from podmanager.hosts.staging import stage_wheel
+from podmanager.controller.staging import stage_wheel
 
 for stage, wheel in zip(sys.argv[1::2], sys.argv[2::2]):
     spec = parse_spec({"name": "demo", "project": "my-project", "zones": ["us-central2-b"],

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
+from podmanager.controller.software import Software
+from podmanager.controller.startup import STARTUP_SCRIPT_KEY, TOKEN_SECRET_KEY, render_startup_script, startup_metadata
 from podmanager.core.errors import SpecError
-from podmanager.hosts.software import Software
-from podmanager.hosts.startup import STARTUP_SCRIPT_KEY, TOKEN_SECRET_KEY, render_startup_script, startup_metadata
 
 
 def software(**overrides: object) -> Software:

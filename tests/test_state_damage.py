@@ -14,14 +14,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from sim_view import sim_nodes
 from typer.testing import CliRunner
 
-from sim_view import sim_nodes
 from podmanager.cli import app
 from podmanager.core.errors import StateStoreError
 from podmanager.state import StateStore, db
 from podmanager.state.db import default_path
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore
 
 runner = CliRunner()
 NAME = "damaged"

@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 from fake_hosts import Behaviour, FakeRef, FakeRemote, _Method, agents
 
-from podmanager.api.runs import run_summary
+from podmanager.api.run_handle import run_summary
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
-from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import Clock, FakeClock, RealClock
 from podmanager.core.records import SliceRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
-from podmanager.hosts.environments import HostSetup
-from podmanager.state.runs import RunStore
-from podmanager.state.run_state import Finished, Launching, Replacing, RunPhase, Running, SupervisorProcess
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.state.run_records import RunStore
+from podmanager.state.run_state import Finished, Launching, Replacing, Running, RunPhase, SupervisorProcess
 from podmanager.supervision.supervisor import RunSupervisor, new_run
+from podmanager.vm.environments import HostSetup
 
 ZONE = "sim-zone-a"
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from podmanager.cloud.base import NodeRequest
-from podmanager.cloud.sim.cloud import SimCloud
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
 from podmanager.emulator.metadata import MetadataServers
-from podmanager.hosts import tpu_identity
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.vm import tpu_identity
 
 
 @pytest.fixture

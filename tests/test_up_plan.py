@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from sim_view import sim_control, sim_nodes
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster
-from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeState
-from podmanager.operations.cluster_runtime import ClusterRuntime
-from sim_view import sim_control, sim_nodes
 from podmanager.cli import app
+from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeState
+from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
 from podmanager.provisioning.plan import Observed, changes, describe_changes, desired_slices
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore
 
 runner = CliRunner()
 

@@ -16,19 +16,19 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
-import psutil
 from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
+from sim_view import sim_nodes
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster
 from podmanager.cli import app
+from podmanager.cluster import cloud_view
 from podmanager.core.clock import poll_until
-from sim_view import sim_nodes
 from podmanager.core.workload import Workload
-from podmanager.operations import cloud_view
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 NAME = "twoups"

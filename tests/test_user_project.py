@@ -21,10 +21,10 @@ import pytest
 from ray_fixtures import module_cluster
 from wheels import build_wheel
 
-from podmanager.running.logs import RunFolder
 from podmanager.api import simulation
+from podmanager.attempts.logs import RunFolder
 from podmanager.core.clock import poll_until
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 NAME = "userproj"

@@ -1,4 +1,4 @@
-"""uv is called one way (`hosts/uv_settings.py`), by a run's requirements install and by the
+"""uv is called one way (`vm/uv_settings.py`), by a run's requirements install and by the
 boot's install alike: with the machine's certificate store and pip's index settings."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from podmanager.hosts import environments
-from podmanager.hosts.startup import render_startup_script, uv_settings_code
-from podmanager.hosts.uv_settings import pip_config_files, uv_env, uv_settings
+from podmanager.controller.startup import render_startup_script, uv_settings_code
+from podmanager.vm import environments
+from podmanager.vm.uv_settings import pip_config_files, uv_env, uv_settings
 from tests.test_startup_script import software
 
 CERTS = {"UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "1"}

@@ -28,9 +28,9 @@ import pytest
 import yaml
 from sim_view import sim_nodes
 
-from podmanager.hosts import procs
-from podmanager.hosts.sim import vms
-from podmanager.hosts.software import controller_versions
+from podmanager.controller.software import controller_versions
+from podmanager.emulator import vms
+from podmanager.vm import procs
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 PODMANAGER = str(Path(sys.executable).parent / "podmanager")

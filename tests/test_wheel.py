@@ -1,4 +1,4 @@
-"""`hosts/wheel.build_wheel`: a wheel of the running podmanager that uv installs into a fresh
+"""`controller/wheel.build_wheel`: a wheel of the running podmanager that uv installs into a fresh
 virtualenv, the same bytes for the same tree, a new version for a changed one. No network:
 the install takes no dependencies and uv runs offline."""
 
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from podmanager.controller.wheel import RUNNING_PACKAGE, build_wheel, wheel_version
 from podmanager.core.version import __version__
-from podmanager.hosts.wheel import RUNNING_PACKAGE, build_wheel, wheel_version
 
-TEMPLATE = "podmanager/hosts/templates/startup-script.sh.tmpl"
+TEMPLATE = "podmanager/controller/templates/startup-script.sh.tmpl"
 
 
 def uv() -> str:
@@ -86,7 +86,7 @@ def test_uv_installs_it_into_a_fresh_virtualenv(wheel: Path, tmp_path: Path) -> 
     check = ("import importlib.metadata as m, pathlib, podmanager, podmanager.core.version as v; "
              "root = pathlib.Path(podmanager.__file__).parent; "
              "print(v.__version__, m.version('podmanager'), root, "
-             "(root / 'hosts/templates/startup-script.sh.tmpl').is_file())")
+             "(root / 'controller/templates/startup-script.sh.tmpl').is_file())")
     done = subprocess.run([str(python), "-I", "-c", check], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     code_version, installed, root, template = done.stdout.split()

@@ -12,24 +12,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, resolve_cluster
     from podmanager.api.down import DownReport, down
+    from podmanager.api.history import cluster_events, run_history, service_history
+    from podmanager.api.run_handle import RunHandle, latest_run_id, run_log_lines, run_summary
+    from podmanager.api.service_handle import ServiceHandle
     from podmanager.api.status import ClusterStatus, SliceStatus
     from podmanager.api.up_plan import UpPlan
-    from podmanager.api.history import cluster_events, run_history, service_history
-    from podmanager.api.runs import RunHandle, latest_run_id, run_log_lines, run_summary
-    from podmanager.api.service_handle import ServiceHandle
-    from podmanager.operations.teardown import LabelDownReport, down_by_label, teardown
+    from podmanager.cluster.teardown import LabelDownReport, down_by_label, teardown
     from podmanager.state import StateStore
 
 _WHERE = {
     "Cluster": "podmanager.api.cluster", "ClusterStatus": "podmanager.api.status",
     "DownReport": "podmanager.api.down", "SliceStatus": "podmanager.api.status", "UpPlan": "podmanager.api.up_plan",
     "down": "podmanager.api.down", "resolve_cluster": "podmanager.api.cluster",
-    "RunHandle": "podmanager.api.runs", "run_log_lines": "podmanager.api.runs", "run_summary": "podmanager.api.runs",
+    "RunHandle": "podmanager.api.run_handle", "run_log_lines": "podmanager.api.run_handle", "run_summary": "podmanager.api.run_handle",
     "ServiceHandle": "podmanager.api.service_handle",
-    "latest_run_id": "podmanager.api.runs", "cluster_events": "podmanager.api.history",
+    "latest_run_id": "podmanager.api.run_handle", "cluster_events": "podmanager.api.history",
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
-    "LabelDownReport": "podmanager.operations.teardown", "down_by_label": "podmanager.operations.teardown",
-    "teardown": "podmanager.operations.teardown", "StateStore": "podmanager.state",
+    "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
+    "teardown": "podmanager.cluster.teardown", "StateStore": "podmanager.state",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "LabelDownReport", "RunHandle", "ServiceHandle", "SliceStatus",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",

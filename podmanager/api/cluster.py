@@ -26,24 +26,24 @@ from podmanager.api.status import ClusterStatus, cluster_status
 from podmanager.api.up_failure import left_running
 from podmanager.api.up_plan import UpPlan, in_the_way, runs_in_the_way
 from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
+from podmanager.cluster.cluster_runtime import ClusterRuntime, EventCallback
+from podmanager.cluster.preflight import check_before_up, compute_for
+from podmanager.cluster.teardown import stop_idle_emulator, teardown
 from podmanager.core import spares
 from podmanager.core.clock import Clock
 from podmanager.core.errors import ClusterNotFoundError, PodmanagerError, SpecError
 from podmanager.core.records import RayAccess
 from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
-from podmanager.operations.cluster_runtime import ClusterRuntime, EventCallback
-from podmanager.operations.teardown import stop_idle_emulator, teardown
-from podmanager.operations.preflight import check_before_up, compute_for
 from podmanager.state import Event, StateStore, service_tokens
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
-    from podmanager.api.runs import InterruptCallback, RunHandle
+    from podmanager.api.run_handle import InterruptCallback, RunHandle
     from podmanager.api.serve import ServeOptions
     from podmanager.api.service_handle import ServiceHandle
-    from podmanager.running.results import OutputPrinter
+    from podmanager.attempts.results import OutputPrinter
     from podmanager.supervision.ledger import RunResult
 
 
@@ -332,7 +332,7 @@ class Cluster:
         return self.services_store.list(self.name)
 
     def run_handle(self, run_id: str) -> RunHandle:
-        from podmanager.api.runs import RunHandle
+        from podmanager.api.run_handle import RunHandle
 
         run = self.runs_store.get(run_id)
         service = self.services_store.get(run_id) if run is None else None

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podmanager.api.cluster import Cluster, resolve_cluster
+from podmanager.cluster.cluster_runtime import EventCallback
+from podmanager.cluster.teardown import LabelDownReport, down_by_label
 from podmanager.core.errors import StateStoreError
 from podmanager.core.spec import ClusterSpec
-from podmanager.operations.cluster_runtime import EventCallback
-from podmanager.operations.teardown import LabelDownReport, down_by_label
 from podmanager.state import StateStore
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.state import Event, StateStore
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceStore
 
 

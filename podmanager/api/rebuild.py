@@ -8,14 +8,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podmanager.operations import emulator_process
-from podmanager.operations.backends import simulated_cloud
-from podmanager.operations.teardown import simulated_projects
+from podmanager.cluster import backends
+from podmanager.cluster.backends import simulated_cloud
+from podmanager.cluster.teardown import simulated_projects
 from podmanager.core.errors import PodmanagerError, StateStoreError
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
 from podmanager.state.db import default_path, move_aside, recorded_clusters, spec_copy_path
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 
 LOST = ("the run history and the event log (each run's output stays in clusters/<name>/runs/); "
         "runs still going stop, since their supervisors can no longer record them")
@@ -72,7 +72,7 @@ def rebuild_state(*, force: bool = False) -> RebuildReport:
         nodes = control.all_nodes()
         for channel in (cloud, control):
             channel.close()
-        emulator_process.stop_if_idle(project)  # started only to look: an empty project's goes again
+        backends.stop_emulator_if_idle(project)  # started only to look: an empty project's goes again
         for node in nodes:
             if node.cluster and node.cluster not in restored and (node.cluster, project) not in unknown:
                 unknown.append((node.cluster, project))

@@ -14,9 +14,9 @@ import time
 
 import psutil
 
-from podmanager.operations.cluster_runtime import ClusterRuntime
-from podmanager.running import package
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.attempts import package
+from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.state.run_records import RunRecord, RunStore
 
 # A run no supervisor took on yet is its submit's business for this long (the submit is
 # starting its supervisor); later, a supervisor that never came is lost too.
@@ -40,8 +40,8 @@ def supervisor_gone(run: RunRecord) -> bool:
 def _actor_lost(run: RunRecord) -> bool:
     import ray
 
-    from podmanager.api.service import actor_name
-    from podmanager.hosts.fleet import NAMESPACE
+    from podmanager.api.supervisor_actor import actor_name
+    from podmanager.controller.fleet import NAMESPACE
 
     if run.supervisor.starts == 0 and time.time() - run.created_at <= SUBMIT_GRACE_S:
         return False
@@ -55,7 +55,7 @@ def _actor_lost(run: RunRecord) -> bool:
 def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[str]:
     """Start a supervisor again for every unfinished run of the cluster that has none in its Ray
     cluster (this process is connected to it); the ids of the runs that carry on."""
-    from podmanager.api.service import end_run, start_supervisor
+    from podmanager.api.supervisor_actor import end_run, start_supervisor
 
     resumed = []
     for run in runs.active(runtime.name):

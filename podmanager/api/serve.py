@@ -14,15 +14,15 @@ from dataclasses import dataclass
 
 from podmanager.api.submission import run_slices
 from podmanager.api.submit import submit_run
+from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.workload import Workload
-from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.runtime import replica_protocol as protocol
 from podmanager.runtime.contract import ENV_CHECKPOINT_DIR
 from podmanager.serving.router import RouterConfig
 from podmanager.serving.router_actor import RouterPlace, start_router, stop_router
 from podmanager.state import service_tokens
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
 DEFAULT_QUEUE_TIMEOUT_S = 60.0
@@ -140,7 +140,8 @@ def _undo(runs: RunStore, services: ServiceStore, service_id: str, cluster: str,
 def _router_place(runtime: ClusterRuntime, options: ServeOptions) -> RouterPlace:
     """Users reach the router on `options.host`; the replicas on the head's address (the TPU
     VMs reach the head, so they reach this too)."""
-    from podmanager.hosts.head import free_ports, load_state
+    from podmanager.controller.head import load_state
+    from podmanager.vm.ray_node import free_ports
 
     state = load_state(runtime.name)
     if state is None:

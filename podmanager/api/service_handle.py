@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_state import Replacing
-from podmanager.state.runs import RunRecord, RunStore
 from podmanager.state.services import SERVING, ServiceRecord, ServiceStore
 
 FRESH_COUNTERS_S = 5.0  # counters older than this say nothing of which replicas are ready

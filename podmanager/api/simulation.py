@@ -12,8 +12,8 @@ from podmanager.core.fault_text import parse_duration
 from podmanager.core.records import host_label
 
 if TYPE_CHECKING:  # core.faults loads pydantic, which the CLI does not load on start
+    from podmanager.cluster.cluster_runtime import ClusterRuntime
     from podmanager.core.faults import FaultKind
-    from podmanager.operations.cluster_runtime import ClusterRuntime
 
 __all__ = ["arm_hangs", "arm_scripted_faults", "hang", "head_crash", "inject", "parse_duration", "preempt"]
 
@@ -70,7 +70,8 @@ def hang(cluster: "ClusterRuntime", slice_index: int, worker_id: int) -> None:
 def head_crash(cluster: "ClusterRuntime") -> str:
     """SIGKILL the Ray head's processes, as a crash of the machine that runs it: the hosts
     lose their head; `up` starts a new one and they rejoin it (no slice is re-created)."""
-    from podmanager.hosts import head, procs
+    from podmanager.controller import head
+    from podmanager.vm import procs
 
     cluster.simulator  # dry-run clusters only
     state = head.load_state(cluster.name)

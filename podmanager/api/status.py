@@ -6,15 +6,15 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from podmanager.cluster import cloud_view
+from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.controller.host_info import UNREACHABLE
 from podmanager.core import catalog
 from podmanager.core.records import RayAccess
-from podmanager.hosts.boot_status import BootStatus
-from podmanager.hosts.host_info import UNREACHABLE
-from podmanager.operations import cloud_view
-from podmanager.operations.cluster_runtime import ClusterRuntime
 from podmanager.provisioning.plan import desired_slices
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 from podmanager.state.services import ServiceStore
+from podmanager.vm.boot_status import BootStatus
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from podmanager.api import service
+from podmanager.api import supervisor_actor
 from podmanager.api.submission import check_bucket, run_checkpoints, run_slices
+from podmanager.attempts import package
+from podmanager.attempts.attempt import new_run_id
+from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.workload import Workload
-from podmanager.operations.cluster_runtime import ClusterRuntime
-from podmanager.running import package
-from podmanager.running.attempt import new_run_id
 from podmanager.state import run_secrets
-from podmanager.state.runs import RunStore
+from podmanager.state.run_records import RunStore
 from podmanager.supervision.supervisor import new_run
 
 BUDGETS = ("max_preemptions", "max_failures", "max_hangs")
@@ -62,7 +62,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
         submitted = True
         for warning in warnings:
             runtime.record("warning", f"run {run_id}: {warning}", run_id=run_id)
-        service.start_supervisor(runtime.name, run_id, code.uri if code else None)
+        supervisor_actor.start_supervisor(runtime.name, run_id, code.uri if code else None)
     except BaseException as error:
         # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
         runs.release(run_id)

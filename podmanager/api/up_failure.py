@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from podmanager.cloud.base import NodeState
+from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import PodmanagerError
-from podmanager.operations.cluster_runtime import ClusterRuntime
 
 
 def left_running(runtime: ClusterRuntime, now: float | None = None) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from podmanager.core.errors import SpecError
 from podmanager.provisioning.plan import SliceChange, describe_changes
-from podmanager.state.runs import RunRecord
+from podmanager.state.run_records import RunRecord
 
 
 @dataclass(frozen=True)

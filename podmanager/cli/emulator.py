@@ -29,12 +29,12 @@ def emulator(
     fault: Annotated[list[str], typer.Option(metavar="FAULT", help="Fault to inject at start (repeatable); the forms are listed below.")] = [],  # noqa: B006
 ) -> None:
     """Serve the simulated Cloud TPU API (google.cloud.tpu.v2) and Secret Manager for TPU_EMULATOR_HOST."""
+    from podmanager.cluster.backends import standalone_emulator
     from podmanager.core.faults import parse
-    from podmanager.emulator.service import Emulator  # imported here: gRPC and the client types load slowly
 
     faults = [parse(text, flag="--fault") for text in fault]  # a bad one: exit 2 before anything starts
     # In memory, and its READY nodes boot as simulated TPU VMs that join the head named in their metadata.
-    emulator = Emulator(project, persist=False, create_latency_s=create_latency_s)
+    emulator = standalone_emulator(project, create_latency_s)
     for one in faults:
         one.apply(emulator.sim)  # a preempt:SLICE names no cluster here: refused, exit 2
     try:

@@ -43,7 +43,7 @@ def sim_state_path(project: str) -> Path:
 
 
 def wheels_dir() -> Path:
-    """Wheels of podmanager built for TPU VMs (`hosts/wheel.py`), each named by its version."""
+    """Wheels of podmanager built for TPU VMs (`controller/wheel.py`), each named by its version."""
     path = home() / "wheels"
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -1,7 +1,7 @@
 """Hot spares: which of a cluster's slices wait idle to take a lost slice's place at once.
 
 A slice keeps its index and node name (`<cluster>-s<index>`) for its whole life; whether it
-is a spare is a role, recorded in the state store (`state/runs.py`, beside the runs, so a
+is a spare is a role, recorded in the state store (`state/run_records.py`, beside the runs, so a
 swap moves one slice from a run to the spares and the spare to the run in one transaction).
 A group `{accelerator: v4-8, count: 2, spares: 1}` has three indexes; at first the last one
 is the spare. When a run loses slice 0, the ready spare 2 becomes the run's slice and 0

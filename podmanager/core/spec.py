@@ -336,7 +336,7 @@ class BootSpec(_Model):
 
     podmanager: str | None = None
     packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(default_factory=list)
-    # The Cloud Storage folder `up` uploads the wheel to; None: see hosts/staging.py::stage_root.
+    # The Cloud Storage folder `up` uploads the wheel to; None: see controller/staging.py::stage_root.
     stage: str | None = None
 
     @field_validator("podmanager")

@@ -4,7 +4,7 @@ import logging
 import os
 import sys
 
-from podmanager.emulator.service import main
+from podmanager.emulator.server import main
 
 main()
 # Stopped cleanly: its state saved, its record removed. The interpreter's own teardown (gRPC and

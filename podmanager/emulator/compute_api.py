@@ -24,8 +24,8 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.sim import rest
-from podmanager.cloud.sim.cloud import SimCloud
+from podmanager.emulator import rest
+from podmanager.emulator.sim.cloud import SimCloud
 
 _PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/(?:global|regions/(?P<region>[^/]+))/"
                    r"(?P<collection>networks|subnetworks|firewalls|routers|operations)"

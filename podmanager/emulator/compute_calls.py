@@ -10,8 +10,8 @@ from typing import Any, Callable
 from google.cloud import compute_v1
 
 from podmanager.cloud.network import Allowed, FirewallRule, Nat, Network, Router, Subnetwork, short_name
-from podmanager.cloud.sim.compute import SimCompute
-from podmanager.cloud.sim.records import ComputeOperation
+from podmanager.emulator.sim.compute import SimCompute
+from podmanager.emulator.sim.records import ComputeOperation
 
 ROOT = "https://www.googleapis.com/compute/v1"
 Log = Callable[[str, Any], None]

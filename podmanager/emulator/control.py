@@ -20,10 +20,10 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from podmanager.cloud.base import Node, NodeState, QueuedResource
-from podmanager.cloud.sim.records import Faults
 from podmanager.core.errors import SpecError
 from podmanager.core.fault_text import DEFAULT_MAINTENANCE_S, DEFAULT_QUOTA, DEFAULT_TIMES, FAULT_HELP
 from podmanager.core.faults import FaultKind, FaultTarget, parse
+from podmanager.emulator.sim.records import Faults
 
 CONTROL_SERVICE = "podmanager.emulator.Control"
 # What the reads return, on the wire as JSON: the same records the Cloud TPU client returns.

@@ -24,10 +24,10 @@ from urllib.parse import parse_qs, urlparse
 
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.errors import CloudError
-from podmanager.cloud.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
-from podmanager.cloud.sim.records import NodeRecord
 from podmanager.core.peer import OwnerOnlyRequests
-from podmanager.hosts.loopback import LOOPBACK_IP
+from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
+from podmanager.emulator.sim.records import NodeRecord
+from podmanager.vm.loopback import LOOPBACK_IP
 
 PREFIX = "/computeMetadata/v1/"
 GUEST_ATTRIBUTES = "instance/guest-attributes/"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.records import SimState
 from podmanager.core import paths
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.files import write_atomic
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.sim.records import SimState
 
 log = logging.getLogger(__name__)
 

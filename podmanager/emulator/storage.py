@@ -3,7 +3,7 @@ fetches podmanager's staged wheel the way it would from Google.
 
 `GET /storage/v1/b/<bucket>/o/<object, URL-encoded>?alt=media` with any `Authorization: Bearer
 ...` (401 without) answers the object's bytes from `$PODMANAGER_HOME/sim/storage/<bucket>/<object>`
-(`core/paths.storage_object`, where `hosts/staging.py` puts a dry run's wheel), and 404 with
+(`core/paths.storage_object`, where `controller/staging.py` puts a dry run's wheel), and 404 with
 Google's "No such object" when there is none. Only downloads are served: listing, metadata and
 uploads go through the staging code, not through this route.
 """
@@ -14,8 +14,8 @@ import re
 from typing import Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from podmanager.cloud.sim import rest
 from podmanager.core import paths
+from podmanager.emulator import rest
 
 # The object's name is one path segment: its '/'s are sent as %2F, so match before decoding.
 _DOWNLOAD = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<object>[^/]+)$")

@@ -48,19 +48,19 @@ from pydantic import TypeAdapter
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import Node, NodeRequest, NodeState, Operation, QueuedResource
 from podmanager.cloud.gcp.client import network_record
-from podmanager.cloud.sim.cloud import SimCloud
-from podmanager.cloud.sim.records import Faults
-from podmanager.cloud.sim.refusal import Refused
-from podmanager.cloud.sim.secret_manager import SecretManagerEmulator
+from podmanager.core.errors import SpecError
+from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
+from podmanager.core.spec import Capacity
 from podmanager.emulator.control import (
     CONTROL_SERVICE,
     FAULT_HELP,
     EmulatorControl,
     apply_fault,
 )
-from podmanager.core.errors import SpecError
-from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
-from podmanager.core.spec import Capacity
+from podmanager.emulator.secret_manager import SecretManagerEmulator
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.sim.records import Faults
+from podmanager.emulator.sim.refusal import Refused
 
 TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
 OPERATIONS_SERVICE = "google.longrunning.Operations"

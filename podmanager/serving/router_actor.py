@@ -132,8 +132,8 @@ def start_router(cluster: str, service_id: str, config: RouterConfig, place: Rou
     service's token file (`state/service_tokens.py`)."""
     import ray
 
+    from podmanager.controller.fleet import HEAD_RESOURCE, NAMESPACE
     from podmanager.core import paths
-    from podmanager.hosts.fleet import HEAD_RESOURCE, NAMESPACE
 
     remote = ray.remote(RouterActor).options(
         name=actor_name(service_id),
@@ -153,7 +153,7 @@ def stop_router(service_id: str) -> bool:
     """Stop the service's router if it is there; True if it was."""
     import ray
 
-    from podmanager.hosts.fleet import NAMESPACE
+    from podmanager.controller.fleet import NAMESPACE
 
     try:
         actor = ray.get_actor(actor_name(service_id), namespace=NAMESPACE)

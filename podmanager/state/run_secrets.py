@@ -1,6 +1,6 @@
 """A run's environment values (`--env`, a replica's router token): secrets, kept out of records.
 
-The run's record (`state/runs.py`) keeps the variables' names only; the values live in one
+The run's record (`state/run_records.py`) keeps the variables' names only; the values live in one
 owner-only file per run, `clusters/<cluster>/secrets/<run_id>.json` (0600 in a 0700 folder),
 beside the cluster's Ray token, where the run's supervisor reads them for every launch.
 A few variables podmanager sets itself and that are no secret stay readable in the record

@@ -1,7 +1,7 @@
 """Durable record of services: what `serve` started and what its router last counted.
 
 A service is a router on the controller and one replica per slice; each replica is a run of
-its own (`state/runs.py`, with the service's id), so a replica is supervised, recovered and
+its own (`state/run_records.py`, with the service's id), so a replica is supervised, recovered and
 paid for exactly like a training run. This record ties them together: the endpoint users
 call, the replicas' runs, the router's counters (written by the router about once a second),
 and whether the service is still meant to serve. In the same SQLite database as the runs.

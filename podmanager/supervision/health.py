@@ -20,12 +20,12 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from podmanager.attempts.gang import Gang
+from podmanager.attempts.progress import combine
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import BOUNDED_WAIT_S, DEAD_STATES, Decision, Node, NodeState, TpuCloud, condition, decide
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.records import SliceRef
-from podmanager.running.gang import Gang
-from podmanager.running.progress import combine
 from podmanager.supervision.classify import HostOutcome, Observation
 
 
@@ -67,7 +67,7 @@ class HealthMonitor:
     clock: Clock = field(default_factory=RealClock)
     on_event: Callable[..., Any] | None = None
     # (zone, slot) -> the zone's nodes as listed in that slot: the cluster's listing shared by
-    # all its runs' supervisors (operations/shared_listing.py); None: list the zone every time.
+    # all its runs' supervisors (cluster/shared_listing.py); None: list the zone every time.
     list_zone: Callable[[str, int], list[Node]] | None = None
     slice_states: dict[int, NodeState | None] = field(default_factory=dict)
     notices: set[int] = field(default_factory=set)
@@ -120,7 +120,7 @@ class HealthMonitor:
             return "; ".join(lost)
         for ref in self.slices:
             # The Cloud TPU API announces nothing ahead: each VM's metadata server does, and
-            # the host agents watch it (hosts/notices.py).
+            # the host agents watch it (vm/notices.py).
             if ref.index not in self.notices and self.gang.any_notice(ref.index):
                 self.notices.add(ref.index)
                 self._event("preemption_notice", f"preemption notice for slice {ref.index}; asking the program "

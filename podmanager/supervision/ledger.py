@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podmanager.running.results import AttemptResult, HostResult, SetupError
+from podmanager.attempts.results import AttemptResult, HostResult, SetupError
 from podmanager.supervision.classify import Cause, Incident
 
 

@@ -7,7 +7,7 @@ from its budget, and recovered from: a preemption deletes the lost slices at onc
 creates them again through the reconcile loop, waits for their hosts, and relaunches from
 the latest checkpoint.
 
-Level-triggered, like provisioning: the run's record (state/runs.py) says where the
+Level-triggered, like provisioning: the run's record (state/run_records.py) says where the
 supervisor is — its phase (state/run_state.py): `Launching` or `Running` attempt N,
 `Replacing` slices before attempt N, or `Finished` — and is written before each step; the
 loop in `supervise` matches on it in one place. A supervisor started on a run that is already under
@@ -26,25 +26,25 @@ from typing import Any
 
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from podmanager.attempts import package
+from podmanager.attempts.attempt import CANCELLED, AttemptRunner
+from podmanager.attempts.gang import Gang
+from podmanager.attempts.progress import combine
+from podmanager.attempts.remote import RAY, Remote
+from podmanager.attempts.results import AttemptResult, OutputPrinter
 from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
-from podmanager.hosts.runs import HeldRun
-from podmanager.running import package
-from podmanager.running.attempt import CANCELLED, AttemptRunner
-from podmanager.running.results import AttemptResult, OutputPrinter
-from podmanager.running.gang import Gang
-from podmanager.running.progress import combine
-from podmanager.running.remote import RAY, Remote
 from podmanager.state import run_secrets, service_tokens
-from podmanager.state.run_state import Finished, Launching, Replacing, RunProgress, Running, SupervisorProcess
-from podmanager.state.runs import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_state import Finished, Launching, Replacing, Running, RunProgress, SupervisorProcess
 from podmanager.supervision.classify import Cause, Incident, classify
 from podmanager.supervision.health import HealthMonitor
 from podmanager.supervision.ledger import IncidentRecord, Ledger, RunResult, badput, goodput, summarize
 from podmanager.supervision.policy import RecoveryPolicy, RecoveryState, quarantined
 from podmanager.supervision.ports import SupervisedCluster
+from podmanager.vm.workload_runs import HeldRun
 
 PROGRESS_EVERY_S = 1.0  # how often the latest step goes into the run's record
 
@@ -213,7 +213,7 @@ class RunSupervisor:
     def _swap_in_spares(self, lost: list[int]) -> dict[int, int]:
         """Give the run a ready hot spare of the same shape for each lost slice it can (lost ->
         spare); each lost slice becomes a spare, which the cluster's monitor makes again in the
-        background (operations/spare_keeper.py). Recorded in the events and the incident."""
+        background (cluster/spare_keeper.py). Recorded in the events and the incident."""
         spare_slices = self.runs.spares(self.cluster.name)
         if not lost or not spare_slices:
             return {}

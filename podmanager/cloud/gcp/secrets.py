@@ -1,6 +1,6 @@
 """The cluster's Ray token in Secret Manager: written by `up`, read by every TPU VM at boot.
 
-The startup script (`hosts/startup.py`) names the secret `token_secret_id(cluster)` and reads its
+The startup script (`controller/startup.py`) names the secret `token_secret_id(cluster)` and reads its
 `latest` version with the VM's service account; `TokenSecrets` creates that secret and
 keeps its latest version equal to the head's token.
 

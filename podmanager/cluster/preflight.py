@@ -1,0 +1,235 @@
+"""The network checked before `up` creates anything, each failure a SpecError (exit 2) that
+names the fix; then the cluster's own firewall rule, made here and deleted by `down`.
+
+Read through the Compute Engine API (a dry run: the emulator's, which starts as a new project):
+- the network exists, and has a subnetwork in the region of every zone (the one the spec names,
+  or else the network's only one there);
+- the VMs can reach what their boot needs: the package index, the Python download and the
+  stage bucket. External IPs do; without them (`network.enable_external_ips: false`) they need
+  Cloud NAT on a router of the region AND Private Google Access on the subnetwork;
+- the cluster's VMs reach each other on every port (Ray's, JAX's coordinator, the multislice
+  port, the router's are random or undocumented): `up` makes `pm-<cluster>-internal`, allowing
+  TCP, UDP and ICMP between instances with the cluster's tag (`provisioning.plan.cluster_tag`,
+  which every node carries). Where it may not (403), a rule that already allows it will do;
+  else the missing rule is named with the command that makes it.
+
+And the controller's exact Python, which the VMs install, has a download (`controller/python_downloads.py`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import platform
+from typing import TYPE_CHECKING, Any, Callable
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.network import Allowed, FirewallRule, Subnetwork, region_of, short_name
+from podmanager.controller.python_downloads import check_python_download
+from podmanager.core.errors import SpecError
+from podmanager.core.spec import ClusterSpec
+from podmanager.provisioning.plan import cluster_firewall_rule, cluster_tag
+
+if TYPE_CHECKING:
+    from podmanager.cloud.gcp.compute import ComputeNetworks
+    from podmanager.cluster.cluster_runtime import ClusterRuntime
+
+Record = Callable[..., Any]
+_EVERY_PORT = ("tcp", "udp")
+
+
+def compute_for(runtime: ClusterRuntime) -> ComputeNetworks | None:
+    """The Compute Engine API beside the cluster's Cloud TPU backend: the dry run's emulator, or
+    Google's with the same credentials. None when there is none to ask: a backend handed in (a
+    test's in-process simulator), `TPU_EMULATOR_HOST` (`podmanager emulator`), or an emulator
+    from before it served Compute Engine."""
+    if not runtime.backend_from_spec:
+        return None
+    from podmanager.cluster.backends import make_compute
+
+    runtime.cloud  # a dry run's emulator is started with the backend
+    return make_compute(runtime.spec)
+
+
+def check_before_up(runtime: ClusterRuntime) -> None:
+    """Before `up` creates anything: the Python the VMs install has a download (where they
+    install one), the network is checked and the cluster's firewall rule made."""
+    spec = runtime.spec
+    # Simulated VMs that start from the controller's environment (or none at all) download nothing.
+    if not spec.simulated or (spec.simulation.boot_hosts and spec.simulation.vm_image == "bare"):
+        check_python_download(platform.python_version())
+    compute = compute_for(runtime)
+    if compute is None:
+        return
+    with compute:
+        check_network(runtime.spec, compute, record=runtime.record)
+
+
+def delete_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks | None, record: Record) -> None:
+    """`down`'s part: the cluster's firewall rule deleted (gone already is fine), and `compute`
+    closed. A rule that cannot be deleted is said, not fatal: it lets only the cluster's own tag in."""
+    if compute is None:
+        return
+    name = cluster_firewall_rule(spec.name)
+    project = network_project(spec)
+    try:
+        with compute:
+            compute.in_project(project).delete_firewall(name)
+    except cloud_errors.NotFoundError:
+        return
+    except cloud_errors.CloudError as failed:
+        record("firewall_left", f"firewall rule {name} is left: {failed.message}; delete it with: gcloud compute "
+                                f"firewall-rules delete {name} --project {project}")
+        return
+    record("firewall_deleted", f"firewall rule {name} deleted")
+
+
+def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record) -> None:
+    """Every check of the module's docstring; SpecError naming each problem and its fix."""
+    wanted = spec.network
+    network = short_name(wanted.network if wanted and wanted.network else "default")
+    project = network_project(spec)
+    compute = compute.in_project(project) if project != compute.project else compute
+    try:
+        compute.network(network)
+    except cloud_errors.NotFoundError:
+        raise SpecError(f"network.network: project {project} has no VPC network {network!r}",
+                        hint=f"Name an existing network in the spec's network.network, or create it: gcloud compute "
+                             f"networks create {network} --project {project} --subnet-mode auto") from None
+    problems: list[str] = []
+    subnetworks: list[Subnetwork] = []
+    for region in sorted({region_of(zone) for zone in spec.zones or []}):
+        found, problem = _subnetwork(compute, project, network, region, wanted.subnetwork if wanted else None)
+        if found is None:
+            problems.append(problem)
+            continue
+        subnetworks.append(found)
+        if not (wanted.enable_external_ips if wanted else True):
+            problems += _egress_problems(compute, project, network, found)
+    if problems:
+        raise SpecError(f"the network cannot carry cluster {spec.name} (nothing was created):\n  "
+                        + "\n  ".join(problems))
+    _ensure_cluster_rule(spec, compute, network, subnetworks, record)
+
+
+def network_project(spec: ClusterSpec) -> str:
+    """The project the network is in: the spec's, or the one its path names (a Shared VPC's host)."""
+    named = spec.network.network if spec.network and spec.network.network else ""
+    parts = named.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "projects" else spec.project or ""
+
+
+def _subnetwork(compute: ComputeNetworks, project: str, network: str, region: str,
+                named: str | None) -> tuple[Subnetwork | None, str]:
+    """The subnetwork the VMs of `region` get, or (None, the problem)."""
+    mine = [s for s in compute.subnetworks(region) if s.network == network]
+    if named:
+        name = short_name(named)
+        found = next((s for s in mine if s.name == name), None)
+        return found, (f"network.subnetwork: network {network} has no subnetwork {name!r} in region {region}; "
+                       f"it has {', '.join(s.name for s in mine) or 'none'} there")
+    if len(mine) == 1:
+        return mine[0], ""
+    if not mine:
+        return None, (f"network.network: network {network} has no subnetwork in region {region}, where the "
+                      f"spec's zones are; create one: gcloud compute networks subnets create {network}-{region} "
+                      f"--project {project} --network {network} --region {region} --range RANGE "
+                      f"--enable-private-ip-google-access")
+    return None, (f"network.subnetwork: network {network} has {len(mine)} subnetworks in region {region} "
+                  f"({', '.join(s.name for s in mine)}); name the one the TPU VMs use in network.subnetwork")
+
+
+def _egress_problems(compute: ComputeNetworks, project: str, network: str, subnetwork: Subnetwork) -> list[str]:
+    """Without external IPs a VM reaches the internet (the package index, the Python download)
+    only through Cloud NAT, and Google's APIs (the stage bucket, the token secret) only with
+    Private Google Access: what of the two the subnetwork lacks."""
+    region = subnetwork.region
+    routers = [r for r in compute.routers(region) if r.network == network]
+    missing = []
+    if not any(nat.serves(subnetwork.name) for router in routers for nat in router.nats):
+        router = routers[0].name if routers else f"{network}-nat-router"
+        create_router = ("" if routers else f"gcloud compute routers create {router} --project {project} "
+                         f"--network {network} --region {region} && ")
+        missing.append(f"Cloud NAT on a Cloud Router of network {network} in {region} (the package index and the "
+                       f"Python download are on the internet): {create_router}gcloud compute routers nats create "
+                       f"{network}-nat --router {router} --project {project} --region {region} "
+                       f"--auto-allocate-nat-external-ips --nat-all-subnet-ip-ranges")
+    if not subnetwork.private_ip_google_access:
+        missing.append(f"Private Google Access on subnetwork {subnetwork.name} in {region} (the stage bucket and "
+                       f"the Ray token's secret are Google APIs): gcloud compute networks subnets update "
+                       f"{subnetwork.name} --project {project} --region {region} --enable-private-ip-google-access")
+    if not missing:
+        return []
+    return [f"network.enable_external_ips is false, so the TPU VMs in {region} boot only through Cloud NAT and "
+            f"Private Google Access; set network.enable_external_ips: true (the default), or add " + " and ".join(
+                f"[{what}]" for what in missing)]
+
+
+def cluster_rule(spec: ClusterSpec, network: str) -> FirewallRule:
+    """`pm-<cluster>-internal`: TCP, UDP and ICMP between the instances carrying the cluster's tag."""
+    tag = cluster_tag(spec.name)
+    return FirewallRule(name=cluster_firewall_rule(spec.name), network=network, source_tags=[tag], target_tags=[tag],
+                        allowed=[Allowed(protocol="tcp"), Allowed(protocol="udp"), Allowed(protocol="icmp")])
+
+
+def _ensure_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks, network: str, subnetworks: list[Subnetwork],
+                         record: Record) -> None:
+    rule = cluster_rule(spec, network)
+    existing = {r.name: r for r in compute.firewalls()}
+    found = existing.get(rule.name)
+    if found is not None:
+        if found.network != network:
+            raise SpecError(f"firewall rule {rule.name} exists in network {found.network}, but the cluster's VMs "
+                            f"are in {network}",
+                            hint=f"Delete it (gcloud compute firewall-rules delete {rule.name} --project "
+                                 f"{compute.project}) or run `down` of the cluster that made it, then `up` again.")
+        return
+    try:
+        compute.create_firewall(rule)
+    except cloud_errors.PermissionDeniedError as denied:
+        covering = [r.name for r in existing.values() if r.network == network and _lets_in(r, rule, subnetworks)]
+        if covering:
+            record("firewall_existing", f"may not create firewall rule {rule.name}; rule {covering[0]} lets the "
+                                        "cluster's VMs reach each other")
+            return
+        raise SpecError(
+            f"the firewall of network {network} lets the cluster's TPU VMs reach each other on no rule, and "
+            f"podmanager may not create rule {rule.name}: {denied.message} (nothing was created)",
+            hint=f"Ask whoever administers the network to create it: gcloud compute firewall-rules create {rule.name} "
+                 f"--project {compute.project} --network {network} --direction INGRESS --allow tcp,udp,icmp "
+                 f"--source-tags {cluster_tag(spec.name)} --target-tags {cluster_tag(spec.name)}") from None
+    except cloud_errors.AlreadyExistsError:
+        return  # made meanwhile (another `up` of the cluster)
+    record("firewall_created", f"firewall rule {rule.name} created: TCP, UDP and ICMP between the cluster's VMs "
+                               f"(tag {cluster_tag(spec.name)}) in network {network}")
+
+
+def _lets_in(rule: FirewallRule, ours: FirewallRule, subnetworks: list[Subnetwork]) -> bool:
+    """Whether `rule` allows what `ours` would: every TCP and UDP port and ICMP, into the
+    cluster's VMs, from the cluster's VMs (by their tag, or a range holding every subnetwork)."""
+    if rule.disabled or rule.direction != "INGRESS":
+        return False
+    tag = ours.target_tags[0]
+    if rule.target_tags and tag not in rule.target_tags:
+        return False
+    ranges = [ipaddress.ip_network(s.ip_cidr_range, strict=False) for s in subnetworks]
+    from_cluster = tag in rule.source_tags or (bool(ranges) and all(
+        any(_holds(source, inner) for source in rule.source_ranges) for inner in ranges))
+    return from_cluster and all(_allows(rule.allowed, protocol) for protocol in ("tcp", "udp", "icmp"))
+
+
+def _holds(source: str, inner: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    try:
+        outer = ipaddress.ip_network(source, strict=False)
+    except ValueError:
+        return False
+    return outer.version == inner.version and inner.subnet_of(outer)  # type: ignore[arg-type]
+
+
+def _allows(allowed: list[Allowed], protocol: str) -> bool:
+    for entry in allowed:
+        if entry.protocol == "all":
+            return True
+        if entry.protocol == protocol and (protocol not in _EVERY_PORT or not entry.ports
+                                          or "0-65535" in entry.ports or "1-65535" in entry.ports):
+            return True
+    return False

@@ -1,0 +1,84 @@
+"""The startup script every TPU VM runs at boot, rendered for one cluster.
+
+The template lives in the package (`podmanager/controller/templates/startup-script.sh.tmpl`,
+also reachable as `infra/startup-script.sh.tmpl` in the repository) so an installed
+podmanager can render it. Placeholders are `{{name}}`; every value is shell-quoted.
+
+The Ray token never travels in metadata: the script carries only the name of the Secret
+Manager secret that holds it, and the VM reads the secret with its own service account.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from podmanager.core.errors import SpecError
+
+if TYPE_CHECKING:
+    from podmanager.controller.software import Software
+
+TEMPLATE_NAME = "startup-script.sh.tmpl"
+STARTUP_SCRIPT_KEY = "startup-script"  # the metadata key Cloud TPU VMs run at boot
+TOKEN_SECRET_KEY = "podmanager-token-secret"  # the secret's name, for people and tools reading metadata
+
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+# A Secret Manager secret id, or its resource name with an optional version.
+_SECRET = re.compile(r"^(projects/[a-z0-9-]+/secrets/)?[A-Za-z0-9_-]{1,255}(/versions/(latest|\d+))?$")
+
+
+def template_text() -> str:
+    """The template, as installed with the package."""
+    return resources.files("podmanager.controller").joinpath("templates", TEMPLATE_NAME).read_text()
+
+
+def uv_settings_code() -> str:
+    """The source of `vm/uv_settings.py`, which the script runs to set uv up as a run's
+    installs are (before podmanager is installed on the VM)."""
+    return resources.files("podmanager.vm").joinpath("uv_settings.py").read_text()
+
+
+def _check(name: str, value: str, pattern: re.Pattern[str] | None, what: str) -> None:
+    if not value or any(ch in value for ch in "\n\r\0") or (pattern is not None and not pattern.match(value)):
+        raise SpecError(f"startup script: {name}={value!r} is not {what}")
+
+
+def render_startup_script(cluster: str, software: Software, token_secret: str) -> str:
+    """The boot script for the TPU VMs of `cluster`.
+
+    software: what every VM must run, pinned to the controller (`hosts.software`): the exact
+    Python, Ray and JAX, the podmanager to install and from where, extra packages.
+    token_secret: the Secret Manager secret (id, or projects/P/secrets/S[/versions/V]) that
+    holds the Ray token; the token itself is never put in the script.
+    The head's address is not in the script: the VM reads it from metadata on every try.
+    """
+    _check("cluster", cluster, re.compile(r"^[a-z][-a-z0-9]*$"), "a cluster name")
+    _check("token_secret", token_secret, _SECRET, "a Secret Manager secret name")
+    _check("boot.podmanager", software.podmanager_source, None, "a version or requirement")
+    for index, package in enumerate(software.packages):
+        _check(f"boot.packages[{index}]", package, None, "a requirement")
+    values = {
+        "cluster": shlex.quote(cluster),
+        "token_secret": shlex.quote(token_secret),
+        "podmanager_source": shlex.quote(software.podmanager_source),
+        "python": shlex.quote(software.python),
+        "uv": shlex.quote(software.uv),
+        "versions": shlex.quote(software.versions().line()),
+        "install_key": shlex.quote(software.install_key()),
+        "requirements": " ".join(shlex.quote(r) for r in software.pinned_requirements()),
+        "packages": " ".join(shlex.quote(p) for p in software.packages),
+        "uv_settings": shlex.quote(uv_settings_code()),
+    }
+    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template_text())
+
+
+def startup_metadata(cluster: str, software: Software, token_secret: str) -> dict[str, str]:
+    """The node metadata that makes a TPU VM join `cluster` at boot."""
+    return {
+        STARTUP_SCRIPT_KEY: render_startup_script(cluster, software, token_secret),
+        TOKEN_SECRET_KEY: token_secret,
+        # GCE serves guest attributes (the boot stage) only when this is set; harmless if not needed.
+        "enable-guest-attributes": "TRUE",
+    }

@@ -1,0 +1,192 @@
+"""The emulator process: one project's simulated cloud, served and kept.
+
+`Emulator` holds the `SimCloud` in memory and is the only thing that moves it:
+- it serves it as the Cloud TPU API and the control service (`tpu_api.TpuEmulator`);
+- a ticker thread applies every transition when its time comes (a preemption after its
+  notice, a scripted fault, the end of a repair), with no client asking, and saves the state
+  when it changed (`state_file`);
+- node changes go, in order, to the simulated hosts (`emulator/vms.SimHostBooter`), which
+  boot and kill the VMs; a queue keeps their process spawning out of the API's lock;
+- each VM's metadata server runs here (`metadata.MetadataServers`), from memory;
+- Secret Manager is served on the same gRPC port; its REST route and Cloud Storage's
+  download route over the simulated buckets (`storage.py`), what a VM's startup script
+  fetches, on a port of their own.
+
+Started in the background by the first command that needs it (`emulator/launcher`):
+`python -m podmanager.emulator --project P [--port N]`. It writes its record (`record.py`)
+once it serves and removes it when it stops; it stops on SIGTERM/SIGINT, and by itself
+when its record is gone (the state folder deleted), so a lost folder leaks no emulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+
+import psutil
+
+from podmanager.cloud.base import Node, NodeState
+from podmanager.core.clock import Clock
+from podmanager.core.files import write_atomic
+from podmanager.emulator import record as emulator_record
+from podmanager.emulator import rest, state_file, storage
+from podmanager.emulator.compute_api import ComputeApi
+from podmanager.emulator.metadata import MetadataServers
+from podmanager.emulator.secret_manager import SecretManagerEmulator
+from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
+from podmanager.emulator.tpu_api import TpuEmulator
+from podmanager.emulator.vms import SimHostBooter
+
+log = logging.getLogger(__name__)
+
+RECORD_CHECK_S = 2.0  # how often a background emulator checks that its record still names it
+
+
+class Emulator:
+    """One simulated project, served: `start()`, then `stop()` (also on failure)."""
+
+    def __init__(self, project: str, *, persist: bool, create_latency_s: float = 0.5,
+                 delete_latency_s: float = 0.1, clock: Clock | None = None):
+        """`persist`: carry on from the project's saved state and save it on change (the
+        background emulator); else an in-memory project (`podmanager emulator`, tests)."""
+        self.project = project
+        self.persist = persist
+        state = state_file.load(project) if persist else None
+        self.sim = SimCloud(project, state=state, create_latency_s=create_latency_s,
+                            delete_latency_s=delete_latency_s, listeners=[self._heard], clock=clock)
+        self.metadata = MetadataServers(self.sim)
+        self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image,
+                                    boot_delay_of=self.sim.boot_delay)
+        self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}))
+        # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
+        self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
+        self.stopped = threading.Event()
+        self._changes: queue.Queue[tuple[Node | None, Node | None] | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._server = None
+        self._rest = None
+        self.rest_port = 0  # the REST routes a VM's startup script uses: its token, podmanager's wheel
+
+    def _heard(self, before: Node | None, after: Node | None) -> None:
+        self._changes.put((before, after))
+
+    def start(self, host: str = "127.0.0.1", port: int = 0, *, any_port_if_taken: bool = False) -> int:
+        """Serve on host:port (0: any free port); returns the port. `any_port_if_taken`: a
+        restarted emulator wants its old port back, but takes another rather than fail."""
+        for node in self.sim.all_nodes():  # VMs that ran before a restart get their metadata back
+            self.booter.reattach(node)
+        try:
+            self._server, bound = self.api.serve(host, port)
+        except OSError:
+            if port == 0 or not any_port_if_taken:
+                raise
+            self._server, bound = self.api.serve(host, 0)
+        for target, name in ((self._deliver, "emulator-vms"), (self._tick, "emulator-ticker")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return bound
+
+    def serve_rest(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Serve the REST routes a VM's startup script uses on one port, returned: Secret Manager's
+        access (`secrets_api`: its /v1) and Cloud Storage's downloads (`storage_api`: its root);
+        and Compute Engine's network calls the preflight makes (`compute_api`: its root)."""
+        self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
+                                                request_routes=[self.compute])
+        self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
+        return self.rest_port
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.sim.changed:
+            self.sim.changed.notify_all()
+        self._changes.put(None)
+        if self._server is not None:
+            self._server.stop(grace=None)
+        if self._rest is not None:
+            self._rest.shutdown()
+            self._rest.server_close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.metadata.stop_all()
+        if self.persist:
+            state_file.save(self.project, self.sim)
+
+    def _deliver(self) -> None:
+        """Node changes to the simulated hosts, in the order they happened."""
+        while True:
+            change = self._changes.get()
+            if change is None:
+                return
+            self.deliver(*change)
+
+    def deliver(self, before: Node | None, after: Node | None) -> None:
+        """One node change to the simulated hosts; a node's VMs boot only if it is READY still.
+        Boots queue up behind each other (a thousand slices turn READY faster than their VMs
+        start): a node deleted meanwhile (`down`, an interrupted `up`'s cleanup) or no longer
+        READY must not boot from a stale change, or `down` would race an endless queue of boots."""
+        if after is not None and after.state is NodeState.READY:
+            now = self.sim.node_record(after.zone, after.name)
+            if now is None or now.state is not NodeState.READY:
+                log.info("not booting the VMs of %s: it is %s now", after.name, now.state.value if now else "gone")
+                return
+        self.booter(before, after)
+
+    def _tick(self) -> None:
+        """Apply what is due when it is due; save the state when it changed."""
+        last_save = 0.0
+        while not self.stopped.is_set():
+            with self.sim.changed:
+                due = self.sim.tick()
+                wait = state_file.SAVE_EVERY_S
+                if due is not None:
+                    wait = min(wait, max(0.0, due - self.sim.clock.now()))
+                if wait > 0 and not self.stopped.is_set():
+                    self.sim.changed.wait(wait)
+            if self.persist and time.monotonic() - last_save >= state_file.SAVE_EVERY_S:
+                state_file.save(self.project, self.sim)
+                last_save = time.monotonic()
+
+
+def _write_record(project: str, address: str, rest_root: str) -> None:
+    me = psutil.Process()
+    record = emulator_record.EmulatorRecord(project=project, address=address, secrets_api=f"{rest_root}/v1",
+                                            storage_api=rest_root, compute_api=rest_root, pid=me.pid, started=me.create_time())
+    write_atomic(emulator_record.record_path(project), record.model_dump_json())
+
+
+def _still_ours(project: str) -> bool:
+    found = emulator_record.read(project)
+    return found is not None and found.pid == os.getpid()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m podmanager.emulator", description=__doc__.splitlines()[0])
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="the port to serve on (0: any; taken: any)")
+    opts = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    emulator = Emulator(opts.project, persist=True)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: emulator.stopped.set())
+    try:
+        rest_port = emulator.serve_rest(opts.host)  # first: VMs booted again at start read their token by it
+        port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
+        _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}")
+        emulator.compute.warm()  # once it serves: the import takes seconds, a first preflight waits less
+        log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
+        while not emulator.stopped.wait(RECORD_CHECK_S):
+            if not _still_ours(opts.project):
+                log.info("my record is gone (the state folder was deleted or another emulator took over); stopping")
+                break
+    finally:
+        emulator.stop()
+        if _still_ours(opts.project):
+            emulator_record.record_path(opts.project).unlink(missing_ok=True)
+        log.info("stopped")

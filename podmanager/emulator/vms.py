@@ -1,0 +1,358 @@
+"""Simulated TPU VMs: every host of a READY simulated slice boots as a real one does.
+
+`SimHostBooter` is a `SimCloud` listener, run by the emulator (the one process that owns
+the simulated cloud). When a node with a startup script in its metadata turns READY, each of
+its hosts gets what a TPU VM has and nothing more: its own root folder (its own /opt, /etc,
+root's HOME, tmp), its own metadata server (served by the emulator: the node's metadata, the
+project, a service-account token, guest attributes), and a guest that fetches the node's
+`startup-script` from that server and runs it with bash, from the VM's root. The script
+installs the software, reads the Ray token from Secret Manager and joins the head named in
+metadata, as on Google Cloud. What a VM's environment carries besides (the README lists why):
+TPU_* identity (Ray asks metadata.google.internal, which only a real VM answers) and, in
+PODMANAGER_JOIN_ARGS, its chips as a Ray resource and a port and Ray temp dir of its own.
+The VM image: "controller" (the default) comes with the controller's environment at
+/opt/podmanager/venv (a link, not a copy: the one shortcut, taken only when the script finds
+exactly the versions it pins there); "bare" has nothing, so the script installs everything.
+It returns at once: the hosts boot in parallel, each as a `procs` machine of the cluster's
+owner, and outlive the process that started them. Each host's machine id is recorded in
+`cluster_dir/<cluster>/hosts/<node>-w<i>.json` before it boots; when the node is preempted,
+terminated, deleted or gone, its machines are SIGKILLed like a vanished VM. `kill_cluster_hosts` is what `stop` uses. A host whose
+record is gone stops itself (`lease.py`): a lost state folder leaves no VM running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Protocol
+
+from podmanager.cloud.base import DEAD_STATES, Node, NodeState
+from podmanager.controller.startup import STARTUP_SCRIPT_KEY
+from podmanager.core import paths
+from podmanager.core.catalog import lookup
+from podmanager.core.spec import ClusterSpec
+from podmanager.vm import procs
+from podmanager.vm.join import JOIN_ARGS_ENV
+from podmanager.vm.loopback import LOOPBACK_IP
+from podmanager.vm.ray_node import OBJECT_STORE_BYTES, free_port
+from podmanager.vm.workload_runs import MEGASCALE_FILE_ENV
+
+log = logging.getLogger(__name__)
+
+HOSTS_DIR = "hosts"
+GONE_STATES = DEAD_STATES | {NodeState.DELETING}
+CONTROLLER_IMAGE = "controller"  # the other image, "bare", has nothing on it (`SimulationSpec.vm_image`)
+# What a TPU VM does at boot: the image's own boot (`simulation.boot_delay_s`), then its guest
+# agent fetches the startup script from the metadata server and runs it.
+BOOT_DELAY_ENV = "PODMANAGER_BOOT_DELAY_S"
+# The startup script's waits between reads of the Ray token (2 4 8 16 s on a real VM, where an
+# IAM grant takes a while to reach it): the simulated Secret Manager's grants hold at once, so a
+# VM that may not read the token fails its boot in seconds, the same number of tries.
+TOKEN_WAITS_ENV = "PODMANAGER_TOKEN_WAITS"
+SIMULATED_TOKEN_WAITS = "0.2 0.4 0.8 1.6"
+GUEST_BOOT = (
+    f'sleep "${{{BOOT_DELAY_ENV}:-0}}" && '
+    'mkdir -p "$PODMANAGER_ROOT/var/lib/google" && '
+    'curl -fsS --retry 10 --retry-connrefused -H "Metadata-Flavor: Google" '
+    '-o "$PODMANAGER_ROOT/var/lib/google/startup-script" '
+    '"$PODMANAGER_METADATA_URL/instance/attributes/startup-script" && '
+    'exec bash "$PODMANAGER_ROOT/var/lib/google/startup-script"'
+)
+
+
+def hosts_dir(cluster: str) -> Path:
+    path = paths.cluster_dir(cluster) / HOSTS_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def record_path(cluster: str, node_name: str, worker_id: int) -> Path:
+    return hosts_dir(cluster) / f"{node_name}-w{worker_id}.json"
+
+
+def temp_dir(cluster: str, machine_id: str) -> str:
+    """One simulated VM's root folder (its Ray temp dir is `tmp/ray` inside).
+
+    One per machine, not per slot: a VM that stops (and removes its root) never takes the
+    root of a new VM in its place, and hosts on one machine never share Ray's socket names
+    (raylet.1, plasma_store.1: "Address already in use"). Inside the cluster's
+    (`procs.owner_temp_dir`), so `down` removes them all, and short: Unix socket paths in the
+    Ray temp dir are limited to 107 bytes.
+    """
+    return f"{procs.owner_temp_dir(cluster)}/{machine_id[:8]}"
+
+
+def host_env(node: Node, worker_id: int) -> dict[str, str]:
+    """Which simulated host this is, for podmanager's own bookkeeping. No TPU identity: the join
+    reads that from the VM's metadata server, as on a real VM (vm/tpu_identity.py)."""
+    return {"PODMANAGER_SIM_HOST": f"{node.cluster}/{node.name}/{worker_id}"}
+
+
+def system_path() -> str:
+    """The machine's PATH without the controller's virtual environment: the VM image's own."""
+    controller_bins = {os.path.join(sys.prefix, "bin"), os.path.join(os.environ.get("VIRTUAL_ENV", sys.prefix), "bin")}
+    return os.pathsep.join(p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+                           if p and p not in controller_bins)
+
+
+def vm_env(node: Node, worker_id: int, root: Path, metadata_port: int, record: Path, rest_api: str) -> dict[str, str]:
+    """Everything a simulated VM's boot starts with: a fresh environment, not the controller's."""
+    return {
+        "PATH": system_path(),
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(root / "tmp"),
+        "PODMANAGER_ROOT": str(root),
+        "PODMANAGER_METADATA_URL": f"http://{LOOPBACK_IP}:{metadata_port}/computeMetadata/v1",
+        "PODMANAGER_SECRETS_API": f"{rest_api}/v1",
+        "PODMANAGER_STORAGE_API": rest_api,
+        TOKEN_WAITS_ENV: SIMULATED_TOKEN_WAITS,
+        **host_env(node, worker_id),
+        **metadata_env(metadata_port, record),
+    }
+
+
+def metadata_env(port: int, record: Path) -> dict[str, str]:
+    """What points a simulated VM's processes at its own metadata server: JAX
+    (GCE_METADATA_IP), Google's client libraries (GCE_METADATA_HOST), the host agent's
+    notice watch; and where the agent leaves a run's MEGASCALE_* values for `tpu-env`."""
+    address = f"{LOOPBACK_IP}:{port}"
+    return {"GCE_METADATA_IP": address, "GCE_METADATA_HOST": address,
+            MEGASCALE_FILE_ENV: str(record.with_suffix(".megascale"))}
+
+
+class MetadataHost(Protocol):
+    """Where the simulated VMs' metadata servers run (the emulator's `MetadataServers`)."""
+
+    def start(self, *, zone: str, node: str, worker: int, accelerator: str, endpoints: list[str],
+              megascale_file: Path, port: int = 0) -> int: ...
+
+    def stop(self, zone: str, node: str) -> None: ...
+
+
+@contextlib.contextmanager
+def _locked(cluster: str) -> Iterator[None]:
+    with open(hosts_dir(cluster) / ".lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class SimHostBooter:
+    """SimCloud listener that boots and kills the simulated hosts of every cluster.
+
+    Needs nothing but the node and the files under `paths.home()`: the VM reads everything
+    else (the script, the head's address, its token) as a real one does.
+    """
+
+    def __init__(self, *, object_store_memory: int = OBJECT_STORE_BYTES, num_cpus: int = 1,
+                 metadata: MetadataHost | None = None, image_of: Callable[[str], str] | None = None,
+                 boot_delay_of: Callable[[str], float] | None = None) -> None:
+        """`metadata`: where each VM's metadata server runs (without it, no VM boots).
+        `image_of(cluster)`: the cluster's VM image (default "controller"); `boot_delay_of(cluster)`:
+        the seconds its VMs boot before their startup script runs (default 0)."""
+        self.object_store_memory = object_store_memory
+        self.num_cpus = num_cpus
+        self.metadata = metadata
+        self.image_of = image_of or (lambda cluster: CONTROLLER_IMAGE)
+        self.boot_delay_of = boot_delay_of or (lambda cluster: 0.0)
+        self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
+        self._children: list[subprocess.Popen] = []
+        self._mutex = threading.Lock()
+
+    def __call__(self, before: Node | None, after: Node | None) -> None:
+        try:
+            self._on_change(before, after)
+        except Exception:  # noqa: BLE001 - a failed boot must not break the cloud call that saw it
+            log.exception("simulated hosts: handling %s -> %s failed", before and before.state, after and after.state)
+
+    def _on_change(self, before: Node | None, after: Node | None) -> None:
+        self._reap()
+        node = after or before
+        if node is None or node.cluster is None:
+            return
+        if after is None or after.state in GONE_STATES:
+            killed = kill_node_hosts(node.cluster, node.name)
+            if self.metadata is not None:
+                self.metadata.stop(node.zone, node.name)
+            if killed:
+                log.info("simulated hosts of %s killed (%s)", node.name, "gone" if after is None else after.state.value)
+        elif after.state is NodeState.READY and (before is None or before.state is not NodeState.READY):
+            self.boot(after)
+
+    def boot(self, node: Node) -> list[str]:
+        """Boot the hosts of `node` that are not running yet; returns their machine ids."""
+        cluster = node.cluster
+        if STARTUP_SCRIPT_KEY not in node.metadata or cluster is None or self.metadata is None:
+            return []  # boot_hosts: false, or not a podmanager node: a VM with nothing to run
+        accelerator = lookup(node.accelerator_type)
+        started: list[str] = []
+        with _locked(cluster):
+            live = procs.machines()  # one scan of the process table for all hosts of the node
+            for worker_id in range(accelerator.hosts):
+                path = record_path(cluster, node.name, worker_id)
+                record = procs.read_record(path)
+                if record is not None and record.get("machine_id") in live:
+                    continue
+                started.append(self._spawn(node, worker_id, accelerator.chips_per_host, path))
+        return started
+
+    def _spawn(self, node: Node, worker_id: int, chips: int, path: Path) -> str:
+        assert node.cluster is not None
+        machine_id = procs.new_machine_id()
+        root = Path(temp_dir(node.cluster, machine_id))  # the VM's disk
+        paths.private_dir(root.parent)  # the cluster's VMs' disks: only the owner may enter
+        for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log"):
+            (root / folder).mkdir(parents=True, exist_ok=True)
+        image = self.image_of(node.cluster)
+        if image == CONTROLLER_IMAGE:
+            (root / "opt/podmanager/venv").symlink_to(sys.prefix)
+        join_args = [
+            f"--resources={json.dumps({'TPU': chips}, separators=(',', ':'))}",  # CPU devices stand in for chips
+            f"--num-cpus={self.num_cpus}",
+            f"--object-store-memory={self.object_store_memory}",
+            f"--temp-dir={root / 'tmp' / 'ray'}",
+            f"--agent-port={free_port(LOOPBACK_IP)}",  # VMs on one machine share its ports
+            "--light",
+        ]
+        log_path = path.with_suffix(".log")  # the VM's serial console
+        metadata_port = self._serve_metadata(node, worker_id, path)
+        env = vm_env(node, worker_id, root, metadata_port, path, self.rest_api)
+        env[JOIN_ARGS_ENV] = shlex.join(join_args)
+        env[BOOT_DELAY_ENV] = f"{self.boot_delay_of(node.cluster):g}"
+        if image == CONTROLLER_IMAGE and os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # part of the controller's environment the image has
+        # The record first: it is the VM's lease, which the VM checks from its first second. It
+        # keeps the metadata port, on which a restarted emulator serves the VM again.
+        procs.write_record(
+            path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id,
+            started_at=time.time(), log=str(log_path), temp_dir=str(root), metadata_port=metadata_port,
+        )
+        holder = [sys.executable, "-m", "podmanager.emulator.vm_lease", "--lease", str(path), "--temp-dir", str(root)]
+        owner = procs.owner(node.cluster)
+        children = [procs.launch(["bash", "-c", GUEST_BOOT], env, log_path, machine_id, owner=owner, cwd=root)[0]]
+        # The same machine: it dies with the host, and the host with it.
+        children.append(procs.launch(holder, env, log_path, machine_id, owner=owner)[0])
+        with self._mutex:
+            self._children.extend(children)
+        return machine_id
+
+    def _serve_metadata(self, node: Node, worker_id: int, path: Path, port: int = 0) -> int:
+        assert self.metadata is not None
+        endpoints = list(node.endpoints) or [LOOPBACK_IP] * lookup(node.accelerator_type).hosts
+        return self.metadata.start(zone=node.zone, node=node.name, worker=worker_id,
+                                   accelerator=node.accelerator_type, endpoints=endpoints,
+                                   megascale_file=path.with_suffix(".megascale"), port=port)
+
+    def reattach(self, node: Node) -> None:
+        """After an emulator restart: serve a READY node's running VMs their metadata again, on
+        the ports they know, and boot those of its hosts that are not running."""
+        if node.cluster is None or node.state is not NodeState.READY:
+            return
+        live = procs.machines()
+        for worker_id in range(lookup(node.accelerator_type).hosts):
+            path = record_path(node.cluster, node.name, worker_id)
+            record = procs.read_record(path)
+            if record is not None and record.get("machine_id") in live and self.metadata is not None:
+                port = record.get("metadata_port")
+                if port:
+                    self._serve_metadata(node, worker_id, path, port=int(port))
+        self.boot(node)
+
+    def _reap(self) -> None:
+        """Collect exited join processes (their daemons live on in the same machine)."""
+        with self._mutex:
+            self._children = [p for p in self._children if p.poll() is None]
+
+
+def host_records(cluster: str) -> list[dict]:
+    directory = paths.cluster_dir(cluster) / HOSTS_DIR
+    if not directory.exists():
+        return []
+    return [r for r in (procs.read_record(p) for p in sorted(directory.glob("*.json"))) if r]
+
+
+def kill_node_hosts(cluster: str, node_name: str) -> int:
+    """SIGKILL every simulated host of one node (a vanished VM); returns how many were running."""
+    killed = 0
+    with _locked(cluster):
+        for path in sorted(hosts_dir(cluster).glob(f"{node_name}-w*.json")):
+            record = procs.read_record(path)
+            if record and record.get("node") == node_name and procs.kill(record.get("machine_id")):
+                killed += 1
+            _forget(path, record)
+    return killed
+
+
+def kill_host(cluster: str, node_name: str, worker_id: int) -> bool:
+    """SIGKILL one simulated host (fault injection); its record stays, marked dead by Ray."""
+    record = procs.read_record(record_path(cluster, node_name, worker_id))
+    return bool(record) and procs.kill(record.get("machine_id"))
+
+
+def kill_cluster_hosts(cluster: str) -> int:
+    """SIGKILL every simulated host of the cluster, whatever process started them."""
+    killed = 0
+    with _locked(cluster):
+        for path in sorted(hosts_dir(cluster).glob("*.json")):
+            record = procs.read_record(path)
+            if record and procs.kill(record.get("machine_id")):
+                killed += 1
+            _forget(path, record)
+    return killed
+
+
+def _forget(path: Path, record: dict | None) -> None:
+    path.unlink(missing_ok=True)
+    path.with_suffix(".megascale").unlink(missing_ok=True)
+    if record:
+        procs.remove_temp_dir(record.get("temp_dir"))
+
+
+def vanished_hosts(cluster: str) -> set[tuple[str, int]]:
+    """(node, worker) of recorded simulated hosts none of whose processes is running.
+
+    The simulator's ground truth that a VM is gone, known at once; Ray itself needs
+    1-4 s of failed health checks to declare the node dead.
+    """
+    records = host_records(cluster)
+    if not records:
+        return set()
+    live = procs.machines()
+    return {(r["node"], r["worker_id"]) for r in records if r.get("machine_id") not in live}
+
+
+def host_pids(cluster: str) -> dict[tuple[str, int], list[int]]:
+    """(node, worker) -> pids of that simulated host's processes (for benchmarks, tests)."""
+    out: dict[tuple[str, int], list[int]] = {}
+    for record in host_records(cluster):
+        out[(record["node"], record["worker_id"])] = [p.pid for p in procs.members(record.get("machine_id"))]
+    return out
+
+
+class SimulatedMachines:
+    """The simulated VMs of a cluster as the host controller sees them (`LocalMachines`)."""
+
+    def check_room(self, spec: ClusterSpec) -> None:
+        from podmanager.emulator.vm_room import check_room
+
+        check_room(spec)
+
+    def vanished(self, cluster: str) -> set[tuple[str, int]]:
+        return vanished_hosts(cluster)
+
+    def kill_all(self, cluster: str) -> int:
+        return kill_cluster_hosts(cluster)
+
+    def log_hint(self, cluster: str) -> str:
+        return f"host logs: {hosts_dir(cluster)}/*.log"
