@@ -78,6 +78,7 @@ def test_a_dry_runs_hosts_share_the_clusters_compile_cache_and_a_cloud_runs_get_
     runner(remote).run_attempt(hosts, 0)
     shared = str(podmanager_home / "clusters" / "c" / "jax-cache")
     assert [a.started[0]["JAX_COMPILATION_CACHE_DIR"] for _, a in hosts] == [shared, shared]
+    assert {a.started[0]["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] for _, a in hosts} == {"0"}  # every compile kept
     hosts = agents(lambda s, attempt: Behaviour(polls=1))
     AttemptRunner("c", Workload(command=["train"], working_dir=None), "run-1", simulated=False, checkpoint_dir=None,
                   poll_interval_s=0.0, remote=remote).run_attempt(hosts, 0)

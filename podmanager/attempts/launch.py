@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from podmanager.core.records import HostSlot
 from podmanager.runtime import contract
-from podmanager.runtime.launch import JAX_COMPILATION_CACHE_ENV, JAX_PREEMPTION_SERVICE_ENV
+from podmanager.runtime.launch import JAX_CACHE_MIN_COMPILE_S_ENV, JAX_COMPILATION_CACHE_ENV, JAX_PREEMPTION_SERVICE_ENV
 
 MEGASCALE_PORT = 8081
 
@@ -47,6 +47,9 @@ def launch_envs(slots: list[HostSlot], *, coordinator_port: int, cluster: str, r
         }
         if compile_cache:
             env[JAX_COMPILATION_CACHE_ENV] = compile_cache
+            # Every compile: on local disk keeping one costs little, and a CPU device's compiles
+            # (each under JAX's 1 s) add up to seconds at every launch.
+            env[JAX_CACHE_MIN_COMPILE_S_ENV] = "0"
         if parallelism:
             env[contract.ENV_PARALLELISM] = parallelism
         if checkpoint_dir:
