@@ -23,6 +23,7 @@ from podmanager.attempts.package import zip_folder
 from podmanager.attempts.progress import combine
 from podmanager.attempts.remote import RAY, Remote
 from podmanager.attempts.results import OutputPrinter
+from podmanager.core import paths
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism
@@ -53,6 +54,9 @@ class AttemptRunner:
         self.run_id = run_id
         self.simulated = simulated
         self.checkpoint_dir = checkpoint_dir
+        # A dry run's hosts are on this machine: they share the cluster's compile cache, so a
+        # relaunch (a recovery, the same program again) compiles nothing on any host.
+        self.compile_cache = str(paths.cluster_dir(cluster) / "jax-cache") if simulated else None
         self.printer = printer
         self.poll_interval_s = poll_interval_s
         self.remote = remote
@@ -112,7 +116,7 @@ class AttemptRunner:
                     envs = launch_envs(slots, coordinator_port=gang.coordinator_port(), cluster=self.cluster,
                                        run_id=self.run_id, attempt=attempt, checkpoint_dir=self.checkpoint_dir,
                                        parallelism=self.workload.parallelism, simulated=self.simulated,
-                                       extra=self.secret_env)
+                                       extra=self.secret_env, compile_cache=self.compile_cache)
                     gang.start(self.workload_json, envs)
                 except (RayActorError, GetTimeoutError):
                     pass  # a host went away during the launch: the next poll names it as lost

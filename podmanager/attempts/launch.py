@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from podmanager.core.records import HostSlot
 from podmanager.runtime import contract
-from podmanager.runtime.launch import JAX_PREEMPTION_SERVICE_ENV
+from podmanager.runtime.launch import JAX_CACHE_MIN_COMPILE_S_ENV, JAX_COMPILATION_CACHE_ENV, JAX_PREEMPTION_SERVICE_ENV
 
 MEGASCALE_PORT = 8081
 
 
 def launch_envs(slots: list[HostSlot], *, coordinator_port: int, cluster: str, run_id: str, attempt: int,
                 checkpoint_dir: str | None, parallelism: str | None, simulated: bool,
-                extra: dict[str, str] | None = None, megascale_port: int = MEGASCALE_PORT) -> list[dict[str, str]]:
-    """The environment of each slot's process, in the order of `slots` (slice, then worker)."""
+                extra: dict[str, str] | None = None, megascale_port: int = MEGASCALE_PORT,
+                compile_cache: str | None = None) -> list[dict[str, str]]:
+    """The environment of each slot's process, in the order of `slots` (slice, then worker).
+    `compile_cache`: a folder every process reads XLA's compiled programs from (JAX writes them
+    from process 0 only, so only a folder all hosts share lets the others skip compiling)."""
     if sorted(slots, key=lambda s: (s.slice_index, s.worker_id)) != slots:
         raise ValueError("slots must be ordered by slice, then worker id")
     slice_indexes = sorted({s.slice_index for s in slots})
@@ -42,6 +45,11 @@ def launch_envs(slots: list[HostSlot], *, coordinator_port: int, cluster: str, r
             # that wants JAX's service sets it back with `--env`.
             JAX_PREEMPTION_SERVICE_ENV: "false",
         }
+        if compile_cache:
+            env[JAX_COMPILATION_CACHE_ENV] = compile_cache
+            # Every compile: on local disk keeping one costs little, and a CPU device's compiles
+            # (each under JAX's 1 s) add up to seconds at every launch.
+            env[JAX_CACHE_MIN_COMPILE_S_ENV] = "0"
         if parallelism:
             env[contract.ENV_PARALLELISM] = parallelism
         if checkpoint_dir:

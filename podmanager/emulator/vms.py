@@ -54,6 +54,11 @@ CONTROLLER_IMAGE = "controller"  # the other image, "bare", has nothing on it (`
 # What a TPU VM does at boot: the image's own boot (`simulation.boot_delay_s`), then its guest
 # agent fetches the startup script from the metadata server and runs it.
 BOOT_DELAY_ENV = "PODMANAGER_BOOT_DELAY_S"
+# The startup script's waits between reads of the Ray token (2 4 8 16 s on a real VM, where an
+# IAM grant takes a while to reach it): the simulated Secret Manager's grants hold at once, so a
+# VM that may not read the token fails its boot in seconds, the same number of tries.
+TOKEN_WAITS_ENV = "PODMANAGER_TOKEN_WAITS"
+SIMULATED_TOKEN_WAITS = "0.2 0.4 0.8 1.6"
 GUEST_BOOT = (
     f'sleep "${{{BOOT_DELAY_ENV}:-0}}" && '
     'mkdir -p "$PODMANAGER_ROOT/var/lib/google" && '
@@ -109,6 +114,7 @@ def vm_env(node: Node, worker_id: int, root: Path, metadata_port: int, record: P
         "PODMANAGER_METADATA_URL": f"http://{LOOPBACK_IP}:{metadata_port}/computeMetadata/v1",
         "PODMANAGER_SECRETS_API": f"{rest_api}/v1",
         "PODMANAGER_STORAGE_API": rest_api,
+        TOKEN_WAITS_ENV: SIMULATED_TOKEN_WAITS,
         **host_env(node, worker_id),
         **metadata_env(metadata_port, record),
     }

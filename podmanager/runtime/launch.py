@@ -17,6 +17,10 @@ DEFAULT_INIT_TIMEOUT_S = 120
 #: before. The scheduler sets it to ``false``; a program that wants the service (for
 #: ``multihost_utils.reached_preemption_sync_point``) sets it back and ends itself on SIGTERM.
 JAX_PREEMPTION_SERVICE_ENV = "JAX_ENABLE_PREEMPTION_SERVICE"
+# Where JAX keeps what XLA compiled (its persistent cache; written by process 0 only).
+JAX_COMPILATION_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+# Compiles shorter than this (JAX: 1 s) are not kept.
+JAX_CACHE_MIN_COMPILE_S_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -60,8 +60,12 @@ class HostAgent:
         if not hasattr(self, "_host_runs"):
             from podmanager.core import paths
 
+            from podmanager.vm.environments import cache_root
+
+            # XLA's compiled programs go to the host's cache, as its requirements environments do.
             self._host_runs = HostRuns(paths.cluster_dir(self.identity.cluster) / "hosts"
-                                       / f"{self.identity.node_name}-w{self.identity.worker_id}")
+                                       / f"{self.identity.node_name}-w{self.identity.worker_id}",
+                                       compile_cache=cache_root() / "jax")
         return self._host_runs
 
     def preemption_notice(self) -> str | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from podmanager.core.workload import Workload
 from podmanager.runtime import contract
+from podmanager.runtime.launch import JAX_COMPILATION_CACHE_ENV
 from podmanager.vm import environments
 from podmanager.vm.environments import Environment, HostSetup
 from podmanager.vm.process import WorkloadProcess, first_progress, read_progress
@@ -89,8 +90,9 @@ for part in sys.argv[1].split("."):
 class HostRuns:
     """The workload processes of one host, by run id (one live process per run)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, compile_cache: Path | None = None):
         self.root = root
+        self.compile_cache = compile_cache
         self.prepared: dict[str, PreparedRun] = {}
         self.processes: dict[str, WorkloadProcess] = {}
         self.progress_files: dict[str, Path] = {}
@@ -131,6 +133,11 @@ class HostRuns:
         for tag in (MACHINE_ENV, OWNER_ENV):  # a simulated host's: its program dies with it, found by `down`
             if tag in os.environ:
                 process_env[tag] = os.environ[tag]
+        if self.compile_cache is not None:
+            # What XLA compiled is kept on the host: a relaunch (after a preemption; the same
+            # program run again) of a one-host run loads it rather than compiling again. The
+            # launch's (a dry run's, shared by its hosts) and a run's --env win.
+            process_env[JAX_COMPILATION_CACHE_ENV] = str(self.compile_cache)
         process_env.update(env)
         process_env.update(workload.env)
         process_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(prepared.cwd), process_env.get("PYTHONPATH")]))

@@ -72,6 +72,19 @@ def test_an_attempt_where_every_host_exits_0_succeeds_with_its_steps(remote):
     assert [h.exit_code for h in result.hosts] == [0, 0]
 
 
+def test_a_dry_runs_hosts_share_the_clusters_compile_cache_and_a_cloud_runs_get_none_from_the_launch(
+        remote, podmanager_home):
+    hosts = agents(lambda s, attempt: Behaviour(polls=1))
+    runner(remote).run_attempt(hosts, 0)
+    shared = str(podmanager_home / "clusters" / "c" / "jax-cache")
+    assert [a.started[0]["JAX_COMPILATION_CACHE_DIR"] for _, a in hosts] == [shared, shared]
+    assert {a.started[0]["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] for _, a in hosts} == {"0"}  # every compile kept
+    hosts = agents(lambda s, attempt: Behaviour(polls=1))
+    AttemptRunner("c", Workload(command=["train"], working_dir=None), "run-1", simulated=False, checkpoint_dir=None,
+                  poll_interval_s=0.0, remote=remote).run_attempt(hosts, 0)
+    assert not any("JAX_COMPILATION_CACHE_DIR" in a.started[0] for _, a in hosts)  # each host's own (hosts/runs.py)
+
+
 def test_an_attempt_whose_hosts_report_different_steps_is_at_the_step_all_have_reached(remote):
     hosts = agents(lambda s, attempt: Behaviour(polls=4, first_step=11 + s.slice_index))  # slice 1 is ahead
     result = runner(remote).run_attempt(hosts, 0)

@@ -137,7 +137,8 @@ def client_killed_then_preempted(cluster, home, tmp_path):
     return cluster.run_handle(run_id).wait(timeout_s=10)
 
 
-def test_a_killed_supervisor_reattaches_and_one_killed_during_a_recovery_finishes_it_exactly_once(cluster, tmp_path):
+def test_a_killed_supervisor_reattaches_and_one_killed_during_a_recovery_finishes_it_exactly_once(cluster, home,
+                                                                                                  tmp_path):
     handle = cluster.submit(train(tmp_path / "ck", steps=LONG_STEPS))
     wait_for(lambda: step_of(handle.run_id) >= 10, 120, "the first steps")
     pids_before = program_pids(cluster, handle.run_id)
@@ -172,6 +173,8 @@ def test_a_killed_supervisor_reattaches_and_one_killed_during_a_recovery_finishe
     restart = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), len(steps))
     # Output kept across the supervisor's restart: every step of attempt 0 once, in order.
     assert steps[:restart] == list(range(1, steps[restart - 1] + 1)) and steps[restart - 1] > stepping_at
+    # What XLA compiled went to the cluster's compile cache, which every simulated host shares.
+    assert list((home / "clusters" / NAME / "jax-cache").glob("jit_*")), "nothing in the cluster's compile cache"
 
 
 def test_a_missing_program_is_refused_before_anything_starts(cluster, home):

@@ -68,6 +68,10 @@ class Folder:
         spec.write_text(SPEC)
         done = cli(self.home, "up", "-f", str(spec), "--dry-run")
         assert done.returncode == 0, done.stdout + done.stderr
+        return self.start_run(tmp_path)
+
+    def start_run(self, tmp_path: Path) -> str:
+        """A long training run, detached, once it steps."""
         done = cli(self.home, "run", "-c", NAME, "--detach", "--json", "--working-dir", str(REPO), "--checkpoint-dir",
                    str(tmp_path / "ck"), "workloads/train_mlp.py", "--steps", "100000", "--log-every", "1")
         assert done.returncode == 0, done.stdout + done.stderr
@@ -124,9 +128,24 @@ def assert_nothing_left(folder: Folder) -> None:
     assert not folder.temp_dir.exists()
 
 
-def test_rm_rf_during_a_run_then_up_and_down_in_the_lost_folder_leave_no_process(folder, tmp_path):
-    """The issue's sequence: the folder lost while a run goes, then `up` and `down` of the same
-    name again."""
+def test_rm_rf_during_a_run_then_up_in_the_lost_folder_then_a_store_damaged_during_a_run_and_down_leave_nothing(
+        folder, tmp_path):
+    """One cluster, two losses (one `up` fewer than a test each): the issue's sequence, the folder
+    lost while a run goes and `up` of the same name again; then, on the cluster that `up` made,
+    a store damaged while a run goes, and `down`, which leaves no process of either head."""
+    old_head = rm_rf_during_a_run_then_up(folder, tmp_path)
+    store_damaged_during_a_run(folder, tmp_path)
+
+    down = cli(folder.home, "down", "-c", NAME, "--dry-run")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "warning: the state store" in down.stderr and f"{NAME} is down" in down.stdout
+    assert not procs.alive(old_head)  # the old head too, found by its owner tag
+    assert_nothing_left(folder)
+
+
+def rm_rf_during_a_run_then_up(folder: Folder, tmp_path: Path) -> str:
+    """The folder lost while a run goes, then `up` of the same name again: its VMs stopped
+    themselves, a new head; the old head is left to `down`. Returns the old head's machine."""
     folder.up_and_run(tmp_path)
     hosts, old_head = folder.host_machines(), folder.head_machine()
     assert hosts and all(procs.alive(m) for m in hosts)
@@ -144,10 +163,7 @@ def test_rm_rf_during_a_run_then_up_and_down_in_the_lost_folder_leave_no_process
     assert procs.alive(old_head) and folder.head_machine() != old_head
     status = cli(folder.home, "status", "-c", NAME, "--json")
     assert status.returncode == 0 and all(h["healthy"] for h in json.loads(status.stdout)["hosts"]), status.stdout
-
-    down = cli(folder.home, "down", "-c", NAME, "--dry-run")
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert_nothing_left(folder)  # the old head too, found by its owner tag
+    return old_head
 
 
 VERBS = (["status", "-c", NAME], ["runs", "-c", NAME], ["events", "-c", NAME], ["cancel", "RUN"],
@@ -161,11 +177,11 @@ def assert_refused_naming_the_store(folder: Folder, run_id: str, verbs) -> None:
         assert "state store" in said.stderr and "rebuild-state" in said.stderr and "Traceback" not in said.stderr
 
 
-def test_a_store_damaged_during_a_run_stops_the_run_and_down_still_works(folder, tmp_path):
+def store_damaged_during_a_run(folder: Folder, tmp_path: Path) -> None:
     """Truncated is tested with every verb in test_state_damage.py; here, end to end, the two
     ways a running supervisor meets a damaged store: overwritten in place it goes unseen while
     SQLite reads on from its WAL, then deleted it is seen."""
-    run_id = folder.up_and_run(tmp_path)
+    run_id = folder.start_run(tmp_path)
     store = folder.home / "state.db"
     store.write_bytes(os.urandom(3 * 4096))  # garbage over it
     # A read, a verb on the run and a write (every verb meets a truncated store in test_state_damage.py).
@@ -178,8 +194,3 @@ def test_a_store_damaged_during_a_run_stops_the_run_and_down_still_works(folder,
     # Its supervisor can no longer record the run: it stops the program rather than run it unseen.
     poll_until(lambda: folder.programs() == [], timeout_s=60, interval_s=0.2, what="the run's program to stop")
     assert_refused_naming_the_store(folder, run_id, VERBS[:1])
-
-    down = cli(folder.home, "down", "-c", NAME, "--dry-run")
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert "warning: the state store" in down.stderr and f"{NAME} is down" in down.stdout
-    assert_nothing_left(folder)

@@ -1,6 +1,6 @@
-"""Hot spares on a dry-run cluster of real local Ray hosts at a 60 s create latency: a
-preempted working slice is swapped for the ready spare and the run resumes within seconds,
-while the cluster makes a new spare in the background."""
+"""Hot spares on a dry-run cluster of real local Ray hosts at a 25 s create latency: a
+preempted working slice is swapped for the ready spare and the run resumes within seconds
+(well inside one create latency), while the cluster makes a new spare in the background."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from podmanager.core.clock import RealClock, poll_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 NAME = "sparetest"
-CREATE_LATENCY_S = 60.0
+CREATE_LATENCY_S = 25.0  # above the 15 s a swap may take: a recovery that waited for a create fails
 SPEC = {
     "name": NAME,
     "backend": "simulated",
     "zones": ["sim-zone-a"],
-    # `up` creates at 0 s; the test then sets the cluster's simulated create latency to 60 s,
-    # as `simulation.create_latency_s: 60` does (the same call), saving the module a minute.
+    # `up` creates at 0 s; the test then sets the cluster's simulated create latency to 25 s,
+    # as `simulation.create_latency_s: 25` does (the same call), saving the module its wait.
     "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
     "health": {"interval_s": 0.5},
     "recovery": {"backoff_s": 0.0},

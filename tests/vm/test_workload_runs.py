@@ -153,6 +153,19 @@ def test_the_simulated_host_tags_are_inherited_but_not_other_podmanager_settings
     assert wait_exit(runs, "r").output == b"host-tag c@home None\n"
 
 
+def test_a_program_keeps_what_xla_compiled_in_its_hosts_cache_unless_the_run_names_another(tmp_path):
+    runs = HostRuns(tmp_path / "host", compile_cache=tmp_path / "jax-cache")
+    code = "import os; print(os.environ.get('JAX_COMPILATION_CACHE_DIR'))"
+    runs.start("r", command(code), {})
+    assert wait_exit(runs, "r").output == f"{tmp_path / 'jax-cache'}\n".encode()  # every launch on the host: one cache
+    own = Workload(command=[sys.executable, "-c", code], working_dir=None, env={"JAX_COMPILATION_CACHE_DIR": "/mine"})
+    runs.start("mine", own.model_dump_json(), {})
+    assert wait_exit(runs, "mine").output == b"/mine\n"  # --env wins
+    bare = HostRuns(tmp_path / "bare")  # no cache given: none set (the agent's own JAX_* never passes)
+    bare.start("r", command(code), {})
+    assert wait_exit(bare, "r").output == b"None\n"
+
+
 def test_setup_finds_a_missing_module_or_command_on_the_host_before_anything_starts(tmp_path):
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as z:
