@@ -22,6 +22,7 @@ from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.buckets import role_for
 from podmanager.cloud.gcp.storage import BucketIam
 from podmanager.controller.staging import stage_root
+from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec, PodmanagerSource
 
 Record = Callable[..., Any]
@@ -97,4 +98,4 @@ class BucketCheck:
         for need in self.needs:
             role = role_for(write=need.write)
             if self.buckets.grant(need.bucket, self.member, role, write=need.write):
-                record("bucket_granted", f"{self.member} granted {role} on bucket {need.bucket} ({need.field})")
+                record(EventKind.BUCKET_GRANTED, f"{self.member} granted {role} on bucket {need.bucket} ({need.field})")

@@ -18,6 +18,7 @@ class EventKind(StrEnum):
     RETRY = "retry"  # a cloud call failed transiently and is tried again
     FIREWALL_CREATED = "firewall_created"
     FIREWALL_EXISTING = "firewall_existing"
+    BUCKET_GRANTED = "bucket_granted"  # the VMs' account given access to a bucket they use
     SLICE_CREATING = "slice_creating"
     SLICE_QUEUED = "slice_queued"
     SLICE_WAITING = "slice_waiting"

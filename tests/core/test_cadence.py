@@ -22,7 +22,8 @@ from podmanager.core.clock import FakeClock
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
 
-PACKAGE = Path(__file__).resolve().parent.parent / "podmanager"
+PACKAGE = Path(__file__).resolve().parents[2] / "podmanager"
+assert (PACKAGE / "__init__.py").is_file(), PACKAGE  # a walk over no files would prove nothing
 SLICES = [{"accelerator": "v4-8"}]
 
 

@@ -14,7 +14,8 @@ from podmanager.cli.follow import RUN_EVENTS
 from podmanager.core.events import EventKind
 from podmanager.state import StateStore
 
-PACKAGE = Path(__file__).resolve().parent.parent / "podmanager"
+PACKAGE = Path(__file__).resolve().parents[2] / "podmanager"
+assert (PACKAGE / "__init__.py").is_file(), PACKAGE  # a walk over no files would prove nothing
 # The callables that take an event's kind, and at which position.
 WRITERS = {"record": 0, "_event": 0, "add_event": 1}
 
