@@ -190,13 +190,16 @@ def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
 
         def _send(self, code: int, body: str) -> None:
             data = body.encode()
-            self.send_response(code)
-            self.send_header("Metadata-Flavor", "Google")
-            self.send_header("Content-Type", "application/text")
-            self.send_header("ETag", _etag(body))
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(code)
+                self.send_header("Metadata-Flavor", "Google")
+                self.send_header("Content-Type", "application/text")
+                self.send_header("ETag", _etag(body))
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the caller left (its VM was killed mid long poll): nobody to answer, nothing to log
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
             pass  # a TPU program polls this; its log would fill the host's
