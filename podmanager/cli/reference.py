@@ -42,16 +42,6 @@ def _cell(text: str) -> str:
 # --- the spec -------------------------------------------------------------------------------
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for argument in typing.get_args(annotation):
-        found = _model_in(argument)
-        if found is not None:
-            return found
-    return None
-
-
 def _type_text(annotation: Any) -> str:
     """A type as a spec's reader writes it: `float | null`, `"spot" | "reserved"`, `list[str]`."""
     origin = typing.get_origin(annotation)
@@ -120,7 +110,7 @@ def _sections(model: type[BaseModel], path: str) -> list[tuple[str, type[BaseMod
     """The model and every section under it, depth first, each with its path in the YAML."""
     found = [(path, model)]
     for name, field in model.model_fields.items():
-        inner = _model_in(field.annotation)
+        inner = spec.model_in(field.annotation)
         if inner is not None and inner.__module__ != faults.__name__:  # the faults get a section of their own
             list_of = typing.get_origin(field.annotation) is list
             found.extend(_sections(inner, f"{path}.{name}{'[]' if list_of else ''}".lstrip(".")))

@@ -644,19 +644,19 @@ def _fields_at(location: tuple[Any, ...]) -> list[str]:
         field = model.model_fields.get(part) if isinstance(part, str) else None
         if field is None:
             continue
-        inner = _model_in(field.annotation)
+        inner = model_in(field.annotation)
         if inner is None:
             return []
         model = inner
     return list(model.model_fields)
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
+def model_in(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model inside an annotation such as `list[SliceSpec]` or `HeadSpec | None`."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for argument in typing.get_args(annotation):
-        found = _model_in(argument)
+        found = model_in(argument)
         if found is not None:
             return found
     return None
