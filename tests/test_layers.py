@@ -152,6 +152,17 @@ def test_the_cli_imports_neither_ray_nor_jax_until_a_command_needs_them() -> Non
     assert loaded == "[]", loaded  # `podmanager --help` stays fast
 
 
+def test_the_read_only_verbs_load_neither_ray_nor_the_clouds_client() -> None:
+    """`status`, `runs` and `logs` read the files the cluster's monitor keeps: importing the
+    Python API and the CLI's commands must not pull in Ray (a module-level import of the
+    monitor in `cluster_runtime.py` once did)."""
+    code = ("import sys, podmanager.api, podmanager.__main__\n"
+            "from podmanager.api import Cluster, cluster\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith(('ray.', 'google.cloud.tpu'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", loaded
+
+
 def test_api_uses_the_ray_side_through_its_methods_only() -> None:
     """`api/` calls methods of the cluster's one Ray-side object (`runtime.hosts`), never
     reaches through it to what it holds (`runtime.hosts.controller.connect()` was one)."""

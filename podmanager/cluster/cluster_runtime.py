@@ -14,7 +14,6 @@ from typing import Any, Callable, ContextManager
 from podmanager.cloud.base import DEAD_STATES, Node, NodeState, Operation
 from podmanager.cluster.boot_watch import BootWatch, failed_boots
 from podmanager.cluster.cluster_access import ClusterAccess, EventCallback
-from podmanager.cluster.cluster_monitor import ClusterMonitor
 from podmanager.cluster.shared_listing import SharedZoneListing
 from podmanager.core import catalog, paths, spares
 from podmanager.core.cadence import Cadence
@@ -127,6 +126,8 @@ class ClusterRuntime(ClusterAccess):
         joined = self.hosts.wait_for_hosts(nodes, on_progress=lambda healthy, of: self.record(
             EventKind.HOSTS_JOINING, f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of),
             check=BootWatch(self.cloud, nodes, self.record, self.clock, simulated=self.spec.simulated))
+        from podmanager.cluster.cluster_monitor import ClusterMonitor  # loads Ray: not for `status`
+
         self.hosts.ensure_monitor(ClusterMonitor)  # the hosts' probes, the cloud's view, the hot spares
         self.record(EventKind.HOSTS_JOINED, f"{len(joined)} host(s) joined Ray, each with a healthy agent")
 
