@@ -100,8 +100,6 @@ def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
                           timeout=60, env={**os.environ, "PODMANAGER_HOME": str(home)})
 
 
-@pytest.mark.xfail(reason="regression after this session's merges (stop note of 2026-11-26): a `podmanager attach`/`run` "
-                   "client following a run recovered from a preemption outlives its timeout; under investigation", strict=False)
 def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster, home, tmp_path):
     # The reference: one process with as many devices as the two one-chip slices, meanwhile.
     with final_loss_meanwhile("workloads/train_mlp.py", ["--steps", str(LONG_STEPS)], devices=2) as uninterrupted:
@@ -139,8 +137,6 @@ def client_killed_then_preempted(cluster, home, tmp_path):
     return cluster.run_handle(run_id).wait(timeout_s=10)
 
 
-@pytest.mark.xfail(reason="regression after this session's merges (stop note of 2026-11-26): a `podmanager attach`/`run` "
-                   "client following a run recovered from a preemption outlives its timeout; under investigation", strict=False)
 def test_a_killed_supervisor_reattaches_and_one_killed_during_a_recovery_finishes_it_exactly_once(cluster, home,
                                                                                                   tmp_path):
     handle = cluster.submit(train(tmp_path / "ck", steps=LONG_STEPS))
@@ -211,8 +207,6 @@ def stopped(pids: list[int]) -> bool:
     return not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
 
 
-@pytest.mark.xfail(reason="regression after this session's merges (stop note of 2026-11-26): a `podmanager attach`/`run` "
-                   "client following a run recovered from a preemption outlives its timeout; under investigation", strict=False)
 def test_a_run_holds_its_slices_until_cancelled_ctrl_c_detaches_or_cancels_and_down_cancels_it_first(
         cluster, home, tmp_path):
     # --detach returns once the run is submitted; the run holds its slices until it is cancelled.
