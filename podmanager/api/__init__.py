@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, resolve_cluster
     from podmanager.api.down import DownReport, down
     from podmanager.api.history import cluster_events, run_history, service_history
+    from podmanager.api.remote import RemoteCluster, open_spec
     from podmanager.api.run_handle import (
         RunHandle,
         latest_run_id,
@@ -35,9 +36,11 @@ _WHERE = {
     "latest_run_id": "podmanager.api.run_handle", "cluster_events": "podmanager.api.history",
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
-    "teardown": "podmanager.cluster.teardown", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
+    "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.api.remote",
+    "RemoteCluster": "podmanager.api.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
 }
-__all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RunHandle", "ServiceHandle", "SliceStatus",
+__all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RunHandle",
+           "ServiceHandle", "SliceStatus", "open_spec",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
            "run_history", "run_log_lines", "run_summary", "service_history", "teardown"]
 

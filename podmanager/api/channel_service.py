@@ -1,13 +1,39 @@
 """The channel's `ControllerApi` on the controller: each request answered by this machine's API
-(`Cluster.status`, `cluster_events`), converted to the channel's records."""
+(`Cluster`, the run records, the run's log folder), converted to the channel's records.
+
+`up` and `down` run as jobs in threads of the controller's process: they outlive the request
+and the client's connection (a laptop that sleeps or loses Wi-Fi stops nothing), and a client
+follows them by the cluster's events and `job`. A working dir arrives as a zip, is kept by its
+content's digest under `$PODMANAGER_HOME/uploads/`, and a run is submitted from its unpacked
+copy, exactly as a run submitted on the controller itself."""
 
 from __future__ import annotations
 
-from podmanager.api.cluster import resolve_cluster
+import hashlib
+import io
+import itertools
+import threading
+import time
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from podmanager.api.cluster import Cluster, resolve_cluster
 from podmanager.api.history import cluster_events
 from podmanager.api.status import ClusterStatus
+from podmanager.attempts import logs
+from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
+from podmanager.core import paths, selectors
+from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.core.records import HostRef
+from podmanager.core.spec import parse_spec
 from podmanager.state import Event, StateStore
+from podmanager.state.run_records import RunRecord, RunStore
+
+UPLOADS = "uploads"
 
 
 class ControllerChannelApi:
@@ -15,6 +41,19 @@ class ControllerChannelApi:
 
     def __init__(self, store: StateStore | None = None):
         self.store = store or StateStore()
+        self.runs_store = RunStore(self.store.path)
+        self._jobs: dict[str, records.JobReply] = {}
+        self._job_ids = itertools.count(1)
+        self._clusters: dict[str, Cluster] = {}
+        self._mutex = threading.Lock()
+
+    def close(self) -> None:
+        with self._mutex:
+            clusters, self._clusters = list(self._clusters.values()), {}
+        for cluster in clusters:
+            cluster.close()
+
+    # ------------------------------------------------------------------ reading
 
     def status(self, cluster: str) -> records.StatusReply:
         with resolve_cluster(cluster, store=self.store) as found:
@@ -25,6 +64,166 @@ class ControllerChannelApi:
         if not found and after_id == 0:
             cluster_events(cluster, store=self.store)  # a name that never had a cluster: its clear error
         return records.EventsReply(events=[event_record(e) for e in found])
+
+    def runs(self, cluster: str) -> records.RunsReply:
+        return records.RunsReply(runs=self.runs_store.list(cluster))
+
+    def run(self, request: records.RunRequest) -> records.RunReply:
+        return records.RunReply(run=self._run(request.cluster, request.run_id))
+
+    def _run(self, cluster: str, run_id: str) -> RunRecord:
+        run = self.runs_store.get(run_id)
+        if run is None or run.cluster != cluster:
+            known = ", ".join(r.run_id for r in self.runs_store.list(cluster)[-5:]) or "none"
+            raise SpecError(f"RUN: no run {run_id!r} in cluster {cluster} (latest: {known})",
+                            hint="See them all with 'podmanager runs'.")
+        return run
+
+    def watch(self, request: records.WatchRequest) -> records.WatchReply:
+        run_id = request.run_id or logs.resolve_run(request.cluster, None).run_id
+        run = self._run(request.cluster, run_id)
+        # The record first: output written before it says "finished" is all in the read below.
+        events = self.store.events(request.cluster, after_id=request.after_event, run_id=run_id)
+        only = HostRef(*selectors.parse_host(request.host, request.cluster, flag="--host")) if request.host else None
+        output = []
+        for host, path in RunFolder(request.cluster, run_id).logs(only, waiting=not run.finished):
+            label = host.label
+            new = read_new_lines(path, request.offsets.get(label, 0), final=run.finished, budget=request.live_bytes)
+            output.append(records.HostOutput(host=label, slice_index=host.slice_index, worker_id=host.worker_id,
+                                             text=new.text, offset=new.offset, skipped=new.skipped, path=str(path)))
+        return records.WatchReply(run=run, events=[event_record(e) for e in events], output=output)
+
+    # ------------------------------------------------------------------ runs
+
+    def keep_code(self, zipped: bytes) -> records.CodeReply:
+        digest = hashlib.sha256(zipped).hexdigest()
+        folder = uploads_dir() / digest
+        if not folder.is_dir():
+            try:
+                with zipfile.ZipFile(io.BytesIO(zipped)) as archive:
+                    unpacked = folder.with_name(f".{digest}.partial")
+                    for entry in archive.infolist():  # nothing may land outside the folder
+                        if Path(entry.filename).is_absolute() or ".." in Path(entry.filename).parts:
+                            raise SpecError(f"--working-dir: the code's zip holds {entry.filename!r}, outside its folder")
+                    archive.extractall(unpacked)
+                    unpacked.rename(folder)
+            except zipfile.BadZipFile:
+                raise SpecError("--working-dir: the controller received no readable zip of the working dir") from None
+        return records.CodeReply(digest=digest)
+
+    def submit(self, request: records.SubmitRequest) -> records.RunReply:
+        workload = request.workload
+        if request.code is not None:
+            folder = uploads_dir() / request.code
+            if not folder.is_dir():
+                raise PodmanagerError(f"--working-dir: the controller holds no code {request.code[:12]}",
+                                      hint="Send the run again: the client uploads its working dir first.")
+            workload = workload.model_copy(update={"working_dir": str(folder)})
+        handle = self._cluster(request.cluster).submit(workload, budgets=request.budgets)
+        return records.RunReply(run=handle.status())
+
+    def cancel(self, request: records.RunRequest) -> records.RunReply:
+        handle = self._cluster(request.cluster).run_handle(request.run_id)
+        return records.RunReply(run=handle.cancel(wait=False))
+
+    def _cluster(self, name: str) -> Cluster:
+        """One `Cluster` per name for the process's life: one Ray connection for every request."""
+        with self._mutex:
+            found = self._clusters.get(name)
+            if found is None:
+                found = self._clusters[name] = Cluster.from_name(name, store=self.store)
+            return found
+
+    # ------------------------------------------------------------------ up and down, as jobs
+
+    def start_up(self, request: records.UpRequest) -> records.JobReply:
+        try:
+            data = yaml.safe_load(request.spec_yaml)
+        except yaml.YAMLError as error:
+            raise SpecError(f"the spec is no YAML the controller reads: {error}") from None
+        spec = parse_spec(data, dry_run=request.dry_run)
+        spec = spec.model_copy(update={"controller": spec.controller.model_copy(update={"local": True})})
+        if spec.name != request.cluster:
+            raise SpecError(f"name: the spec names {spec.name!r}, not {request.cluster!r}")
+
+        def work(job_id: str) -> records.StatusReply:
+            cluster = Cluster(spec, store=self.store)
+            try:
+                status = cluster.up(timeout_s=request.timeout_s, force=request.force,
+                                    delete_on_failure=request.delete_on_failure,
+                                    on_plan=lambda plan: self._set(job_id, plan=records.PlanReply(
+                                        cluster=plan.cluster, summary=plan.describe(), spares=plan.spares)))
+            finally:
+                cluster.close()
+            return status_reply(status)
+
+        return self._start("up", work)
+
+    def start_down(self, request: records.DownRequest) -> records.JobReply:
+        def work(job_id: str) -> None:
+            with self._mutex:
+                cached = self._clusters.pop(request.cluster, None)
+            if cached is not None:
+                cached.close()
+            cluster = Cluster.from_name(request.cluster, store=self.store)
+            try:
+                cluster.down(timeout_s=request.timeout_s)
+            finally:
+                cluster.close()
+
+        return self._start("down", work)
+
+    def resume(self, cluster: str) -> records.JobReply | None:
+        """After a reboot or a crash: `up` of the spec this controller last brought up (the head
+        again, the hosts rejoining, the runs' supervisors resumed), as a job; None when this
+        controller holds no such cluster yet (its first boot: the client's `up` comes next)."""
+        if self.store.get_cluster(cluster) is None:
+            return None
+
+        def work(job_id: str) -> records.StatusReply:
+            found = Cluster.from_name(cluster, store=self.store)
+            try:
+                return status_reply(found.up(timeout_s=found.spec.head.join_timeout_s * 4))
+            finally:
+                found.close()
+
+        return self._start("up", work)
+
+    def job(self, job_id: str) -> records.JobReply:
+        with self._mutex:
+            found = self._jobs.get(job_id)
+        if found is None:
+            raise PodmanagerError(f"the controller has no job {job_id}: it restarted since it began",
+                                  hint="Run the command again: up and down finish what an interrupted one left.")
+        return found
+
+    def _start(self, verb: str, work: Callable[[str], records.StatusReply | None]) -> records.JobReply:
+        job_id = f"{verb}-{next(self._job_ids)}"
+        started = records.JobReply(job_id=job_id, verb=verb, started_at=time.time())
+        with self._mutex:
+            self._jobs[job_id] = started
+
+        def run() -> None:
+            try:
+                status = work(job_id)
+                self._set(job_id, done=True, status=status)
+            except PodmanagerError as error:
+                self._set(job_id, done=True, error=records.ErrorReply(message=error.message, hint=error.hint,
+                                                                      exit_code=error.exit_code))
+            except Exception as error:  # noqa: BLE001 - the client hears of it; the daemon serves on
+                self._set(job_id, done=True, error=records.ErrorReply(
+                    message=f"{verb} failed on the controller: {type(error).__name__}: {error}"))
+
+        threading.Thread(target=run, name=f"podmanager-{job_id}", daemon=True).start()
+        return started
+
+    def _set(self, job_id: str, **changes: object) -> None:
+        with self._mutex:
+            self._jobs[job_id] = self._jobs[job_id].model_copy(update=changes)
+
+
+def uploads_dir() -> Path:
+    return paths.private_dir(paths.home() / UPLOADS)
 
 
 def status_reply(status: ClusterStatus) -> records.StatusReply:

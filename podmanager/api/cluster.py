@@ -38,6 +38,7 @@ from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
+    from podmanager.api.remote import RemoteCluster
     from podmanager.api.run_handle import InterruptCallback, RunHandle
     from podmanager.api.serve import ServeOptions
     from podmanager.api.service_handle import ServiceHandle
@@ -256,6 +257,9 @@ class Cluster:
 
         return cancel_service(self.runtime, self.runs_store, self.services_store, service_id)
 
+    def has_service(self, service_id: str) -> bool:
+        return self.services_store.get(service_id) is not None
+
     def services(self) -> list[ServiceRecord]:
         """Every service of this cluster, oldest first."""
         return self.services_store.list(self.name)
@@ -280,7 +284,13 @@ class Cluster:
         self.runtime.close()
 
 
-def resolve_cluster(name: str | None, *, store: StateStore | None = None, **kwargs: Any) -> Cluster:
-    """The named cluster, or the only one there is when no name is given."""
+def resolve_cluster(name: str | None, *, store: StateStore | None = None, **kwargs: Any) -> Cluster | RemoteCluster:
+    """The named cluster, or the only one there is when no name is given: a `RemoteCluster`
+    when this machine reaches it through its controller VM's channel."""
+    from podmanager.api.remote import RemoteCluster, is_remote
+
     store = store or StateStore()
-    return Cluster.from_name(name if name is not None else only_cluster(store), store=store, **kwargs)
+    name = name if name is not None else only_cluster(store)
+    if is_remote(name) and store.get_cluster(name) is None:
+        return RemoteCluster(name)
+    return Cluster.from_name(name, store=store, **kwargs)

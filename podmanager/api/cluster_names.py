@@ -23,12 +23,15 @@ def stored_spec(name: str, store: StateStore) -> ClusterSpec:
 
 
 def only_cluster(store: StateStore) -> str:
-    """The name of the one cluster there is; ClusterNotFoundError when there are none or several."""
-    known = store.list_clusters()
+    """The name of the one cluster there is (recorded here, or reached through its controller
+    VM's channel); ClusterNotFoundError when there are none or several."""
+    from podmanager.channel.pinned import remote_clusters
+
+    known = sorted({r.name for r in store.list_clusters()} | set(remote_clusters()))
     if len(known) != 1:
-        listing = ", ".join(r.name for r in known) or "none"
+        listing = ", ".join(known) or "none"
         raise ClusterNotFoundError(
             f"--cluster: {'no cluster exists' if not known else 'several clusters exist'} (known: {listing})",
             hint="Name one with -c NAME, or create one with 'podmanager up -f SPEC'.",
         )
-    return known[0].name
+    return known[0]

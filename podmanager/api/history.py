@@ -17,6 +17,11 @@ from podmanager.state.services import ServiceStore
 
 def cluster_events(name: str, *, store: StateStore | None = None) -> list[Event]:
     """Every event of the cluster, oldest first."""
+    from podmanager.api.remote import RemoteCluster, is_remote
+
+    if is_remote(name):
+        with RemoteCluster(name) as remote:
+            return remote.events()
     store = store or StateStore()
     events = store.events(name)
     if not events and store.get_cluster(name) is None:
@@ -26,6 +31,11 @@ def cluster_events(name: str, *, store: StateStore | None = None) -> list[Event]
 
 def run_history(name: str, *, store: StateStore | None = None, runs: RunStore | None = None) -> list[RunRecord]:
     """Every run of the cluster, oldest first, whether the cluster is still up or not."""
+    from podmanager.api.remote import RemoteCluster, is_remote
+
+    if is_remote(name):
+        with RemoteCluster(name) as remote:
+            return remote.runs()
     store = store or StateStore()
     found = (runs or RunStore()).list(name)
     if not found and store.get_cluster(name) is None:
@@ -42,7 +52,11 @@ def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:
 def service_history(name: str, *, services: ServiceStore | None = None,
                     runs: RunStore | None = None) -> list[dict[str, Any]]:
     """Every service of the cluster as `runs` lists it (kind: service), oldest first."""
+    from podmanager.api.remote import is_remote
     from podmanager.api.service_handle import summarize
+
+    if is_remote(name):
+        return []  # services are not served over the channel yet (issue 36)
 
     services = services or ServiceStore()
     runs = runs or RunStore(services.path)

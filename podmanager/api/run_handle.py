@@ -21,7 +21,7 @@ from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
 from podmanager.state import Event, StateStore
-from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_records import RunRecord, RunStore, final_result
 from podmanager.state.run_results import RunResult
 from podmanager.state.services import ServiceRecord, ServiceStore
 
@@ -181,15 +181,6 @@ def open_run(cluster: str, run_id: str, *, runs: RunStore, services: ServiceStor
     return RunHandle(cluster, run_id, runs=runs, store=store)
 
 
-def final_result(run: RunRecord) -> RunResult:
-    """A finished run's result. A run ended without one (marked cancelled by a teardown
-    whose supervisor was gone) gets one that says only how it ended."""
-    if run.result is not None:
-        return run.result
-    return RunResult.without_attempts(run.run_id, run.cluster, run.status, f"run {run.run_id} {run.status}",
-                                      attempts=run.attempt)
-
-
 def run_summary(run: RunRecord) -> dict[str, Any]:
     """One line of `podmanager runs`: where the run is and how it went so far."""
     incidents = run.ledger.incidents
@@ -217,6 +208,10 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
 
 def latest_run_id(cluster: str) -> str:
     """The run `logs` shows when none is named: the newest one."""
+    from podmanager.api.remote import is_remote, latest_run
+
+    if is_remote(cluster):
+        return latest_run(cluster)
     return logs.resolve_run(cluster, None).run_id
 
 
@@ -225,6 +220,11 @@ def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = No
     """(host label, line) of a run's output (default: the latest run), every host or one
     (e.g. 'slice-0/1', see `core.selectors`); with `follow`, as lines are written until the run ends.
     A service's id gives each of its replicas' runs in turn (`replica N slice-N/W`)."""
+    from podmanager.api.remote import is_remote, log_lines
+
+    if is_remote(cluster):
+        yield from log_lines(cluster, run_id, host, follow=follow)
+        return
     # A run's output is in files and needs no store (a damaged one included): the store is asked
     # only for an id that names no run's folder, which may be a service's.
     is_run = run_id is None or RunFolder(cluster, run_id).folder.exists()

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from podmanager.core.records import HostSlot
 from podmanager.runtime import contract
-from podmanager.runtime.launch import JAX_CACHE_MIN_COMPILE_S_ENV, JAX_COMPILATION_CACHE_ENV, JAX_PREEMPTION_SERVICE_ENV
+from podmanager.runtime.launch import (
+    JAX_CACHE_MIN_COMPILE_S_ENV,
+    JAX_COMPILATION_CACHE_ENV,
+    JAX_PREEMPTION_SERVICE_ENV,
+)
 
 MEGASCALE_PORT = 8081
 

@@ -32,7 +32,7 @@ class ChannelClient:
         address = credentials.address
         self._pool = urllib3.HTTPSConnectionPool(
             address.host, address.port, ssl_context=context, assert_fingerprint=credentials.fingerprint,
-            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S), retries=False, maxsize=1)
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S), retries=False, maxsize=2)
 
     @classmethod
     def for_cluster(cls, cluster: str) -> Self:
@@ -54,12 +54,43 @@ class ChannelClient:
         return self._ask(records.EVENTS_PATH, records.EventsRequest(cluster=cluster, after_id=after_id),
                          records.EventsReply)
 
+    def start_up(self, request: records.UpRequest) -> records.JobReply:
+        return self._ask(records.UP_PATH, request, records.JobReply)
+
+    def start_down(self, request: records.DownRequest) -> records.JobReply:
+        return self._ask(records.DOWN_PATH, request, records.JobReply)
+
+    def job(self, job_id: str) -> records.JobReply:
+        return self._ask(records.JOB_PATH, records.JobRequest(job_id=job_id), records.JobReply)
+
+    def send_code(self, zipped: bytes) -> records.CodeReply:
+        """A working dir's zip, kept on the controller by its content (sent again: kept once)."""
+        return self._post(records.CODE_PATH, zipped, "application/zip", records.CodeReply)
+
+    def submit(self, request: records.SubmitRequest) -> records.RunReply:
+        return self._ask(records.SUBMIT_PATH, request, records.RunReply)
+
+    def watch(self, request: records.WatchRequest) -> records.WatchReply:
+        return self._ask(records.WATCH_PATH, request, records.WatchReply)
+
+    def cancel(self, cluster: str, run_id: str) -> records.RunReply:
+        return self._ask(records.CANCEL_PATH, records.RunRequest(cluster=cluster, run_id=run_id), records.RunReply)
+
+    def run(self, cluster: str, run_id: str) -> records.RunReply:
+        return self._ask(records.RUN_PATH, records.RunRequest(cluster=cluster, run_id=run_id), records.RunReply)
+
+    def runs(self, cluster: str) -> records.RunsReply:
+        return self._ask(records.RUNS_PATH, records.StatusRequest(cluster=cluster), records.RunsReply)
+
     def _ask(self, path: str, request: BaseModel, reply: type[ReplyT]) -> ReplyT:
+        return self._post(path, request.model_dump_json().encode(), "application/json", reply)
+
+    def _post(self, path: str, body: bytes, content_type: str, reply: type[ReplyT]) -> ReplyT:
         where = f"{self.credentials.address.host}:{self.credentials.address.port}"
         try:
             response = self._pool.urlopen(
-                "POST", path, body=request.model_dump_json().encode(), redirect=False,
-                headers={"Authorization": f"Bearer {self.credentials.token}", "Content-Type": "application/json"})
+                "POST", path, body=body, redirect=False,
+                headers={"Authorization": f"Bearer {self.credentials.token}", "Content-Type": content_type})
         except urllib3.exceptions.SSLError as error:
             raise ChannelCredentialError(
                 f"the controller at {where} did not present the certificate pinned in "

@@ -75,10 +75,13 @@ def folder(cluster: str) -> Path:
     return paths.cluster_path(cluster) / FOLDER
 
 
-def load_or_create(cluster: str, address: str) -> ControllerIdentity:
+def load_or_create(cluster: str, address: str, *, token: str | None = None) -> ControllerIdentity:
     """The controller's identity for the cluster, made on first use; the key and certificate
-    made again when the certificate does not name `address` (see the module's docstring)."""
+    made again when the certificate does not name `address` (see the module's docstring).
+    `token`: the cluster's token as the client made it (read from Secret Manager at boot)."""
     identity = ControllerIdentity(cluster, address, folder(cluster))
+    if token is not None and (not identity.token_path.exists() or identity.token() != token):
+        write_private(identity.token_path, token)
     if not identity.token_path.exists():
         write_private(identity.token_path, secrets.token_urlsafe(32))
     if not (identity.key_path.exists() and identity.cert_path.exists() and names(identity.cert_pem(), address)):

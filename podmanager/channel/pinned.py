@@ -22,6 +22,7 @@ FOLDER = "channel"
 ADDRESS_FILE = "controller.json"
 CERT_FILE = "controller.pem"
 TOKEN_FILE = "token"
+SPEC_FILE = "spec.json"  # the spec `up` was given: `down` deletes the controller VM by it
 
 
 class ControllerAddress(BaseModel):
@@ -95,3 +96,36 @@ def load(cluster: str) -> ClientCredentials:
     if not token:
         raise ChannelCredentialError(f"the cluster's channel token: {where / TOKEN_FILE} is empty", hint=fix)
     return ClientCredentials(cluster, address, cert_pem, token, where)
+
+
+def has_address(cluster: str) -> bool:
+    return (folder(cluster) / ADDRESS_FILE).is_file()
+
+
+def load_address(cluster: str) -> ControllerAddress:
+    return load(cluster).address
+
+
+def load_token(cluster: str) -> str:
+    """The cluster's channel token on this machine (ChannelCredentialError when there is none)."""
+    where = folder(cluster)
+    token = read_private(where / TOKEN_FILE, what="the cluster's channel token", fix=refetch_hint(cluster)).strip()
+    if not token:
+        raise ChannelCredentialError(f"the cluster's channel token: {where / TOKEN_FILE} is empty",
+                                     hint=refetch_hint(cluster))
+    return token
+
+
+def save_spec(cluster: str, spec_json: str) -> None:
+    write_private(folder(cluster) / SPEC_FILE, spec_json)
+
+
+def load_spec_json(cluster: str) -> str | None:
+    path = folder(cluster) / SPEC_FILE
+    return path.read_text() if path.is_file() else None
+
+
+def remote_clusters() -> list[str]:
+    """The clusters this machine holds a pointer to (their controller is a VM)."""
+    root = paths.home() / "clusters"
+    return sorted(p.parent.parent.name for p in root.glob(f"*/{FOLDER}/{SPEC_FILE}")) if root.is_dir() else []

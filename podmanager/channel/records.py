@@ -7,9 +7,21 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from podmanager.core.workload import Workload
+from podmanager.state.run_records import RunRecord
+
 API_PREFIX = "/v1"
 STATUS_PATH = f"{API_PREFIX}/status"
 EVENTS_PATH = f"{API_PREFIX}/events"
+UP_PATH = f"{API_PREFIX}/up"
+DOWN_PATH = f"{API_PREFIX}/down"
+JOB_PATH = f"{API_PREFIX}/job"
+CODE_PATH = f"{API_PREFIX}/code"  # the body is the zip itself, not JSON
+SUBMIT_PATH = f"{API_PREFIX}/submit"
+WATCH_PATH = f"{API_PREFIX}/watch"
+CANCEL_PATH = f"{API_PREFIX}/cancel"
+RUN_PATH = f"{API_PREFIX}/run"
+RUNS_PATH = f"{API_PREFIX}/runs"
 
 
 class Record(BaseModel):
@@ -105,3 +117,105 @@ class ErrorReply(Record):
     message: str
     hint: str | None = None
     exit_code: int = 1
+
+
+# ---------------------------------------------------------------------- up and down
+
+class UpRequest(Record):
+    """`up` of the spec, run on the controller as a job of its own (it outlives the request and
+    the client's connection: a laptop that sleeps does not stop it)."""
+
+    cluster: str = Field(min_length=1)
+    spec_yaml: str = Field(min_length=1)  # the spec as the user wrote it; the controller runs it locally
+    dry_run: bool = False  # `up --dry-run`: the simulated backend, whatever the spec says
+    timeout_s: float = Field(gt=0)
+    force: bool = False
+    delete_on_failure: bool = False
+
+
+class DownRequest(Record):
+    cluster: str = Field(min_length=1)
+    timeout_s: float = Field(default=600.0, gt=0)
+
+
+class JobRequest(Record):
+    job_id: str = Field(min_length=1)
+
+
+class JobReply(Record):
+    """A verb the controller runs for a client (`up`, `down`): running, or how it ended."""
+
+    job_id: str
+    verb: str
+    started_at: float = 0.0  # on the controller's clock: its events from then on are the job's
+    done: bool = False
+    error: ErrorReply | None = None
+    status: StatusReply | None = None  # `up`'s, once it succeeded
+    plan: PlanReply | None = None  # `up`'s plan, once made
+
+
+class PlanReply(Record):
+    """What `up` does to the cloud (`api/up_plan.py::UpPlan`), as a person reads it."""
+
+    cluster: str
+    summary: str
+    spares: str | None = None
+
+
+# ---------------------------------------------------------------------- runs
+
+class CodeReply(Record):
+    """A working dir received as a zip, kept on the controller by its content's SHA-256."""
+
+    digest: str
+
+
+class SubmitRequest(Record):
+    cluster: str = Field(min_length=1)
+    workload: Workload  # working_dir: None, or "." for the code named by `code`
+    code: str | None = None  # the CodeReply.digest of the working dir's zip
+    budgets: dict[str, int] = {}
+
+
+class RunRequest(Record):
+    cluster: str = Field(min_length=1)
+    run_id: str = Field(min_length=1)
+
+
+class WatchRequest(Record):
+    """What a follower has seen of one run: its events up to `after_event`, and of each host's
+    log the bytes up to `offsets[label]`. `host`: one host's log only (`logs --host`)."""
+
+    cluster: str = Field(min_length=1)
+    run_id: str | None = None  # None: the cluster's latest run
+    after_event: int = Field(default=0, ge=0)
+    offsets: dict[str, int] = {}
+    host: str | None = None
+    live_bytes: int | None = Field(default=None, gt=0)  # a follower keeping up: at most this much per host
+
+
+class HostOutput(Record):
+    host: str  # slice-S/W, as `core.selectors` reads it
+    slice_index: int
+    worker_id: int
+    text: str
+    offset: int  # where the next read of this host starts
+    skipped: int = 0  # whole lines left out to keep within `live_bytes`
+    path: str = ""  # the log file on the controller, for a person reading there
+
+
+class WatchReply(Record):
+    """The run's record, read before its output (so nothing written before its end is missed),
+    then its events and every host's output since what the request had seen."""
+
+    run: RunRecord
+    events: list[EventRecord] = []
+    output: list[HostOutput] = []
+
+
+class RunReply(Record):
+    run: RunRecord
+
+
+class RunsReply(Record):
+    runs: list[RunRecord]

@@ -25,7 +25,8 @@ from podmanager.channel.identity import ControllerIdentity
 from podmanager.core import peer
 from podmanager.core.errors import PodmanagerError
 
-MAX_BODY_BYTES = 64 * 1024  # requests are a few names and numbers
+MAX_BODY_BYTES = 1 << 20  # requests are names, numbers, a spec and a workload
+MAX_CODE_BYTES = 80 << 20  # a working dir's zip: the package limit (64 MiB, attempts/package.py) and room
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 
@@ -37,6 +38,24 @@ class ControllerApi(Protocol):
     def status(self, cluster: str) -> records.StatusReply: ...
 
     def events(self, cluster: str, after_id: int) -> records.EventsReply: ...
+
+    def start_up(self, request: records.UpRequest) -> records.JobReply: ...
+
+    def start_down(self, request: records.DownRequest) -> records.JobReply: ...
+
+    def job(self, job_id: str) -> records.JobReply: ...
+
+    def keep_code(self, zipped: bytes) -> records.CodeReply: ...
+
+    def submit(self, request: records.SubmitRequest) -> records.RunReply: ...
+
+    def watch(self, request: records.WatchRequest) -> records.WatchReply: ...
+
+    def cancel(self, request: records.RunRequest) -> records.RunReply: ...
+
+    def run(self, request: records.RunRequest) -> records.RunReply: ...
+
+    def runs(self, cluster: str) -> records.RunsReply: ...
 
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
@@ -77,14 +96,59 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
         asked = await _body(request, records.EventsRequest)
         return await _answer(lambda: api.events(asked.cluster, asked.after_id))
 
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[owner_only, bearer_token])
-    app.router.add_post(records.STATUS_PATH, status)
-    app.router.add_post(records.EVENTS_PATH, events)
+    async def start_up(request: web.Request) -> web.Response:
+        asked = await _body(request, records.UpRequest)
+        return await _answer(lambda: api.start_up(asked))
+
+    async def start_down(request: web.Request) -> web.Response:
+        asked = await _body(request, records.DownRequest)
+        return await _answer(lambda: api.start_down(asked))
+
+    async def job(request: web.Request) -> web.Response:
+        asked = await _body(request, records.JobRequest)
+        return await _answer(lambda: api.job(asked.job_id))
+
+    async def code(request: web.Request) -> web.Response:
+        zipped = await request.read()  # bounded by the app's client_max_size
+        return await _answer(lambda: api.keep_code(zipped))
+
+    async def submit(request: web.Request) -> web.Response:
+        asked = await _body(request, records.SubmitRequest)
+        return await _answer(lambda: api.submit(asked))
+
+    async def watch(request: web.Request) -> web.Response:
+        asked = await _body(request, records.WatchRequest)
+        return await _answer(lambda: api.watch(asked))
+
+    async def cancel(request: web.Request) -> web.Response:
+        asked = await _body(request, records.RunRequest)
+        return await _answer(lambda: api.cancel(asked))
+
+    async def run(request: web.Request) -> web.Response:
+        asked = await _body(request, records.RunRequest)
+        return await _answer(lambda: api.run(asked))
+
+    async def runs(request: web.Request) -> web.Response:
+        asked = await _body(request, records.StatusRequest)
+        return await _answer(lambda: api.runs(asked.cluster))
+
+    # The code's zip is the one large body; every JSON body is held to MAX_BODY_BYTES in `_body`.
+    app = web.Application(client_max_size=MAX_CODE_BYTES, middlewares=[owner_only, bearer_token])
+    for path, handler in ((records.STATUS_PATH, status), (records.EVENTS_PATH, events), (records.UP_PATH, start_up),
+                          (records.DOWN_PATH, start_down), (records.JOB_PATH, job), (records.CODE_PATH, code),
+                          (records.SUBMIT_PATH, submit), (records.WATCH_PATH, watch), (records.CANCEL_PATH, cancel), (records.RUN_PATH, run),
+                          (records.RUNS_PATH, runs)):
+        app.router.add_post(path, handler)
     return app
 
 
 async def _body(request: web.Request, model: type[RequestT]) -> RequestT:
     """The request's body as `model`; a 400 saying which field is wrong (raised as the response)."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        reply = records.ErrorReply(message=f"the request is {request.content_length} bytes; at most "
+                                           f"{MAX_BODY_BYTES} are read", exit_code=2)
+        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length, text=reply.model_dump_json(),
+                                            content_type="application/json")
     try:
         return model.model_validate_json(await request.read())
     except ValidationError as error:
@@ -125,10 +189,12 @@ class ChannelServer:
     `start` returns once it listens (or raises why it could not); `stop` closes it and joins the
     thread, also when called from a failure path or twice."""
 
-    def __init__(self, api: ControllerApi, identity: ControllerIdentity, *, port: int = 0):
+    def __init__(self, api: ControllerApi, identity: ControllerIdentity, *, port: int = 0, bind: str | None = None):
+        """`bind`: the address to listen on, when not the one the certificate names (a VM's
+        external address is its NAT's, not its interface's)."""
         self._app = build_app(api, identity.token())
         self._ssl = tls_context(identity)
-        self.host = identity.address
+        self.host = bind or identity.address
         self.port = port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

@@ -58,7 +58,7 @@ def attach(
 ) -> None:
     """Follow a run from its start (output, events) to its summary; Ctrl-C detaches again (a second within 2 s cancels). A service: its replicas and counters until it stops; Ctrl-C detaches."""  # noqa: E501
     target = api.resolve_cluster(cluster)
-    if target.services_store.get(run_id) is not None:
+    if target.has_service(run_id):
         follow_service(target.service_handle(run_id), as_json=as_json)
         return
     handle = target.run_handle(run_id)
@@ -72,7 +72,7 @@ def cancel(
 ) -> None:
     """Stop a run on every host and record it as cancelled: SIGTERM, then SIGKILL after 10 s (time to checkpoint). A service drains its replicas, then stops its router."""  # noqa: E501
     target = api.resolve_cluster(cluster)
-    if target.services_store.get(run_id) is not None:
+    if target.has_service(run_id):
         service = target.cancel_service(run_id)
         console.print(f"service {run_id} is {service.status}")
         return

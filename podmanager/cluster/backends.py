@@ -14,6 +14,7 @@ from podmanager.cloud.base import SimulatedCloud, TpuCloud
 from podmanager.cloud.retry import RetryCallback
 from podmanager.core.cadence import GOOGLE_CLOUD, SIMULATED
 from podmanager.core.clock import Clock
+from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import ClusterSpec
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
         GcpCloud,  # Google's client loads slowly: only when used
     )
     from podmanager.cloud.gcp.compute import ComputeNetworks
+    from podmanager.cloud.gcp.instances import ComputeInstances
     from podmanager.cloud.gcp.storage import BucketIam
     from podmanager.controller.cluster_hosts import LocalMachines
     from podmanager.emulator.control import EmulatorControl
@@ -70,6 +72,47 @@ def make_compute(spec: ClusterSpec) -> ComputeNetworks | None:
 
     return ComputeNetworks(spec.project or "", credentials=check_credentials(spec.project or ""),
                            **asdict(GOOGLE_CLOUD.compute_api))
+
+
+def make_instances(spec: ClusterSpec) -> ComputeInstances:
+    """Compute Engine's VMs of the spec's project (the controller VM), where `make_compute`
+    finds Compute Engine: a dry run's emulator (started if it is not running), or Google's."""
+    from podmanager.cloud.gcp.instances import ComputeInstances
+
+    if spec.simulated:
+        from podmanager.emulator import launcher
+
+        launcher.ensure(spec.project or "")
+        found = launcher.running(spec.project or "")
+        if found is None or not found.compute_api:
+            raise PodmanagerError(f"the dry run's emulator of {spec.project} serves no Compute Engine API",
+                                  hint="Stop it ('podmanager emulator stop') so the next command starts a current one.")
+        return ComputeInstances(spec.project or "", endpoint=found.compute_api, **asdict(SIMULATED.compute_api))
+    from podmanager.cloud.gcp.client import check_credentials
+
+    return ComputeInstances(spec.project or "", credentials=check_credentials(spec.project or ""),
+                            **asdict(GOOGLE_CLOUD.compute_api))
+
+
+def make_networks(spec: ClusterSpec) -> ComputeNetworks:
+    """`make_compute`, which must be there (the controller VM's rule)."""
+    if spec.simulated:
+        make_instances(spec).close()  # the emulator started, as that checks
+    found = make_compute(spec)
+    if found is None:
+        raise PodmanagerError("no Compute Engine API for the controller VM's firewall rule (TPU_EMULATOR_HOST names "
+                              "a bare emulator)", hint="Unset TPU_EMULATOR_HOST.")
+    return found
+
+
+def secrets_host(spec: ClusterSpec) -> str | None:
+    """Where a dry run's Secret Manager is (its emulator, started if it is not running); None on
+    Google Cloud (the client finds Google's)."""
+    if not spec.simulated:
+        return None
+    from podmanager.emulator import launcher
+
+    return launcher.ensure(spec.project or "")
 
 
 def make_buckets(spec: ClusterSpec) -> BucketIam | None:

@@ -126,7 +126,9 @@ class ClusterRuntime(ClusterAccess):
         joined = self.hosts.wait_for_hosts(nodes, on_progress=lambda healthy, of: self.record(
             EventKind.HOSTS_JOINING, f"{healthy}/{of} host(s) joined Ray", joined=healthy, expected=of),
             check=BootWatch(self.cloud, nodes, self.record, self.clock, simulated=self.spec.simulated))
-        from podmanager.cluster.cluster_monitor import ClusterMonitor  # loads Ray: not for `status`
+        from podmanager.cluster.cluster_monitor import (
+            ClusterMonitor,  # loads Ray: not for `status`
+        )
 
         self.hosts.ensure_monitor(ClusterMonitor)  # the hosts' probes, the cloud's view, the hot spares
         self.record(EventKind.HOSTS_JOINED, f"{len(joined)} host(s) joined Ray, each with a healthy agent")

@@ -53,7 +53,12 @@ def _check(name: str, value: str, pattern: re.Pattern[str] | None, what: str) ->
         raise SpecError(f"startup script: {name}={value!r} is not {what}")
 
 
-def render_startup_script(cluster: str, software: Software, token_secret: str) -> str:
+TPU_ROLE = "tpu"
+CONTROLLER_ROLE = "controller"
+
+
+def render_startup_script(cluster: str, software: Software, token_secret: str, *, role: str = TPU_ROLE,
+                          channel_port: int = 0) -> str:
     """The boot script for the TPU VMs of `cluster`.
 
     software: what every VM must run, pinned to the controller (`hosts.software`): the exact
@@ -61,7 +66,11 @@ def render_startup_script(cluster: str, software: Software, token_secret: str) -
     token_secret: the Secret Manager secret (id, or projects/P/secrets/S[/versions/V]) that
     holds the Ray token; the token itself is never put in the script.
     The head's address is not in the script: the VM reads it from metadata on every try.
+    role: `tpu` (join the head) or `controller` (the cluster's controller VM: `token_secret` is
+    the channel token's secret, and the daemon serves the channel on `channel_port`).
     """
+    if role not in (TPU_ROLE, CONTROLLER_ROLE) or (role == CONTROLLER_ROLE and not 0 < channel_port < 65536):
+        raise ValueError(f"startup script: role {role!r} with channel port {channel_port}")
     _check("cluster", cluster, re.compile(r"^[a-z][-a-z0-9]*$"), "a cluster name")
     _check("token_secret", token_secret, _SECRET, "a Secret Manager secret name")
     _check("boot.podmanager", software.podmanager_source, None, "a version or requirement")
@@ -69,6 +78,8 @@ def render_startup_script(cluster: str, software: Software, token_secret: str) -
         _check(f"boot.packages[{index}]", package, None, "a requirement")
     values = {
         "cluster": shlex.quote(cluster),
+        "role": role,
+        "channel_port": str(channel_port),
         "token_secret": shlex.quote(token_secret),
         "podmanager_source": shlex.quote(software.podmanager_source),
         "python": shlex.quote(software.python),

@@ -19,6 +19,11 @@ class EventKind(StrEnum):
     FIREWALL_CREATED = "firewall_created"
     FIREWALL_EXISTING = "firewall_existing"
     BUCKET_GRANTED = "bucket_granted"  # the VMs' account given access to a bucket they use
+    # the controller VM (`controller.local: false`), as the user's machine makes and removes it
+    CONTROLLER_CREATING = "controller_creating"
+    CONTROLLER_BOOT = "controller_boot"
+    CONTROLLER_READY = "controller_ready"
+    CONTROLLER_DELETED = "controller_deleted"
     SLICE_CREATING = "slice_creating"
     SLICE_QUEUED = "slice_queued"
     SLICE_WAITING = "slice_waiting"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import ipaddress
 import os
 import re
 import typing
@@ -295,11 +296,13 @@ class HeadSpec(_Model):
 
 class ControllerSpec(_Model):
     """Where the cluster's controller runs: the Ray head, every run's supervisor, the state store
-    (issue 36). `local: true`, today's only mode: the machine running podmanager is the controller.
-    The VM fields are checked now and used once podmanager makes the controller VM."""
+    (issue 36). `local: true`: the machine running podmanager is the controller (inside the VPC,
+    or tests that need no split); `local: false`: `up` makes a controller VM of the fields below,
+    and every verb reaches it over the channel (docs/channel.md)."""
 
-    local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller "
-                                                       "(false, a controller VM, is not built yet)")  # strict: `local: "no"` is a typo
+    local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller; "
+                                                       "false: `up` makes a controller VM and every verb reaches it "
+                                                       "over the channel")  # strict: `local: "no"` is a typo
     # 4 vCPUs and 16 GB: the controller runs the Ray head (GCS, raylet, dashboard) and one Ray actor
     # process per run's supervisor and service router; a few dozen of them need the memory, and the
     # head must keep answering its hosts while they poll. SkyPilot's jobs controller asks for 4+ CPUs
@@ -310,14 +313,21 @@ class ControllerSpec(_Model):
     disk_gb: int = Field(50, ge=10, le=65536, strict=True,
                          description="the controller VM's boot disk")  # 10: a Debian image's smallest disk
 
-    @field_validator("local")
+    caller: str | None = Field(None, description="the one address (ADDRESS/32) the controller's channel admits; "
+                                                "null: this machine's (a dry run: loopback)")
+
+    @field_validator("caller")
     @classmethod
-    def _only_local_for_now(cls, local: bool) -> bool:
-        if not local:
-            raise ValueError("false (a controller VM made by podmanager) is not built yet (issue 36); leave it "
-                             "out or set local: true, and run podmanager on a machine in the TPUs' VPC (README "
-                             "\"Running on Google Cloud\")")
-        return local
+    def _one_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            network = ipaddress.ip_network(value, strict=True)
+        except ValueError:
+            network = None
+        if network is None or network.prefixlen != network.max_prefixlen:
+            raise ValueError(f"{value!r} is not one address; give ADDRESS/32 (IPv6: /128)")
+        return str(network)
 
     @field_validator("machine_type")
     @classmethod

@@ -244,3 +244,12 @@ def _record(row: dict[str, Any]) -> RunRecord:
     row["supervisor"] = SupervisorProcess.model_validate_json(row["supervisor"])
     row["cancel_requested"] = bool(row["cancel_requested"])
     return RunRecord(**row)
+
+
+def final_result(run: RunRecord) -> RunResult:
+    """A finished run's result. A run ended without one (marked cancelled by a teardown
+    whose supervisor was gone) gets one that says only how it ended."""
+    if run.result is not None:
+        return run.result
+    return RunResult.without_attempts(run.run_id, run.cluster, run.status, f"run {run.run_id} {run.status}",
+                                      attempts=run.attempt)

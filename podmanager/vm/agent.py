@@ -59,7 +59,6 @@ class HostAgent:
     def _runs(self) -> HostRuns:
         if not hasattr(self, "_host_runs"):
             from podmanager.core import paths
-
             from podmanager.vm.environments import cache_root
 
             # XLA's compiled programs go to the host's cache, as its requirements environments do.

@@ -44,13 +44,20 @@ def read_metadata(path: str, *, timeout_s: float = 5.0, wait_for_change: bool = 
 def report(stage: str, detail: str = "") -> None:
     """Tell `up` this host's boot stage; a host that cannot say so still boots."""
     for key, value in ((STAGE_KEY, stage), (DETAIL_KEY, detail)):
-        request = urllib.request.Request(
-            f"{metadata_root()}/instance/guest-attributes/{NAMESPACE}/{key}", data=value.encode(), method="PUT",
-            headers={"Metadata-Flavor": "Google"})
-        try:
-            urllib.request.urlopen(request, timeout=5.0).close()
-        except (OSError, urllib.error.URLError) as error:
-            log.warning("could not report boot stage %s: %s", stage, error)
+        put_attribute(key, value)
+
+
+def put_attribute(key: str, value: str) -> bool:
+    """The guest attribute podmanager/KEY of this VM; whether the metadata server took it."""
+    request = urllib.request.Request(
+        f"{metadata_root()}/instance/guest-attributes/{NAMESPACE}/{key}", data=value.encode(), method="PUT",
+        headers={"Metadata-Flavor": "Google"})
+    try:
+        urllib.request.urlopen(request, timeout=5.0).close()
+    except (OSError, urllib.error.URLError) as error:
+        log.warning("could not report %s: %s", key, error)
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -87,14 +87,14 @@ def test_a_boot_package_against_the_controllers_ray_is_refused_before_anything_s
     assert not list((paths.home() / "sim").glob("emulators/*.json"))  # nor an emulator started
 
 
-def test_a_controller_vm_in_the_spec_is_refused_before_anything_starts(tmp_path):
+def test_a_bad_controller_section_is_refused_before_anything_starts(tmp_path):
     from podmanager.core import paths
 
     path = tmp_path / "vm.yaml"
-    path.write_text(SPEC + "controller: {local: false, machine_type: e2-standard-8}\n")
+    path.write_text(SPEC + "controller: {local: false, caller: 10.0.0.0/8}\n")
     result = invoke("up", "-f", path, "--dry-run")
     assert result.exit_code == 2, result.output
-    assert "controller.local: false (a controller VM made by podmanager) is not built yet" in result.output
+    assert "controller.caller" in result.output and "is not one address" in result.output
     assert invoke("status", "-c", "clitest").exit_code == 2  # nothing was recorded
     assert not list((paths.home() / "sim").glob("emulators/*.json"))  # nor an emulator started
 

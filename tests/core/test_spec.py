@@ -393,12 +393,13 @@ def test_the_controller_section_defaults_to_todays_local_mode():
         "n2-standard-8", "us-central2-a", 100)
 
 
-def test_a_controller_vm_is_refused_until_podmanager_builds_it():
-    with pytest.raises(SpecError) as raised:
-        parse_spec({**GOOD, "controller": {"local": False, "machine_type": "e2-standard-8"}})
-    assert raised.value.exit_code == 2
-    assert "controller.local: false (a controller VM made by podmanager) is not built yet (issue 36)" in str(raised.value)
-    assert "set local: true" in str(raised.value)
+def test_a_controller_vm_takes_one_caller_address():
+    given = parse_spec({**GOOD, "controller": {"local": False, "caller": "203.0.113.7/32"}})
+    assert (given.controller.local, given.controller.caller) == (False, "203.0.113.7/32")
+    for wider in ("203.0.113.0/24", "203.0.113.7/33", "laptop"):
+        with pytest.raises(SpecError) as raised:
+            parse_spec({**GOOD, "controller": {"local": False, "caller": wider}})
+        assert raised.value.exit_code == 2 and "controller.caller" in str(raised.value), wider
 
 
 @pytest.mark.parametrize("controller, expected", [

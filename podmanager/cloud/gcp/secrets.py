@@ -94,6 +94,11 @@ def token_secret_id(cluster: str) -> str:
     return f"podmanager-{cluster}-ray-token"
 
 
+def channel_secret_id(cluster: str) -> str:
+    """The secret that holds a cluster's channel token (its controller VM reads it at boot)."""
+    return f"podmanager-{cluster}-channel-token"
+
+
 def default_compute_account(project_number: str) -> str:
     """The project's default compute service account: what a TPU VM runs as unless told otherwise."""
     return f"{project_number}-compute@developer.gserviceaccount.com"
@@ -146,8 +151,12 @@ class TokenSecrets:
         retry_max_s: float = 30.0,
         clock: Clock | None = None,
         on_retry: Callable[[str, BaseException, int], None] | None = None,
+        secret_id: Callable[[str], str] = token_secret_id,
     ):
+        """`secret_id(cluster)`: the secret's id (default: the Ray token's; the channel's token
+        is kept the same way, `channel_secret_id`)."""
         self.project = project
+        self.secret_id = secret_id
         self.call_timeout_s = call_timeout_s
         self.retry_deadline_s = retry_deadline_s
         self.retry_initial_s = retry_initial_s
@@ -180,7 +189,7 @@ class TokenSecrets:
 
     def secret_name(self, cluster: str) -> str:
         """projects/<project>/secrets/podmanager-<cluster>-ray-token."""
-        return f"projects/{self.project}/secrets/{token_secret_id(cluster)}"
+        return f"projects/{self.project}/secrets/{self.secret_id(cluster)}"
 
     # ------------------------------------------------------------------ the verbs
 
@@ -276,7 +285,7 @@ class TokenSecrets:
                 f"create secret {name}",
                 self._client.create_secret,
                 parent=f"projects/{self.project}",
-                secret_id=token_secret_id(cluster),
+                secret_id=self.secret_id(cluster),
                 secret=secret,
                 hide=token,
             )

@@ -1,0 +1,130 @@
+"""The cluster's controller VM as the user's machine makes and removes it (`controller.local:
+false`): what `up` does before it hands the spec to the controller, and what `down` does after.
+
+`bring_up`:
+1. the channel's token: this machine's for the cluster if it has one, else a new one, kept in
+   Secret Manager (`channel_secret_id`) and granted to the VMs' account, as the Ray token is;
+2. the software every VM of the cluster installs (`controller/staging.py`: the wheel staged, the
+   lock resolved) and the startup script with the controller role;
+3. the VM and its channel rule (`cloud/gcp/controller_vm.py`), admitting this machine only;
+4. its boot followed through its guest attributes (`podmanager/boot`: installing, token,
+   starting, serving, or error with its detail) until it serves the channel;
+5. its certificate (`podmanager/channel-cert`) pinned, with its address and the token, in this
+   machine's pointer to the cluster (`channel/pinned.py`).
+Every step finds what an interrupted `up` left and finishes it.
+
+`tear_down`: the VM, its rule and the channel's secret deleted, and the pointer removed."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from typing import Callable
+
+from podmanager.channel import pinned
+from podmanager.cloud.gcp.controller_vm import (
+    ControllerVmDeleted,
+    controller_vm_name,
+    create_controller_vm,
+    delete_controller_vm,
+)
+from podmanager.cloud.gcp.secrets import TokenSecrets, channel_secret_id
+from podmanager.cluster import backends
+from podmanager.controller.staging import resolve_software
+from podmanager.controller.startup import CONTROLLER_ROLE, render_startup_script
+from podmanager.core.clock import poll_until
+from podmanager.core.errors import PodmanagerError, TimeoutExceededError
+from podmanager.core.events import EventKind
+from podmanager.core.spec import ClusterSpec
+from podmanager.vm.loopback import LOOPBACK_IP
+from podmanager.vm.ray_node import free_port
+
+CHANNEL_PORT = 8443  # on Google Cloud; a dry run's controller takes a free loopback port
+CERT_KEY, STAGE_KEY, DETAIL_KEY = "channel-cert", "boot", "boot-detail"
+SERVING, ERROR = "serving", "error"
+Say = Callable[[EventKind, str], None]
+
+
+def caller_address(spec: ClusterSpec) -> str:
+    """The one address the channel's rule admits: this machine's as the controller sees it. A
+    dry run's controller is on this machine (loopback); on Google Cloud the address the
+    internet sees, asked of Google's own resolver of it (`controller.caller` overrides)."""
+    if spec.simulated:
+        return f"{LOOPBACK_IP}/32"
+    if spec.controller.caller:
+        return spec.controller.caller
+    raise PodmanagerError("controller.caller: podmanager needs this machine's public address for the controller's "
+                          "firewall rule", hint="Set controller.caller: ADDRESS/32 (e.g. from "
+                                                "'curl -s https://checkip.amazonaws.com').")
+
+
+class ControllerMachine:
+    def __init__(self, spec: ClusterSpec, say: Say):
+        self.spec = spec
+        self.say = say
+
+    def bring_up(self, *, timeout_s: float) -> pinned.ClientCredentials:
+        spec = self.spec
+        token = self._token()
+        with TokenSecrets(spec.project or "", emulator_host=backends.secrets_host(spec),
+                          secret_id=channel_secret_id) as secrets_api:
+            secrets_api.ensure(spec.name, token)
+            secrets_api.grant_access(spec.name, spec.network.service_account if spec.network else None)
+        software = resolve_software(spec)
+        port = pinned.load_address(spec.name).port if pinned.has_address(spec.name) else (
+            free_port(LOOPBACK_IP) if spec.simulated else CHANNEL_PORT)
+        script = render_startup_script(spec.name, software, channel_secret_id(spec.name), role=CONTROLLER_ROLE,
+                                       channel_port=port)
+        self.say(EventKind.CONTROLLER_CREATING, f"creating the controller VM {controller_vm_name(spec.name)} "
+                                                f"({spec.controller.machine_type}), reachable from {caller_address(spec)} only")
+        with backends.make_instances(spec) as instances, backends.make_networks(spec) as networks:
+            vm = create_controller_vm(spec, instances=instances, networks=networks, caller=caller_address(spec),
+                                      port=port, startup_script=script, timeout_s=timeout_s)
+            attributes = self._wait_serving(instances, vm.zone, timeout_s)
+        address = LOOPBACK_IP if spec.simulated else vm.external_address
+        credentials = pinned.install(spec.name, pinned.ControllerAddress(host=address, port=port),
+                                     attributes[CERT_KEY], token)
+        self.say(EventKind.CONTROLLER_READY, f"the controller VM serves the channel at {address}:{port}")
+        return credentials
+
+    def _token(self) -> str:
+        """This machine's token for the cluster (an interrupted `up` made it), else a new one."""
+        try:
+            return pinned.load_token(self.spec.name)
+        except PodmanagerError:
+            return secrets.token_urlsafe(32)
+
+    def _wait_serving(self, instances: object, zone: str, timeout_s: float) -> dict[str, str]:
+        said = [""]
+        name = controller_vm_name(self.spec.name)
+
+        def serving() -> dict[str, str] | None:
+            attributes = instances.guest_attributes(zone, name)  # type: ignore[attr-defined]
+            stage = attributes.get(STAGE_KEY, "")
+            if stage != said[0] and stage:
+                said[0] = stage
+                self.say(EventKind.CONTROLLER_BOOT, f"controller VM: {stage}")
+            if stage == ERROR:
+                raise PodmanagerError(f"the controller VM's boot failed: {attributes.get(DETAIL_KEY, '')}",
+                                      hint=f"Its serial console has the whole log; 'podmanager down -c "
+                                           f"{self.spec.name}' deletes it.")
+            return attributes if stage == SERVING and attributes.get(CERT_KEY) else None
+
+        return poll_until(serving, timeout_s=timeout_s, interval_s=0.2 if self.spec.simulated else 2.0,
+                          on_timeout=lambda: TimeoutExceededError(
+                              f"the controller VM did not serve the channel within {timeout_s:.0f}s "
+                              f"(its boot: {said[0] or 'not started'})",
+                              hint=f"'podmanager up' again finishes it; 'podmanager down -c {self.spec.name}' deletes it."))
+
+    def tear_down(self, *, timeout_s: float = 300.0) -> ControllerVmDeleted:
+        spec = self.spec
+        with backends.make_instances(spec) as instances, backends.make_networks(spec) as networks:
+            deleted = delete_controller_vm(spec, instances=instances, networks=networks, timeout_s=timeout_s)
+        with TokenSecrets(spec.project or "", emulator_host=backends.secrets_host(spec),
+                          secret_id=channel_secret_id) as secrets_api:
+            secrets_api.delete(spec.name)
+        shutil.rmtree(pinned.folder(spec.name), ignore_errors=True)
+        if deleted.instance:
+            self.say(EventKind.CONTROLLER_DELETED, f"deleted the controller VM {deleted.instance} and its rule "
+                                                   f"{deleted.rule}")
+        return deleted

@@ -1,0 +1,377 @@
+"""A cluster whose controller is a VM (`controller.local: false`), as the user's machine sees it:
+the same verbs as `Cluster`, each a request over the cluster's channel (`channel/client.py`).
+
+Nothing here reads the controller's files or loads Ray: the client holds only its pointer to
+the cluster (`channel/pinned.py`: the controller's address, its pinned certificate, the token).
+A run's working dir is packed here and shipped; its output and events come back through
+`watch`, so `run`, `attach`, `logs -F`, Ctrl-C (detach) and a second Ctrl-C (cancel) behave
+as they do next to the controller."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import yaml
+
+from podmanager.api.status import ClusterStatus
+from podmanager.channel import pinned, records
+from podmanager.channel.client import ChannelClient
+from podmanager.channel.code_zip import zip_working_dir
+from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+from podmanager.core.clock import poll_until
+from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
+from podmanager.core.events import EventKind
+from podmanager.core.records import HostRef
+from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
+from podmanager.core.workload import Workload
+from podmanager.state import Event
+from podmanager.state.run_records import RunRecord, final_result
+from podmanager.state.run_results import RunResult
+
+EventCallback = Callable[[Event], None]
+Printer = Callable[[HostRef, str], None]
+POLL_S = 0.2  # a follower's pace, as `RunHandle.follow`'s
+LIVE_BYTES = 128 << 10  # each host's output shown per read while following (`run_handle.LIVE_BYTES`)
+
+
+def is_remote(name: str) -> bool:
+    """Whether this machine reaches the cluster `name` through a channel (it holds its pointer)."""
+    return pinned.folder(name).is_dir()
+
+
+def as_event(cluster: str, event: records.EventRecord) -> Event:
+    return Event(id=event.id, cluster=cluster, time=event.time, kind=event.kind, slice_index=event.slice_index,
+                 message=event.message, data=dict(event.data))
+
+
+def as_status(reply: records.StatusReply) -> ClusterStatus:
+    """The controller's status as `Cluster.status` returns it; Ray's address is the controller's
+    own (`podmanager dashboard` forwards it to this machine)."""
+    return ClusterStatus.model_validate(reply.model_dump(exclude={"ray"}))
+
+
+def job_started(job: records.JobReply) -> float:
+    return job.started_at
+
+
+class RemotePlan:
+    """`up`'s plan as the controller made it (`UpPlan`'s `describe` and `as_dict`)."""
+
+    def __init__(self, plan: records.PlanReply):
+        self.cluster = plan.cluster
+        self.summary = plan.summary
+        self.spares = plan.spares
+
+    def describe(self) -> str:
+        return self.summary
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"cluster": self.cluster, "summary": self.summary, "spares": self.spares}
+
+
+class RemoteRunHandle:
+    """`RunHandle` over the channel: status, follow, wait, cancel."""
+
+    def __init__(self, client: ChannelClient, cluster: str, run_id: str):
+        self.client = client
+        self.cluster = cluster
+        self.run_id = run_id
+
+    def status(self) -> RunRecord:
+        return self.client.run(self.cluster, self.run_id).run
+
+    def result(self) -> RunResult | None:
+        run = self.status()
+        return final_result(run) if run.finished else None
+
+    def wait(self, *, timeout_s: float | None = None, poll_s: float = 0.5) -> RunResult:
+        return poll_until(self.result, timeout_s=float("inf") if timeout_s is None else timeout_s, interval_s=poll_s,
+                          on_timeout=lambda: TimeoutExceededError(
+                              f"run {self.run_id} still {self.status().status} after {timeout_s:.0f}s"))
+
+    def follow(self, printer: Printer | None = None, on_event: EventCallback | None = None, *,
+               after_event: int = 0, on_interrupt: Callable[[RemoteRunHandle], bool] | None = None,
+               poll_s: float = POLL_S, live_bytes: int = LIVE_BYTES) -> RunResult:
+        """As `RunHandle.follow`: every host's output and the run's events until it has finished."""
+        seen = records.WatchRequest(cluster=self.cluster, run_id=self.run_id, after_event=after_event,
+                                    live_bytes=live_bytes)
+        while True:
+            try:
+                return self._follow(printer, on_event, seen, poll_s)
+            except _Interrupted as stopped:
+                seen = stopped.seen
+                if on_interrupt is None or not on_interrupt(self):
+                    raise KeyboardInterrupt from None
+
+    def _follow(self, printer: Printer | None, on_event: EventCallback | None, seen: records.WatchRequest,
+                poll_s: float) -> RunResult:
+        while True:
+            try:
+                reply = self.client.watch(seen)
+                offsets = dict(seen.offsets)
+                for event in reply.events:
+                    if on_event:
+                        on_event(as_event(self.cluster, event))
+                for output in reply.output:
+                    offsets[output.host] = output.offset
+                    host = HostRef(output.slice_index, output.worker_id)
+                    if printer is not None and output.skipped:
+                        printer(host, f"podmanager: {output.skipped} line(s) skipped here to keep up; every line is "
+                                      f"in 'podmanager logs -c {self.cluster} --run {self.run_id} --host "
+                                      f"{host.label}'\n")
+                    if printer is not None and output.text:
+                        printer(host, output.text)
+                seen = seen.model_copy(update={"offsets": offsets,
+                                               "after_event": reply.events[-1].id if reply.events else seen.after_event})
+                if reply.run.finished:
+                    return final_result(reply.run)
+                time.sleep(poll_s)
+            except KeyboardInterrupt:
+                raise _Interrupted(seen) from None
+
+    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
+        run = self.client.cancel(self.cluster, self.run_id).run
+        if wait and not run.finished:
+            poll_until(lambda: self.status().finished, timeout_s=timeout_s, interval_s=0.25,
+                       on_timeout=lambda: TimeoutExceededError(
+                           f"run {self.run_id} did not stop within {timeout_s:.0f}s of the cancel",
+                           hint="Its supervisor may be down; 'podmanager down' stops every process of the cluster."))
+            run = self.status()
+        return run
+
+
+class _Interrupted(Exception):
+    """A Ctrl-C while following, carrying what the follower had seen so far."""
+
+    def __init__(self, seen: records.WatchRequest):
+        super().__init__("interrupted")
+        self.seen = seen
+
+
+class RemoteCluster:
+    """One cluster whose controller this machine reaches through the channel."""
+
+    def __init__(self, name: str, client: ChannelClient | None = None):
+        self.name = name
+        self.client = client or ChannelClient.for_cluster(name)
+
+    def __enter__(self) -> RemoteCluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+    # ------------------------------------------------------------------ reading
+
+    def status(self) -> ClusterStatus:
+        return as_status(self.client.status(self.name))
+
+    def events(self, *, after_id: int = 0) -> list[Event]:
+        return [as_event(self.name, e) for e in self.client.events(self.name, after_id=after_id).events]
+
+    def runs(self) -> list[RunRecord]:
+        return self.client.runs(self.name).runs
+
+    def has_service(self, service_id: str) -> bool:
+        return False  # services are not served over the channel yet (issue 36)
+
+    def run_handle(self, run_id: str) -> RemoteRunHandle:
+        run = RemoteRunHandle(self.client, self.name, run_id)
+        run.status()  # an unknown run: the controller's clear error, now
+        return run
+
+    # ------------------------------------------------------------------ runs
+
+    def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RemoteRunHandle:
+        """As `Cluster.submit`: the working dir and a requirements file are read here, on this
+        machine, and shipped; the run is checked and started on the controller."""
+        workload = workload.submitted(Path.cwd())
+        code = None
+        if workload.working_dir is not None:
+            workload.check_program()  # a typo is said before anything is sent
+            code = self.client.send_code(zip_working_dir(workload.working_dir)).digest
+        reply = self.client.submit(records.SubmitRequest(
+            cluster=self.name, workload=workload.model_copy(update={"working_dir": None if code is None else "."}),
+            code=code, budgets=budgets or {}))
+        return RemoteRunHandle(self.client, self.name, reply.run.run_id)
+
+    def run(self, workload: Workload, *, printer: Printer | None = None, budgets: dict[str, int] | None = None,
+            down_on_exit: bool = False, on_interrupt: Callable[[RemoteRunHandle], bool] | None = None,
+            on_event: EventCallback | None = None) -> RunResult:
+        """As `Cluster.run`: submit, follow to the end; an exception while following cancels
+        the run unless `on_interrupt` chose to leave it going."""
+        handle = None
+        detached = False
+        try:
+            handle = self.submit(workload, budgets=budgets)
+            try:
+                return handle.follow(printer, on_event, on_interrupt=on_interrupt)
+            except KeyboardInterrupt:
+                if on_interrupt is not None:
+                    detached = handle.status().active
+                else:
+                    handle.cancel()
+                raise
+            except BaseException:
+                handle.cancel()
+                raise
+        finally:
+            if down_on_exit and not detached:
+                self.down()
+
+    # ------------------------------------------------------------------ up and down
+
+    def follow_job(self, job: records.JobReply, on_event: EventCallback | None, *,
+                   on_plan: Callable[[RemotePlan], None] | None = None, after_event: int = 0) -> records.JobReply:
+        """Follow a job on the controller (`up`, `down`) by the cluster's events until it ends;
+        its error raised here as if it had happened on this machine."""
+        planned = False
+        while True:
+            job = self.client.job(job.job_id)
+            if job.plan is not None and not planned and on_plan is not None:
+                on_plan(RemotePlan(job.plan))
+                planned = True
+            try:
+                events = self.client.events(self.name, after_id=after_event).events
+            except PodmanagerError:
+                events = []  # a cluster the controller has no record of yet
+            for event in events:
+                after_event = event.id
+                if on_event is not None:
+                    on_event(as_event(self.name, event))
+            if job.done:
+                if job.error is not None:
+                    raise PodmanagerError(job.error.message, hint=job.error.hint, exit_code=job.error.exit_code)
+                return job
+            time.sleep(POLL_S)
+
+    def last_event_id_before(self, job: records.JobReply) -> int:
+        """Where to follow a job's events from: the controller's events before it was asked for
+        it are an earlier command's. (A job's first events may come before this read: the few
+        lost are in `podmanager events`.)"""
+        try:
+            found = self.client.events(self.name).events
+        except PodmanagerError:
+            return 0
+        return max((e.id for e in found if e.time < job_started(job)), default=0)
+
+    def services(self) -> list[object]:
+        return []
+
+    def ray_access(self) -> None:
+        return None  # the head's address is the controller's; `podmanager dashboard` is to forward it
+
+
+def refuse_services(name: str) -> SpecError:
+    return SpecError(f"--cluster {name}: its controller is a VM, and services are not served over the channel yet",
+                     hint="Serve from a cluster with controller.local: true (issue 36 tracks the rest).")
+
+
+# ---------------------------------------------------------------------- up, down, logs from here
+
+def say_here(cluster: str, on_event: EventCallback | None) -> Callable[[EventKind, str], None]:
+    """Events of what this machine does itself (the controller VM): shown as the controller's are."""
+    def say(kind: EventKind, message: str) -> None:
+        if on_event is not None:
+            on_event(Event(id=0, cluster=cluster, time=time.time(), kind=kind.value, slice_index=None,
+                           message=message, data={}))
+    return say
+
+
+class RemoteSpec:
+    """A spec whose controller is a VM, before and for its `up` (`Cluster.up`'s signature)."""
+
+    def __init__(self, spec: ClusterSpec, raw: dict[str, object]):
+        self.spec = spec
+        self.raw = raw  # the spec's fields as written (`backend` set for a dry run), sent to the controller
+        self.name = spec.name
+
+    def up(self, *, timeout_s: float = 1800.0, force: bool = False, on_plan: Callable[[RemotePlan], None] | None = None,
+           on_event: EventCallback | None = None, delete_on_failure: bool = False) -> ClusterStatus:
+        """The controller VM made (or found) and serving, then `up` of the spec run there."""
+        from podmanager.api.controller_machine import ControllerMachine
+
+        ControllerMachine(self.spec, say_here(self.name, on_event)).bring_up(timeout_s=timeout_s)
+        pinned.save_spec(self.name, json.dumps(self.raw))
+        with RemoteCluster(self.name) as remote:
+            job = remote.client.start_up(records.UpRequest(
+                cluster=self.name, spec_yaml=yaml.safe_dump(self.raw), timeout_s=timeout_s, force=force,
+                delete_on_failure=delete_on_failure))
+            done = remote.follow_job(job, on_event, on_plan=on_plan, after_event=remote.last_event_id_before(job))
+        assert done.status is not None
+        return as_status(done.status)
+
+
+def open_spec(path: str | Path, *, dry_run: bool = False) -> RemoteSpec | None:
+    """The spec at `path` if its controller is a VM (`controller.local: false`), else None."""
+    spec = load_spec(path, dry_run=dry_run)
+    if spec.controller.local:
+        return None
+    raw = yaml.safe_load(Path(path).read_text())
+    if dry_run:
+        raw = {**raw, "backend": spec.backend.value}
+    return RemoteSpec(spec, raw)
+
+
+def stored_spec(name: str) -> ClusterSpec:
+    text = pinned.load_spec_json(name)
+    if text is None:
+        raise SpecError(f"--cluster {name}: this machine holds no spec of it",
+                        hint="'podmanager down -f SPEC' deletes it by its spec.")
+    return parse_spec(json.loads(text), source=f"the spec of {name} kept on this machine")
+
+
+def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback | None = None,
+                spec: ClusterSpec | None = None) -> None:
+    """`down` of a cluster whose controller is a VM: the controller tears the cluster down (runs
+    cancelled, slices deleted), then this machine deletes the controller VM, its rule and the
+    channel's secret. A controller that cannot be reached is no reason to keep anything: the
+    slices are then found by their label from here."""
+    from podmanager.api.controller_machine import ControllerMachine
+    from podmanager.cluster.teardown import down_by_label
+
+    spec = spec or stored_spec(name)
+    say = say_here(name, on_event)
+    try:
+        with RemoteCluster(name) as remote:
+            job = remote.client.start_down(records.DownRequest(cluster=name, timeout_s=timeout_s))
+            remote.follow_job(job, on_event, after_event=remote.last_event_id_before(job))
+    except (ChannelError, ChannelCredentialError) as unreachable:
+        say(EventKind.WARNING, f"the controller cannot be reached ({unreachable.message}); deleting the slices by "
+                               "their label from here")
+        down_by_label(name, dry_run=spec.simulated, project=spec.project, zones=spec.zones, timeout_s=timeout_s)
+    except RemoteError as refused:
+        if "no cluster named" not in refused.message:  # a controller whose own up never ran: nothing to tear down
+            raise
+    ControllerMachine(spec, say).tear_down(timeout_s=timeout_s)
+
+
+def log_lines(name: str, run_id: str | None, host: str | None, *, follow: bool) -> Iterator[tuple[str, str]]:
+    """`run_log_lines` over the channel: (host label, line), with `follow` until the run ends."""
+    with RemoteCluster(name) as remote:
+        seen = records.WatchRequest(cluster=name, run_id=run_id, host=host)
+        while True:
+            reply = remote.client.watch(seen)
+            offsets = dict(seen.offsets)
+            for output in reply.output:
+                offsets[output.host] = output.offset
+                for line in output.text.splitlines():
+                    yield output.host, line
+            seen = seen.model_copy(update={"offsets": offsets, "run_id": reply.run.run_id})
+            if not follow or reply.run.finished:
+                return
+            time.sleep(0.5)
+
+
+def latest_run(name: str) -> str:
+    with RemoteCluster(name) as remote:
+        found = remote.runs()
+    if not found:
+        raise SpecError(f"--run: cluster {name} has no runs yet", hint="Start one with 'podmanager run'.")
+    return found[-1].run_id
