@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, resolve_cluster
+    from podmanager.api.controller_machine import connect
     from podmanager.api.down import DownReport, down
     from podmanager.api.history import cluster_events, run_history, service_history
     from podmanager.api.remote import RemoteCluster, open_spec
@@ -37,10 +38,10 @@ _WHERE = {
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
     "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.api.remote",
-    "RemoteCluster": "podmanager.api.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
+    "RemoteCluster": "podmanager.api.remote", "connect": "podmanager.api.controller_machine", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RunHandle",
-           "ServiceHandle", "SliceStatus", "open_spec",
+           "ServiceHandle", "SliceStatus", "connect", "open_spec",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
            "run_history", "run_log_lines", "run_summary", "service_history", "teardown"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import json
 import threading
 import time
 import zipfile
@@ -26,6 +27,7 @@ from podmanager.api.status import ClusterStatus
 from podmanager.attempts import logs
 from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
+from podmanager.channel.private_files import write_private
 from podmanager.core import paths, selectors
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.records import HostRef
@@ -64,6 +66,13 @@ class ControllerChannelApi:
         if not found and after_id == 0:
             cluster_events(cluster, store=self.store)  # a name that never had a cluster: its clear error
         return records.EventsReply(events=[event_record(e) for e in found])
+
+    def spec(self, cluster: str) -> records.SpecReply:
+        path = client_spec_path(cluster)
+        if not path.is_file():
+            raise PodmanagerError(f"--cluster {cluster}: this controller was never given its spec",
+                                  hint="Run 'podmanager up -f SPEC' from the machine that holds it.")
+        return records.SpecReply(spec_json=path.read_text())
 
     def runs(self, cluster: str) -> records.RunsReply:
         return records.RunsReply(runs=self.runs_store.list(cluster))
@@ -145,6 +154,7 @@ class ControllerChannelApi:
         spec = spec.model_copy(update={"controller": spec.controller.model_copy(update={"local": True})})
         if spec.name != request.cluster:
             raise SpecError(f"name: the spec names {spec.name!r}, not {request.cluster!r}")
+        write_private(client_spec_path(spec.name), json.dumps(data))  # for the user's other machines
 
         def work(job_id: str) -> records.StatusReply:
             cluster = Cluster(spec, store=self.store)
@@ -220,6 +230,10 @@ class ControllerChannelApi:
     def _set(self, job_id: str, **changes: object) -> None:
         with self._mutex:
             self._jobs[job_id] = self._jobs[job_id].model_copy(update=changes)
+
+
+def client_spec_path(cluster: str) -> Path:
+    return paths.cluster_path(cluster) / "client_spec.json"
 
 
 def uploads_dir() -> Path:

@@ -30,6 +30,7 @@ from podmanager.vm import boot_status
 
 log = logging.getLogger("podmanager.controller")
 CERT_KEY = "channel-cert"
+ADDRESS_KEY = "channel-address"  # host:port, as clients reach it
 SERVING = "serving"
 EXTERNAL_IP = "instance/network-interfaces/0/access-configs/0/external-ip"
 
@@ -62,6 +63,7 @@ def serve(cluster: str, port: int, token_file: Path, address: str | None = None)
             log.info("serving the channel of %s on %s:%d (certificate for %s)", cluster, server.host, server.port, where)
             api.resume(cluster)  # a reboot: the cluster as it was, if this controller holds one
             boot_status.put_attribute(CERT_KEY, identity.cert_pem())
+            boot_status.put_attribute(ADDRESS_KEY, f"{where}:{server.port}")
             boot_status.report(SERVING)
             stop.wait()
     finally:

@@ -40,7 +40,7 @@ from podmanager.vm.loopback import LOOPBACK_IP
 from podmanager.vm.ray_node import free_port
 
 CHANNEL_PORT = 8443  # on Google Cloud; a dry run's controller takes a free loopback port
-CERT_KEY, STAGE_KEY, DETAIL_KEY = "channel-cert", "boot", "boot-detail"
+CERT_KEY, ADDRESS_KEY, STAGE_KEY, DETAIL_KEY = "channel-cert", "channel-address", "boot", "boot-detail"
 SERVING, ERROR = "serving", "error"
 Say = Callable[[EventKind, str], None]
 
@@ -81,10 +81,11 @@ class ControllerMachine:
             vm = create_controller_vm(spec, instances=instances, networks=networks, caller=caller_address(spec),
                                       port=port, startup_script=script, timeout_s=timeout_s)
             attributes = self._wait_serving(instances, vm.zone, timeout_s)
-        address = LOOPBACK_IP if spec.simulated else vm.external_address
-        credentials = pinned.install(spec.name, pinned.ControllerAddress(host=address, port=port),
+        host, _, served_port = attributes[ADDRESS_KEY].rpartition(":")  # as the controller's certificate names it
+        credentials = pinned.install(spec.name, pinned.ControllerAddress(host=host, port=int(served_port)),
                                      attributes[CERT_KEY], token)
-        self.say(EventKind.CONTROLLER_READY, f"the controller VM serves the channel at {address}:{port}")
+        self.say(EventKind.CONTROLLER_READY, f"the controller VM {vm.name} serves the channel at "
+                                             f"{host}:{served_port}")
         return credentials
 
     def _token(self) -> str:
@@ -108,7 +109,7 @@ class ControllerMachine:
                 raise PodmanagerError(f"the controller VM's boot failed: {attributes.get(DETAIL_KEY, '')}",
                                       hint=f"Its serial console has the whole log; 'podmanager down -c "
                                            f"{self.spec.name}' deletes it.")
-            return attributes if stage == SERVING and attributes.get(CERT_KEY) else None
+            return attributes if stage == SERVING and attributes.get(CERT_KEY) and attributes.get(ADDRESS_KEY) else None
 
         return poll_until(serving, timeout_s=timeout_s, interval_s=0.2 if self.spec.simulated else 2.0,
                           on_timeout=lambda: TimeoutExceededError(
@@ -128,3 +129,43 @@ class ControllerMachine:
             self.say(EventKind.CONTROLLER_DELETED, f"deleted the controller VM {deleted.instance} and its rule "
                                                    f"{deleted.rule}")
         return deleted
+
+
+def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCredentials:
+    """This machine's pointer to a cluster made from another (or whose pointer was lost): its
+    controller VM found by its labels in the project, its certificate and address read from its
+    guest attributes, the token from Secret Manager (with this user's credentials), and the
+    spec from the controller itself. Nothing of the cluster changes."""
+    from podmanager.api.remote import RemoteCluster
+    from podmanager.cloud.gcp.controller_vm import find_controller_vm
+    from podmanager.core.errors import ClusterNotFoundError, SpecError
+    from podmanager.core.spec import parse_spec
+
+    if not dry_run and not project:
+        raise SpecError("--project: a cluster on Google Cloud is found in its project; pass --project PROJECT "
+                        "(or --dry-run for the simulated cloud)")
+    placeholder = {"name": name, "slices": [{"accelerator": "v4-8"}], "controller": {"local": False}}
+    spec = parse_spec({**placeholder, **({"project": project} if project else {})}, source="--cluster/--project",
+                      dry_run=dry_run)
+    with backends.make_instances(spec) as instances:
+        vm = find_controller_vm(spec, instances)
+        if vm is None:
+            raise ClusterNotFoundError(f"--cluster {name}: project {spec.project} has no controller VM of that name",
+                                       hint="Check the name and --project; 'podmanager up -f SPEC' creates it.")
+        attributes = instances.guest_attributes(vm.zone, vm.name)
+    if attributes.get(STAGE_KEY) != SERVING or not attributes.get(CERT_KEY) or not attributes.get(ADDRESS_KEY):
+        raise PodmanagerError(f"the controller VM of {name} is not serving yet (its boot: "
+                              f"{attributes.get(STAGE_KEY) or 'not started'})",
+                              hint="Try again in a minute, or run 'podmanager up' from the machine with its spec.")
+    with TokenSecrets(spec.project or "", emulator_host=backends.secrets_host(spec),
+                      secret_id=channel_secret_id) as secrets_api:
+        token = secrets_api.read(name)
+    if not token:
+        raise PodmanagerError(f"Secret Manager holds no channel token of {name} ({channel_secret_id(name)})",
+                              hint="'podmanager up -f SPEC' makes it again.")
+    host, _, port = attributes[ADDRESS_KEY].rpartition(":")
+    credentials = pinned.install(name, pinned.ControllerAddress(host=host, port=int(port)), attributes[CERT_KEY],
+                                 token)
+    with RemoteCluster(name) as remote:
+        pinned.save_spec(name, remote.client.spec(name).spec_json)
+    return credentials

@@ -79,6 +79,9 @@ class ChannelClient:
     def run(self, cluster: str, run_id: str) -> records.RunReply:
         return self._ask(records.RUN_PATH, records.RunRequest(cluster=cluster, run_id=run_id), records.RunReply)
 
+    def spec(self, cluster: str) -> records.SpecReply:
+        return self._ask(records.SPEC_PATH, records.StatusRequest(cluster=cluster), records.SpecReply)
+
     def runs(self, cluster: str) -> records.RunsReply:
         return self._ask(records.RUNS_PATH, records.StatusRequest(cluster=cluster), records.RunsReply)
 

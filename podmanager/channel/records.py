@@ -21,6 +21,7 @@ SUBMIT_PATH = f"{API_PREFIX}/submit"
 WATCH_PATH = f"{API_PREFIX}/watch"
 CANCEL_PATH = f"{API_PREFIX}/cancel"
 RUN_PATH = f"{API_PREFIX}/run"
+SPEC_PATH = f"{API_PREFIX}/spec"
 RUNS_PATH = f"{API_PREFIX}/runs"
 
 
@@ -136,6 +137,12 @@ class UpRequest(Record):
 class DownRequest(Record):
     cluster: str = Field(min_length=1)
     timeout_s: float = Field(default=600.0, gt=0)
+
+
+class SpecReply(Record):
+    """The spec as the user's `up` gave it, for another machine of theirs (`connect`)."""
+
+    spec_json: str
 
 
 class JobRequest(Record):

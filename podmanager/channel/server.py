@@ -55,6 +55,8 @@ class ControllerApi(Protocol):
 
     def run(self, request: records.RunRequest) -> records.RunReply: ...
 
+    def spec(self, cluster: str) -> records.SpecReply: ...
+
     def runs(self, cluster: str) -> records.RunsReply: ...
 
 
@@ -128,6 +130,10 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
         asked = await _body(request, records.RunRequest)
         return await _answer(lambda: api.run(asked))
 
+    async def spec(request: web.Request) -> web.Response:
+        asked = await _body(request, records.StatusRequest)
+        return await _answer(lambda: api.spec(asked.cluster))
+
     async def runs(request: web.Request) -> web.Response:
         asked = await _body(request, records.StatusRequest)
         return await _answer(lambda: api.runs(asked.cluster))
@@ -136,7 +142,7 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
     app = web.Application(client_max_size=MAX_CODE_BYTES, middlewares=[owner_only, bearer_token])
     for path, handler in ((records.STATUS_PATH, status), (records.EVENTS_PATH, events), (records.UP_PATH, start_up),
                           (records.DOWN_PATH, start_down), (records.JOB_PATH, job), (records.CODE_PATH, code),
-                          (records.SUBMIT_PATH, submit), (records.WATCH_PATH, watch), (records.CANCEL_PATH, cancel), (records.RUN_PATH, run),
+                          (records.SUBMIT_PATH, submit), (records.WATCH_PATH, watch), (records.CANCEL_PATH, cancel), (records.RUN_PATH, run), (records.SPEC_PATH, spec),
                           (records.RUNS_PATH, runs)):
         app.router.add_post(path, handler)
     return app

@@ -150,6 +150,7 @@ def root(ctx: typer.Context,
 
 from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     accelerators,
+    connect,
     demo,
     down,
     emulator,
@@ -166,7 +167,7 @@ from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
 )
 
 for command in (up.up, status.status, down.down, events.events, demo.demo, logs.logs, runs.runs, runs.attach,
-                runs.cancel, ray_env.ray_env):
+                runs.cancel, ray_env.ray_env, connect.connect):
     app.command(cls=PodmanagerCommand)(command)
 app.command(cls=ProgramCommand)(run.run)
 app.command(cls=ProgramCommand)(serve.serve)

@@ -264,6 +264,20 @@ class TokenSecrets:
                 "compute service account).") from error
         return SecretAccess(member, added=True)
 
+    def read(self, cluster: str) -> str | None:
+        """The latest version of the cluster's secret (None: there is none), for a second machine
+        of the user (`podmanager connect`): never logged, never in an error's text."""
+        name = self.secret_name(cluster)
+        try:
+            response = self._call(f"read the latest version of secret {name}", self._client.access_secret_version,
+                                  name=f"{name}/versions/latest")
+        except cloud_errors.NotFoundError:
+            return None
+        payload = response.payload
+        if "data_crc32c" in payload and payload.data_crc32c != crc32c(payload.data):
+            raise cloud_errors.CloudError(f"secret {name} was damaged in transit; try again")
+        return payload.data.decode()
+
     def delete(self, cluster: str) -> None:
         """Delete the cluster's secret and all its versions; a secret already gone is success."""
         name = self.secret_name(cluster)
