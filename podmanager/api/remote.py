@@ -247,7 +247,7 @@ class RemoteCluster:
                     on_event(as_event(self.name, event))
             if job.done:
                 if job.error is not None:
-                    raise PodmanagerError(job.error.message, hint=job.error.hint, exit_code=job.error.exit_code)
+                    raise RemoteError(job.error.message, hint=job.error.hint, exit_code=job.error.exit_code)
                 return job
             time.sleep(POLL_S)
 

@@ -3,7 +3,8 @@
 The same files `attempts/package.py` ships (it runs again on the controller, with Ray's own
 packaging, over what arrives): every file but version control, environments and caches
 (`package.EXCLUDES`, and any folder holding a Python environment), and what a `.gitignore` or
-`.rayignore` in the folder or below leaves out. Filtering here keeps a large ignored data
+`.rayignore` in the folder or below leaves out, and podmanager's own home (its tokens and keys)
+should it be inside. Filtering here keeps a large ignored data
 folder on the laptop instead of sending it to be dropped there."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pathspec
 
 from podmanager.attempts.package import EXCLUDES, MAX_PACKAGE_BYTES
+from podmanager.core import paths
 from podmanager.core.errors import SpecError
 
 IGNORE_FILES = (".gitignore", ".rayignore")
@@ -44,6 +46,7 @@ def shipped_files(root: Path) -> list[Path]:
     """Every file under `root` that is shipped, in a stable order."""
     rules: list[tuple[Path, pathspec.GitIgnoreSpec]] = []  # (the folder an ignore file is in, its rules)
     found: list[Path] = []
+    home = paths.home().resolve()  # podmanager's own folder (tokens, keys) never leaves this machine
     for here, dirs, files in os.walk(root):  # symlinked folders are not followed, as when packing
         place = Path(here)
         lines = [line for name in IGNORE_FILES if (place / name).is_file()
@@ -53,7 +56,8 @@ def shipped_files(root: Path) -> list[Path]:
         kept_dirs = []
         for name in sorted(dirs):
             folder = place / name
-            if any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDES) or _is_environment(folder):
+            if (any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDES) or _is_environment(folder)
+                    or folder.resolve() == home):
                 continue
             if not _ignored(folder, rules, is_dir=True):
                 kept_dirs.append(name)

@@ -1,0 +1,179 @@
+"""`RemoteCluster`: the verbs of a cluster whose controller is a VM, from the user's machine,
+over a real channel (HTTPS, pinned certificate, token) to a fake controller API. No Ray: what the
+controller does with a request is `api/channel_service.py`'s, tested end to end in
+tests/end_to_end/test_laptop.py."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import threading
+import zipfile
+
+import pytest
+
+from podmanager.api.remote import RemoteCluster
+from podmanager.channel import identity, pinned, records
+from podmanager.channel.code_zip import shipped_files
+from podmanager.channel.server import ChannelServer
+from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.core.records import HostRef
+from podmanager.core.workload import Workload
+from podmanager.state.run_records import RunRecord
+from podmanager.state.run_results import RunResult
+
+CLUSTER = "lap"
+
+
+def record(status: str = "running", result: RunResult | None = None) -> RunRecord:
+    return RunRecord(run_id="r1", cluster=CLUSTER, workload=Workload(entrypoint="train.py", working_dir="."),
+                     slices=[0], budgets={}, checkpoint_dir=None, status=status, result=result)
+
+
+class FakeController:
+    """The controller's side: keeps the code it is sent, and plays a run's output in steps."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, bytes] = {}
+        self.submitted: list[records.SubmitRequest] = []
+        self.watched: list[records.WatchRequest] = []
+        self.cancelled = threading.Event()
+        self.steps = 0
+        self.jobs = 0
+
+    def keep_code(self, zipped: bytes) -> records.CodeReply:
+        self.code["d1"] = zipped
+        return records.CodeReply(digest="d1")
+
+    def submit(self, request: records.SubmitRequest) -> records.RunReply:
+        if request.workload.entrypoint == "missing_here.py":
+            raise SpecError("run: the controller refused it", hint="a fix")
+        self.submitted.append(request)
+        return records.RunReply(run=record())
+
+    def run(self, request: records.RunRequest) -> records.RunReply:
+        return records.RunReply(run=record("cancelled" if self.cancelled.is_set() else "running"))
+
+    def watch(self, request: records.WatchRequest) -> records.WatchReply:
+        self.watched.append(request)
+        self.steps += 1
+        done = self.steps >= 3 or self.cancelled.is_set()
+        result = RunResult.without_attempts("r1", CLUSTER, "succeeded", "run r1 succeeded") if done else None
+        offset = request.offsets.get("slice-0/host-0", 0)
+        line = f"line {offset}\n"
+        return records.WatchReply(
+            run=record("succeeded" if done else "running", result),
+            events=[records.EventRecord(id=request.after_event + 1, time=1.0, kind="attempt_started", slice_index=None,
+                                        message=f"event after {request.after_event}")],
+            output=[records.HostOutput(host="slice-0/host-0", slice_index=0, worker_id=0, text=line,
+                                       offset=offset + len(line))])
+
+    def cancel(self, request: records.RunRequest) -> records.RunReply:
+        self.cancelled.set()
+        return records.RunReply(run=record("cancelled"))
+
+    def runs(self, cluster: str) -> records.RunsReply:
+        return records.RunsReply(runs=[record()])
+
+    def start_up(self, request: records.UpRequest) -> records.JobReply:
+        return records.JobReply(job_id="up-1", verb="up", started_at=0.0)
+
+    def job(self, job_id: str) -> records.JobReply:
+        self.jobs += 1
+        if self.jobs < 2:
+            return records.JobReply(job_id=job_id, verb="up", plan=records.PlanReply(cluster=CLUSTER, summary="create 1"))
+        return records.JobReply(job_id=job_id, verb="up", done=True,
+                                error=records.ErrorReply(message="up failed there", hint="its fix", exit_code=1))
+
+    def events(self, cluster: str, after_id: int) -> records.EventsReply:
+        return records.EventsReply(events=[])
+
+
+@pytest.fixture
+def remote():
+    fake = FakeController()
+    made = identity.load_or_create(CLUSTER, "127.0.0.1")
+    with ChannelServer(fake, made) as server:  # type: ignore[arg-type]
+        pinned.install(CLUSTER, pinned.ControllerAddress(host=server.host, port=server.port), made.cert_pem(),
+                       made.token())
+        with RemoteCluster(CLUSTER) as cluster:
+            yield cluster, fake
+
+
+def test_a_run_ships_this_folders_code_and_follows_its_output_and_events(remote, tmp_path, monkeypatch) -> None:
+    """Also: the podmanager home, here inside the folder (the test's), is not shipped: its token stays."""
+    cluster, fake = remote
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.bin").write_bytes(b"x" * 1000)
+    (tmp_path / ".gitignore").write_text("data/\n")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "pyvenv.cfg").write_text("")
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    monkeypatch.chdir(tmp_path)  # a user's folder, outside the repository
+    printed: list[tuple[HostRef, str]] = []
+    seen: list[str] = []
+    result = cluster.run(Workload(entrypoint="train.py", requirements="requirements.txt"),
+                         printer=lambda host, text: printed.append((host, text)), on_event=lambda e: seen.append(e.message))
+    assert result.status == "succeeded"
+    shipped = zipfile.ZipFile(io.BytesIO(fake.code["d1"])).namelist()
+    assert sorted(shipped) == [".gitignore", "requirements.txt", "train.py"]  # no ignored data, no environment
+    sent = fake.submitted[0]
+    assert sent.code == "d1" and sent.workload.working_dir == "." and sent.workload.requirements == ["numpy"]
+    # Each read starts where the last one ended: every line once, in order.
+    assert [text for _, text in printed] == ["line 0\n", "line 7\n", "line 14\n"]
+    assert [w.after_event for w in fake.watched] == [0, 1, 2] and seen == ["event after 0", "event after 1",
+                                                                             "event after 2"]
+
+
+def test_a_program_missing_here_is_refused_before_anything_is_sent(remote, tmp_path, monkeypatch) -> None:
+    cluster, fake = remote
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match="train.py is not a file in the working dir"):
+        cluster.submit(Workload(entrypoint="train.py"))
+    assert fake.code == {} and fake.submitted == []
+
+
+def test_the_controllers_refusal_reaches_the_user_with_its_exit_code(remote, tmp_path, monkeypatch) -> None:
+    cluster, _ = remote
+    (tmp_path / "missing_here.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PodmanagerError) as refused:
+        cluster.submit(Workload(entrypoint="missing_here.py"))
+    assert (refused.value.message, refused.value.hint, refused.value.exit_code) == (
+        "run: the controller refused it", "a fix", 2)
+
+
+def test_cancel_waits_for_the_run_to_end(remote) -> None:
+    cluster, fake = remote
+    run = cluster.run_handle("r1").cancel(timeout_s=5)
+    assert fake.cancelled.is_set() and run.status == "cancelled"
+
+
+def test_a_job_on_the_controller_is_followed_and_its_error_raised_here(remote) -> None:
+    cluster, _ = remote
+    plans = []
+    with pytest.raises(PodmanagerError) as failed:
+        cluster.follow_job(cluster.client.start_up(records.UpRequest(cluster=CLUSTER, spec_yaml="x: 1", timeout_s=1)),
+                           None, on_plan=plans.append)
+    assert (failed.value.message, failed.value.hint) == ("up failed there", "its fix")
+    assert [p.describe() for p in plans] == ["create 1"]
+
+
+def test_packing_honours_nested_ignore_files(tmp_path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "keep.py").write_text("")
+    (tmp_path / "a" / "skip.log").write_text("")
+    (tmp_path / "a" / ".rayignore").write_text("*.log\n")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "x.pyc").write_text("")
+    assert [p.relative_to(tmp_path).as_posix() for p in shipped_files(tmp_path)] == ["a/.rayignore", "a/keep.py"]
+
+
+def test_the_remote_verbs_load_neither_ray_nor_jax() -> None:
+    code = ("import sys, podmanager.api.remote, podmanager.api.controller_machine, podmanager.cli.run, "
+            "podmanager.cli.runs, podmanager.cli.logs, podmanager.cli.connect\n"
+            "print(sorted(m for m in ('ray', 'jax') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", loaded
