@@ -136,7 +136,7 @@ def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCr
     controller VM found by its labels in the project, its certificate and address read from its
     guest attributes, the token from Secret Manager (with this user's credentials), and the
     spec from the controller itself. Nothing of the cluster changes."""
-    from podmanager.api.remote import RemoteCluster
+    from podmanager.channel.client import ChannelClient
     from podmanager.cloud.gcp.controller_vm import find_controller_vm
     from podmanager.core.errors import ClusterNotFoundError, SpecError
     from podmanager.core.spec import parse_spec
@@ -166,6 +166,6 @@ def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCr
     host, _, port = attributes[ADDRESS_KEY].rpartition(":")
     credentials = pinned.install(name, pinned.ControllerAddress(host=host, port=int(port)), attributes[CERT_KEY],
                                  token)
-    with RemoteCluster(name) as remote:
-        pinned.save_spec(name, remote.client.spec(name).spec_json)
+    with ChannelClient(credentials) as client:
+        pinned.save_spec(name, client.spec(name).spec_json)
     return credentials
