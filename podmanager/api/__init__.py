@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from podmanager.api.controller_machine import connect
     from podmanager.api.down import DownReport, down
     from podmanager.api.history import cluster_events, run_history, service_history
-    from podmanager.api.remote import RemoteCluster, open_spec
+    from podmanager.api.remote import RemoteCluster, forward, open_spec, ray_token_file
     from podmanager.api.run_handle import (
         RunHandle,
         latest_run_id,
@@ -38,10 +38,11 @@ _WHERE = {
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
     "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.api.remote",
-    "RemoteCluster": "podmanager.api.remote", "connect": "podmanager.api.controller_machine", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
+    "RemoteCluster": "podmanager.api.remote", "connect": "podmanager.api.controller_machine",
+    "forward": "podmanager.api.remote", "ray_token_file": "podmanager.api.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RunHandle",
-           "ServiceHandle", "SliceStatus", "connect", "open_spec",
+           "ServiceHandle", "SliceStatus", "connect", "forward", "open_spec", "ray_token_file",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
            "run_history", "run_log_lines", "run_summary", "service_history", "teardown"]
 

@@ -18,6 +18,7 @@ import time
 import zipfile
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -34,6 +35,7 @@ from podmanager.core.records import HostRef
 from podmanager.core.spec import parse_spec
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.services import ServiceStore
 
 UPLOADS = "uploads"
 
@@ -73,6 +75,24 @@ class ControllerChannelApi:
             raise PodmanagerError(f"--cluster {cluster}: this controller was never given its spec",
                                   hint="Run 'podmanager up -f SPEC' from the machine that holds it.")
         return records.SpecReply(spec_json=path.read_text())
+
+    def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
+        """Where a forward to `target` goes: the head's dashboard, or a serving service's router."""
+        if target == records.DASHBOARD:
+            access = self._cluster(cluster).ray_access()
+            if access is None or not access.dashboard_url:
+                raise PodmanagerError(f"cluster {cluster} has no Ray dashboard (its head is not up)",
+                                      hint="Run 'podmanager up' to start the head again.")
+            url = urlsplit(access.dashboard_url if "://" in access.dashboard_url else f"http://{access.dashboard_url}")
+        else:
+            service = ServiceStore(self.store.path).get(target)
+            if service is None or service.cluster != cluster:
+                raise SpecError(f"--service: cluster {cluster} has no service {target!r}",
+                                hint="'podmanager runs' lists them.")
+            url = urlsplit(service.endpoint)
+        if url.hostname is None or url.port is None:
+            raise PodmanagerError(f"{target} of {cluster} has no address podmanager reads ({url.geturl()})")
+        return url.hostname, url.port
 
     def runs(self, cluster: str) -> records.RunsReply:
         return records.RunsReply(runs=self.runs_store.list(cluster))

@@ -21,6 +21,7 @@ from podmanager.channel import pinned, records
 from podmanager.channel.client import ChannelClient
 from podmanager.channel.code_zip import zip_working_dir
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+from podmanager.channel.forward import Forward
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
@@ -375,3 +376,34 @@ def latest_run(name: str) -> str:
     if not found:
         raise SpecError(f"--run: cluster {name} has no runs yet", hint="Start one with 'podmanager run'.")
     return found[-1].run_id
+
+
+def forward(name: str, target: str, *, port: int = 0) -> Forward:
+    """A local port reaching `target` (the dashboard, or a service's id) of a cluster whose
+    controller is a VM, started; the caller stops it. The credentials are checked first (a
+    `status`), so a refused token is said at once rather than as closed connections."""
+    credentials = pinned.load(name)
+    with ChannelClient(credentials) as client:
+        status = client.status(name)
+    if target != records.DASHBOARD and target not in {s.service_id for s in status.services}:
+        raise SpecError(f"--service: cluster {name} serves no {target!r}", hint="'podmanager runs' lists the services.")
+    started = Forward(credentials, target, port=port)
+    started.start()
+    return started
+
+
+def ray_token_file(name: str) -> Path:
+    """The cluster's Ray token, read from Secret Manager with this user's credentials into an
+    owner-only file of this machine's pointer (`ray job submit` through the forward needs it)."""
+    from podmanager.channel.private_files import write_private
+    from podmanager.cloud.gcp.secrets import TokenSecrets
+    from podmanager.cluster import backends
+
+    spec = stored_spec(name)
+    with TokenSecrets(spec.project or "", emulator_host=backends.secrets_host(spec)) as secrets_api:
+        token = secrets_api.read(name)
+    if not token:
+        raise PodmanagerError(f"Secret Manager holds no Ray token of {name}", hint="'podmanager up' makes it again.")
+    path = pinned.folder(name) / "ray-token"
+    write_private(path, token)
+    return path

@@ -22,6 +22,8 @@ WATCH_PATH = f"{API_PREFIX}/watch"
 CANCEL_PATH = f"{API_PREFIX}/cancel"
 RUN_PATH = f"{API_PREFIX}/run"
 SPEC_PATH = f"{API_PREFIX}/spec"
+FORWARD_PATH = f"{API_PREFIX}/forward"  # a WebSocket carrying one TCP connection to the controller's side
+DASHBOARD = "dashboard"  # a forward's target: the Ray dashboard (and job API), or a service's id
 RUNS_PATH = f"{API_PREFIX}/runs"
 
 

@@ -14,10 +14,11 @@ import hmac
 import ipaddress
 import ssl
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Protocol, Self, TypeVar
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
@@ -56,6 +57,10 @@ class ControllerApi(Protocol):
     def run(self, request: records.RunRequest) -> records.RunReply: ...
 
     def spec(self, cluster: str) -> records.SpecReply: ...
+
+    def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
+        """(host, port) on the controller's side that a forward to `target` reaches."""
+        ...
 
     def runs(self, cluster: str) -> records.RunsReply: ...
 
@@ -134,6 +139,34 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
         asked = await _body(request, records.StatusRequest)
         return await _answer(lambda: api.spec(asked.cluster))
 
+    async def forward(request: web.Request) -> web.StreamResponse:
+        """One TCP connection to what `target` names (the dashboard, a service's router),
+        carried as binary WebSocket messages both ways until either side closes."""
+        cluster, target = request.query.get("cluster", ""), request.query.get("target", "")
+        try:
+            host, port = await asyncio.to_thread(api.forward_target, cluster, target)
+            reader, writer = await asyncio.open_connection(host, port)
+        except PodmanagerError as error:
+            return _error(400 if error.exit_code == 2 else 500, error.message, hint=error.hint,
+                          exit_code=error.exit_code)
+        except OSError as error:
+            return _error(502, f"the controller cannot reach {target} of {cluster}: {error}")
+        socket = web.WebSocketResponse(max_msg_size=0)
+        await socket.prepare(request)
+        forwards.add(socket)
+        try:
+            await _pipe(socket, reader, writer)
+        finally:
+            forwards.discard(socket)
+        return socket
+
+    forwards: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
+
+    async def close_forwards(app: web.Application) -> None:
+        """A stopping server ends its forwards (they would hold its shutdown open)."""
+        for socket in list(forwards):
+            await socket.close(code=WSCloseCode.GOING_AWAY)
+
     async def runs(request: web.Request) -> web.Response:
         asked = await _body(request, records.StatusRequest)
         return await _answer(lambda: api.runs(asked.cluster))
@@ -145,7 +178,33 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
                           (records.SUBMIT_PATH, submit), (records.WATCH_PATH, watch), (records.CANCEL_PATH, cancel), (records.RUN_PATH, run), (records.SPEC_PATH, spec),
                           (records.RUNS_PATH, runs)):
         app.router.add_post(path, handler)
+    app.router.add_get(records.FORWARD_PATH, forward)
+    app.on_shutdown.append(close_forwards)
     return app
+
+
+async def _pipe(socket: web.WebSocketResponse, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Bytes from the TCP connection to the WebSocket and back, until either ends."""
+
+    async def upstream() -> None:
+        async for message in socket:
+            if message.type is not WSMsgType.BINARY:
+                break
+            writer.write(message.data)
+            await writer.drain()
+
+    async def downstream() -> None:
+        while data := await reader.read(1 << 16):
+            await socket.send_bytes(data)
+
+    tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        writer.close()
+        await socket.close()
 
 
 async def _body(request: web.Request, model: type[RequestT]) -> RequestT:

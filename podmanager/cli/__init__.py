@@ -151,6 +151,7 @@ def root(ctx: typer.Context,
 from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     accelerators,
     connect,
+    dashboard,
     demo,
     down,
     emulator,
@@ -167,7 +168,8 @@ from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
 )
 
 for command in (up.up, status.status, down.down, events.events, demo.demo, logs.logs, runs.runs, runs.attach,
-                runs.cancel, ray_env.ray_env, connect.connect):
+                runs.cancel, ray_env.ray_env, connect.connect,
+                dashboard.dashboard):
     app.command(cls=PodmanagerCommand)(command)
 app.command(cls=ProgramCommand)(run.run)
 app.command(cls=ProgramCommand)(serve.serve)

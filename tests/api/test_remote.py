@@ -6,6 +6,8 @@ tests/end_to_end/test_laptop.py."""
 from __future__ import annotations
 
 import io
+import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ import pytest
 from podmanager.api.remote import RemoteCluster
 from podmanager.channel import identity, pinned, records
 from podmanager.channel.code_zip import shipped_files
+from podmanager.channel.forward import Forward
 from podmanager.channel.server import ChannelServer
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.records import HostRef
@@ -89,16 +92,52 @@ class FakeController:
     def events(self, cluster: str, after_id: int) -> records.EventsReply:
         return records.EventsReply(events=[])
 
+    def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
+        if target != records.DASHBOARD:
+            raise SpecError(f"--service: no service {target!r}")
+        return "127.0.0.1", self.echo_port
+
 
 @pytest.fixture
 def remote():
     fake = FakeController()
+    echo = socketserver.TCPServer(("127.0.0.1", 0), Echo)  # what the dashboard stands for
+    threading.Thread(target=echo.serve_forever, daemon=True).start()
+    fake.echo_port = echo.server_address[1]
     made = identity.load_or_create(CLUSTER, "127.0.0.1")
     with ChannelServer(fake, made) as server:  # type: ignore[arg-type]
         pinned.install(CLUSTER, pinned.ControllerAddress(host=server.host, port=server.port), made.cert_pem(),
                        made.token())
         with RemoteCluster(CLUSTER) as cluster:
             yield cluster, fake
+    echo.shutdown()
+    echo.server_close()
+
+
+class Echo(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        while line := self.rfile.readline():
+            self.wfile.write(b"echo " + line)
+
+
+def test_a_forward_carries_a_local_connection_to_the_controllers_side(remote) -> None:
+    cluster, _ = remote
+    with Forward(pinned.load(CLUSTER), records.DASHBOARD) as forward:
+        with socket.create_connection(("127.0.0.1", forward.port), timeout=10) as connection:
+            for text in (b"one\n", b"two\n" * 2000):  # small and larger than one read
+                connection.sendall(text)
+                wanted = b"".join(b"echo " + line + b"\n" for line in text.split(b"\n")[:-1])
+                got = b""
+                while len(got) < len(wanted):
+                    got += connection.recv(1 << 16)
+                assert got == wanted
+    credentials = pinned.load(CLUSTER)
+    stolen = pinned.ClientCredentials(CLUSTER, credentials.address, credentials.cert_pem, "not-the-token",
+                                      credentials.folder)
+    with Forward(stolen, records.DASHBOARD) as forward:  # a wrong token: the connection is closed, nothing echoes
+        with socket.create_connection(("127.0.0.1", forward.port), timeout=10) as connection:
+            connection.sendall(b"one\n")
+            assert connection.recv(100) == b""
 
 
 def test_a_run_ships_this_folders_code_and_follows_its_output_and_events(remote, tmp_path, monkeypatch) -> None:

@@ -1,0 +1,139 @@
+"""A port on the user's machine that reaches something on the controller's side (the Ray
+dashboard and its job API, a service's router) through the channel: each TCP connection made to
+127.0.0.1:PORT is carried as one WebSocket (`/v1/forward`, the same pinned certificate and
+token as every verb) to the controller, which connects it onward. Only this user's processes
+may connect to the local port (`core/peer.py`), as every server podmanager starts.
+
+    with Forward(credentials, "dashboard") as forward:
+        ... http://127.0.0.1:{forward.port} ...
+
+Loads aiohttp, never Ray or JAX: this is the laptop's side."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import threading
+from typing import Self
+
+import aiohttp
+
+from podmanager.channel import records
+from podmanager.channel.pinned import ClientCredentials
+from podmanager.core import peer
+
+LOCAL = "127.0.0.1"
+START_TIMEOUT_S = 10.0
+
+
+class Forward:
+    """Serves 127.0.0.1:`port` (0: any free one) on a thread of its own until `stop`."""
+
+    def __init__(self, credentials: ClientCredentials, target: str, *, port: int = 0):
+        self.credentials = credentials
+        self.target = target
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._carrying: set[asyncio.Task[None]] = set()
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_verify_locations(cadata=credentials.cert_pem)  # the pinned certificate, and no CA
+        self._ssl = context
+        address = credentials.address
+        self._url = f"https://{address.host}:{address.port}{records.FORWARD_PATH}"
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> int:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="podmanager-forward", daemon=True)
+        self._thread.start()
+        try:
+            self.port = asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=START_TIMEOUT_S)
+        except BaseException:
+            self.stop()
+            raise
+        return self.port
+
+    async def _listen(self) -> int:
+        self._server = await asyncio.start_server(self._carry, LOCAL, self.port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._carrying.add(task)
+        try:
+            await self._carry_one(reader, writer)
+        finally:
+            self._carrying.discard(task)
+
+    async def _carry_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        client = writer.get_extra_info("peername")
+        server = writer.get_extra_info("sockname")
+        if peer.refusal(client[0], client[1], server=(server[0], server[1])) is not None:
+            writer.close()
+            return
+        headers = {"Authorization": f"Bearer {self.credentials.token}"}
+        params = {"cluster": self.credentials.cluster, "target": self.target}
+        try:
+            async with aiohttp.ClientSession() as session, session.ws_connect(
+                    self._url, params=params, headers=headers, ssl=self._ssl, max_msg_size=0) as socket:
+                await _pipe(socket, reader, writer)
+        except (aiohttp.ClientError, OSError):
+            pass  # the controller refused or is gone: the local connection just closes
+        finally:
+            writer.close()
+
+    def stop(self) -> None:
+        loop, thread, server = self._loop, self._thread, self._server
+        self._loop = self._thread = self._server = None
+        if loop is None or thread is None:
+            return
+        if server is not None:
+            try:  # every connection carried is ended cleanly (the controller sees its WebSocket close)
+                asyncio.run_coroutine_threadsafe(self._end(server), loop).result(timeout=5.0)
+            except (TimeoutError, RuntimeError):
+                pass
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5.0)
+        if not thread.is_alive():
+            loop.close()
+
+
+    async def _end(self, server: asyncio.base_events.Server) -> None:
+        server.close()
+        for task in list(self._carrying):
+            task.cancel()
+        if self._carrying:
+            await asyncio.wait(list(self._carrying), timeout=3.0)
+
+
+async def _pipe(socket: aiohttp.ClientWebSocketResponse, reader: asyncio.StreamReader,
+                writer: asyncio.StreamWriter) -> None:
+    async def upstream() -> None:
+        while data := await reader.read(1 << 16):
+            await socket.send_bytes(data)
+
+    async def downstream() -> None:
+        async for message in socket:
+            if message.type is not aiohttp.WSMsgType.BINARY:
+                break
+            writer.write(message.data)
+            await writer.drain()
+
+    tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await socket.close()
