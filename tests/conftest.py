@@ -14,6 +14,7 @@ def podmanager_home(tmp_path, monkeypatch):
     home = tmp_path / "pmhome"
     monkeypatch.setenv("PODMANAGER_HOME", str(home))
     monkeypatch.delenv("TPU_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("PODMANAGER_SIM_HOME", raising=False)
     yield home
     # A dry run started this home's emulator; `down` stops it, a test that never downs does here.
     from podmanager.emulator import launcher

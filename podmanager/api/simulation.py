@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # core.faults loads pydantic, which the CLI does not load on 
     from podmanager.cluster.cluster_runtime import ClusterRuntime
     from podmanager.core.faults import FaultKind
 
-__all__ = ["arm_scripted_faults", "hang", "head_crash", "inject", "parse_duration", "preempt"]
+__all__ = ["arm_scripted_faults", "controller_crash", "hang", "head_crash", "inject", "parse_duration", "preempt"]
 
 
 def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
@@ -71,6 +71,21 @@ def head_crash(cluster: "ClusterRuntime") -> str:
                         hint="Run 'podmanager up' first.")
     cluster.record(EventKind.FAULT_INJECTED, f"simulated crash of the Ray head at {state.address}")
     return f"killed the Ray head of {cluster.name} at {state.address}; 'podmanager up' starts a new one"
+
+
+def controller_crash(cluster: "ClusterRuntime") -> str:
+    """SIGKILL every process of the cluster's controller VM, as a crash of that machine, and boot
+    it again from its disk (as GCE's automatic restart does: the startup script runs again)."""
+    from podmanager.cluster.backends import crash_controller_vm
+
+    cluster.simulator  # dry-run clusters only; starts the project's emulator if it is not running
+    name = crash_controller_vm(cluster.spec)
+    if name is None:
+        raise SpecError(f"--cluster: {cluster.name} has no controller VM running in its simulated project",
+                        hint="Its controller is the machine running podmanager (controller.local), or its VM is "
+                             "not up yet: 'podmanager status' shows it.")
+    cluster.record(EventKind.FAULT_INJECTED, f"simulated crash of the controller VM {name}")
+    return f"killed the controller VM {name} of {cluster.name}; it boots again from its disk"
 
 
 def arm_scripted_faults(cluster: "ClusterRuntime") -> None:

@@ -105,12 +105,22 @@ def head_crash(cluster: Optional[str] = CLUSTER_OPTION) -> None:
         target.close()
 
 
+def controller_crash(cluster: Optional[str] = CLUSTER_OPTION) -> None:
+    """Kill every process of the cluster's controller VM (SIGKILL), as a crash; it boots again from its disk."""
+    target = api.resolve_cluster(cluster)
+    try:
+        console.print(simulation.controller_crash(target.runtime))
+    finally:
+        target.close()
+
+
 def register(app: typer.Typer, *, group: type, command: type) -> None:
     sim_app = typer.Typer(cls=group, help="Inject faults into a dry-run cluster (preemptions, failed creates, hangs).",
                           no_args_is_help=True)
     sim_app.command("preempt", cls=command)(preempt)
     sim_app.command("fail-create", cls=command)(fail_create)
     sim_app.command("head-crash", cls=command)(head_crash)
+    sim_app.command("controller-crash", cls=command)(controller_crash)
     sim_app.command("hang", cls=command)(hang)
     sim_app.command("inject", cls=command)(inject)
     app.add_typer(sim_app, name="sim")

@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE
 
 RUNNING = "RUNNING"
+# The controller VM's role label, beside its cluster's (`cloud/base.py::CLUSTER_LABEL`).
+ROLE_LABEL = "podmanager-role"
+CONTROLLER_ROLE = "controller"
 # Compute Engine's states of an instance on its way out (or out).
 LEAVING_STATES = ("STOPPING", "TERMINATED", "SUSPENDING", "SUSPENDED")
 

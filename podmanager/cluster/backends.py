@@ -141,6 +141,19 @@ def stop_emulator_if_idle(project: str) -> bool:
     return launcher.stop_if_idle(project)
 
 
+def crash_controller_vm(spec: ClusterSpec) -> str | None:
+    """Kill a dry-run cluster's controller VM and boot it again on its disk (the project's emulator
+    does); its name, None when the project's emulator runs no controller VM of the cluster."""
+    from podmanager.emulator import launcher
+    from podmanager.emulator.control import EmulatorControl
+
+    found = launcher.running(spec.project or "")
+    if found is None:
+        return None
+    with EmulatorControl(found.address) as control:
+        return control.crash_controller_vm(spec.name)
+
+
 def standalone_emulator(project: str, create_latency_s: float) -> Emulator:
     """An in-memory emulator for `podmanager emulator`, not yet serving."""
     from podmanager.emulator.server import (

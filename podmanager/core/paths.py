@@ -1,4 +1,5 @@
-"""Where podmanager keeps its files: `$PODMANAGER_HOME`, default `~/.podmanager`."""
+"""Where podmanager keeps its files: `$PODMANAGER_HOME`, default `~/.podmanager`; the dry run's
+simulated cloud keeps its own under `sim_home()`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,18 @@ def home() -> Path:
     # Absolute: the supervisors and hosts that read it run in other folders.
     path = Path(os.environ.get("PODMANAGER_HOME") or Path.home() / ".podmanager").expanduser().absolute()
     return private_dir(path)
+
+
+SIM_HOME_ENV = "PODMANAGER_SIM_HOME"
+
+
+def sim_home() -> Path:
+    """The simulated cloud's folder: `$PODMANAGER_SIM_HOME`, else `home()`. The emulator's records
+    and saved state, the simulated buckets, the simulated VMs' records and disks live here, so a
+    process with a home of its own (the dry run's controller VM) finds the project's emulator and
+    the simulated hosts as the process that started them does."""
+    found = os.environ.get(SIM_HOME_ENV)
+    return private_dir(Path(found).expanduser().absolute()) if found else home()
 
 
 def private_dir(path: Path) -> Path:
@@ -38,8 +51,15 @@ def cluster_dir(cluster: str) -> Path:
     return path
 
 
+def sim_cluster_dir(cluster: str) -> Path:
+    """A cluster's files kept by the simulated cloud (its simulated hosts' records), made if missing."""
+    path = sim_home() / "clusters" / one_name(cluster, "cluster")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def sim_state_path(project: str) -> Path:
-    return home() / "sim" / f"{one_name(project, 'project')}.json"
+    return sim_home() / "sim" / f"{one_name(project, 'project')}.json"
 
 
 def wheels_dir() -> Path:
@@ -58,7 +78,7 @@ def locks_dir() -> Path:
 
 def storage_dir() -> Path:
     """The emulator's Cloud Storage: one folder per simulated bucket, an object at its name below it."""
-    return home() / "sim" / "storage"
+    return sim_home() / "sim" / "storage"
 
 
 def storage_object(bucket: str, name: str) -> Path:

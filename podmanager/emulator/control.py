@@ -130,6 +130,11 @@ class EmulatorControl:
         self.call("configure_cluster", cluster=cluster, create_latency_s=create_latency_s,
                   delete_latency_s=delete_latency_s, vm_image=vm_image, boot_delay_s=boot_delay_s)
 
+    def crash_controller_vm(self, cluster: str) -> str | None:
+        """Kill every process of `cluster`'s controller VM and boot it again on the same disk; its
+        instance name, None when the cluster has no running controller VM."""
+        return self.call("crash_controller_vm", cluster=cluster)
+
     def all_nodes(self) -> list[Node]:
         """Every node in every zone, read without a Cloud TPU API call (no injected fault hits it)."""
         return _NODES.validate_python(self.call("all_nodes"))

@@ -125,6 +125,18 @@ def _delete_instance(call: Call) -> Any:
     return operation_message(call, SimInstances(call.project).delete(call.zone, call.resource))
 
 
+def _get_guest_attributes(call: Call) -> Any:
+    """instances.getGuestAttributes: what the VM PUT on its metadata server under `queryPath`."""
+    query_path = call.query.get("queryPath", [""])[0]
+    call.log("compute.instances.getGuestAttributes", compute_v1.GetGuestAttributesInstanceRequest(
+        project=call.name, zone=call.zone, instance=call.resource, query_path=query_path))
+    found = SimInstances(call.project).guest_attributes(call.zone, call.resource, query_path)
+    return compute_v1.GuestAttributes(
+        query_path=query_path, self_link=f"{_zone_url(call, call.zone)}/instances/{call.resource}/guestAttributes",
+        query_value=compute_v1.GuestAttributesValue(items=[
+            compute_v1.GuestAttributesEntry(namespace=namespace, key=key, value=value) for namespace, key, value in found]))
+
+
 # (HTTP method, collection, names one resource, verb) -> the call
 ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Any]] = {
     ("GET", "zones", False, None): _list_zones,
@@ -134,4 +146,5 @@ ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Any]] = {
     ("GET", "instances", True, None): _get_instance,
     ("GET", "instances", False, None): _list_instances,
     ("DELETE", "instances", True, None): _delete_instance,
+    ("GET", "instances", True, "getGuestAttributes"): _get_guest_attributes,
 }

@@ -2,7 +2,8 @@
 
 The emulator (`podmanager/emulator/`) is a background process per simulated project, owned
 by podmanager: the first command that needs it starts it, every later one finds it by its
-record under $PODMANAGER_HOME/sim/emulators/, a dead one is started again from the state it
+record under the simulated cloud's folder (`paths.sim_home()`: $PODMANAGER_SIM_HOME, else
+$PODMANAGER_HOME) in sim/emulators/, a dead one is started again from the state it
 saved (on the port it had, so clients' channels reconnect), and `down` of the project's last
 cluster stops it. Only the emulator touches the simulated cloud; this module only manages
 the process.
@@ -33,7 +34,7 @@ STOP_GRACE_S = 10.0
 
 def owner(project: str) -> str:
     """The emulator's own process tag: never one of a cluster's, so no cluster's `down` kills it."""
-    return f"emulator:{project}@{paths.home().resolve()}"
+    return f"emulator:{project}@{paths.sim_home().resolve()}"
 
 
 def running(project: str) -> EmulatorRecord | None:
@@ -115,12 +116,14 @@ def _start(project: str, previous: EmulatorRecord | None) -> EmulatorRecord:
     port = previous.address.rsplit(":", 1)[1] if previous is not None else "0"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.pop(procs.MACHINE_ENV, None)
+    env.pop(procs.ROOT_ENV, None)  # the project's, started from a simulated VM or not: no VM's process
     env[procs.OWNER_ENV] = owner(project)
+    env[paths.SIM_HOME_ENV] = str(paths.sim_home())  # its files stay where its clients look, whoever started it
     log_path = emulator_record.log_path(project)
     launched = subprocess.run(
         [sys.executable, "-c", _LAUNCHER, str(log_path), sys.executable, "-m", MODULE, "--project", project,
          "--port", port],
-        env=env, cwd=paths.home(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        env=env, cwd=paths.sim_home(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_TIMEOUT_S)
     if launched.returncode != 0:
         raise PodmanagerError(f"the local Cloud TPU emulator of the simulated project {project} could not be "
                               f"launched: {launched.stderr.strip()[-500:]}", hint=f"Its log: {log_path}")

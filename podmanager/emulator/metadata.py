@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import parse_qs, urlparse
 
 from podmanager.cloud.base import NodeState
@@ -102,12 +103,10 @@ class SimulatedVm:
     def service_account_email(self) -> str:
         record = self._record()
         account = record.network.service_account if record and record.network else None
-        return account or f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+        return account or default_service_account()
 
     def access_token(self) -> str:
-        """The VM's service-account token: what the simulated Secret Manager and storage accept."""
-        return json.dumps({"access_token": f"sim-token.{self.service_account_email()}", "expires_in": 3599,
-                           "token_type": "Bearer"})
+        return access_token(self.service_account_email())
 
     def value(self, path: str) -> str | None:
         """The value at `path` (below computeMetadata/v1/), or None for a 404."""
@@ -138,8 +137,34 @@ class SimulatedVm:
         found = self.sim.guest_attributes(self.zone, self.node, path, worker=self.worker) if "/" in path else []
         return found[0].value if len(found) == 1 else None
 
+    def put_guest_attribute(self, path: str, value: str) -> None:
+        """`PUT instance/guest-attributes/NAMESPACE/KEY` (`path`); CloudError for a bad path."""
+        self.sim.set_guest_attribute(self.zone, self.node, self.worker, path, value)
 
-def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
+
+def default_service_account() -> str:
+    """The project's default compute service account, which a VM asked for without one runs as."""
+    return f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+
+
+def access_token(email: str) -> str:
+    """A VM's service-account token as the metadata server hands it out: what the simulated Secret
+    Manager and storage accept."""
+    return json.dumps({"access_token": f"sim-token.{email}", "expires_in": 3599, "token_type": "Bearer"})
+
+
+class MetadataFacts(Protocol):
+    """What one VM's metadata server serves: a TPU VM's (`SimulatedVm`) or a Compute Engine
+    instance's (`instance_metadata.InstanceFacts`)."""
+
+    sim: SimCloud
+
+    def value(self, path: str) -> str | None: ...
+
+    def put_guest_attribute(self, path: str, value: str) -> None: ...
+
+
+def handler_for(vm: MetadataFacts) -> type[BaseHTTPRequestHandler]:
     class Handler(OwnerOnlyRequests):  # only the owner's processes: the token it serves reads the Ray token
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             url = urlparse(self.path)
@@ -167,7 +192,7 @@ def handler_for(vm: SimulatedVm) -> type[BaseHTTPRequestHandler]:
                 return self._send(405, "only guest attributes can be written\n")
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
             try:
-                vm.sim.set_guest_attribute(vm.zone, vm.node, vm.worker, where[len(GUEST_ATTRIBUTES):], body)
+                vm.put_guest_attribute(where[len(GUEST_ATTRIBUTES):], body)
             except CloudError as bad:
                 return self._send(400, f"{bad}\n")
             self._send(200, "")
@@ -215,7 +240,7 @@ def _etag(value: str) -> str:
     return hashlib.sha1(value.encode()).hexdigest()[:16]
 
 
-def serve(vm: SimulatedVm, port: int, host: str = LOOPBACK_IP) -> ThreadingHTTPServer:
+def serve(vm: MetadataFacts, port: int, host: str = LOOPBACK_IP) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer((host, port), handler_for(vm))
     server.daemon_threads = True
     return server
@@ -227,7 +252,8 @@ class MetadataServers:
 
     def __init__(self, sim: SimCloud):
         self.sim = sim
-        self._servers: dict[tuple[str, str, int], ThreadingHTTPServer] = {}  # (zone, node, worker) -> server
+        # "zone/node/worker" (a TPU VM) or "instances/zone/name" -> its server
+        self._servers: dict[str, ThreadingHTTPServer] = {}
         self._lock = threading.Lock()
 
     def start(self, *, zone: str, node: str, worker: int, accelerator: str, endpoints: list[str],
@@ -236,20 +262,32 @@ class MetadataServers:
         restart); returns the port."""
         vm = SimulatedVm(sim=self.sim, zone=zone, node=node, worker=worker, accelerator=accelerator,
                          endpoints=endpoints, megascale_file=megascale_file)
+        return self.serve_vm(f"{zone}/{node}/{worker}", vm, port)
+
+    def serve_vm(self, key: str, vm: MetadataFacts, port: int = 0) -> int:
+        """Serve `vm`'s metadata as `key` (replacing what served it before) on `port`; returns the port."""
+        with self._lock:
+            old = self._servers.pop(key, None)
+        if old is not None:
+            _close(old)  # first: a VM booted again keeps its port
         server = serve(vm, port)
-        threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), name=f"metadata-{node}-w{worker}",
+        threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), name=f"metadata-{key}",
                          daemon=True).start()
         with self._lock:
-            old = self._servers.pop((zone, node, worker), None)
-            self._servers[(zone, node, worker)] = server
-        if old is not None:
-            _close(old)
+            self._servers[key] = server
         return server.server_address[1]
 
     def stop(self, zone: str, node: str) -> None:
         """Stop the metadata servers of every worker of a node (its VMs are gone)."""
+        self._stop(lambda key: key.startswith(f"{zone}/{node}/"))
+
+    def stop_vm(self, key: str) -> None:
+        """Stop the metadata server `serve_vm` started as `key`."""
+        self._stop(lambda found: found == key)
+
+    def _stop(self, which: Callable[[str], bool]) -> None:
         with self._lock:
-            gone = [self._servers.pop(key) for key in list(self._servers) if key[:2] == (zone, node)]
+            gone = [self._servers.pop(key) for key in list(self._servers) if which(key)]
         for server in gone:
             _close(server)
 

@@ -23,7 +23,7 @@ class EmulatorRecord(BaseModel):
 
 
 def emulators_dir() -> Path:
-    path = paths.home() / "sim" / "emulators"
+    path = paths.sim_home() / "sim" / "emulators"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

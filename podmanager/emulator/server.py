@@ -8,6 +8,8 @@
 - node changes go, in order, to the simulated hosts (`emulator/vms.SimHostBooter`), which
   boot and kill the VMs; a queue keeps their process spawning out of the API's lock;
 - each VM's metadata server runs here (`metadata.MetadataServers`), from memory;
+- a watcher boots the Compute Engine instances that have a startup script when they turn
+  RUNNING, and kills them when they go (`instance_vms.InstanceVms`: the controller VM);
 - Secret Manager is served on the same gRPC port; its REST route and Cloud Storage's
   download route over the simulated buckets (`storage.py`), what a VM's startup script
   fetches, on a port of their own.
@@ -36,6 +38,7 @@ from podmanager.core.files import write_atomic
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator import rest, state_file, storage
 from podmanager.emulator.compute_api import ComputeApi
+from podmanager.emulator.instance_vms import InstanceVms
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.secret_manager import SecretManagerEmulator
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
@@ -45,6 +48,8 @@ from podmanager.emulator.vms import SimHostBooter
 log = logging.getLogger(__name__)
 
 RECORD_CHECK_S = 2.0  # how often a background emulator checks that its record still names it
+INSTANCE_WATCH_S = 60.0  # the longest the instance watcher sleeps with nothing changing (it wakes on a change)
+INSTANCE_RETRY_S = 1.0  # after a failed boot
 
 
 class Emulator:
@@ -62,7 +67,9 @@ class Emulator:
         self.metadata = MetadataServers(self.sim)
         self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image,
                                     boot_delay_of=self.sim.boot_delay)
-        self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}))
+        self.instance_vms = InstanceVms(self.sim, self.metadata)
+        self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}),
+                               controls={"crash_controller_vm": self.instance_vms.crash_controller})
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
         self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self.stopped = threading.Event()
@@ -80,13 +87,15 @@ class Emulator:
         restarted emulator wants its old port back, but takes another rather than fail."""
         for node in self.sim.all_nodes():  # VMs that ran before a restart get their metadata back
             self.booter.reattach(node)
+        self.instance_vms.reattach()
         try:
             self._server, bound = self.api.serve(host, port)
         except OSError:
             if port == 0 or not any_port_if_taken:
                 raise
             self._server, bound = self.api.serve(host, 0)
-        for target, name in ((self._deliver, "emulator-vms"), (self._tick, "emulator-ticker")):
+        for target, name in ((self._deliver, "emulator-vms"), (self._tick, "emulator-ticker"),
+                             (self._watch_instances, "emulator-instances")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -100,6 +109,7 @@ class Emulator:
         self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
                                                 request_routes=[self.compute, storage.BucketApi(self.sim)])
         self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
+        self.instance_vms.rest_api = self.booter.rest_api
         return self.rest_port
 
     def stop(self) -> None:
@@ -114,6 +124,8 @@ class Emulator:
             self._rest.server_close()
         for thread in self._threads:
             thread.join(timeout=10)
+        if not self.persist:
+            self.instance_vms.stop_all()  # an in-memory project's VMs vanish with it
         self.metadata.stop_all()
         if self.persist:
             state_file.save(self.project, self.sim)
@@ -137,6 +149,19 @@ class Emulator:
                 log.info("not booting the VMs of %s: it is %s now", after.name, now.state.value if now else "gone")
                 return
         self.booter(before, after)
+
+    def _watch_instances(self) -> None:
+        """Boot and stop the instances' VMs whenever the cloud changed or an instance's moment comes."""
+        while not self.stopped.is_set():
+            version = self.sim.version()
+            try:
+                due = self.instance_vms.reconcile()
+            except Exception:  # noqa: BLE001 - a failed boot must not stop the watcher
+                log.exception("simulated instances: reconciling failed")
+                due = self.sim.clock.now() + INSTANCE_RETRY_S
+            wait = INSTANCE_WATCH_S if due is None else max(0.0, due - self.sim.clock.now())
+            if not self.stopped.is_set():
+                self.sim.wait_for_change(version, min(wait, INSTANCE_WATCH_S))
 
     def _tick(self) -> None:
         """Apply what is due when it is due; save the state when it changed."""

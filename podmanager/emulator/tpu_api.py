@@ -227,8 +227,12 @@ class TpuEmulator:
     """Serves one `SimCloud` as the Cloud TPU API, and `secrets` (default: a new, empty one) as
     Secret Manager; keeps a log of every Cloud TPU request received."""
 
-    def __init__(self, sim: SimCloud, secrets: SecretManagerEmulator | None = None):
+    def __init__(self, sim: SimCloud, secrets: SecretManagerEmulator | None = None, *,
+                 controls: dict[str, Callable[..., Any]] | None = None):
+        """`controls`: control calls served beside the simulator's own, by name (the emulator's
+        VMs: `crash_controller_vm`)."""
         self.sim = sim
+        self.controls = dict(controls or {})
         # Always served: the real path creates the token secret wherever it creates nodes.
         self.secrets = secrets if secrets is not None else SecretManagerEmulator()
         self.secrets.refuses_vm_read = sim.take_secret_denial  # the simulator holds the fault, with the others
@@ -530,13 +534,15 @@ class TpuEmulator:
         if method in _SIM_CONTROLS:
             getattr(self.sim, method)(**args)
             return None
+        if method in self.controls:
+            return self.controls[method](**args)
         if method in _SIM_READS:
             return _SIM_READS[method].dump_python(getattr(self.sim, method)(), mode="json")
         if method == "requests":
             with self._lock:
                 log = list(self.requests)
             return [{"method": name, "request": _to_json(request)} for name, request in log if name in args.get("methods", [name])]
-        known = ["fault", "degrade", "requests", *sorted(_SIM_CONTROLS), *sorted(_SIM_READS)]
+        known = ["fault", "degrade", "requests", *sorted(_SIM_CONTROLS), *sorted(_SIM_READS), *sorted(self.controls)]
         raise ValueError(f"unknown control method {method!r}; known: {', '.join(known)}")
 
 

@@ -15,7 +15,7 @@ The VM image: "controller" (the default) comes with the controller's environment
 exactly the versions it pins there); "bare" has nothing, so the script installs everything.
 It returns at once: the hosts boot in parallel, each as a `procs` machine of the cluster's
 owner, and outlive the process that started them. Each host's machine id is recorded in
-`cluster_dir/<cluster>/hosts/<node>-w<i>.json` before it boots; when the node is preempted,
+`clusters/<cluster>/hosts/<node>-w<i>.json` under `paths.sim_home()` before it boots; when the node is preempted,
 terminated, deleted or gone, its machines are SIGKILLed like a vanished VM. `kill_cluster_hosts` is what `stop` uses. A host whose
 record is gone stops itself (`lease.py`): a lost state folder leaves no VM running.
 """
@@ -70,7 +70,7 @@ GUEST_BOOT = (
 
 
 def hosts_dir(cluster: str) -> Path:
-    path = paths.cluster_dir(cluster) / HOSTS_DIR
+    path = paths.sim_cluster_dir(cluster) / HOSTS_DIR
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -88,7 +88,7 @@ def temp_dir(cluster: str, machine_id: str) -> str:
     (`procs.owner_temp_dir`), so `down` removes them all, and short: Unix socket paths in the
     Ray temp dir are limited to 107 bytes.
     """
-    return f"{procs.owner_temp_dir(cluster)}/{machine_id[:8]}"
+    return f"{procs.temp_dir_of(procs.sim_owner(cluster))}/{machine_id[:8]}"
 
 
 def host_env(node: Node, worker_id: int) -> dict[str, str]:
@@ -105,28 +105,67 @@ def system_path() -> str:
 
 
 def vm_env(node: Node, worker_id: int, root: Path, metadata_port: int, record: Path, rest_api: str) -> dict[str, str]:
-    """Everything a simulated VM's boot starts with: a fresh environment, not the controller's."""
+    """Everything a simulated TPU VM's boot starts with: a fresh environment, not the controller's."""
+    return {**guest_env(root, metadata_port, rest_api), **host_env(node, worker_id),
+            **metadata_env(metadata_port, record)}
+
+
+def guest_env(root: Path, metadata_port: int, rest_api: str) -> dict[str, str]:
+    """What every simulated VM (a TPU VM, a Compute Engine instance) boots with: the image's PATH,
+    its own root and temp folder, its metadata server, the emulator's APIs (Google's, as the VM
+    reaches them), and the simulated cloud's folder, which stands in for "the VM can reach
+    Google's APIs" when a VM runs podmanager itself (docs/dry-run.md)."""
+    address = f"{LOOPBACK_IP}:{metadata_port}"
     return {
         "PATH": system_path(),
         "LANG": "C.UTF-8",
         "TMPDIR": str(root / "tmp"),
-        "PODMANAGER_ROOT": str(root),
-        "PODMANAGER_METADATA_URL": f"http://{LOOPBACK_IP}:{metadata_port}/computeMetadata/v1",
+        procs.ROOT_ENV: str(root),
+        "PODMANAGER_METADATA_URL": f"http://{address}/computeMetadata/v1",
         "PODMANAGER_SECRETS_API": f"{rest_api}/v1",
         "PODMANAGER_STORAGE_API": rest_api,
         TOKEN_WAITS_ENV: SIMULATED_TOKEN_WAITS,
-        **host_env(node, worker_id),
-        **metadata_env(metadata_port, record),
+        # JAX (GCE_METADATA_IP), Google's client libraries (GCE_METADATA_HOST): its own server.
+        "GCE_METADATA_IP": address, "GCE_METADATA_HOST": address,
+        paths.SIM_HOME_ENV: str(paths.sim_home()),
     }
 
 
 def metadata_env(port: int, record: Path) -> dict[str, str]:
-    """What points a simulated VM's processes at its own metadata server: JAX
-    (GCE_METADATA_IP), Google's client libraries (GCE_METADATA_HOST), the host agent's
-    notice watch; and where the agent leaves a run's MEGASCALE_* values for `tpu-env`."""
+    """What points a simulated TPU VM's processes at its own metadata server (JAX, Google's client
+    libraries, the host agent's notice watch), and where the agent leaves a run's MEGASCALE_*
+    values for `tpu-env`."""
     address = f"{LOOPBACK_IP}:{port}"
     return {"GCE_METADATA_IP": address, "GCE_METADATA_HOST": address,
             MEGASCALE_FILE_ENV: str(record.with_suffix(".megascale"))}
+
+
+def make_disk(root: Path, image: str) -> None:
+    """A simulated VM's root folder as its image has it: empty folders, and for the "controller"
+    image the controller's environment at /opt/podmanager/venv (a link)."""
+    paths.private_dir(root.parent)  # the VMs' disks: only the owner may enter
+    for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    venv = root / "opt/podmanager/venv"
+    if image == CONTROLLER_IMAGE and not venv.is_symlink():
+        venv.symlink_to(sys.prefix)
+
+
+def image_env(image: str) -> dict[str, str]:
+    """The controller image's PYTHONPATH, part of the controller's environment it carries."""
+    if image == CONTROLLER_IMAGE and os.environ.get("PYTHONPATH"):
+        return {"PYTHONPATH": os.environ["PYTHONPATH"]}
+    return {}
+
+
+def start_guest(root: Path, env: dict[str, str], record: Path, machine_id: str, owner: str) -> list[subprocess.Popen]:
+    """Boot a simulated VM whose record (its lease) is written: its guest fetches and runs the
+    startup script (GUEST_BOOT), and a lease holder stops the VM when the record no longer names it.
+    Both are one `procs` machine: it dies with the VM, and the VM with it. Its console: the record's .log."""
+    log_path = record.with_suffix(".log")
+    holder = [sys.executable, "-m", "podmanager.emulator.vm_lease", "--lease", str(record), "--temp-dir", str(root)]
+    return [procs.launch(["bash", "-c", GUEST_BOOT], env, log_path, machine_id, owner=owner, cwd=root)[0],
+            procs.launch(holder, env, log_path, machine_id, owner=owner)[0]]
 
 
 class MetadataHost(Protocol):
@@ -151,7 +190,7 @@ def _locked(cluster: str) -> Iterator[None]:
 class SimHostBooter:
     """SimCloud listener that boots and kills the simulated hosts of every cluster.
 
-    Needs nothing but the node and the files under `paths.home()`: the VM reads everything
+    Needs nothing but the node and the files under `paths.sim_home()`: the VM reads everything
     else (the script, the head's address, its token) as a real one does.
     """
 
@@ -211,12 +250,8 @@ class SimHostBooter:
         assert node.cluster is not None
         machine_id = procs.new_machine_id()
         root = Path(temp_dir(node.cluster, machine_id))  # the VM's disk
-        paths.private_dir(root.parent)  # the cluster's VMs' disks: only the owner may enter
-        for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log"):
-            (root / folder).mkdir(parents=True, exist_ok=True)
         image = self.image_of(node.cluster)
-        if image == CONTROLLER_IMAGE:
-            (root / "opt/podmanager/venv").symlink_to(sys.prefix)
+        make_disk(root, image)
         join_args = [
             f"--resources={json.dumps({'TPU': chips}, separators=(',', ':'))}",  # CPU devices stand in for chips
             f"--num-cpus={self.num_cpus}",
@@ -230,19 +265,14 @@ class SimHostBooter:
         env = vm_env(node, worker_id, root, metadata_port, path, self.rest_api)
         env[JOIN_ARGS_ENV] = shlex.join(join_args)
         env[BOOT_DELAY_ENV] = f"{self.boot_delay_of(node.cluster):g}"
-        if image == CONTROLLER_IMAGE and os.environ.get("PYTHONPATH"):
-            env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # part of the controller's environment the image has
+        env.update(image_env(image))
         # The record first: it is the VM's lease, which the VM checks from its first second. It
         # keeps the metadata port, on which a restarted emulator serves the VM again.
         procs.write_record(
             path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id,
             started_at=time.time(), log=str(log_path), temp_dir=str(root), metadata_port=metadata_port,
         )
-        holder = [sys.executable, "-m", "podmanager.emulator.vm_lease", "--lease", str(path), "--temp-dir", str(root)]
-        owner = procs.owner(node.cluster)
-        children = [procs.launch(["bash", "-c", GUEST_BOOT], env, log_path, machine_id, owner=owner, cwd=root)[0]]
-        # The same machine: it dies with the host, and the host with it.
-        children.append(procs.launch(holder, env, log_path, machine_id, owner=owner)[0])
+        children = start_guest(root, env, path, machine_id, procs.sim_owner(node.cluster))
         with self._mutex:
             self._children.extend(children)
         return machine_id
@@ -276,7 +306,7 @@ class SimHostBooter:
 
 
 def host_records(cluster: str) -> list[dict]:
-    directory = paths.cluster_dir(cluster) / HOSTS_DIR
+    directory = paths.sim_cluster_dir(cluster) / HOSTS_DIR
     if not directory.exists():
         return []
     return [r for r in (procs.read_record(p) for p in sorted(directory.glob("*.json"))) if r]

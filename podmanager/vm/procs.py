@@ -44,6 +44,7 @@ from podmanager.core.files import write_atomic
 
 MACHINE_ENV = "PODMANAGER_MACHINE_ID"
 OWNER_ENV = "PODMANAGER_OWNER"
+ROOT_ENV = "PODMANAGER_ROOT"  # a simulated VM's root folder, in the environment of all it runs
 TEMP_PREFIX = "/tmp/pm-"
 
 
@@ -52,11 +53,22 @@ def owner(cluster: str) -> str:
     return f"{cluster}@{paths.home().resolve()}"
 
 
+def sim_owner(cluster: str) -> str:
+    """The identity of `cluster`'s simulated VMs: the simulated cloud's folder's, not the home of
+    whoever asked for them (`paths.sim_home`; the same as `owner` unless PODMANAGER_SIM_HOME is set)."""
+    return f"{cluster}@{paths.sim_home().resolve()}"
+
+
 def owner_temp_dir(cluster: str) -> str:
     """The folder under which every local machine of `cluster` keeps Ray's temp dir, so that
-    `down` removes them all without a record of each. Short: Unix socket paths inside a Ray
-    temp dir are limited to 107 bytes."""
-    return TEMP_PREFIX + hashlib.sha1(owner(cluster).encode()).hexdigest()[:12]
+    `down` removes them all without a record of each."""
+    return temp_dir_of(owner(cluster))
+
+
+def temp_dir_of(owner: str) -> str:
+    """The temp folder of `owner`'s machines. Short: Unix socket paths inside a Ray temp dir are
+    limited to 107 bytes."""
+    return TEMP_PREFIX + hashlib.sha1(owner.encode()).hexdigest()[:12]
 
 
 def write_record(path: Path, **fields: Any) -> None:
@@ -148,6 +160,41 @@ def machines() -> dict[str, list[psutil.Process]]:
 def owned(owner: str) -> list[psutil.Process]:
     """Every live process of `owner`'s machines, and any other process tagged with it (one scan)."""
     return [proc for proc, (_, tagged_owner) in _scan() if tagged_owner == owner]
+
+
+def inside(root: str) -> list[psutil.Process]:
+    """Every live process whose environment names `root` as its VM's root folder (`ROOT_ENV`), or
+    that descends from one: all a simulated VM runs, also what it launched as machines of their
+    own (a controller VM's Ray head) and what renamed itself (one scan)."""
+    parents: dict[int, int] = {}
+    rooted: set[int] = set()
+    live: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["ppid", "status", "environ"]):
+        if proc.info["status"] in (None, psutil.STATUS_ZOMBIE):
+            continue
+        live[proc.pid] = proc
+        parents[proc.pid] = proc.info["ppid"]
+        if (proc.info["environ"] or {}).get(ROOT_ENV) == root:
+            rooted.add(proc.pid)
+    found: dict[int, bool] = {}
+
+    def is_inside(pid: int) -> bool:
+        chain: list[int] = []
+        while pid not in found and pid not in rooted and pid in parents and pid not in chain:
+            chain.append(pid)
+            pid = parents[pid]
+        answer = found.get(pid, pid in rooted)
+        for visited in chain:
+            found[visited] = answer
+        return answer
+
+    return [proc for pid, proc in live.items() if is_inside(pid)]
+
+
+def kill_inside(root: str, *, wait_s: float = 10.0) -> bool:
+    """SIGKILL every process of the simulated VM whose root folder is `root` (`inside`), as a
+    machine that crashed; True if any ran."""
+    return _kill_all(lambda: inside(root), grace_s=0.0, wait_s=wait_s)
 
 
 def members(machine_id: str | None) -> list[psutil.Process]:

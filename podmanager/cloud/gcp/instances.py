@@ -1,7 +1,7 @@
 """Compute Engine VMs through `google-cloud-compute`, as typed records (`cloud/instances.py`):
-the zones of a region, whether a zone offers a machine type, and instances created, read,
-found by label and deleted, each change waited for through its zone operation. What the
-controller VM (`controller_vm.py`) is made of.
+the zones of a region, whether a zone offers a machine type, instances created, read, found by
+label and deleted (each change waited for through its zone operation), and the guest attributes
+a VM wrote. What the controller VM (`controller_vm.py`) is made of.
 
 Calls, retries, errors and the endpoint (Google's or a dry run's emulator) as `compute.py`'s.
 """
@@ -107,6 +107,16 @@ class ComputeInstances(ComputeClients):
         scoped = self._call("list instances by label", self._all_pages(self._instances.aggregated_list),
                             project=self.project, filter=query)
         return [instance_record(m) for _, in_zone in scoped for m in in_zone.instances]
+
+    def guest_attributes(self, zone: str, name: str, namespace: str = "podmanager") -> dict[str, str]:
+        """The guest attributes the VM wrote under `namespace` (key -> value); {} when it wrote none
+        yet (the API answers 404 for a query path with nothing under it) or the VM is not there."""
+        try:
+            found = self._call(f"get guest attributes of instance {name}", self._instances.get_guest_attributes,
+                               project=self.project, zone=zone, instance=name, query_path=f"{namespace}/")
+        except cloud_errors.NotFoundError:
+            return {}
+        return {entry.key: entry.value for entry in found.query_value.items if entry.namespace == namespace}
 
     def create(self, instance: Instance, *, timeout_s: float = 300.0) -> None:
         what = f"create instance {instance.name} in {instance.zone}"

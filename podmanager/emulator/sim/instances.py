@@ -147,6 +147,39 @@ class SimInstances:
         return self.compute.start_operation("insert", f"zones/{zone}/instances/{name}", zone=zone,
                                             latency_s=LATENCY_S)
 
+    def next_change(self) -> float | None:
+        """The simulated time at which an instance next turns RUNNING or goes; None: nothing pending."""
+        moments = [when for record in self.state.instances.values() for when in (record.running_at, record.gone_at)
+                   if when is not None and when > self.compute.now]
+        return min(moments, default=None)
+
+    # ------------------------------------------------------------------ guest attributes
+
+    def set_guest_attribute(self, zone: str, name: str, path: str, value: str) -> None:
+        """What the VM's `PUT .../guest-attributes/NAMESPACE/KEY` stores (`path` is NAMESPACE/KEY)."""
+        namespace, _, key = path.strip("/").partition("/")
+        if not namespace or not key or "/" in key:
+            raise cloud_errors.InvalidRequestError(f"guest attribute path {path!r} is not NAMESPACE/KEY")
+        self.instance(zone, name)
+        self.state.instances[f"{zone}/{name}"].guest_attributes[f"{namespace}/{key}"] = value
+        self.compute.changed = True
+
+    def guest_attributes(self, zone: str, name: str, query_path: str) -> list[tuple[str, str, str]]:
+        """(namespace, key, value) of the VM's guest attributes under `query_path` ("NS/" or "NS":
+        a namespace, "NS/KEY": one key, "" or "/": all), in path order. The API answers 404 when
+        none is there yet, as Compute Engine does."""
+        self.instance(zone, name)
+        wanted_namespace, _, wanted_key = query_path.strip("/").partition("/")
+        found = []
+        for path, value in sorted(self.state.instances[f"{zone}/{name}"].guest_attributes.items()):
+            namespace, key = path.split("/", 1)
+            if (not wanted_namespace or namespace == wanted_namespace) and (not wanted_key or key == wanted_key):
+                found.append((namespace, key, value))
+        if not found:
+            raise cloud_errors.NotFoundError(f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}"
+                                             f"/guestAttributes/{query_path}' was not found")
+        return found
+
     def delete(self, zone: str, name: str) -> ComputeOperation:
         self.instance(zone, name)
         record = self.state.instances[f"{zone}/{name}"]

@@ -1,0 +1,164 @@
+"""Simulated Compute Engine instances that boot (the dry run's controller VM, issue 36).
+
+`InstanceVms` is run by the emulator, which calls `reconcile` whenever the simulated cloud
+changes and when an instance's next moment comes: an instance that is RUNNING and has a
+`startup-script` in its metadata boots as a simulated TPU VM does (`vms.py`): a root folder of
+its own (the same layout; the "controller" image unless its metadata key `podmanager-sim-image`
+says "bare"), a metadata server of its own (`instance_metadata.py`), the same fresh environment
+(`vms.guest_env`, with $PODMANAGER_SIM_HOME), and its guest running the script with bash from its
+root, all one `procs` machine holding a lease on its record
+(`<sim_home>/sim/instances/<project>/<zone>/<name>.json`). When the instance goes (deleted:
+STOPPING) its processes are SIGKILLed, everything it launched with them, and its root folder is
+removed. After an emulator restart, `reattach` serves a running VM its metadata again on the port
+it knows. `crash_controller` kills a cluster's controller VM and boots it again on the same root
+folder, as GCE's automatic restart re-runs the startup script on the same disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from podmanager.cloud.base import CLUSTER_LABEL
+from podmanager.cloud.instances import CONTROLLER_ROLE, ROLE_LABEL, RUNNING, Instance
+from podmanager.controller.startup import STARTUP_SCRIPT_KEY
+from podmanager.core import paths
+from podmanager.emulator.instance_metadata import InstanceFacts
+from podmanager.emulator.metadata import MetadataServers
+from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.sim.instances import SimInstances
+from podmanager.emulator.vms import CONTROLLER_IMAGE, guest_env, image_env, make_disk, start_guest
+from podmanager.vm import procs
+
+log = logging.getLogger(__name__)
+
+IMAGE_KEY = "podmanager-sim-image"  # instance metadata: the simulated image ("controller" or "bare")
+
+
+def instances_dir(project: str) -> Path:
+    return paths.sim_home() / "sim" / "instances" / paths.one_name(project, "project")
+
+
+def record_path(project: str, zone: str, name: str) -> Path:
+    return instances_dir(project) / paths.one_name(zone, "zone") / f"{paths.one_name(name, 'instance')}.json"
+
+
+def owner_of(project: str, instance: Instance) -> str:
+    """The VM's processes' owner tag: its cluster's simulated machines' (so `down` finds them) or,
+    for an instance of no cluster, its own."""
+    cluster = instance.labels.get(CLUSTER_LABEL)
+    if cluster:
+        return procs.sim_owner(cluster)
+    return f"instance:{project}/{instance.zone}/{instance.name}@{paths.sim_home().resolve()}"
+
+
+class InstanceVms:
+    """The booted instances of the emulator's project, keyed "zone/name"."""
+
+    def __init__(self, sim: SimCloud, metadata: MetadataServers):
+        self.sim = sim
+        self.metadata = metadata
+        self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
+        self._booted: dict[str, Instance] = {}
+        self._lock = threading.Lock()
+
+    def _bootable(self) -> tuple[dict[str, Instance], float | None]:
+        """The instances that should be running a VM now, and when the next one turns RUNNING or goes."""
+        with self.sim.compute() as project:
+            instances = SimInstances(project)
+            found = {f"{i.zone}/{i.name}": i for i in instances.instances(None, {})
+                     if i.status == RUNNING and STARTUP_SCRIPT_KEY in i.metadata}
+            return found, instances.next_change()
+
+    def reconcile(self) -> float | None:
+        """Boot what should run and does not, stop what runs and should not; returns the simulated
+        time of the next instance change (None: none pending)."""
+        wanted, due = self._bootable()
+        with self._lock:
+            for key in [key for key in self._booted if key not in wanted]:
+                self._halt(self._booted.pop(key))
+            for key, instance in wanted.items():
+                if key not in self._booted:
+                    self._boot(instance)
+                    self._booted[key] = instance
+        return due
+
+    def reattach(self) -> None:
+        """After an emulator restart: serve each recorded VM that still runs its metadata again, on
+        its port; a VM whose instance is gone is stopped (`reconcile` boots the rest)."""
+        wanted, _ = self._bootable()
+        live = procs.machines()
+        with self._lock:
+            for path in sorted(instances_dir(self.sim.project).glob("*/*.json")):
+                record = procs.read_record(path) or {}
+                key = f"{record.get('zone')}/{record.get('name')}"
+                instance = wanted.get(key)
+                if instance is None:
+                    self._forget(path, record)
+                elif record.get("machine_id") in live:
+                    self.metadata.serve_vm(key, InstanceFacts(sim=self.sim, zone=instance.zone, name=instance.name),
+                                           port=int(record.get("metadata_port") or 0))
+                    self._booted[key] = instance
+
+    def crash_controller(self, cluster: str) -> str | None:
+        """SIGKILL every process of `cluster`'s controller VM, then boot it again from the same root
+        folder; its name, None when the cluster has no running controller VM."""
+        with self._lock:
+            for key, instance in self._booted.items():
+                if instance.labels.get(CLUSTER_LABEL) == cluster and instance.labels.get(ROLE_LABEL) == CONTROLLER_ROLE:
+                    self._kill(procs.read_record(record_path(self.sim.project, instance.zone, instance.name)) or {})
+                    self._boot(instance)
+                    return instance.name
+        return None
+
+    def stop_all(self) -> None:
+        """Stop every VM (an in-memory project's, which vanish with it)."""
+        with self._lock:
+            for instance in self._booted.values():
+                self._halt(instance)
+            self._booted.clear()
+
+    def _boot(self, instance: Instance) -> None:
+        """Boot the instance's VM: on the root folder its record names if it has one (a restart),
+        else on a new one."""
+        key = f"{instance.zone}/{instance.name}"
+        path = record_path(self.sim.project, instance.zone, instance.name)
+        before = procs.read_record(path) or {}
+        owner = owner_of(self.sim.project, instance)
+        machine_id = procs.new_machine_id()
+        root = Path(before.get("temp_dir") or f"{procs.temp_dir_of(owner)}/{machine_id[:8]}")
+        image = instance.metadata.get(IMAGE_KEY, CONTROLLER_IMAGE)
+        make_disk(root, image)
+        facts = InstanceFacts(sim=self.sim, zone=instance.zone, name=instance.name)
+        port = self.metadata.serve_vm(key, facts, port=int(before.get("metadata_port") or 0))
+        env = {**guest_env(root, port, self.rest_api), **image_env(image)}
+        # The record first: it is the VM's lease, which the VM checks from its first second.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        procs.write_record(path, machine_id=machine_id, zone=instance.zone, name=instance.name,
+                           cluster=instance.labels.get(CLUSTER_LABEL), started_at=time.time(),
+                           log=str(path.with_suffix(".log")), temp_dir=str(root), metadata_port=port,
+                           boots=int(before.get("boots") or 0) + 1)
+        start_guest(root, env, path, machine_id, owner)
+        log.info("instance %s booted (machine %s, root %s)", key, machine_id[:8], root)
+
+    def _halt(self, instance: Instance) -> None:
+        """The instance is gone: its VM's processes killed, its metadata server and root folder removed."""
+        key = f"{instance.zone}/{instance.name}"
+        self.metadata.stop_vm(key)
+        path = record_path(self.sim.project, instance.zone, instance.name)
+        self._forget(path, procs.read_record(path) or {})
+        log.info("instance %s stopped", key)
+
+    def _forget(self, path: Path, record: dict) -> None:
+        self._kill(record)
+        path.unlink(missing_ok=True)
+        procs.remove_temp_dir(record.get("temp_dir"))
+
+    @staticmethod
+    def _kill(record: dict) -> None:
+        """Every process of the VM, also what it launched as machines of its own (a Ray head)."""
+        procs.kill(record.get("machine_id"))
+        if record.get("temp_dir"):
+            procs.kill_inside(record["temp_dir"])

@@ -1,0 +1,52 @@
+"""The simulated cloud's folder (`paths.sim_home`): every file of the dry run's cloud lives there,
+so a process with a $PODMANAGER_HOME of its own (the dry run's controller VM) but the same
+$PODMANAGER_SIM_HOME finds the project's emulator and the simulated hosts; unset, it is the home."""
+
+from __future__ import annotations
+
+import os
+
+from podmanager.core import paths
+from podmanager.emulator import launcher, state_file, vms
+from podmanager.emulator import record as emulator_record
+from podmanager.vm import procs
+
+
+def simulated_cloud_files(project: str, cluster: str) -> dict[str, str]:
+    """Every simulated-cloud location, and the identities its processes carry."""
+    return {
+        "emulator record": str(emulator_record.record_path(project)),
+        "emulator log": str(emulator_record.log_path(project)),
+        "saved state": str(state_file.path(project)),
+        "buckets": str(paths.storage_object("b", "o")),
+        "hosts": str(vms.record_path(cluster, "c-s0", 0)),
+        "emulator owner": launcher.owner(project),
+        "VMs' owner": procs.sim_owner(cluster),
+        "VMs' disks": vms.temp_dir(cluster, "0123456789abcdef"),
+    }
+
+
+def test_unset_it_is_the_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path / "home"))
+    assert paths.sim_home() == paths.home()
+    found = simulated_cloud_files("p", "c")
+    for name in ("emulator record", "saved state", "buckets", "hosts"):
+        assert found[name].startswith(str(tmp_path / "home")), name
+    assert found["VMs' owner"] == procs.owner("c")
+    assert found["VMs' disks"].startswith(procs.owner_temp_dir("c"))
+
+
+def test_another_home_with_the_same_sim_home_finds_the_same_cloud(tmp_path, monkeypatch):
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(tmp_path / "cloud"))
+    monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path / "laptop"))
+    laptop = simulated_cloud_files("p", "c")
+    emulator_record.record_path("p").write_text(emulator_record.EmulatorRecord(
+        project="p", address="127.0.0.1:1", pid=os.getpid(), started=0.0).model_dump_json())
+
+    monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path / "controller-vm"))
+    assert simulated_cloud_files("p", "c") == laptop
+    for name in ("emulator record", "emulator log", "saved state", "buckets", "hosts"):
+        assert laptop[name].startswith(str(tmp_path / "cloud") + "/"), name
+    assert emulator_record.read("p").address == "127.0.0.1:1"
+    assert procs.sim_owner("c") != procs.owner("c")  # the controller's own processes stay its own
+    assert (tmp_path / "cloud").stat().st_mode & 0o777 == 0o700

@@ -1,0 +1,122 @@
+"""Compute Engine instances that boot (the dry run's controller VM, issue 36): an instance with a
+startup script, inserted through google-cloud-compute's own client on a started emulator, boots as
+a simulated VM in a root folder of its own, with a metadata server of its own and a fresh
+environment that names the simulated cloud's folder; what its script PUTs as a guest attribute
+is read back through the Compute API; a controller crash kills everything it runs and boots it
+again on the same disk; a delete kills it and removes its disk. No Ray: a tiny script."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from podmanager.cloud.base import CLUSTER_LABEL
+from podmanager.cloud.gcp.instances import ComputeInstances
+from podmanager.cloud.instances import CONTROLLER_ROLE, ROLE_LABEL, Instance
+from podmanager.core.clock import poll_until
+from podmanager.emulator import instance_vms
+from podmanager.emulator.control import EmulatorControl
+from podmanager.emulator.server import Emulator
+from podmanager.vm import procs
+
+PROJECT = "p-vms"
+ZONE = "sim-zone-a"
+# Counts its boots on its disk, leaves its environment there, starts a process of its own machine
+# (as a controller starts its Ray head), reports through its metadata server, and stays up.
+SCRIPT = """#!/bin/bash
+set -eu
+M="$PODMANAGER_METADATA_URL"
+boots=$(( $(cat "$PODMANAGER_ROOT/root/boots" 2>/dev/null || echo 0) + 1 ))
+echo "$boots" > "$PODMANAGER_ROOT/root/boots"
+env > "$PODMANAGER_ROOT/root/env"
+PODMANAGER_MACHINE_ID=a-head-of-its-own sleep 300 &
+echo $! > "$PODMANAGER_ROOT/root/head.pid"
+name=$(curl -fsS -H "Metadata-Flavor: Google" "$M/instance/name")
+curl -fsS -X PUT -H "Metadata-Flavor: Google" --data-binary "$name-$boots" \
+  "$M/instance/guest-attributes/podmanager/booted"
+exec sleep 300
+"""
+
+
+@pytest.fixture
+def sim_home(tmp_path, monkeypatch):
+    path = tmp_path / "cloud"
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def emulator(sim_home):
+    served = Emulator(PROJECT, persist=False)
+    served.serve_rest()
+    served.grpc_port = served.start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+def instances(emulator):
+    with ComputeInstances(PROJECT, endpoint=f"http://127.0.0.1:{emulator.rest_port}", retry_deadline_s=5,
+                          retry_initial_s=0.05, poll_interval_s=0.05) as client:
+        yield client
+
+
+def controller(name="c-controller", script=SCRIPT):
+    metadata = {"startup-script": script} if script else {}
+    return Instance(name=name, zone=ZONE, machine_type="e2-standard-2", metadata=metadata,
+                    labels={CLUSTER_LABEL: "c", ROLE_LABEL: CONTROLLER_ROLE})
+
+
+def booted(instances, expected, name="c-controller"):
+    return poll_until(lambda: instances.guest_attributes(ZONE, name).get("booted") == expected or None,
+                      timeout_s=30, interval_s=0.05, what=f"the VM's guest attribute booted={expected}")
+
+
+def record(name="c-controller"):
+    return procs.read_record(instance_vms.record_path(PROJECT, ZONE, name))
+
+
+def environment(root):
+    return dict(line.split("=", 1) for line in (Path(root) / "root/env").read_text().splitlines() if "=" in line)
+
+
+def test_an_instance_without_attributes_reads_as_empty(instances):
+    instances.create(controller("quiet", script=None), timeout_s=30)
+    assert instances.guest_attributes(ZONE, "quiet") == {}  # the API's 404 for a query path with nothing
+    assert instances.guest_attributes(ZONE, "no-such-vm") == {}
+    assert record("quiet") is None  # nothing to boot: no VM
+
+
+def test_an_instance_boots_reports_crashes_back_and_goes(emulator, instances, sim_home, podmanager_home):
+    instances.create(controller(), timeout_s=30)
+    booted(instances, "c-controller-1")
+
+    first = record()
+    root = Path(first["temp_dir"])
+    assert instance_vms.record_path(PROJECT, ZONE, "c-controller").is_relative_to(sim_home)
+    assert sorted(p.name for p in root.iterdir()) == ["etc", "opt", "root", "tmp", "var"]
+    env = environment(root)
+    assert env["PODMANAGER_SIM_HOME"] == str(sim_home)  # it finds the project's emulator and hosts
+    assert env.get("PODMANAGER_HOME") != str(podmanager_home)  # but nothing of whoever started it
+    assert env["PODMANAGER_ROOT"] == str(root) and env["TMPDIR"] == str(root / "tmp")
+    assert env[procs.OWNER_ENV] == procs.sim_owner("c")
+    assert procs.alive(first["machine_id"])
+    head = int((root / "root/head.pid").read_text())
+
+    with EmulatorControl(f"127.0.0.1:{emulator.grpc_port}") as control:
+        assert control.crash_controller_vm("other") is None
+        assert control.crash_controller_vm("c") == "c-controller"
+    booted(instances, "c-controller-2")  # its startup script ran again, on the same disk
+    again = record()
+    assert again["temp_dir"] == str(root) and again["metadata_port"] == first["metadata_port"]
+    assert (root / "root/boots").read_text().strip() == "2"
+    assert not procs.alive(first["machine_id"])
+    assert not psutil.pid_exists(head) or psutil.Process(head).status() == psutil.STATUS_ZOMBIE
+
+    instances.delete(ZONE, "c-controller", timeout_s=30)
+    poll_until(lambda: not procs.alive(again["machine_id"]) and not root.exists() and record() is None,
+               timeout_s=30, interval_s=0.05, what="the deleted VM's processes, disk and record gone")
+    assert not [p for p in procs.inside(str(root)) if p.pid != os.getpid()]
