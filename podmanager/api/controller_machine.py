@@ -30,6 +30,7 @@ from podmanager.cloud.gcp.controller_vm import (
 )
 from podmanager.cloud.gcp.secrets import TokenSecrets, channel_secret_id
 from podmanager.cluster import backends
+from podmanager.cluster.teardown import stop_idle_emulator
 from podmanager.controller.staging import resolve_software
 from podmanager.controller.startup import CONTROLLER_ROLE, render_startup_script
 from podmanager.core.clock import poll_until
@@ -128,6 +129,7 @@ class ControllerMachine:
         if deleted.instance:
             self.say(EventKind.CONTROLLER_DELETED, f"deleted the controller VM {deleted.instance} and its rule "
                                                    f"{deleted.rule}")
+        stop_idle_emulator(spec, lambda kind, message, **data: self.say(kind, message))
         return deleted
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import yaml
 
@@ -28,6 +28,9 @@ from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
+
+if TYPE_CHECKING:
+    from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.state import Event
 from podmanager.state.run_records import RunRecord, final_result
 from podmanager.state.run_results import RunResult
@@ -264,6 +267,22 @@ class RemoteCluster:
 
     def services(self) -> list[object]:
         return []
+
+    @property
+    def spec(self) -> ClusterSpec:
+        """The spec this machine's `up` gave (kept with its pointer)."""
+        return stored_spec(self.name)
+
+    @property
+    def runtime(self) -> ClusterRuntime:
+        """The cluster's cloud as this machine reaches it, for a dry run's faults (`sim`), which
+        go to the simulated cloud directly, as Google's own faults would: nothing of the
+        controller's is read, and what the faults record stays here (the controller sees their
+        effects)."""
+        from podmanager.cluster.cluster_runtime import ClusterRuntime
+        from podmanager.state import StateStore
+
+        return ClusterRuntime(self.spec, store=StateStore.in_memory())
 
     def ray_access(self) -> None:
         return None  # the head's address is the controller's; `podmanager dashboard` is to forward it

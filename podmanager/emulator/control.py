@@ -135,6 +135,10 @@ class EmulatorControl:
         instance name, None when the cluster has no running controller VM."""
         return self.call("crash_controller_vm", cluster=cluster)
 
+    def instance_names(self) -> list[str]:
+        """Every Compute Engine instance of the project (zone/name): a controller VM holds the cloud too."""
+        return list(self.call("instance_names"))
+
     def all_nodes(self) -> list[Node]:
         """Every node in every zone, read without a Cloud TPU API call (no injected fault hits it)."""
         return _NODES.validate_python(self.call("all_nodes"))

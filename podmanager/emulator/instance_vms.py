@@ -102,6 +102,11 @@ class InstanceVms:
                                            port=int(record.get("metadata_port") or 0))
                     self._booted[key] = instance
 
+    def instance_names(self) -> list[str]:
+        """Every instance of the project, as zone/name (an emulator that holds one is not idle)."""
+        with self.sim.compute() as project:
+            return [f"{i.zone}/{i.name}" for i in SimInstances(project).instances(None, {})]
+
     def crash_controller(self, cluster: str) -> str | None:
         """SIGKILL every process of `cluster`'s controller VM, then boot it again from the same root
         folder; its name, None when the cluster has no running controller VM."""

@@ -179,6 +179,6 @@ def stop_if_idle(project: str) -> bool:
     if found is None:
         return False
     with EmulatorControl(found.address) as control:
-        if control.all_nodes() or control.all_queued_resources():
+        if control.all_nodes() or control.all_queued_resources() or control.instance_names():
             return False
     return stop(project)

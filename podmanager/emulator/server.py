@@ -69,7 +69,8 @@ class Emulator:
                                     boot_delay_of=self.sim.boot_delay)
         self.instance_vms = InstanceVms(self.sim, self.metadata)
         self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}),
-                               controls={"crash_controller_vm": self.instance_vms.crash_controller})
+                               controls={"crash_controller_vm": self.instance_vms.crash_controller,
+                                         "instance_names": self.instance_vms.instance_names})
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
         self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self.stopped = threading.Event()
