@@ -24,6 +24,9 @@ class Cause(str, Enum):
     PROGRAM = "program-failure"
     HANG = "hang"
     INFRASTRUCTURE = "infrastructure"
+    # The run's supervisor was lost (its process, or the Ray head with a controller that crashed
+    # or rebooted) and started again: no budget pays for it, the run carries on from its record.
+    SUPERVISOR = "supervisor-restart"
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,11 @@ class RunSupervisor:
         else:
             self.record(EventKind.SUPERVISOR_RESTARTED, f"run {self.run_id}: supervisor restarted; carrying on from "
                         f"{self.run.phase.name} attempt {self.run.attempt}")
+            self.ledger.incidents.append(IncidentRecord(
+                attempt=self.run.attempt, cause=Cause.SUPERVISOR.value, slices=[],
+                detail="the run's supervisor was lost (its process, or the Ray head when the controller crashed or "
+                       "restarted) and started again from the run's record", detected_at=self.clock.now(), detect_s=None,
+                recover_s=None, lost_steps=None, phases={}))
         self._save()
         while True:
             if self.run.cancel_requested:
