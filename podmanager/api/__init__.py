@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from podmanager.api.controller_machine import connect
     from podmanager.api.down import DownReport, down
     from podmanager.api.history import cluster_events, run_history, service_history
-    from podmanager.api.remote import RemoteCluster, forward, open_spec, ray_token_file
+    from podmanager.api.remote import RemoteCluster, forward, ray_token_file
+    from podmanager.api.remote_up_down import open_spec
     from podmanager.api.run_handle import (
         RunHandle,
         latest_run_id,
@@ -37,7 +38,7 @@ _WHERE = {
     "latest_run_id": "podmanager.api.run_handle", "cluster_events": "podmanager.api.history",
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
-    "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.api.remote",
+    "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.api.remote_up_down",
     "RemoteCluster": "podmanager.api.remote", "connect": "podmanager.api.controller_machine",
     "forward": "podmanager.api.remote", "ray_token_file": "podmanager.api.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
 }
