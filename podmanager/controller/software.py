@@ -90,14 +90,18 @@ class Software:
     packages: tuple[str, ...] = ()  # boot.packages: requirements every host gets
     tpu: bool = True  # JAX with libtpu; a simulated VM's chips are CPU devices
     lock: str = ""  # every package of the environment, pinned once (`boot_lock.py`); "": none
+    index_url: str = ""  # boot.index_url: the index the VM's pip and uv use ("": the image's, else PyPI)
+    extra_index_urls: tuple[str, ...] = ()  # boot.extra_index_urls
 
     @classmethod
     def pinned_to_controller(cls, *, podmanager: str, podmanager_source: str,
-                             packages: tuple[str, ...] | list[str] = (), tpu: bool = True) -> Software:
-        """The controller's Python, Ray, JAX and uv, with the given podmanager and packages."""
+                             packages: tuple[str, ...] | list[str] = (), tpu: bool = True, index_url: str = "",
+                             extra_index_urls: tuple[str, ...] | list[str] = ()) -> Software:
+        """The controller's Python, Ray, JAX and uv, with the given podmanager, packages and index."""
         running = controller_versions()
         return cls(python=running.python, ray=running.ray, jax=running.jax, uv=metadata.version("uv"),
-                   podmanager=podmanager, podmanager_source=podmanager_source, packages=tuple(packages), tpu=tpu)
+                   podmanager=podmanager, podmanager_source=podmanager_source, packages=tuple(packages), tpu=tpu,
+                   index_url=index_url, extra_index_urls=tuple(extra_index_urls))
 
     def versions(self) -> Versions:
         """What a VM with this software reports (a version-pinned podmanager adds its own label)."""

@@ -90,7 +90,8 @@ def resolve_software(spec: ClusterSpec) -> Software:
             wheel = build_wheel(paths.wheels_dir())
             version, source = wheel_version(wheel), stage_wheel(spec, wheel)
     software = Software.pinned_to_controller(podmanager=version, podmanager_source=source, packages=boot.packages,
-                                             tpu=not spec.simulated)
+                                             tpu=not spec.simulated, index_url=boot.index_url or "",
+                                             extra_index_urls=boot.extra_index_urls)
     if not vms_install(spec):
         return software
     return replace(software, lock=lock_for(software, wheel, simulated=spec.simulated))
