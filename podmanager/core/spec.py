@@ -413,6 +413,12 @@ _INDEX_URL = re.compile(r"(?P<scheme>ar\+https|https|http)://(?P<host>[^/@:\s]+)
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
+def on_loopback(index_url: str) -> bool:
+    """Whether an index URL names this machine's loopback (a dry run's local index)."""
+    found = _INDEX_URL.fullmatch(index_url)
+    return found is not None and found["host"].lower() in _LOOPBACK_HOSTS
+
+
 def _index_url(value: str) -> str:
     """A package index the TPU VMs install from: https://, an Artifact Registry Python
     repository (ar+https:// says so explicitly; the https:// form is kept), or http:// on this
