@@ -92,3 +92,41 @@ def test_the_lock_of_a_software_is_compiled_with_its_index(monkeypatch):
     assert (asked["index_url"], asked["extra_index_urls"]) == (software.index_url, software.extra_index_urls)
     # Another index is another lock (and another install): the key says so.
     assert software.install_key() != Software(**{**software.__dict__, "index_url": ""}).install_key()
+
+
+AR_INDEX = "https://europe-west4-python.pkg.dev/my-proj/wheels/simple/"
+
+
+class FakeCredentials:
+    token = None
+
+    def refresh(self, request) -> None:  # what google-auth's refresh leaves: a fresh access token
+        self.token = "ya29.controller-token"
+
+
+def test_an_artifact_registry_lock_signs_in_with_this_machines_google_credentials(monkeypatch):
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    seen: dict[str, object] = {}
+
+    def uv(argv, env, **options):
+        seen.update(argv=argv, env=env, netrc=Path(env["NETRC"]).read_text())
+        return subprocess.CompletedProcess(argv, 0, "pmidxpkg==1.0\n", "")
+
+    monkeypatch.setattr(boot_lock.subprocess, "run", uv)
+    monkeypatch.setattr(google.auth, "default", lambda scopes: (FakeCredentials(), "my-proj"))
+    assert boot_lock.compile_lock(["pmidxpkg"], python=PYTHON, platform=None, environ={}, index_url=AR_INDEX) \
+        == "pmidxpkg==1.0\n"
+    assert seen["netrc"] == ("machine europe-west4-python.pkg.dev login oauth2accesstoken password "
+                             "ya29.controller-token\n")
+    assert "ya29" not in " ".join(seen["argv"]) and seen["env"]["UV_DEFAULT_INDEX"] == AR_INDEX
+
+    def no_credentials(scopes):
+        raise DefaultCredentialsError("Your default credentials were not found.")
+
+    monkeypatch.setattr(google.auth, "default", no_credentials)
+    with pytest.raises(boot_lock.SpecError) as refused:
+        boot_lock.compile_lock(["pmidxpkg"], python=PYTHON, platform=None, environ={}, index_url=AR_INDEX)
+    assert str(refused.value).startswith("boot.index_url: ") and refused.value.exit_code == 2
+    assert "gcloud auth application-default login" in refused.value.hint
