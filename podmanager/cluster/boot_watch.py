@@ -26,17 +26,23 @@ def boot_statuses(cloud: TpuCloud, node: Node) -> dict[int, BootStatus]:
     return {worker: BootStatus.from_attributes(values) for worker, values in by_worker.items()}
 
 
-def failed_boots(cloud: TpuCloud, nodes: list[Node]) -> dict[int, str]:
-    """slice index -> what its first failed host reported, for READY nodes with a host whose
-    boot failed: its startup script ran once, at boot, so only a new slice boots it again."""
+def ready_boots(cloud: TpuCloud, nodes: list[Node]) -> dict[int, dict[int, BootStatus]]:
+    """slice index -> worker -> its boot as it reported it, for the READY nodes (one
+    GetGuestAttributes each): what `up` judges them by before it plans."""
+    return {node.slice_index: boot_statuses(cloud, node) for node in nodes
+            if node.state is NodeState.READY and node.slice_index is not None}
+
+
+def failed_boots(boots: dict[int, dict[int, BootStatus]]) -> dict[int, str]:
+    """slice index -> what its first failed host reported, for READY slices (`ready_boots`) with
+    a host whose boot failed: its startup script ran once, at boot, so only a new slice boots it
+    again."""
     failed: dict[int, str] = {}
-    for node in nodes:
-        if node.state is not NodeState.READY or node.slice_index is None:
-            continue
-        errors = [(worker, status) for worker, status in sorted(boot_statuses(cloud, node).items()) if status.failed]
+    for index, statuses in boots.items():
+        errors = [(worker, status) for worker, status in sorted(statuses.items()) if status.failed]
         if errors:
             worker, status = errors[0]
-            failed[node.slice_index] = f"worker {worker} failed to boot: " + (
+            failed[index] = f"worker {worker} failed to boot: " + (
                 status.detail.splitlines()[0] if status.detail else "no detail reported")
     return failed
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Any, Callable, ContextManager
 
 from podmanager.cloud.base import DEAD_STATES, Node, NodeState, Operation
-from podmanager.cluster.boot_watch import BootWatch, failed_boots
+from podmanager.cluster.boot_watch import BootWatch, failed_boots, ready_boots
 from podmanager.cluster.cluster_access import ClusterAccess, EventCallback
 from podmanager.cluster.shared_listing import SharedZoneListing
+from podmanager.cluster.software_drift import software_drift
+from podmanager.controller.staging import wanted_versions
 from podmanager.core import catalog, paths, spares
 from podmanager.core.cadence import Cadence
 from podmanager.core.clock import poll_until
@@ -50,10 +52,12 @@ class ClusterRuntime(ClusterAccess):
 
     def plan_changes(self) -> list[SliceChange]:
         """What converging to the spec would do to each slice now, and the READY slices whose
-        hosts failed to boot replaced (their startup script runs only at boot)."""
+        hosts failed to boot, or run other software than a boot now would install, replaced
+        (their startup script runs only at boot)."""
         observed = self.observe()
-        failed = failed_boots(self.cloud, observed.nodes) if self.hosts else {}
-        return changes(desired_slices(self.spec), observed, failed)
+        boots = ready_boots(self.cloud, observed.nodes) if self.hosts else {}
+        drifted = software_drift(boots, wanted_versions(self.spec)) if boots else {}
+        return changes(desired_slices(self.spec), observed, failed_boots(boots), drifted)
 
     def bring_up(self, changes: list[SliceChange], timeout_s: float, *,
                  before_converge: Callable[[], None] | None = None) -> list[Node]:

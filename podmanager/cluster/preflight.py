@@ -13,6 +13,7 @@ Read through the Compute Engine API (a dry run: the emulator's, which starts as 
   which every node carries). Where it may not (403), a rule that already allows it will do;
   else the missing rule is named with the command that makes it.
 
+And no index of the spec's `boot:` is on this machine's loopback (a real VM's 127.0.0.1 is itself).
 And the controller's exact Python, which the VMs install, has a download (`controller/python_downloads.py`);
 the buckets the VMs read and write exist and their account may use them (`bucket_preflight.py`).
 """
@@ -41,7 +42,7 @@ from podmanager.core.network_names import (
     cluster_tag,
     network_project,
 )
-from podmanager.core.spec import ClusterSpec
+from podmanager.core.spec import ClusterSpec, on_loopback
 
 if TYPE_CHECKING:
     from podmanager.cloud.gcp.compute import ComputeNetworks
@@ -144,6 +145,7 @@ def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record
             problems += _egress_problems(compute, project, network, found)
     if buckets is not None:
         problems += buckets.problems()
+    problems += _index_problems(spec)
     if problems:
         raise SpecError(f"the project cannot carry cluster {spec.name} (nothing was created):\n  "
                         + "\n  ".join(problems))
@@ -151,6 +153,18 @@ def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record
         buckets.grant(record)
     _ensure_cluster_rule(spec, compute, network, subnetworks, record)
 
+
+
+def _index_problems(spec: ClusterSpec) -> list[str]:
+    """The spec's indexes a TPU VM cannot reach: one on this machine's loopback, which serves a
+    dry run's VMs (they share this machine) and never a real VM (its 127.0.0.1 is the VM)."""
+    if spec.simulated:
+        return []
+    named = [("boot.index_url", spec.boot.index_url)] if spec.boot.index_url else []
+    named += [(f"boot.extra_index_urls[{at}]", url) for at, url in enumerate(spec.boot.extra_index_urls)]
+    return [f"{field}: {url} is this machine's loopback, which a TPU VM cannot reach (its 127.0.0.1 is the VM "
+            "itself); name an https:// index the VMs reach, or an Artifact Registry repository"
+            for field, url in named if on_loopback(url)]
 
 
 def _subnetwork(compute: ComputeNetworks, project: str, network: str, region: str,

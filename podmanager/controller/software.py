@@ -42,6 +42,25 @@ class Versions:
     def line(self) -> str:
         return f"python={self.python} ray={self.ray} jax={self.jax} podmanager={self.podmanager}"
 
+    @classmethod
+    def parse(cls, line: str) -> Versions | None:
+        """From a `line()` as a host reports it; None if a name is missing (nothing to judge by)."""
+        found = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if not all(found.get(name) for name in ("python", "ray", "jax", "podmanager")):
+            return None
+        return cls(python=found["python"], ray=found["ray"], jax=found["jax"], podmanager=found["podmanager"])
+
+    def differences(self, host: Versions) -> list[str]:
+        """What a host running `host` lacks of these wanted versions, one 'NAME HOST'S -> WANTED'
+        each, judged as the startup script judges an environment: a podmanager pinned by release
+        (0.2.0) is any build of it, a built one (0.2.0+h...) is exactly its content."""
+        out = [f"{name} {getattr(host, name)} -> {getattr(self, name)}" for name in ("python", "ray", "jax")
+               if getattr(host, name) != getattr(self, name)]
+        wanted, got = self.podmanager, host.podmanager
+        if got != wanted and not ("+" not in wanted and got.startswith(wanted + "+h")):
+            out.append(f"podmanager {got} -> {wanted}")
+        return out
+
 
 @lru_cache(maxsize=1)
 def content_version() -> str:
@@ -90,14 +109,18 @@ class Software:
     packages: tuple[str, ...] = ()  # boot.packages: requirements every host gets
     tpu: bool = True  # JAX with libtpu; a simulated VM's chips are CPU devices
     lock: str = ""  # every package of the environment, pinned once (`boot_lock.py`); "": none
+    index_url: str = ""  # boot.index_url: the index the VM's pip and uv use ("": the image's, else PyPI)
+    extra_index_urls: tuple[str, ...] = ()  # boot.extra_index_urls
 
     @classmethod
     def pinned_to_controller(cls, *, podmanager: str, podmanager_source: str,
-                             packages: tuple[str, ...] | list[str] = (), tpu: bool = True) -> Software:
-        """The controller's Python, Ray, JAX and uv, with the given podmanager and packages."""
+                             packages: tuple[str, ...] | list[str] = (), tpu: bool = True, index_url: str = "",
+                             extra_index_urls: tuple[str, ...] | list[str] = ()) -> Software:
+        """The controller's Python, Ray, JAX and uv, with the given podmanager, packages and index."""
         running = controller_versions()
         return cls(python=running.python, ray=running.ray, jax=running.jax, uv=metadata.version("uv"),
-                   podmanager=podmanager, podmanager_source=podmanager_source, packages=tuple(packages), tpu=tpu)
+                   podmanager=podmanager, podmanager_source=podmanager_source, packages=tuple(packages), tpu=tpu,
+                   index_url=index_url, extra_index_urls=tuple(extra_index_urls))
 
     def versions(self) -> Versions:
         """What a VM with this software reports (a version-pinned podmanager adds its own label)."""

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from podmanager.controller.boot_lock import lock_for
-from podmanager.controller.software import Software, check_packages, controller_versions
+from podmanager.controller.software import Software, Versions, check_packages, controller_versions
 from podmanager.controller.wheel import build_wheel, wheel_version
 from podmanager.core import paths
 from podmanager.core.errors import PodmanagerError, SpecError
@@ -90,10 +90,21 @@ def resolve_software(spec: ClusterSpec) -> Software:
             wheel = build_wheel(paths.wheels_dir())
             version, source = wheel_version(wheel), stage_wheel(spec, wheel)
     software = Software.pinned_to_controller(podmanager=version, podmanager_source=source, packages=boot.packages,
-                                             tpu=not spec.simulated)
+                                             tpu=not spec.simulated, index_url=boot.index_url or "",
+                                             extra_index_urls=boot.extra_index_urls)
     if not vms_install(spec):
         return software
     return replace(software, lock=lock_for(software, wheel, simulated=spec.simulated))
+
+
+def wanted_versions(spec: ClusterSpec) -> Versions:
+    """What a VM booted for the spec now would report (`Software.versions`), worked out without
+    building, staging or locking anything: the controller's Python, Ray and JAX, and the
+    podmanager `boot.podmanager` names (the running one's content version if it names none)."""
+    running = controller_versions()
+    if spec.boot.source is PodmanagerSource.BUILT:
+        return running  # a wheel of the running podmanager is versioned by its content
+    return replace(running, podmanager=spec.boot.podmanager_version() or "")
 
 
 def vms_install(spec: ClusterSpec) -> bool:

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from podmanager.core.errors import SpecError
+from podmanager.vm.uv_settings import pip_conf
 
 if TYPE_CHECKING:
     from podmanager.controller.software import Software
@@ -33,6 +34,7 @@ INDEX_TIMEOUT_S = 20
 UNREACHABLE_WITHIN_S = max(TRIES * CONNECT_TIMEOUT_S + (TRIES - 1), 2 * INDEX_TIMEOUT_S + 5)
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+_INDEX = re.compile(r"^https?://[^\s@]+$")  # core/spec.py checked it; no credentials, nothing a line could end
 # A Secret Manager secret id, or its resource name with an optional version.
 _SECRET = re.compile(r"^(projects/[a-z0-9-]+/secrets/)?[A-Za-z0-9_-]{1,255}(/versions/(latest|\d+))?$")
 
@@ -76,6 +78,10 @@ def render_startup_script(cluster: str, software: Software, token_secret: str, *
     _check("boot.podmanager", software.podmanager_source, None, "a version or requirement")
     for index, package in enumerate(software.packages):
         _check(f"boot.packages[{index}]", package, None, "a requirement")
+    for index, url in enumerate(software.extra_index_urls):
+        _check(f"boot.extra_index_urls[{index}]", url, _INDEX, "an index URL")
+    if software.index_url:
+        _check("boot.index_url", software.index_url, _INDEX, "an index URL")
     values = {
         "cluster": shlex.quote(cluster),
         "role": role,
@@ -89,6 +95,7 @@ def render_startup_script(cluster: str, software: Software, token_secret: str, *
         "requirements": " ".join(shlex.quote(r) for r in software.pinned_requirements()),
         "packages": " ".join(shlex.quote(p) for p in software.packages),
         "lock": shlex.quote(software.lock),
+        "pip_conf": shlex.quote(pip_conf(software.index_url, list(software.extra_index_urls))),
         "uv_settings": shlex.quote(uv_settings_code()),
         "connect_timeout_s": str(CONNECT_TIMEOUT_S),
         "tries": str(TRIES),

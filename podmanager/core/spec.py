@@ -415,6 +415,46 @@ def _requirement(value: str) -> str:
     return text
 
 
+# An Artifact Registry Python repository as pip and uv read it (Google's "Configure
+# authentication to Artifact Registry for Python"): the VMs sign in with their own token.
+ARTIFACT_REGISTRY_HOST_SUFFIX = "-python.pkg.dev"
+_ARTIFACT_REGISTRY_INDEX = re.compile(r"https://[a-z0-9-]+-python\.pkg\.dev/[a-z0-9][-a-z0-9.:]*/[a-z0-9][-a-z0-9]*/simple/?")
+_INDEX_URL = re.compile(r"(?P<scheme>ar\+https|https|http)://(?P<host>[^/@:\s]+)(:\d+)?(/[^\s#?]*)?")
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def on_loopback(index_url: str) -> bool:
+    """Whether an index URL names this machine's loopback (a dry run's local index)."""
+    found = _INDEX_URL.fullmatch(index_url)
+    return found is not None and found["host"].lower() in _LOOPBACK_HOSTS
+
+
+def _index_url(value: str) -> str:
+    """A package index the TPU VMs install from: https://, an Artifact Registry Python
+    repository (ar+https:// says so explicitly; the https:// form is kept), or http:// on this
+    machine's loopback (a dry run's local index). Never credentials: the spec is stored."""
+    text = value.strip()
+    ar_example = "https://REGION-python.pkg.dev/PROJECT/REPOSITORY/simple/"
+    if "@" in text.split("://", 1)[-1].split("/", 1)[0]:
+        raise ValueError(f"{value!r} carries credentials; the spec is stored in podmanager's records, so give the "
+                         f"URL alone (an Artifact Registry index, {ar_example}, is read with the VMs' own token)")
+    found = _INDEX_URL.fullmatch(text)
+    if found is None:
+        raise ValueError(f"{value!r} is not a package index URL; give https://HOST/PATH/simple/ (no query or "
+                         f"fragment), or an Artifact Registry Python repository {ar_example}")
+    host = found["host"].lower()
+    if found["scheme"] == "http" and host not in _LOOPBACK_HOSTS:
+        raise ValueError(f"{value!r}: the VMs install from an https:// index (http:// only on this machine's "
+                         "loopback, for a dry run's local index)")
+    if found["scheme"] == "ar+https" or host.endswith(ARTIFACT_REGISTRY_HOST_SUFFIX):
+        text = "https://" + text.split("://", 1)[1]
+        if not _ARTIFACT_REGISTRY_INDEX.fullmatch(text):
+            raise ValueError(f"{value!r} is not an Artifact Registry Python repository's index; write "
+                             f"{ar_example} (gcloud artifacts print-settings python prints it)")
+        text = text.rstrip("/") + "/"
+    return _no_dot_segments(text)
+
+
 class BootSpec(_Model):
     """What every TPU VM installs at boot, besides the Python, Ray and JAX the controller runs
     (which the VMs always get, pinned: Ray refuses a worker whose versions differ from the head's).
@@ -436,6 +476,15 @@ class BootSpec(_Model):
     packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(
         default_factory=list, description="requirements every host installs at boot (PEP 508); one asking for "
                                           "another Ray or JAX than the controller's is refused")
+    # The VMs' package index (their pip and uv, at boot and for a run's -r requirements.txt; the
+    # boot lock is resolved against it too). None: PyPI, or what the image's pip is set to.
+    index_url: Annotated[str, AfterValidator(_index_url)] | None = Field(
+        None, description="the package index the VMs install from (pip's index-url): https://HOST/.../simple/, or an "
+                          "Artifact Registry Python repository https://REGION-python.pkg.dev/PROJECT/REPO/simple/ "
+                          "(or ar+https://...), read with the VMs' own token; null: PyPI")
+    extra_index_urls: list[Annotated[str, AfterValidator(_index_url)]] = Field(
+        default_factory=list, description="more indexes the VMs install from beside index_url (pip's "
+                                          "extra-index-url; the best version of all is taken), same forms")
     # The Cloud Storage folder `up` uploads the wheel to; None: see controller/staging.py::stage_root.
     stage: str | None = Field(None, description="the gs://BUCKET/PATH the wheel is uploaded to; null: "
                                                 "<checkpoints>/podmanager-boot when checkpoints is in Cloud "

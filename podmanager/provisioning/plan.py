@@ -230,8 +230,9 @@ class SliceChange:
     # The spec asks for it (a slice dropped or changed), not the cloud (a dead node): a
     # run on this slice would lose it to the edit, not to a preemption.
     edited: bool = False
-    # A READY slice whose hosts failed to boot, or that booted with other boot settings: `up`
-    # deletes it before it converges (which sees only the node's state) and creates it again.
+    # A READY slice whose hosts failed to boot, or that booted with other boot settings or
+    # software: `up` deletes it before it converges (which sees only the node's state) and
+    # creates it again.
     failed_boot: bool = False
 
     def as_dict(self) -> dict[str, object]:
@@ -240,12 +241,15 @@ class SliceChange:
 
 
 def changes(desired: list[DesiredSlice], observed: Observed,
-            failed_boots: Mapping[int, str] | None = None) -> list[SliceChange]:
+            failed_boots: Mapping[int, str] | None = None,
+            software_changed: Mapping[int, str] | None = None) -> list[SliceChange]:
     """The whole of what reconciling `observed` to `desired` will do, per slice (where
     `plan` gives only the next pass's actions). Ordered by slice. `failed_boots` (slice index
-    -> what failed) are READY slices whose hosts failed to boot: replaced, since a VM runs
-    its startup script only at boot."""
+    -> what failed) are READY slices whose hosts failed to boot, `software_changed` (slice index
+    -> what differs) those whose hosts run other software than a boot now would install: both
+    replaced, since a VM runs its startup script only at boot."""
     failed_boots = failed_boots or {}
+    software_changed = software_changed or {}
     nodes = {n.name: n for n in observed.nodes}
     queued = {qr.node_name: qr for qr in observed.queued if decide_queued(qr) is not Decision.GOING}
     wanted = {d.node_name for d in desired}
@@ -280,6 +284,10 @@ def changes(desired: list[DesiredSlice], observed: Observed,
             out.append(change("replace", node.zone, "boot settings changed (the spec's boot: section or "
                               "runtime_version); a VM runs its startup script only at boot", edited=True,
                               failed_boot=True))
+        elif want.index in software_changed and decide(node) is Decision.USE:
+            # Edited: the controller's software changed, so a run on the slice would lose it to this up.
+            out.append(change("replace", node.zone, f"software changed: {software_changed[want.index]}; a VM "
+                              "installs its software only at boot", edited=True, failed_boot=True))
         elif decide(node) is Decision.WAIT_BOUNDED:
             out.append(change("keep", node.zone, f"{condition(node)}; replaced if not back within "
                               f"{BOUNDED_WAIT_S:.0f}s"))

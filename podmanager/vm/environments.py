@@ -8,7 +8,8 @@ whose `.pth` adds the host's site-packages behind its own, so it holds only what
 lacks. uv resolves the requirements against the host's installed versions (as
 constraints: a requirement that conflicts with the host's JAX fails with uv's own words)
 and installs what is missing. uv is called as the boot's install calls it (`uv_settings`):
-with the machine's certificate store and pip's index settings.
+with the machine's certificate store and pip's index settings (on a TPU VM, the spec's index),
+an Artifact Registry index with the VM's own token.
 
 A layer is built once per host and requirements; an unchanged relaunch pays nothing, a
 new host (a replaced slice) builds its own. The cache is the host's own disk:
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,13 @@ from typing import Iterator
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from podmanager.vm.uv_settings import uv_argv, uv_env
+from podmanager.vm.uv_settings import (
+    artifact_registry_hosts,
+    metadata_token,
+    uv_argv,
+    uv_env,
+    with_index_credentials,
+)
 
 CACHE_ENV = "PODMANAGER_HOST_CACHE"
 READY_MARK = ".podmanager-ready"
@@ -158,7 +166,16 @@ def _normalize(name: str) -> str:
 def _uv(args: list[str], root: Path) -> None:
     env = uv_env({**os.environ, "UV_CACHE_DIR": str(root / "uv"), "UV_NO_PROGRESS": "1"})
     env.pop("VIRTUAL_ENV", None)  # uv is told which interpreter, never the agent's venv
-    done = subprocess.run(uv_argv(args), env=env, capture_output=True, text=True)
+    # An Artifact Registry index: this VM's token, fresh for each call (it lasts an hour), in a
+    # netrc file of a folder only this user reads, gone with the call.
+    with tempfile.TemporaryDirectory(prefix="pm-index-") as private:
+        try:
+            env = with_index_credentials(env, Path(private) / "netrc", lambda: metadata_token(os.environ))
+        except (OSError, ValueError) as error:
+            hosts = " ".join(artifact_registry_hosts(env))
+            raise SetupFailed(f"cannot read this VM's service-account token for the Artifact Registry index {hosts}",
+                              [f"the metadata server: {error}"], transient=True) from None
+        done = subprocess.run(uv_argv(args), env=env, capture_output=True, text=True)
     if done.returncode != 0:
         lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         raise SetupFailed(f"uv {args[0]}{' ' + args[1] if args[0] == 'pip' else ''} failed", lines[-40:],

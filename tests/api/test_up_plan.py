@@ -11,6 +11,7 @@ from sim_view import sim_control, sim_nodes
 from typer.testing import CliRunner
 
 from podmanager.api import Cluster
+from podmanager.api.up_plan import UpPlan, in_the_way, runs_in_the_way
 from podmanager.cli import app
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeState
 from podmanager.cluster.cluster_runtime import ClusterRuntime
@@ -186,6 +187,32 @@ def test_a_ready_slice_booted_with_other_boot_settings_is_replaced_one_without_t
                               "boot": {"packages": ["orbax-checkpoint==0.11.0"]},
                               "slices": [{"accelerator": "v4-8", "count": 3, "runtime_version": "tpu-vm-base"}]})
     assert desired_slices(other_image)[0].request.labels != booted[0].request.labels
+
+
+def test_a_ready_slice_whose_hosts_run_another_software_is_replaced_and_a_run_on_it_is_not_interrupted():
+    spec = parse_spec({"name": "p", "backend": "simulated", "zones": ["z"],
+                       "slices": [{"accelerator": "v4-8", "count": 3}]})
+    desired = desired_slices(spec)
+    nodes = [Node(f"p-s{i}", "z", "v4-8", NodeState.READY, dict(desired[i].request.labels)) for i in range(2)]
+    nodes.append(Node("p-s2", "z", "v4-8", NodeState.REPAIRING, dict(desired[2].request.labels)))
+    drift = "worker 0 runs podmanager 0.1.0+haaaa -> 0.1.0+hbbbb"
+    planned = changes(desired, Observed(nodes=nodes), software_changed={1: drift, 2: drift})
+    # Only a READY slice is judged (a REPAIRING one is waited for, as always).
+    assert [(c.kind, c.slice_index, c.edited, c.failed_boot) for c in planned] == [
+        ("keep", 0, False, False), ("replace", 1, True, True), ("keep", 2, False, False)]
+    assert describe_changes(planned[1:2]) == (
+        "replace slice 1 (v4-8, software changed: worker 0 runs podmanager 0.1.0+haaaa -> 0.1.0+hbbbb; a VM "
+        "installs its software only at boot)")
+    # A host that failed to boot says that first.
+    failed = changes(desired, Observed(nodes=nodes), {1: "worker 0 failed to boot: x"}, {1: drift})
+    assert failed[1].reason == "worker 0 failed to boot: x"
+    # A plain `up` refuses while a run holds the slice, naming it (--force cancels the run).
+    plan = UpPlan("p", planned)
+    running = RunRecord("train-1", "p", Workload(command=["true"]), [1], {}, None, status="running")
+    blocked = runs_in_the_way(plan, [running])
+    assert [(run.run_id, hit) for run, hit in blocked] == [("train-1", [1])]
+    assert "run train-1 (running) runs on slice 1 (p-s1)" in str(in_the_way(plan, blocked))
+    assert "--force" in in_the_way(plan, blocked).hint
 
 
 def test_an_edit_of_boot_packages_makes_the_next_up_replace_the_ready_slices(tmp_path):

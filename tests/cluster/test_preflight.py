@@ -117,6 +117,20 @@ def test_a_rule_that_lets_the_cluster_in_will_do_where_podmanager_may_not_create
     assert "pm-c-internal" not in {r.name for r in compute.firewalls()}
 
 
+def test_an_index_on_this_machines_loopback_is_refused_for_real_vms_and_nothing_made(emulator, compute):
+    local = {"name": "c", "slices": [{"accelerator": "v4-8"}], "project": PROJECT, "zones": ["sim-zone-a"],
+             "boot": {"index_url": "http://127.0.0.1:8080/simple/",
+                      "extra_index_urls": ["https://pypi.example.com/simple/", "https://localhost/simple/"]}}
+    with pytest.raises(SpecError) as refused:
+        check_network(parse_spec(local), compute, record=lambda *a, **k: None)
+    text = str(refused.value)
+    assert "boot.index_url: http://127.0.0.1:8080/simple/ is this machine's loopback, which a TPU VM cannot " \
+           "reach" in text and "boot.extra_index_urls[1]: https://localhost/simple/" in text
+    assert "pypi.example.com" not in text and refused.value.exit_code == 2 and changes(emulator) == []
+    # A dry run's VMs share this machine: its loopback index is theirs.
+    check_network(parse_spec(local, dry_run=True), compute, record=lambda *a, **k: None)
+
+
 def test_a_missing_network_or_subnetwork_is_named(emulator, compute):
     with pytest.raises(SpecError, match=r"network.network: project podmanager-sim has no VPC network 'tpu-vpc'"):
         check_network(spec(network="tpu-vpc"), compute, record=lambda *a, **k: None)

@@ -76,3 +76,15 @@ def test_a_package_against_the_pins_is_refused_naming_the_entry_and_the_fix(pack
         check_packages(["optax==0.2.4", package], RUNNING)
     assert says in str(refused.value)
     assert refused.value.hint
+
+
+def test_a_hosts_reported_versions_are_judged_as_the_startup_script_judges_them() -> None:
+    host = Versions.parse("python=3.11.7 ray=2.60.0 jax=0.10.2 podmanager=0.1.0+haaaa")
+    assert host == Versions("3.11.7", "2.60.0", "0.10.2", "0.1.0+haaaa")
+    assert Versions.parse("python=3.11.7 ray=2.60.0 jax=0.10.2") is None  # nothing to judge by
+    assert Versions("3.11.7", "2.60.0", "0.10.2", "0.1.0+haaaa").differences(host) == []
+    assert Versions("3.11.7", "2.60.0", "0.10.2", "0.1.0").differences(host) == []  # a release: any build of it
+    assert Versions("3.11.7", "2.60.0", "0.10.2", "0.1.0+hbbbb").differences(host) == [
+        "podmanager 0.1.0+haaaa -> 0.1.0+hbbbb"]
+    assert Versions("3.11.8", "2.61.0", "0.10.2", "0.2.0").differences(host) == [
+        "python 3.11.7 -> 3.11.8", "ray 2.60.0 -> 2.61.0", "podmanager 0.1.0+haaaa -> 0.2.0"]

@@ -300,6 +300,36 @@ def test_bad_boot_sections_name_the_field_and_the_fix(boot, expected):
     assert expected in str(raised.value)
 
 
+@pytest.mark.parametrize("field, given, expected", [
+    ("index_url", "http://pypi.example.com/simple/",
+     "boot.index_url: 'http://pypi.example.com/simple/': the VMs install from an https:// index"),
+    ("index_url", "https://me:secret@pypi.example.com/simple/",
+     "boot.index_url: 'https://me:secret@pypi.example.com/simple/' carries credentials; the spec is stored"),
+    ("index_url", "pypi.example.com/simple", "boot.index_url: 'pypi.example.com/simple' is not a package index URL"),
+    ("index_url", "https://europe-west4-python.pkg.dev/my-proj/simple/",
+     "boot.index_url: 'https://europe-west4-python.pkg.dev/my-proj/simple/' is not an Artifact Registry Python "
+     "repository's index; write https://REGION-python.pkg.dev/PROJECT/REPOSITORY/simple/"),
+    ("index_url", "ar+https://pypi.example.com/simple/", "is not an Artifact Registry Python repository's index"),
+    ("extra_index_urls", ["https://ok.example.com/simple/", "https://x.example.com/simple/?token=1"],
+     "boot.extra_index_urls[1]: 'https://x.example.com/simple/?token=1' is not a package index URL"),
+])
+def test_a_bad_index_names_the_field_and_the_fix(field, given, expected):
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**GOOD, "boot": {field: given}})
+    assert expected in str(raised.value) and raised.value.exit_code == 2
+
+
+def test_an_index_is_https_an_artifact_registry_repository_or_this_machines_loopback():
+    boot = parse_spec({**GOOD, "boot": {
+        "index_url": "ar+https://europe-west4-python.pkg.dev/my-proj/wheels/simple",
+        "extra_index_urls": ["https://pypi.example.com/simple/", "https://us-python.pkg.dev/p-1/r/simple/",
+                             "http://127.0.0.1:8080/simple/"]}}).boot
+    assert boot.index_url == "https://europe-west4-python.pkg.dev/my-proj/wheels/simple/"  # read with the VMs' token
+    assert boot.extra_index_urls == ["https://pypi.example.com/simple/", "https://us-python.pkg.dev/p-1/r/simple/",
+                                     "http://127.0.0.1:8080/simple/"]
+    assert (parse_spec(GOOD).boot.index_url, parse_spec(GOOD).boot.extra_index_urls) == (None, [])
+
+
 def test_boot_packages_and_stage_are_kept_tidy():
     boot = parse_spec({**GOOD, "boot": {"packages": [" optax==0.2.4 ", "flax>=0.10; python_version>='3.11'"],
                                         "stage": "gs://my-bucket/podmanager/"}}).boot

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -26,8 +28,10 @@ from typer.testing import CliRunner
 from podmanager.api import Cluster
 from podmanager.cli import app
 from podmanager.cluster import cloud_view
+from podmanager.controller.software import content_version
 from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
+from podmanager.emulator.vms import record_path
 from podmanager.state.run_records import RunStore
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -162,6 +166,34 @@ def test_status_shows_the_monitors_view_and_loads_neither_googles_client_nor_ray
     shown = json.loads(done.stdout)
     assert shown["slices"] == [["READY", ["joined"]]] * 2 and shown["hosts"] == 2
     assert shown["loaded"] == [] and shown["at"] > last
+
+
+def test_hosts_running_another_podmanager_than_the_controllers_are_planned_for_replacement(two_ups):
+    """Each host reports the versions it installed (the guest attribute `versions`): as booted,
+    exactly what a boot would install now; one reporting another podmanager (as after an upgrade
+    of the controller's) makes `up` plan its slice's replacement, showing both versions."""
+    cluster = Cluster.from_name(NAME)
+    assert [c.kind for c in cluster.plan_up().changes] == ["keep", "keep"]
+    port = json.loads(record_path(NAME, f"{NAME}-s1", 0).read_text())["metadata_port"]
+    url = f"http://127.0.0.1:{port}/computeMetadata/v1/instance/guest-attributes/podmanager/versions"
+
+    def attribute(value: str | None = None) -> str:
+        request = urllib.request.Request(url, data=None if value is None else value.encode(),
+                                         method="GET" if value is None else "PUT",
+                                         headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.read().decode()
+
+    reported = attribute()
+    assert f"podmanager={content_version()}" in reported
+    attribute(re.sub(r"podmanager=\S+", "podmanager=0.0.1+hold", reported))
+    try:
+        planned = cluster.plan_up().changes
+        assert [(c.kind, c.slice_index) for c in planned] == [("keep", 0), ("replace", 1)]
+        assert f"software changed: worker 0 runs podmanager 0.0.1+hold -> {content_version()}" in planned[1].reason
+    finally:
+        attribute(reported)
+    assert [c.kind for c in cluster.plan_up().changes] == ["keep", "keep"]
 
 
 @pytest.fixture

@@ -9,10 +9,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fake_index import serve_index
+from fake_metadata import serve_metadata
 
 from podmanager.controller.startup import render_startup_script, uv_settings_code
 from podmanager.vm import environments
-from podmanager.vm.uv_settings import pip_config_files, uv_env, uv_settings
+from podmanager.vm.uv_settings import (
+    ARTIFACT_REGISTRY_USER,
+    pip_config_files,
+    uv_argv,
+    uv_env,
+    uv_settings,
+    write_netrc,
+)
 from tests.controller.test_startup_script import software
 
 CERTS = {"UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "1"}
@@ -82,7 +91,7 @@ def test_a_runs_requirements_install_calls_uv_with_the_settings(monkeypatch, tmp
 
 def test_the_startup_script_runs_the_same_code_with_the_images_python(tmp_path: Path) -> None:
     script = render_startup_script("demo", software(), "demo-ray-token")
-    assert f"python3 -c {shlex.quote(uv_settings_code())})" in script
+    assert f'python3 -c {shlex.quote(uv_settings_code())} --netrc "$INDEX_NETRC"' in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     # What the script evaluates, run as it runs it: a pip.conf on the image becomes uv's settings.
     image_conf = conf(tmp_path / "pip.conf", "[global]\nindex-url = https://proxy.example/simple\n")
@@ -181,3 +190,89 @@ def test_a_runs_requirement_installs_from_an_index_behind_a_proxys_ca_that_pip_i
     done = subprocess.run([env.python, "-c", "import proxiedpkg; print(proxiedpkg.VALUE)"], capture_output=True,
                           text=True, check=True)
     assert done.stdout == "7\n"
+
+
+# ------------------------------------------------------------ an Artifact Registry index: the VM's token
+
+AR_INDEX = "https://europe-west4-python.pkg.dev/my-proj/wheels/simple/"
+AR_HOST = "europe-west4-python.pkg.dev"
+TOKEN = "ya29.vm-token-never-printed"
+
+
+@pytest.fixture
+def only_the_ar_index(monkeypatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith(("PIP_", "UV_")) or name == "NETRC":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf(tmp_path / "pip.conf", f"[global]\nindex-url = {AR_INDEX}\n")))
+
+
+def test_a_runs_install_from_artifact_registry_signs_in_with_the_vms_token_off_the_command_line(
+        monkeypatch, tmp_path: Path, only_the_ar_index, caplog) -> None:
+    seen: dict[str, object] = {}
+
+    def uv(argv, env, **options):  # what the host's uv is run with, and the credentials it finds
+        netrc = Path(env["NETRC"])
+        seen.update(argv=argv, env=env, netrc=netrc, text=netrc.read_text(), mode=netrc.stat().st_mode & 0o777)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(environments.subprocess, "run", uv)
+    with serve_metadata(TOKEN) as metadata:
+        monkeypatch.setenv("GCE_METADATA_IP", metadata.address)
+        environments._uv(["pip", "install", "pkg==1.0"], tmp_path)
+        assert metadata.token_reads == 1
+    assert seen["text"] == f"machine {AR_HOST} login {ARTIFACT_REGISTRY_USER} password {TOKEN}\n"
+    assert seen["mode"] == 0o600 and not Path(seen["netrc"]).exists()  # gone with the call
+    assert TOKEN not in " ".join(seen["argv"]) and not any(TOKEN in value for value in seen["env"].values())
+    assert seen["env"]["UV_DEFAULT_INDEX"] == AR_INDEX and TOKEN not in caplog.text
+
+    # No metadata server, no token: said, naming the index, and tried again (it may be back).
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+    with pytest.raises(environments.SetupFailed) as refused:
+        environments._uv(["pip", "install", "pkg==1.0"], tmp_path)
+    assert AR_HOST in refused.value.error and refused.value.transient
+
+
+def test_the_boot_writes_the_vms_token_to_a_netrc_file_and_prints_only_its_name(tmp_path: Path) -> None:
+    netrc = tmp_path / "etc" / "index-netrc"
+    netrc.parent.mkdir()
+    image = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+             "PIP_CONFIG_FILE": str(conf(tmp_path / "pip.conf", f"[global]\nextra-index-url = {AR_INDEX}\n"))}
+    with serve_metadata(TOKEN) as metadata:
+        done = subprocess.run(["python3", "-c", uv_settings_code(), "--netrc", str(netrc)],
+                              env={**image, "PODMANAGER_METADATA_URL": metadata.root},
+                              capture_output=True, text=True, check=True)
+    assert f"export UV_INDEX={AR_INDEX}\n" in done.stdout and f"export NETRC={netrc}\n" in done.stdout
+    assert TOKEN not in done.stdout + done.stderr
+    assert netrc.read_text() == f"machine {AR_HOST} login {ARTIFACT_REGISTRY_USER} password {TOKEN}\n"
+    assert netrc.stat().st_mode & 0o777 == 0o600
+
+    unreachable = subprocess.run(["python3", "-c", uv_settings_code(), "--netrc", str(tmp_path / "other")],
+                                 env={**image, "PODMANAGER_METADATA_URL": "http://127.0.0.1:9/computeMetadata/v1"},
+                                 capture_output=True, text=True)
+    assert unreachable.returncode == 1 and AR_HOST in unreachable.stderr and not (tmp_path / "other").exists()
+    # Without an Artifact Registry index no token is asked for and no file written.
+    plain = subprocess.run(["python3", "-c", uv_settings_code(), "--netrc", str(tmp_path / "none")],
+                           env={**image, "PIP_CONFIG_FILE": os.devnull}, capture_output=True, text=True, check=True)
+    assert "NETRC" not in plain.stdout and not (tmp_path / "none").exists()
+
+
+def test_uv_and_pip_sign_in_to_an_index_with_the_netrc_file(tmp_path: Path) -> None:
+    netrc = tmp_path / "netrc"
+    with serve_index(tmp_path / "index", required=f"{ARTIFACT_REGISTRY_USER}:{TOKEN}") as index:
+        index.add("signedpkg", "1.0")
+        write_netrc(netrc, ["127.0.0.1"], TOKEN)
+        base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull,
+                "UV_CACHE_DIR": str(tmp_path / "uv"), "UV_DEFAULT_INDEX": index.url}
+        (tmp_path / "in.txt").write_text("signedpkg\n")
+        compile_ = uv_argv(["pip", "compile", "--quiet", "--no-header", str(tmp_path / "in.txt")])
+        refused = subprocess.run(compile_, env=base, capture_output=True, text=True)
+        assert refused.returncode != 0  # 401 without the file
+        done = subprocess.run(compile_, env={**base, "NETRC": str(netrc)}, capture_output=True, text=True)
+        assert done.returncode == 0 and done.stdout.startswith("signedpkg==1.0"), done.stderr
+        # pip (which installs uv at boot) reads the same file.
+        pip = subprocess.run(["python3", "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(tmp_path / "dl"),
+                              "--index-url", index.url, "signedpkg"],
+                             env={**base, "NETRC": str(netrc)}, capture_output=True, text=True)
+        assert pip.returncode == 0, pip.stderr
+    assert f"{ARTIFACT_REGISTRY_USER}:{TOKEN}" in index.credentials
