@@ -66,10 +66,11 @@ def run(
     if detach:
         try:
             handle = target.submit(workload, budgets=budgets)
+            status = handle.status().status
         finally:
             target.close()
         if as_json:
-            print_json({"run_id": handle.run_id, "cluster": handle.cluster, "status": handle.status().status})
+            print_json({"run_id": handle.run_id, "cluster": handle.cluster, "status": status})
         else:
             console.print(f"submitted run {handle.run_id}\n"
                           f"  follow it: podmanager attach {quote(handle.run_id)}\n"
