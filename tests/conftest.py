@@ -20,6 +20,7 @@ def podmanager_home(tmp_path, monkeypatch):
     from podmanager.emulator import launcher
 
     monkeypatch.setenv("PODMANAGER_HOME", str(home))
+    monkeypatch.delenv("PODMANAGER_SIM_HOME", raising=False)  # this home's emulators, not a cloud the test read
     launcher.stop_all()
 
 

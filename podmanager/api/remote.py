@@ -282,7 +282,14 @@ class RemoteCluster:
         return ClusterRuntime(self.spec, store=StateStore.in_memory())
 
     def ray_access(self) -> None:
-        return None  # the head's address is the controller's; `podmanager dashboard` is to forward it
+        """Ray's own tools reach a VM controller's head through `podmanager dashboard`, which
+        prints the exports; here is no address this machine could use."""
+        raise SpecError(f"--cluster {self.name}: its Ray head is on its controller VM",
+                        hint=f"'podmanager dashboard -c {self.name}' forwards it here and prints the exports for "
+                             "ray job submit and the dashboard.")
+
+    def serve(self, *args: object, **kwargs: object) -> None:
+        raise refuse_services(self.name)
 
 
 def refuse_services(name: str) -> SpecError:

@@ -1,0 +1,260 @@
+"""Issue 36 as a user lives it: `podmanager` run from a laptop's folder (its own home, outside the
+repository) on a dry-run cluster whose controller is a VM (`controller.local: false`).
+
+One cluster for the module, made by the first command: the emulator boots the controller VM (its
+own root folder, home, metadata server and startup script) and every verb reaches it over the
+channel. The simulated cloud keeps its files in a folder of its own ($PODMANAGER_SIM_HOME), so the
+laptop's home can be deleted as a laptop's can. Every client command runs under an audit hook
+that records the files it opens: none is the controller's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from wheels import build_wheel
+
+from podmanager.core.clock import poll_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
+NAME = "laptop"
+REPO = Path(__file__).resolve().parents[2]
+SPEC = textwrap.dedent(f"""
+    name: {NAME}
+    controller: {{local: false}}
+    simulation: {{create_latency_s: 0.0, delete_latency_s: 0.0}}
+    health: {{interval_s: 0.5}}
+    recovery: {{backoff_s: 0.0}}
+    slices:
+      - {{accelerator: v4-8}}
+""")
+# Every file a client command opens, one per line: the controller's are never among them.
+AUDITED = textwrap.dedent("""
+    import os, sys
+    _log = open(os.environ["PM_AUDIT_LOG"], "a", buffering=1)
+    def _hook(event, args):
+        if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+            _log.write(os.fsdecode(os.path.abspath(args[0])) + "\\n")
+    sys.addaudithook(_hook)
+    sys.argv[0] = "podmanager"
+    from podmanager.__main__ import main
+    main()
+""")
+
+
+class Laptop:
+    def __init__(self, root: Path):
+        self.root = root
+        self.project = root / "my-project"
+        self.home = root / "laptop-home"
+        self.cloud = root / "cloud"
+        self.audit = root / "opened.log"
+        self.script = root / "podmanager_audited.py"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PODMANAGER_HOME", "PODMANAGER_SIM_HOME")}
+        return {**env, "PODMANAGER_HOME": str(self.home), "PODMANAGER_SIM_HOME": str(self.cloud),
+                "PM_AUDIT_LOG": str(self.audit)}
+
+    def cmd(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(self.script), *args], cwd=self.project, env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def ok(self, *args: str, timeout: float = 300) -> str:
+        done = self.cmd(*args, timeout=timeout)
+        assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(self.script), *args], cwd=self.project, env=self.env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def controller_root(self) -> Path:
+        records = list((self.cloud / "sim" / "instances").glob(f"*/*/{NAME}-controller.json"))
+        assert len(records) == 1, records
+        return Path(json.loads(records[0].read_text())["temp_dir"])
+
+    def run_record(self, run_id: str) -> dict:
+        return next(r for r in json.loads(self.ok("runs", "-c", NAME, "--json")) if r["run_id"] == run_id)
+
+
+@pytest.fixture(scope="module")
+def laptop(tmp_path_factory):
+    root = tmp_path_factory.mktemp("user")
+    machine = Laptop(root)
+    assert not str(root.resolve()).startswith(str(REPO))
+    machine.project.mkdir()
+    machine.script.write_text(AUDITED)
+    shutil.copytree(REPO / "workloads", machine.project / "workloads",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = root / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels, "tinydep", "1.0", "ANSWER = 'tiny'\n")
+    (machine.project / "requirements.txt").write_text(f"--no-index\n--find-links {wheels}\ntinydep==1.0\n")
+    (machine.project / "hello.py").write_text(
+        "import tinydep, time\nfor i in range(3):\n    print('hello', i, tinydep.ANSWER, flush=True)\n"
+        "    time.sleep(0.3)\n")
+    (machine.project / "spec.yaml").write_text(SPEC)
+    up = machine.cmd("up", "-f", "spec.yaml", "--dry-run", timeout=600)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield machine
+    finally:
+        down = machine.cmd("down", "-c", NAME, timeout=600)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_up_made_the_controller_vm_and_a_rule_for_this_machine_only(laptop, monkeypatch):
+    from podmanager.cloud.gcp.compute import ComputeNetworks
+    from podmanager.cloud.gcp.instances import ComputeInstances
+    from podmanager.emulator import record as emulator_record
+
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(laptop.cloud))  # the test reads the simulated cloud itself
+    found = emulator_record.read("podmanager-sim")
+    assert found is not None
+    with ComputeInstances("podmanager-sim", endpoint=found.compute_api) as instances:
+        vms = instances.labelled({"podmanager-cluster": NAME})
+    with ComputeNetworks("podmanager-sim", endpoint=found.compute_api) as networks:
+        rule = networks.firewall(f"pm-{NAME}-channel")
+    assert [(vm.name, vm.status) for vm in vms] == [(f"{NAME}-controller", "RUNNING")]
+    assert rule is not None and rule.source_ranges == ["127.0.0.1/32"]  # this machine alone
+    assert rule.target_tags == [f"pm-{NAME}-controller"]
+    pointer = laptop.home / "clusters" / NAME / "channel"
+    assert sorted(p.name for p in pointer.iterdir()) == ["controller.json", "controller.pem", "spec.json", "token"]
+    assert all(p.stat().st_mode & 0o077 == 0 for p in pointer.iterdir())
+
+
+def test_a_run_of_this_folder_and_every_read_answer_over_the_channel(laptop):
+    laptop.audit.write_text("")
+    done = laptop.ok("run", "-c", NAME, "-r", "requirements.txt", "hello.py")
+    assert "hello 2 tiny" in done and "succeeded" in done
+    status = json.loads(laptop.ok("status", "-c", NAME, "--json"))
+    assert [s["state"] for s in status["slices"]] == ["READY"] and status["hosts"][0]["healthy"]
+    runs = json.loads(laptop.ok("runs", "--json"))  # the only cluster: no -c needed
+    assert [r["status"] for r in runs] == ["succeeded"]
+    logs = laptop.ok("logs", "-c", NAME, "--run", runs[0]["run_id"])
+    assert "hello 0 tiny" in logs
+    events = laptop.ok("events", "-c", NAME)
+    assert "run_succeeded" in events
+    controller = str(laptop.controller_root())
+    opened = laptop.audit.read_text().splitlines()
+    assert opened and not [p for p in opened if p.startswith(controller)]
+
+
+def test_detach_attach_follow_and_cancel(laptop):
+    submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_mlp.py", "--steps", "100000",
+                          "--checkpoint-every", "500")
+    run_id = json.loads(submitted)["run_id"]
+    follow = laptop.start("logs", "-F", "-c", NAME, "--run", run_id)
+    first = follow.stdout.readline()
+    assert first.startswith("[slice-0/host-0]"), first
+    attach = laptop.start("attach", run_id)
+    assert attach.stdout.readline()  # it follows
+    os.killpg(attach.pid, signal.SIGINT)  # Ctrl-C: detach; the run goes on
+    out, _ = attach.communicate(timeout=60)
+    assert attach.returncode == 130 and "detached" in out
+    assert laptop.run_record(run_id)["status"] == "running"
+    assert "is cancelled" in laptop.ok("cancel", run_id)
+    follow.wait(timeout=60)  # `logs -F` ends with the run
+    assert laptop.run_record(run_id)["status"] == "cancelled"
+
+
+def test_a_laptop_that_lost_its_home_connects_again(laptop):
+    shutil.rmtree(laptop.home)
+    lost = laptop.cmd("status", "-c", NAME)
+    assert lost.returncode == 2 and "no cluster named" in lost.stderr + lost.stdout
+    assert "connected to laptop" in laptop.ok("connect", "-c", NAME, "--dry-run")
+    assert json.loads(laptop.ok("status", "-c", NAME, "--json"))["name"] == NAME
+
+
+def test_a_wrong_token_is_refused_naming_the_fix(laptop):
+    token = laptop.home / "clusters" / NAME / "channel" / "token"
+    right = token.read_text()
+    token.write_text("not-the-token")
+    try:
+        refused = laptop.cmd("status", "-c", NAME)
+    finally:
+        token.write_text(right)
+    assert refused.returncode == 2
+    assert "refused the token" in refused.stderr + refused.stdout
+
+
+def test_the_dashboard_is_forwarded_with_its_job_api(laptop):
+    forward = laptop.start("dashboard", "-c", NAME)
+    try:
+        line = forward.stdout.readline()
+        url = line.rsplit(" ", 1)[-1].strip()
+        assert url.startswith("http://127.0.0.1:"), line
+        with urllib.request.urlopen(f"{url}/api/version", timeout=30) as answer:
+            assert "ray_version" in json.loads(answer.read())
+    finally:
+        os.killpg(forward.pid, signal.SIGINT)
+        forward.communicate(timeout=30)
+
+
+def test_a_controller_crash_mid_run_loses_nothing(laptop):
+    submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_mlp.py", "--steps", "2500",
+                          "--checkpoint-every", "250")
+    run_id = json.loads(submitted)["run_id"]
+    poll_until(lambda: (laptop.run_record(run_id)["step"] or 0) >= 300, timeout_s=240, interval_s=1.0,
+               what="the run's first checkpoints")
+    at_crash = laptop.run_record(run_id)["step"]
+    assert "boots again from its disk" in laptop.ok("sim", "controller-crash", "-c", NAME)
+    started = time.monotonic()
+    result = json.loads(laptop.ok("attach", run_id, "--json", timeout=600))  # follows it through the crash
+    assert result["status"] == "succeeded" and result["metrics"]["last_step"] == 2500
+    assert time.monotonic() - started < 480
+    causes = [i["cause"] for i in result["incidents"]]
+    assert "supervisor-restart" in causes and "program-failure" not in causes
+    log = laptop.ok("logs", "-c", NAME, "--run", run_id)
+    resumed = [int(line.split()[-1]) for line in log.splitlines() if "resumed from step" in line]
+    assert all(step >= at_crash - 250 for step in resumed)  # at most one checkpoint interval lost
+
+
+def test_down_leaves_no_vm_rule_secret_or_process(laptop, monkeypatch):
+    import psutil
+
+    from podmanager.cloud.gcp.secrets import TokenSecrets, channel_secret_id
+    from podmanager.emulator import launcher
+    from podmanager.emulator import record as emulator_record
+
+    root = str(laptop.controller_root())
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(laptop.cloud))
+    address = emulator_record.read("podmanager-sim").address
+    with TokenSecrets("podmanager-sim", emulator_host=address, secret_id=channel_secret_id) as secrets:
+        assert secrets.read(NAME)  # there before
+    laptop.ok("down", "-c", NAME, timeout=600)
+    assert not (laptop.home / "clusters" / NAME / "channel").exists()
+    assert launcher.running("podmanager-sim") is None  # it held nothing more: stopped
+    address = launcher.ensure("podmanager-sim")  # started again from its saved state, to look
+    try:
+        from podmanager.cloud.gcp.compute import ComputeNetworks
+        from podmanager.cloud.gcp.instances import ComputeInstances
+
+        compute = emulator_record.read("podmanager-sim").compute_api
+        with ComputeInstances("podmanager-sim", endpoint=compute) as instances:
+            assert instances.labelled({"podmanager-cluster": NAME}) == []
+        with ComputeNetworks("podmanager-sim", endpoint=compute) as networks:
+            assert networks.firewall(f"pm-{NAME}-channel") is None
+        with TokenSecrets("podmanager-sim", emulator_host=address, secret_id=channel_secret_id) as secrets:
+            assert secrets.read(NAME) is None
+    finally:
+        launcher.stop("podmanager-sim")
+    left = []
+    for process in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            if any(root in part for part in process.info["cmdline"] or []) or (process.info["cwd"] or "").startswith(root):
+                left.append(process.info["cmdline"])
+        except psutil.Error:
+            continue
+    assert left == []
