@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import base64
 import itertools
+import os
 import re
 import threading
 from collections import deque
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
@@ -38,6 +40,7 @@ import grpc
 from google.cloud.secretmanager_v1.types import resources, service
 from google.iam.v1 import iam_policy_pb2, policy_pb2
 from google.protobuf import empty_pb2, timestamp_pb2
+from pydantic import BaseModel, ConfigDict
 
 from podmanager.cloud.checksum import crc32c
 from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
@@ -93,10 +96,41 @@ def _now() -> timestamp_pb2.Timestamp:
     return stamp
 
 
-class SecretManagerEmulator:
-    """An in-memory Secret Manager: the calls podmanager and a VM make, thread-safe."""
+_AS_BASE64 = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
-    def __init__(self, project_numbers: Mapping[str, str] | None = None) -> None:
+
+class _SavedVersion(BaseModel):
+    model_config = _AS_BASE64
+
+    message: bytes  # resources.SecretVersion, serialized
+    data: bytes
+
+
+class _SavedSecret(BaseModel):
+    model_config = _AS_BASE64
+
+    message: bytes  # resources.Secret, serialized
+    versions: list[_SavedVersion]
+    policy: bytes  # policy_pb2.Policy, serialized
+
+
+class _Saved(BaseModel):
+    """What a persistent emulator keeps of its secrets across a restart (as Secret Manager
+    keeps them whatever happens to a client): owner-only, beside the project's state."""
+
+    model_config = _AS_BASE64
+
+    secrets: dict[str, _SavedSecret]
+
+
+MUTATIONS = frozenset({"CreateSecret", "DeleteSecret", "AddSecretVersion", "DisableSecretVersion", "SetIamPolicy"})
+
+
+class SecretManagerEmulator:
+    """An in-memory Secret Manager: the calls podmanager and a VM make, thread-safe. With
+    `saved_at`, its secrets survive the emulator's restart (the background emulator's)."""
+
+    def __init__(self, project_numbers: Mapping[str, str] | None = None, *, saved_at: Path | None = None) -> None:
         self._numbers = dict(project_numbers or {})  # project id -> the number its names carry
         self._secrets: dict[str, _Secret] = {}
         self._failures: dict[str, list[tuple[grpc.StatusCode, str]]] = {}
@@ -106,6 +140,32 @@ class SecretManagerEmulator:
         self._lock = threading.RLock()
         # Asked on each read by a VM: True refuses it (the TPU emulator's `secret-denied` fault).
         self.refuses_vm_read: Callable[[], bool] = lambda: False
+        self.saved_at = saved_at
+        if saved_at is not None and saved_at.is_file():
+            self._restore(_Saved.model_validate_json(saved_at.read_text()))
+
+    def _restore(self, saved: _Saved) -> None:
+        for name, secret in saved.secrets.items():
+            self._secrets[name] = _Secret(
+                resources.Secret.deserialize(secret.message),
+                [_Version(resources.SecretVersion.deserialize(v.message), v.data) for v in secret.versions],
+                policy_pb2.Policy.FromString(secret.policy))
+
+    def _save(self) -> None:
+        """Every secret, written whole after a change (they are few and change rarely), 0600."""
+        if self.saved_at is None:
+            return
+        saved = _Saved(secrets={name: _SavedSecret(
+            message=resources.Secret.serialize(secret.message),
+            versions=[_SavedVersion(message=resources.SecretVersion.serialize(v.message), data=v.data)
+                      for v in secret.versions],
+            policy=secret.policy.SerializeToString()) for name, secret in self._secrets.items()})
+        self.saved_at.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.saved_at.with_name(f".{self.saved_at.name}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(saved.model_dump_json())
+        os.replace(temporary, self.saved_at)
 
     # ------------------------------------------------------------------ serving
 
@@ -161,7 +221,10 @@ class SecretManagerEmulator:
             due = self._failures.get(method)
             if due:
                 raise Refused(*due.pop(0))
-            return fn(request)  # a copy of what is stored: the server serializes it after the lock
+            answer = fn(request)  # a copy of what is stored: the server serializes it after the lock
+            if method in MUTATIONS:
+                self._save()
+            return answer
 
     def serve_rest(self, host: str = "127.0.0.1", port: int = 0) -> tuple[ThreadingHTTPServer, int]:
         """The REST route a VM's startup script reads the token by, alone, served from a background

@@ -68,7 +68,9 @@ class Emulator:
         self.booter = SimHostBooter(metadata=self.metadata, image_of=self.sim.vm_image,
                                     boot_delay_of=self.sim.boot_delay)
         self.instance_vms = InstanceVms(self.sim, self.metadata)
-        self.api = TpuEmulator(self.sim, SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER}),
+        secrets = SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER},
+                                        saved_at=state_file.secrets_path(project) if persist else None)
+        self.api = TpuEmulator(self.sim, secrets,
                                controls={"crash_controller_vm": self.instance_vms.crash_controller,
                                          "instance_names": self.instance_vms.instance_names})
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).

@@ -24,6 +24,11 @@ def path(project: str) -> Path:
     return paths.sim_state_path(project)
 
 
+def secrets_path(project: str) -> Path:
+    """The simulated Secret Manager's secrets (tokens: owner-only), beside the project's state."""
+    return path(project).with_suffix(".secrets.json")
+
+
 def load(project: str) -> SimState | None:
     """The saved state of `project`, None if it has none yet."""
     where = path(project)

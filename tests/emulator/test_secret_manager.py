@@ -20,7 +20,7 @@ from google.cloud.secretmanager_v1 import SecretManagerServiceClient
 from google.cloud.secretmanager_v1.services.secret_manager_service.transports import (
     SecretManagerServiceGrpcTransport,
 )
-from google.cloud.secretmanager_v1.types import resources
+from google.cloud.secretmanager_v1.types import resources, service
 from google.iam.v1 import policy_pb2
 
 from podmanager.cloud.checksum import crc32c
@@ -290,3 +290,22 @@ def test_a_secret_denied_fault_refuses_the_next_reads_by_vms_and_nothing_else(ri
     rig.emulator.control("fault", spec="secret-denied:5")
     rig.emulator.control("fault", spec="clear")
     assert get(url, vm_token)[0] == 200
+
+
+def test_a_persistent_emulators_secrets_survive_its_restart_owner_only(tmp_path):
+    """The background emulator restarts from what it saved: a secret (a cluster's token) made
+    before is still there after, as Secret Manager keeps it whatever happens to a client."""
+    saved = tmp_path / "sim" / "p.secrets.json"
+    first = SecretManagerEmulator(project_numbers={PROJECT: "123456789012"}, saved_at=saved)
+    first.call("CreateSecret", first.create_secret, service.CreateSecretRequest(
+        parent=f"projects/{PROJECT}", secret_id="tok",
+        secret=resources.Secret(replication=resources.Replication(automatic=resources.Replication.Automatic()))))
+    first.call("AddSecretVersion", first.add_secret_version, service.AddSecretVersionRequest(
+        parent=f"projects/{PROJECT}/secrets/tok", payload=resources.SecretPayload(data=b"s3cret")))
+    assert saved.stat().st_mode & 0o777 == 0o600
+    again = SecretManagerEmulator(project_numbers={PROJECT: "123456789012"}, saved_at=saved)
+    answer = again.call("AccessSecretVersion", again.access_secret_version, service.AccessSecretVersionRequest(
+        name=f"projects/{PROJECT}/secrets/tok/versions/latest"))
+    assert answer.payload.data == b"s3cret"
+    first.call("DeleteSecret", first.delete_secret, service.DeleteSecretRequest(name=f"projects/{PROJECT}/secrets/tok"))
+    assert SecretManagerEmulator(project_numbers={PROJECT: "123456789012"}, saved_at=saved).secret_names() == []
