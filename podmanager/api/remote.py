@@ -12,16 +12,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 from podmanager.api.status import ClusterStatus
 from podmanager.channel import pinned, records
 from podmanager.channel.client import ChannelClient
 from podmanager.channel.code_zip import zip_working_dir
-from podmanager.channel.errors import RemoteError
+from podmanager.channel.errors import ChannelError, RemoteError
 from podmanager.channel.forward import Forward
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
+from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.core.workload import Workload
@@ -36,6 +37,28 @@ EventCallback = Callable[[Event], None]
 Printer = Callable[[HostRef, str], None]
 POLL_S = 0.2  # a follower's pace, as `RunHandle.follow`'s
 LIVE_BYTES = 128 << 10  # each host's output shown per read while following (`run_handle.LIVE_BYTES`)
+# A controller VM that crashed or rebooted answers again once its daemon is back (a minute or two
+# on Google Cloud): a follower waits that long before it gives up on a read.
+REBOOT_WAIT_S = 300.0
+T = TypeVar("T")
+
+
+def patiently(read: Callable[[], T], on_wait: Callable[[str], None] | None = None,
+              wait_s: float = REBOOT_WAIT_S) -> T:
+    """`read` (a call that changes nothing), tried again while the controller cannot be reached,
+    for up to `wait_s`; `on_wait` hears once why it waits. Refused credentials are not waited on."""
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            return read()
+        except ChannelError as unreachable:
+            if time.monotonic() >= deadline:
+                raise
+            if not told and on_wait is not None:
+                on_wait(f"{unreachable.message}; waiting for the controller (a reboot takes a minute or two)")
+                told = True
+            time.sleep(1.0)
 
 
 def is_remote(name: str) -> bool:
@@ -82,7 +105,7 @@ class RemoteRunHandle:
         self.run_id = run_id
 
     def status(self) -> RunRecord:
-        return self.client.run(self.cluster, self.run_id).run
+        return patiently(lambda: self.client.run(self.cluster, self.run_id).run)
 
     def result(self) -> RunResult | None:
         run = self.status()
@@ -111,7 +134,7 @@ class RemoteRunHandle:
                 poll_s: float) -> RunResult:
         while True:
             try:
-                reply = self.client.watch(seen)
+                reply = patiently(lambda: self.client.watch(seen), self._warn(on_event))
                 offsets = dict(seen.offsets)
                 for event in reply.events:
                     if on_event:
@@ -132,6 +155,13 @@ class RemoteRunHandle:
                 time.sleep(poll_s)
             except KeyboardInterrupt:
                 raise _Interrupted(seen) from None
+
+    def _warn(self, on_event: EventCallback | None) -> Callable[[str], None]:
+        def warn(message: str) -> None:
+            if on_event is not None:
+                on_event(Event(id=0, cluster=self.cluster, time=time.time(), kind=EventKind.WARNING.value,
+                               slice_index=None, message=message, data={}))
+        return warn
 
     def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
         run = self.client.cancel(self.cluster, self.run_id).run
@@ -234,7 +264,7 @@ class RemoteCluster:
         its error raised here as if it had happened on this machine."""
         planned = False
         while True:
-            job = self.client.job(job.job_id)
+            job = patiently(lambda: self.client.job(job.job_id))
             if job.plan is not None and not planned and on_plan is not None:
                 on_plan(RemotePlan(job.plan))
                 planned = True

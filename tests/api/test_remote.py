@@ -216,3 +216,26 @@ def test_the_remote_verbs_load_neither_ray_nor_jax() -> None:
             "print(sorted(m for m in ('ray', 'jax') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", loaded
+
+
+def test_a_follower_waits_for_a_controller_that_is_restarting(remote, monkeypatch) -> None:
+    """A read that cannot reach the controller (it is rebooting) is tried again, the user told
+    once; a controller that stays away is said after the wait."""
+    from podmanager.api import remote as remote_module
+    from podmanager.channel.errors import ChannelError
+
+    cluster, _ = remote
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ChannelError("cannot reach the controller of lap at 127.0.0.1:1: refused")
+        return "answer"
+
+    monkeypatch.setattr(remote_module.time, "sleep", lambda s: None)
+    told: list[str] = []
+    assert remote_module.patiently(flaky, told.append) == "answer"
+    assert len(calls) == 3 and len(told) == 1 and "waiting for the controller" in told[0]
+    with pytest.raises(ChannelError):
+        remote_module.patiently(lambda: (_ for _ in ()).throw(ChannelError("gone")), wait_s=0.0)
