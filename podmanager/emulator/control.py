@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from podmanager.cloud.base import Node, NodeState, QueuedResource
+from podmanager.cloud.instances import Instance
 from podmanager.core.errors import SpecError
 from podmanager.core.fault_text import (
     DEFAULT_MAINTENANCE_S,
@@ -34,6 +35,7 @@ CONTROL_SERVICE = "podmanager.emulator.Control"
 # What the reads return, on the wire as JSON: the same records the Cloud TPU client returns.
 _NODES = TypeAdapter(list[Node])
 _QUEUED = TypeAdapter(list[QueuedResource])
+_INSTANCES = TypeAdapter(list[Instance])
 
 
 def apply_fault(sim: FaultTarget, spec: str | FaultKind, *, cluster: str | None = None, flag: str = "fault") -> None:
@@ -135,16 +137,16 @@ class EmulatorControl:
         instance name, None when the cluster has no running controller VM."""
         return self.call("crash_controller_vm", cluster=cluster)
 
-    def instance_names(self) -> list[str]:
-        """Every Compute Engine instance of the project (zone/name): a controller VM holds the cloud too."""
-        return list(self.call("instance_names"))
-
     def all_nodes(self) -> list[Node]:
         """Every node in every zone, read without a Cloud TPU API call (no injected fault hits it)."""
         return _NODES.validate_python(self.call("all_nodes"))
 
     def all_queued_resources(self) -> list[QueuedResource]:
         return _QUEUED.validate_python(self.call("all_queued_resources"))
+
+    def all_instances(self) -> list[Instance]:
+        """Every Compute Engine instance (a controller VM), read without an API call."""
+        return _INSTANCES.validate_python(self.call("all_instances"))
 
     def known_zones(self) -> list[str]:
         return list(self.call("known_zones"))

@@ -29,7 +29,13 @@ from podmanager.emulator.instance_metadata import InstanceFacts
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.sim.instances import SimInstances
-from podmanager.emulator.vms import CONTROLLER_IMAGE, guest_env, image_env, make_disk, start_guest
+from podmanager.emulator.vms import (
+    CONTROLLER_IMAGE,
+    guest_env,
+    image_env,
+    make_disk,
+    start_guest,
+)
 from podmanager.vm import procs
 
 log = logging.getLogger(__name__)
@@ -102,16 +108,11 @@ class InstanceVms:
                                            port=int(record.get("metadata_port") or 0))
                     self._booted[key] = instance
 
-    def instance_names(self) -> list[str]:
-        """Every instance of the project, as zone/name (an emulator that holds one is not idle)."""
-        with self.sim.compute() as project:
-            return [f"{i.zone}/{i.name}" for i in SimInstances(project).instances(None, {})]
-
     def crash_controller(self, cluster: str) -> str | None:
         """SIGKILL every process of `cluster`'s controller VM, then boot it again from the same root
         folder; its name, None when the cluster has no running controller VM."""
         with self._lock:
-            for key, instance in self._booted.items():
+            for instance in self._booted.values():
                 if instance.labels.get(CLUSTER_LABEL) == cluster and instance.labels.get(ROLE_LABEL) == CONTROLLER_ROLE:
                     self._kill(procs.read_record(record_path(self.sim.project, instance.zone, instance.name)) or {})
                     self._boot(instance)

@@ -171,7 +171,7 @@ def _tail(path: os.PathLike[str], lines: int = 5) -> str:
 
 
 def stop_if_idle(project: str) -> bool:
-    """Stop the project's emulator when its cloud holds nothing (`down` of its last cluster);
+    """Stop the project's emulator when its cloud holds nothing, no node and no VM (`down` of its last cluster);
     whether it stopped. Its state stays on disk: the next command starts it again."""
     from podmanager.emulator.control import EmulatorControl
 
@@ -179,6 +179,6 @@ def stop_if_idle(project: str) -> bool:
     if found is None:
         return False
     with EmulatorControl(found.address) as control:
-        if control.all_nodes() or control.all_queued_resources() or control.instance_names():
+        if control.all_nodes() or control.all_queued_resources() or control.all_instances():
             return False
     return stop(project)

@@ -54,6 +54,7 @@ from podmanager.cloud.base import (
     QueuedResource,
 )
 from podmanager.cloud.gcp.client import network_record
+from podmanager.cloud.instances import Instance
 from podmanager.core.errors import SpecError
 from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
 from podmanager.core.spec import Capacity
@@ -555,6 +556,7 @@ _SIM_CONTROLS = frozenset({"inject_create_fault", "inject_quota", "inject_transi
 _SIM_READS: dict[str, TypeAdapter[Any]] = {
     "all_nodes": TypeAdapter(list[Node]),
     "all_queued_resources": TypeAdapter(list[QueuedResource]),
+    "all_instances": TypeAdapter(list[Instance]),
     "known_zones": TypeAdapter(list[str]),
     "version": TypeAdapter(int),
     "pending_faults": TypeAdapter(Faults),

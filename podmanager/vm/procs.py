@@ -35,7 +35,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import psutil
 
@@ -107,45 +107,53 @@ def launch(command: list[str], env: dict[str, str], log_path: Path,
 
 # What a process carries, or inherits from its nearest tagged ancestor: (machine id, owner).
 _Tag = tuple[str | None, str | None]
+_Mark = TypeVar("_Mark")
 
 
-def _scan() -> list[tuple[psutil.Process, _Tag]]:
-    """Every live process that is tagged or descends from a tagged one, with its tag (one scan)."""
+def _inherited(mark: Callable[[dict[str, str]], _Mark | None]) -> list[tuple[psutil.Process, _Mark]]:
+    """Every live process whose environment `mark`s it, or that descends from one so marked, with
+    the nearest mark (one scan): a process that renamed itself (Ray's agents) may have overwritten
+    the environment the kernel shows for it, but not its parent."""
     parents: dict[int, int] = {}
-    tagged: dict[int, _Tag] = {}
+    marked: dict[int, _Mark] = {}
     live: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["ppid", "status", "environ"]):
         if proc.info["status"] in (None, psutil.STATUS_ZOMBIE):
             continue
         live[proc.pid] = proc
         parents[proc.pid] = proc.info["ppid"]
-        environ = proc.info["environ"] or {}
-        tag = (environ.get(MACHINE_ENV) or None, environ.get(OWNER_ENV) or None)
-        if tag != (None, None):
-            tagged[proc.pid] = tag
-    found: dict[int, _Tag | None] = {}
+        found_mark = mark(proc.info["environ"] or {})
+        if found_mark is not None:
+            marked[proc.pid] = found_mark
+    found: dict[int, _Mark | None] = {}
 
-    def tag_of(pid: int) -> _Tag | None:
+    def mark_of(pid: int) -> _Mark | None:
         chain: list[int] = []
         seen: set[int] = set()  # a pid reused during the scan could close a loop
-        while pid not in found and pid not in tagged and pid in parents and pid not in seen:
+        while pid not in found and pid not in marked and pid in parents and pid not in seen:
             chain.append(pid)
             seen.add(pid)
             pid = parents[pid]
-        tag = found.get(pid, tagged.get(pid))
+        value = found.get(pid, marked.get(pid))
         for visited in chain:
-            found[visited] = tag
-        return tag
+            found[visited] = value
+        return value
 
+    return [(proc, value) for pid, proc in live.items() if (value := mark_of(pid)) is not None]
+
+
+def _tag(environ: dict[str, str]) -> _Tag | None:
+    tag = (environ.get(MACHINE_ENV) or None, environ.get(OWNER_ENV) or None)
+    return None if tag == (None, None) else tag
+
+
+def _scan() -> list[tuple[psutil.Process, _Tag]]:
+    """Every live process that is tagged or descends from a tagged one, with its tag (one scan)."""
+    found = _inherited(_tag)
     # A process may carry its machine without the owner (a program's environment is filtered
     # down to the machine id): the owner is its machine's.
-    owners = {machine_id: owner for machine_id, owner in tagged.values() if machine_id and owner}
-    out = []
-    for pid, proc in live.items():
-        tag = tag_of(pid)
-        if tag is not None:
-            out.append((proc, (tag[0], tag[1] or owners.get(tag[0] or ""))))
-    return out
+    owners = {machine_id: owner for _, (machine_id, owner) in found if machine_id and owner}
+    return [(proc, (machine_id, owner or owners.get(machine_id or ""))) for proc, (machine_id, owner) in found]
 
 
 def machines() -> dict[str, list[psutil.Process]]:
@@ -165,30 +173,8 @@ def owned(owner: str) -> list[psutil.Process]:
 def inside(root: str) -> list[psutil.Process]:
     """Every live process whose environment names `root` as its VM's root folder (`ROOT_ENV`), or
     that descends from one: all a simulated VM runs, also what it launched as machines of their
-    own (a controller VM's Ray head) and what renamed itself (one scan)."""
-    parents: dict[int, int] = {}
-    rooted: set[int] = set()
-    live: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter(["ppid", "status", "environ"]):
-        if proc.info["status"] in (None, psutil.STATUS_ZOMBIE):
-            continue
-        live[proc.pid] = proc
-        parents[proc.pid] = proc.info["ppid"]
-        if (proc.info["environ"] or {}).get(ROOT_ENV) == root:
-            rooted.add(proc.pid)
-    found: dict[int, bool] = {}
-
-    def is_inside(pid: int) -> bool:
-        chain: list[int] = []
-        while pid not in found and pid not in rooted and pid in parents and pid not in chain:
-            chain.append(pid)
-            pid = parents[pid]
-        answer = found.get(pid, pid in rooted)
-        for visited in chain:
-            found[visited] = answer
-        return answer
-
-    return [proc for pid, proc in live.items() if is_inside(pid)]
+    own (a controller VM's Ray head) (one scan)."""
+    return [proc for proc, _ in _inherited(lambda environ: True if environ.get(ROOT_ENV) == root else None)]
 
 
 def kill_inside(root: str, *, wait_s: float = 10.0) -> bool:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from podmanager.cli import app
 from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.gcp.instances import ComputeInstances
 from podmanager.cloud.instances import CONTROLLER_ROLE, ROLE_LABEL, Instance
-from podmanager.cli import app
 from podmanager.core.clock import poll_until
 from podmanager.emulator import launcher
 from podmanager.vm import procs

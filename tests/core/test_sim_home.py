@@ -50,3 +50,17 @@ def test_another_home_with_the_same_sim_home_finds_the_same_cloud(tmp_path, monk
     assert emulator_record.read("p").address == "127.0.0.1:1"
     assert procs.sim_owner("c") != procs.owner("c")  # the controller's own processes stay its own
     assert (tmp_path / "cloud").stat().st_mode & 0o777 == 0o700
+
+
+def test_every_simulated_vm_is_told_the_simulated_clouds_folder(tmp_path, monkeypatch):
+    from podmanager.cloud.base import CLUSTER_LABEL, Node, NodeState
+
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(tmp_path / "cloud"))
+    node = Node(name="c-s0", zone="z", accelerator_type="v4-8", state=NodeState.READY, labels={CLUSTER_LABEL: "c"})
+    root = tmp_path / "vm"
+    tpu_vm = vms.vm_env(node, 0, root, 1234, tmp_path / "c-s0-w0.json", "http://127.0.0.1:1")
+    instance_vm = vms.guest_env(root, 1234, "http://127.0.0.1:1")
+    for env in (tpu_vm, instance_vm):
+        assert env[paths.SIM_HOME_ENV] == str(tmp_path / "cloud")
+        assert "PODMANAGER_HOME" not in env  # a fresh environment: the VM's own home, if any
+        assert env[procs.ROOT_ENV] == str(root) and env["GCE_METADATA_IP"] == "127.0.0.1:1234"

@@ -8,6 +8,7 @@ again on the same disk; a delete kills it and removes its disk. No Ray: a tiny s
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -120,3 +121,39 @@ def test_an_instance_boots_reports_crashes_back_and_goes(emulator, instances, si
     poll_until(lambda: not procs.alive(again["machine_id"]) and not root.exists() and record() is None,
                timeout_s=30, interval_s=0.05, what="the deleted VM's processes, disk and record gone")
     assert not [p for p in procs.inside(str(root)) if p.pid != os.getpid()]
+
+
+def metadata_name(port):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/computeMetadata/v1/instance/name",
+                                     headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read().decode()
+
+
+def test_a_restarted_emulator_serves_a_running_vm_its_metadata_again(sim_home):
+    first = Emulator(PROJECT, persist=True)
+    first.serve_rest()
+    first.start()
+    try:
+        with ComputeInstances(PROJECT, endpoint=f"http://127.0.0.1:{first.rest_port}", retry_deadline_s=5,
+                              retry_initial_s=0.05, poll_interval_s=0.05) as instances:
+            instances.create(controller(), timeout_s=30)
+            booted(instances, "c-controller-1")
+    finally:
+        first.stop()  # a saved project: its VMs outlive the emulator, as they outlive a killed one
+    running = record()
+    assert procs.alive(running["machine_id"])
+
+    second = Emulator(PROJECT, persist=True)
+    second.serve_rest()
+    second.start()
+    try:
+        assert metadata_name(running["metadata_port"]) == "c-controller"  # on the port the VM knows
+        assert record()["machine_id"] == running["machine_id"]  # the same VM, not booted again
+        with ComputeInstances(PROJECT, endpoint=f"http://127.0.0.1:{second.rest_port}", retry_deadline_s=5,
+                              retry_initial_s=0.05, poll_interval_s=0.05) as instances:
+            instances.delete(ZONE, "c-controller", timeout_s=30)
+        poll_until(lambda: not procs.alive(running["machine_id"]), timeout_s=30, interval_s=0.05,
+                   what="the deleted VM's processes gone")
+    finally:
+        second.stop()

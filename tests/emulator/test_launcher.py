@@ -64,6 +64,24 @@ def test_a_dry_run_goes_through_the_real_client_to_one_emulator_per_project():
     assert not psutil.pid_exists(emulator.pid) or psutil.Process(emulator.pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_an_emulator_running_a_vm_is_not_idle_and_another_home_finds_it(tmp_path, monkeypatch):
+    from podmanager.cloud.gcp.instances import ComputeInstances
+    from podmanager.cloud.instances import Instance
+
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(tmp_path / "cloud"))
+    started = launcher.ensure(PROJECT)
+    monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path / "controller-vm"))  # a VM's own home, the same cloud
+    found = launcher.running(PROJECT)
+    assert found is not None and found.address == started and launcher.ensure(PROJECT) == started
+    with ComputeInstances(PROJECT, endpoint=found.compute_api, retry_deadline_s=5, retry_initial_s=0.05,
+                          poll_interval_s=0.05) as instances:
+        instances.create(Instance(name="vm", zone="sim-zone-a", machine_type="e2-standard-2"), timeout_s=30)
+        assert not launcher.stop_if_idle(PROJECT)  # a VM, and no node: still in use
+        instances.delete("sim-zone-a", "vm", timeout_s=30)
+    poll_until(lambda: launcher.stop_if_idle(PROJECT), timeout_s=10, interval_s=0.1, what="the idle emulator stopped")
+    assert launcher.running(PROJECT) is None
+
+
 def test_a_killed_emulator_comes_back_from_its_saved_state_on_its_old_port():
     cluster = spot_cluster("phoenix")
     cluster.up()

@@ -33,6 +33,7 @@ from podmanager.cloud.base import (
     QueuedResource,
     QueuedResourceState,
 )
+from podmanager.cloud.instances import Instance
 from podmanager.core.catalog import lookup
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.fault_text import (
@@ -43,6 +44,7 @@ from podmanager.core.fault_text import (
 )
 from podmanager.core.spec import Capacity
 from podmanager.emulator.sim.compute import SimCompute
+from podmanager.emulator.sim.instances import SimInstances
 from podmanager.emulator.sim.records import (
     CLUSTER_LABEL,
     SLICE_LABEL,
@@ -827,6 +829,11 @@ class SimCloud:
         with self._transaction() as state:
             used = {r.zone for r in state.nodes.values()} | {r.zone for r in state.queued.values()}
         return sorted(used | set(self.zones or []))
+
+    def all_instances(self) -> list[Instance]:
+        """Every Compute Engine instance, as the API reports it (not an API call: no injected fault)."""
+        with self.compute() as project:
+            return SimInstances(project).instances(None, {})
 
     def all_queued_resources(self) -> list[QueuedResource]:
         """Every queued resource (a test and `down` helper: not an API call, so no injected fault)."""

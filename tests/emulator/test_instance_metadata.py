@@ -1,0 +1,78 @@
+"""A simulated Compute Engine instance's metadata server answers as GCE's does for an instance:
+its metadata, identity and addresses, the project, its service account's email and token, and
+its guest attributes (PUT, then read back); only with `Metadata-Flavor: Google`. No processes."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from podmanager.cloud.instances import Instance
+from podmanager.core.clock import FakeClock
+from podmanager.emulator.instance_metadata import InstanceFacts
+from podmanager.emulator.metadata import MetadataServers
+from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
+from podmanager.emulator.sim.instances import LATENCY_S, SimInstances
+
+
+@pytest.fixture
+def instance_vm():
+    clock = FakeClock()
+    sim = SimCloud("p-meta", clock=clock)
+    with sim.compute() as project:
+        SimInstances(project).insert(Instance(name="c-controller", zone="sim-zone-a", machine_type="e2-standard-2",
+                                              metadata={"startup-script": "echo hi", "k": "v"}))
+    clock.advance(LATENCY_S)
+    servers = MetadataServers(sim)
+    port = servers.serve_vm("instances/sim-zone-a/c-controller", InstanceFacts(sim=sim, zone="sim-zone-a",
+                                                                               name="c-controller"))
+    yield sim, f"http://127.0.0.1:{port}/computeMetadata/v1/"
+    servers.stop_all()
+
+
+def call(url: str, *, data: str | None = None, header: bool = True) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=data.encode() if data is not None else None,
+                                     method="PUT" if data is not None else "GET",
+                                     headers={"Metadata-Flavor": "Google"} if header else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_it_serves_what_gce_serves_an_instance(instance_vm):
+    sim, base = instance_vm
+    with sim.compute() as project:
+        internal_ip = SimInstances(project).instance("sim-zone-a", "c-controller").internal_ip
+    assert call(base + "instance/attributes/startup-script") == (200, "echo hi")
+    assert call(base + "instance/attributes/k") == (200, "v")
+    assert call(base + "instance/attributes/missing")[0] == 404
+    assert call(base + "instance/name") == (200, "c-controller")
+    assert call(base + "instance/zone") == (200, f"projects/{SIMULATED_PROJECT_NUMBER}/zones/sim-zone-a")
+    assert call(base + "instance/hostname") == (200, "c-controller.sim-zone-a.c.p-meta.internal")
+    assert call(base + "instance/id")[1].isdigit()
+    assert call(base + "instance/network-interfaces/0/ip") == (200, internal_ip) and internal_ip
+    assert call(base + "instance/network-interfaces/0/access-configs/0/external-ip") == (200, "127.0.0.1")
+    assert call(base + "project/project-id") == (200, "p-meta")
+    email = f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+    assert call(base + "instance/service-accounts/default/email") == (200, email)
+    assert json.loads(call(base + "instance/service-accounts/default/token")[1])["access_token"].endswith(email)
+    assert call(base + "instance/name", header=False)[0] == 403
+
+
+def test_guest_attributes_put_then_read_and_gone_with_the_instance(instance_vm):
+    sim, base = instance_vm
+    assert call(base + "instance/guest-attributes/podmanager/stage")[0] == 404
+    assert call(base + "instance/guest-attributes/podmanager/stage", data="ready")[0] == 200
+    assert call(base + "instance/guest-attributes/podmanager/stage") == (200, "ready")
+    assert call(base + "instance/guest-attributes/no-key", data="x")[0] == 400
+    with sim.compute() as project:
+        assert SimInstances(project).guest_attributes("sim-zone-a", "c-controller", "podmanager/") == [
+            ("podmanager", "stage", "ready")]
+        SimInstances(project).delete("sim-zone-a", "c-controller")
+    sim.clock.advance(LATENCY_S)
+    assert call(base + "instance/name")[0] == 404  # a deleted instance's server knows nothing
