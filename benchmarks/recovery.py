@@ -46,8 +46,8 @@ class Preempter:
         self._lock = threading.Lock()
 
     def on_output(self, slot, text: str) -> None:
-        # Arm a timer when an attempt prints its first step.
-        if not any(line.startswith("step ") for line in text.splitlines()):
+        # Arm a timer when an attempt prints its first step (an elastic run's: once it has grown back).
+        if not any(line.startswith("step ") for line in text.splitlines()) or self._shrunk():
             return
         with self._lock:
             attempt = len(self.times)
@@ -56,13 +56,22 @@ class Preempter:
             self._armed_for = attempt
         threading.Timer(self.every, self._fire, args=(attempt % 2,)).start()
 
+    def _shrunk(self) -> bool:
+        """An elastic run goes on with fewer slices (its lost one is being made again)."""
+        active = self.cluster.runs_store.active(self.cluster.name)
+        return bool(active) and getattr(active[0].phase, "on_slices", None) is not None
+
     def _fire(self, turn: int) -> None:
         from podmanager.api import simulation
 
         # The run's slices now: after a swap a spare works in the lost slice's place.
-        [run] = self.cluster.runs_store.active(self.cluster.name)
-        if getattr(run.phase, "on_slices", None) is not None:  # an elastic run still shrunk: once it has grown
-            threading.Timer(5.0, self._fire, args=(turn,)).start()
+        active = self.cluster.runs_store.active(self.cluster.name)
+        if not active:  # the run has ended meanwhile
+            return
+        [run] = active
+        if getattr(run.phase, "on_slices", None) is not None:  # an elastic run still shrunk: armed again once grown
+            with self._lock:
+                self._armed_for = -1
             return
         self.times.append(time.time())
         simulation.preempt(self.cluster.runtime, run.slices[turn % len(run.slices)])
