@@ -1,13 +1,16 @@
 """Recovery figures: detection latency, time to recover, each phase, and goodput.
 
-    python benchmarks/recovery.py [--every 60] [--preemptions 3] [--create-latency 0] [--mode none|spare]
+    python benchmarks/recovery.py [--every 60] [--preemptions 3] [--create-latency 0] [--mode none|spare|elastic]
 
 A dry-run cluster of two spot v4-8 slices (2 simulated hosts; `--create-latency` seconds
 of simulated create latency, 0 by default) trains workloads/train_mlp.py with a checkpoint
 every 50 steps. Every `--every` seconds after the previous resume, one of the run's slices
 (alternating) is preempted — the simulated VM vanishes as a real one would. `--mode spare`
 adds a hot spare (`spares: 1`): the run takes it at once instead of waiting for a create,
-and the cluster makes a new spare in the background. For each preemption:
+and the cluster makes a new spare in the background. `--mode elastic` runs with `--min-slices
+1` and no spare: the run goes on at once on the slice left while the lost one is made again,
+and grows back to both at a checkpoint once its host has joined (the next preemption waits
+until it has). For each preemption:
 
 - detect: preemption -> the supervisor has classified it (health monitor or lost agent);
 - recover: preemption -> the first training step of the resumed attempt;
@@ -15,7 +18,8 @@ and the cluster makes a new spare in the background. For each preemption:
   booted and agents healthy), relaunch to first step (JAX init, restore, compile, step).
 
 Goodput is the run's own figure: productive step time / wall time; "goodput at one
-preemption per 10 min" is 1 - (median recover + median lost steps x step time) / 600 s.
+preemption per 10 min" is 1 - (median recover + median lost steps x step time) / 600 s; in
+elastic mode the time on one slice of two also counts half (the capacity it lacked).
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ class Preempter:
         self._lock = threading.Lock()
 
     def on_output(self, slot, text: str) -> None:
-        # Arm a timer when an attempt prints its first step.
-        if not any(line.startswith("step ") for line in text.splitlines()):
+        # Arm a timer when an attempt prints its first step (an elastic run's: once it has grown back).
+        if not any(line.startswith("step ") for line in text.splitlines()) or self._shrunk():
             return
         with self._lock:
             attempt = len(self.times)
@@ -52,11 +56,23 @@ class Preempter:
             self._armed_for = attempt
         threading.Timer(self.every, self._fire, args=(attempt % 2,)).start()
 
+    def _shrunk(self) -> bool:
+        """An elastic run goes on with fewer slices (its lost one is being made again)."""
+        active = self.cluster.runs_store.active(self.cluster.name)
+        return bool(active) and getattr(active[0].phase, "on_slices", None) is not None
+
     def _fire(self, turn: int) -> None:
         from podmanager.api import simulation
 
         # The run's slices now: after a swap a spare works in the lost slice's place.
-        [run] = self.cluster.runs_store.active(self.cluster.name)
+        active = self.cluster.runs_store.active(self.cluster.name)
+        if not active:  # the run has ended meanwhile
+            return
+        [run] = active
+        if getattr(run.phase, "on_slices", None) is not None:  # an elastic run still shrunk: armed again once grown
+            with self._lock:
+                self._armed_for = -1
+            return
         self.times.append(time.time())
         simulation.preempt(self.cluster.runtime, run.slices[turn % len(run.slices)])
 
@@ -70,8 +86,9 @@ def main() -> None:
                         help="the run also has a requirement (a small wheel from a local folder) installed on every host")
     parser.add_argument("--create-latency", type=float, default=0.0, metavar="S",
                         help="seconds the simulated cloud takes to create a slice (Google Cloud's: minutes)")
-    parser.add_argument("--mode", choices=["none", "spare"], default="none",
-                        help="spare: one hot spare slice the run takes at once when it loses one")
+    parser.add_argument("--mode", choices=["none", "spare", "elastic"], default="none",
+                        help="spare: one hot spare slice the run takes at once when it loses one; elastic: "
+                             "--min-slices 1, the run goes on with the slice left")
     args = parser.parse_args()
     os.environ["PODMANAGER_HOME"] = tempfile.mkdtemp(prefix="pm-bench-recovery-")
     requirements = {}
@@ -98,7 +115,7 @@ def main() -> None:
     preempter = Preempter(cluster, args.every, args.preemptions)
     workload = Workload(entrypoint="workloads/train_mlp.py", working_dir=str(REPO), parallelism="data",
                         args=["--steps", str(args.steps), "--checkpoint-every", "50", "--log-every", "50"],
-                        **requirements)
+                        min_slices=1 if args.mode == "elastic" else None, **requirements)
     try:
         cluster.up(timeout_s=300 + 2 * args.create_latency)
         result = cluster.run(workload, printer=preempter.on_output)
@@ -108,7 +125,9 @@ def main() -> None:
         raise SystemExit(f"run failed: {result.message}")
 
     rows = []
-    for when, incident, attempt in zip(preempter.times, result.incidents, result.attempt_log[1:]):
+    for when, incident in zip(preempter.times, result.incidents):
+        # The attempt after the incident (an elastic run's grow is an attempt without one).
+        attempt = next(a for a in result.attempt_log if a.attempt == incident.attempt + 1)
         phases = incident.phases
         rows.append({
             "detect": incident.detected_at - when,
@@ -121,6 +140,7 @@ def main() -> None:
             "first_step": phases.get("first_step", 0.0),
             "lost_steps": incident.lost_steps,
             "spare": bool(incident.swaps),
+            "shrunk": attempt.ended - attempt.started if attempt.degraded else 0.0,
         })
     stepping = [a for a in result.attempt_log if a.first_step_time and a.last_step_time and a.last_step > a.first_step]
     step_s = statistics.median((a.last_step_time - a.first_step_time) / (a.last_step - a.first_step) for a in stepping)
@@ -129,10 +149,10 @@ def main() -> None:
           f"a preemption every {args.every:.0f} s of training; {len(rows)} preemptions "
           f"({sum(r['spare'] for r in rows)} taken by a spare)")
     print()
-    columns = ["detect", "recover", "stop", "delete", "create", "join", "swap", "first_step"]
+    columns = ["detect", "recover", "stop", "delete", "create", "join", "swap", "first_step", "shrunk"]
     print("| preemption | detect (s) | recover (s) | stop (s) | delete (s) | create (s) | join (s) | swap (s) "
-          "| relaunch to first step (s) | lost steps |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| relaunch to first step (s) | on one slice (s) | lost steps |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for i, row in enumerate(rows):
         print(f"| {i + 1} | " + " | ".join(f"{row[c]:.2f}" for c in columns) + f" | {row['lost_steps']} |")
     if rows:
@@ -141,7 +161,8 @@ def main() -> None:
     print(f"run: {result.attempts} attempts, {result.metrics.last_step} steps, wall {result.wall_s:.0f} s, "
           f"goodput {result.goodput:.0%}" + (f", badput {result.badput}" if getattr(result, "badput", None) else ""))
     if rows:
-        lost_s = statistics.median(r["recover"] for r in rows) + statistics.median(r["lost_steps"] or 0 for r in rows) * step_s
+        lost_s = (statistics.median(r["recover"] for r in rows) + statistics.median(r["lost_steps"] or 0 for r in rows) * step_s
+                  + statistics.median(r["shrunk"] for r in rows) / 2)  # one slice of two: half the capacity
         print(f"step {step_s * 1000:.0f} ms; lost per preemption {lost_s:.1f} s; goodput at one preemption per "
               f"10 min {1 - lost_s / 600:.1%}")
 

@@ -105,7 +105,9 @@ def run(argv=None) -> int:
         x, y = host_batch(args, t, step)
         return common.to_global(x, batch_sharding), common.to_global(y, batch_sharding)
 
-    common.say(f"mlp: processes={jax.process_count()} devices={jax.device_count()} "
+    # The global batch stays --global-batch on any number of slices (an elastic run shrunk to
+    # fewer, or grown back): each device takes its share, so the loss curve is the same.
+    common.say(f"mlp: slices={runtime.slice_count()} processes={jax.process_count()} devices={jax.device_count()} "
                f"mesh={dict(mesh.shape)} dtype={args.dtype} global_batch={args.global_batch}")
     return common.train_loop(args, state, train_step, make_batch)
 

@@ -193,7 +193,7 @@ def run(argv=None) -> int:
     def make_batch(step):
         return common.to_global(host_batch(args, step), batch_sharding)
 
-    common.say(f"transformer: processes={jax.process_count()} devices={jax.device_count()} "
+    common.say(f"transformer: slices={runtime.slice_count()} processes={jax.process_count()} devices={jax.device_count()} "
                f"mesh={dict(mesh.shape)} dtype={args.dtype} global_batch={args.global_batch}")
     return common.train_loop(args, state, train_step, make_batch)
 

@@ -31,6 +31,10 @@ def run_slices(spec: ClusterSpec, workload: Workload, spare_slices: list[int] | 
         raise SpecError(f"--slices: slice(s) {taken} are hot spares of {spec.name}; a run never works on a spare",
                         hint="Leave --slices out (a run gets every working slice) or name working slices "
                              "('podmanager status' shows which are spares).")
+    if workload.min_slices is not None and workload.min_slices > len(slices):
+        raise SpecError(f"--min-slices: {workload.min_slices} is more than the run's {len(slices)} slice(s) {sorted(slices)}",
+                        hint=f"Give at most {len(slices)}: the fewest slices the run may go on with while a lost "
+                             "one is made again.")
     if workload.parallelism:
         check_parallelism(workload.parallelism, sum(s.accelerator.chips for s in spec.slice_list() if s.index in slices))
     workload.check_program()

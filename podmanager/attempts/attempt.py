@@ -32,6 +32,9 @@ from podmanager.state.run_results import AttemptResult, HostResult, SetupError
 from podmanager.vm.environments import HostSetup
 
 CANCELLED = "cancelled on request"  # the reason an attempt stops when its run is cancelled
+# The reason an elastic run's attempt on fewer slices stops once its lost slices are back: the
+# program checkpoints on the SIGTERM, as on a notice, and the next attempt resumes on all of them.
+GROW = "stopped at a checkpoint to grow back to all the run's slices"
 
 
 def new_run_id(workload: Workload) -> str:
@@ -132,8 +135,8 @@ class AttemptRunner:
             # A program that stopped for a preemption notice (exit 75): its peers are finishing
             # the same checkpoint and get the full grace period.
             noticed = failed is not None and failed.exit_code == EXIT_PREEMPTED
-            # A cancel stops healthy programs: like a notice, they may checkpoint on SIGTERM.
-            gentle = noticed or reason == CANCELLED
+            # A cancel or a grow stops healthy programs: like a notice, they may checkpoint on SIGTERM.
+            gentle = noticed or reason in (CANCELLED, GROW)
             gang.stop(grace_s=self.stop_grace_s if gentle else self.failure_grace_s)
         # Every host's output to its end, what the stopped ones printed while stopping included.
         gang.collect(self._output)

@@ -41,6 +41,7 @@ def launch_envs(slots: list[HostSlot], *, coordinator_port: int, cluster: str, r
             "TPU_WORKER_HOSTNAMES": hostnames[slot.slice_index],
             contract.ENV_CLUSTER: cluster,
             contract.ENV_SLICE: str(slot.slice_index),
+            contract.ENV_NUM_SLICES: str(len(slice_indexes)),
             contract.ENV_RUN_ID: run_id,
             contract.ENV_ATTEMPT: str(attempt),
             # JAX's preemption service takes SIGTERM over in `jax.distributed.initialize()` and

@@ -28,6 +28,7 @@ RUN_EVENTS = frozenset({
     EventKind.SETUP_FAILED, EventKind.WARNING, EventKind.INCIDENT, EventKind.SLICES_REPLACED, EventKind.RESUMED,
     EventKind.PREEMPTION_NOTICE, EventKind.RUN_FAILED, EventKind.BACKOFF, EventKind.ZONE_FALLBACK,
     EventKind.REATTACHED, EventKind.SUPERVISOR_RESTARTED, EventKind.RUN_CANCELLED,
+    EventKind.RUN_SHRUNK, EventKind.RUN_GREW,
 })
 
 

@@ -147,6 +147,8 @@ def summary_figures(result: RunResult) -> list[str]:
                f"hangs {result.hangs}"]
     if result.goodput is not None:
         figures.append(f"goodput {result.goodput:.0%}")
+    if "degraded" in result.badput:
+        figures.append(f"{result.badput['degraded']:.1f}s on fewer slices")
     metrics = result.metrics
     if metrics.last_step is not None:
         figures.append(f"steps {metrics.first_step} -> {metrics.last_step}")

@@ -41,6 +41,10 @@ def run(
     max_hangs: Optional[int] = typer.Option(None, "--max-hangs", metavar="N", min=0, help="Overrides recovery.max_hangs."),
     hang_timeout: Optional[float] = typer.Option(
         None, "--hang-timeout", metavar="SECONDS", help="Seconds without a step (after the first) that count as a hang."),
+    min_slices: Optional[int] = typer.Option(
+        None, "--min-slices", metavar="M",
+        help="Elastic: a slice lost with no spare ready, go on at once on the slices left (at least M) and grow back "
+             "when it is replaced (default: wait for it)."),
 ) -> None:
     """Run a JAX program on every host of the cluster's slices.
 
@@ -60,7 +64,8 @@ def run(
                                   slices=None if slices is None else selectors.parse_slices(slices, target.name,
                                                                                             flag="--slices"),
                                   parallelism=parallelism, env=env_pairs(env), checkpoint_dir=checkpoint_dir,
-                                  working_dir=working_dir, requirements=requirements, hang_timeout_s=hang_timeout)
+                                  working_dir=working_dir, requirements=requirements, hang_timeout_s=hang_timeout,
+                                  min_slices=min_slices)
     budgets = {k: v for k, v in (("max_preemptions", max_preemptions), ("max_failures", max_failures),
                                  ("max_hangs", max_hangs)) if v is not None}
     if detach:

@@ -73,6 +73,8 @@ class EventKind(StrEnum):
     INCIDENT = "incident"
     BACKOFF = "backoff"
     SPARE_SWAPPED = "spare_swapped"
+    RUN_SHRUNK = "run_shrunk"  # an elastic run goes on with the slices left while a lost one is made again
+    RUN_GREW = "run_grew"  # ... and back on all its slices once it is ready
     HEALING = "healing"
     SLICES_DELETED = "slices_deleted"
     SLICES_REPLACED = "slices_replaced"

@@ -35,6 +35,9 @@ class Workload(BaseModel):
     # run is submitted) or its lines; `submitted()` turns a file into its lines.
     requirements: str | list[str] | None = None
     hang_timeout_s: float | None = Field(None, gt=0)  # overrides health.hang_timeout_s of the spec
+    # Elastic: a lost slice with no spare ready, the run goes on at once on the slices left if at
+    # least this many, and grows back when the replacement is ready. None: wait for it.
+    min_slices: int | None = Field(None, ge=1)
     name: str | None = None
 
     @model_validator(mode="after")
@@ -72,7 +75,7 @@ class Workload(BaseModel):
         except ValidationError as invalid:
             flags = {"hang_timeout_s": "--hang-timeout", "checkpoint_dir": "--checkpoint-dir", "env": "--env",
                      "slices": "--slices", "working_dir": "--working-dir",
-                     "requirements": "--requirements"}
+                     "requirements": "--requirements", "min_slices": "--min-slices"}
             problems = [f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'run'}: {e['msg']}"
                         for e in invalid.errors()]
             raise SpecError("; ".join(problems)) from None

@@ -36,7 +36,8 @@ Exit codes (what the supervisor reads from a workload process):
 
 Environment read here (set by the scheduler): ``JAX_COORDINATOR_ADDRESS``,
 ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, ``MEGASCALE_NUM_SLICES``,
-``MEGASCALE_SLICE_ID``, ``PODMANAGER_CLUSTER``, ``PODMANAGER_SLICE``,
+``MEGASCALE_SLICE_ID``, ``PODMANAGER_CLUSTER``, ``PODMANAGER_SLICE``, ``PODMANAGER_NUM_SLICES``
+(``slice_count()``: the slices this attempt runs on, fewer while an elastic run is shrunk),
 ``PODMANAGER_CHECKPOINT_DIR``, ``PODMANAGER_PROGRESS_FILE``; optional knobs
 ``PODMANAGER_INIT_TIMEOUT`` and ``PODMANAGER_HEARTBEAT_TIMEOUT`` (seconds).
 The other ``TPU_*``/``MEGASCALE_*`` variables are read by JAX/libtpu itself.
@@ -58,6 +59,7 @@ from podmanager.runtime.launch import (
     LaunchEnv,
     initialize,
     launch_env,
+    slice_count,
 )
 from podmanager.runtime.mesh import MESH_AXES, device_grid, mesh, parse_parallelism
 from podmanager.runtime.preemption import (
@@ -72,6 +74,7 @@ __all__ = [
     "DEFAULT_INIT_TIMEOUT_S", "EXIT_OK", "EXIT_PREEMPTED", "MESH_AXES", "Checkpointer", "LaunchEnv",
     "device_grid", "initialize", "install_preemption_handler", "launch_env", "mesh", "parse_parallelism",
     "preemption_requested", "preemption_requested_anywhere", "report_progress", "request_preemption", "serve",
+    "slice_count",
 ]
 
 

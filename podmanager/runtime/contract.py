@@ -16,6 +16,7 @@ EXIT_PREEMPTED = 75  # stopped at a step boundary after a preemption notice (BSD
 # Environment podmanager sets for every process of a run, fresh for each attempt.
 ENV_CLUSTER = "PODMANAGER_CLUSTER"
 ENV_SLICE = "PODMANAGER_SLICE"
+ENV_NUM_SLICES = "PODMANAGER_NUM_SLICES"  # the slices this attempt runs on (fewer while an elastic run is shrunk)
 ENV_RUN_ID = "PODMANAGER_RUN_ID"
 ENV_ATTEMPT = "PODMANAGER_ATTEMPT"
 ENV_PARALLELISM = "PODMANAGER_PARALLELISM"

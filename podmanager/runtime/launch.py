@@ -75,6 +75,18 @@ def launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
     )
 
 
+def slice_count(env: Mapping[str, str] | None = None) -> int:
+    """How many slices this attempt runs on: the launch's own count, else the multislice
+    environment's, else 1. An elastic run (`run --min-slices`) may run on fewer slices than it
+    was given while a lost one is made again, and on all of them again afterwards: a program
+    that keeps its global batch constant divides it by the devices it has, not by a fixed count."""
+    env = os.environ if env is None else env
+    count = _int_env(env, "PODMANAGER_NUM_SLICES", _int_env(env, "MEGASCALE_NUM_SLICES", 1))
+    if count < 1:
+        raise ValueError(f"PODMANAGER_NUM_SLICES={count} must be >= 1")
+    return count
+
+
 _initialized = False
 _init_lock = threading.Lock()
 

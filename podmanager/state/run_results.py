@@ -51,6 +51,7 @@ class AttemptResult(_Record):
     setup_s: float = 0.0  # setting the hosts up before `started` (code, requirements, program check)
     setup_error: SetupError | None = None
     setup_installed: list[str] = Field(default_factory=list)  # hosts that installed for it (the rest reused)
+    degraded: bool = False  # ran on fewer slices than the run's (an elastic run shrunk after a loss)
 
 
 class IncidentRecord(_Record):
@@ -99,7 +100,8 @@ class RunResult(_Record):
     failures: int = 0
     hangs: int = 0
     goodput: float | None = None  # productive step time / wall time
-    # Seconds lost, by cause: setting hosts up, programs starting (to their first step), recovering.
+    # Seconds lost, by cause: setting hosts up, programs starting (to their first step), recovering,
+    # and `degraded`: running on fewer slices than the run's (an elastic run shrunk).
     badput: dict[str, float] = Field(default_factory=dict)
     wall_s: float = 0.0
     incidents: list[IncidentRecord] = Field(default_factory=list)

@@ -5,7 +5,12 @@ The phase is what a restarted supervisor carries on from (supervision/supervisor
 matches on it in one place):
 
     Launching(attempt) -> Running(attempt) -> Replacing(next attempt, slices) -> Launching(...)
+                                           -> Launching(next attempt, on_slices)  (elastic: shrunk)
                                            -> Finished
+
+An elastic run (`Workload.min_slices`) that lost a slice with no spare ready launches its next
+attempt on the slices left (`on_slices`) while the lost one is made again in the background,
+and launches on all of them again (`on_slices` None) once it is ready.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class Launching(_Record):
     attempt: int = 0
     started: float | None = None
     log_base: dict[str, int] = Field(default_factory=dict)
+    on_slices: list[int] | None = None  # fewer than the run's (an elastic run shrunk); None: all of them
 
 
 class Running(_Record):
@@ -37,6 +43,7 @@ class Running(_Record):
     attempt: int
     started: float | None = None
     log_base: dict[str, int] = Field(default_factory=dict)
+    on_slices: list[int] | None = None  # as `Launching.on_slices`
 
 
 class Replacing(_Record):

@@ -40,7 +40,10 @@ def badput(attempts: list[AttemptResult]) -> dict[str, float]:
     startup = sum(a.first_step_time - a.started for a in attempts if a.first_step_time is not None)
     recovery = sum(max(0.0, later.started - later.setup_s - earlier.ended)
                    for earlier, later in zip(attempts, attempts[1:]))
-    return {"setup": round(setup, 3), "startup": round(startup, 3), "recovery": round(recovery, 3)}
+    figures = {"setup": round(setup, 3), "startup": round(startup, 3), "recovery": round(recovery, 3)}
+    if any(a.degraded for a in attempts):  # only elastic runs that shrank have the figure
+        figures["degraded"] = round(sum(a.ended - a.started for a in attempts if a.degraded), 3)
+    return figures
 
 
 def goodput(attempts: list[AttemptResult], wall_s: float) -> float | None:

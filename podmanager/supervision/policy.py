@@ -124,3 +124,15 @@ def quarantined(state: RecoveryState) -> frozenset[int]:
     if last is None or last.host is None or last.cause is not Cause.INFRASTRUCTURE or state.consecutive(last) < 2:
         return frozenset()
     return frozenset({last.host[0]})
+
+
+def slices_left(working: list[int], lost: list[int], min_slices: int | None,
+                fits: Callable[[list[int]], bool] = lambda slices: True) -> list[int] | None:
+    """Elastic runs: the slices the next attempt goes on with at once when `lost` are gone and
+    no spare took their place: those of `working` left, if there are at least `min_slices` and
+    the program's mesh `fits` them. None: wait for the replacement (no `--min-slices`, too few
+    left, nothing lost, or a mesh of fixed size)."""
+    left = sorted(set(working) - set(lost))
+    if min_slices is None or not lost or len(left) == len(working) or len(left) < min_slices or not fits(left):
+        return None
+    return left

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from podmanager.attempts import package
-from podmanager.attempts.attempt import CANCELLED, AttemptRunner
+from podmanager.attempts.attempt import CANCELLED, GROW, AttemptRunner
 from podmanager.attempts.gang import Gang
 from podmanager.attempts.progress import combine
 from podmanager.attempts.remote import RAY, Remote
@@ -36,7 +37,7 @@ from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostSlot
-from podmanager.core.workload import Workload
+from podmanager.core.workload import Workload, check_parallelism
 from podmanager.state import run_secrets, service_tokens
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_results import AttemptResult, IncidentRecord, RunResult
@@ -51,11 +52,13 @@ from podmanager.state.run_state import (
 from podmanager.supervision.classify import Cause, Incident, classify
 from podmanager.supervision.health import HealthMonitor
 from podmanager.supervision.ledger import badput, classified, goodput, summarize
-from podmanager.supervision.policy import RecoveryPolicy, RecoveryState, quarantined
+from podmanager.supervision.policy import RecoveryPolicy, RecoveryState, quarantined, slices_left
 from podmanager.supervision.ports import SupervisedCluster
 from podmanager.vm.workload_runs import HeldRun
 
 PROGRESS_EVERY_S = 1.0  # how often the latest step goes into the run's record
+GROW_CHECK_EVERY_S = 1.0  # how often a shrunk run asks whether its lost slices' hosts are back
+BRING_BACK_RETRY_S = 60.0  # after a failed background replacement, the next try
 
 
 class RunSupervisor:
@@ -83,10 +86,23 @@ class RunSupervisor:
                                     secret_env=service_tokens.replica_env(cluster.name, self.workload.env))
         self.ledger = run.ledger  # filled in as the run goes, saved with the record
         self._progress_saved = 0.0
+        # An elastic run shrunk: the thread making its lost slices again while it goes on.
+        self._bringing_back: threading.Thread | None = None
+        self._brought_back = False  # the last background replacement ended with every slice made
+        self._failed_at = 0.0  # when the last one failed
+        self._grow_checked = 0.0
 
     # ------------------------------------------------------------------ the loop
 
     def supervise(self) -> RunResult:
+        result = self._supervise()
+        # A replacement still being made in the background is finished, not cut off mid-create:
+        # the run's record already says it has ended, so no client waits for this.
+        if self._bringing_back is not None:
+            self._bringing_back.join()
+        return result
+
+    def _supervise(self) -> RunResult:
         if not self.run.active:
             return self._stored_result()
         starts = self.run.supervisor.starts
@@ -103,6 +119,8 @@ class RunSupervisor:
                        "restarted) and started again from the run's record", detected_at=self.clock.now(), detect_s=None,
                 recover_s=None, lost_steps=None, phases={}))
         self._save()
+        if self._missing():  # carrying on from a shrunk attempt: its lost slices are still to be made
+            self._bring_back(self._missing())
         while True:
             if self.run.cancel_requested:
                 return self._finish("cancelled", CANCELLED)
@@ -132,6 +150,14 @@ class RunSupervisor:
         if result.status == "succeeded":
             self.record(EventKind.RUN_SUCCEEDED, f"run {self.run_id} finished at step {result.last_step}")
             return self._finish("succeeded", None)
+        if result.failure == GROW:  # no incident: it stopped at a checkpoint because its slices are back
+            self.run.attempt = result.attempt + 1
+            self.run.phase = Launching(attempt=self.run.attempt)
+            self._save()
+            self.record(EventKind.RUN_GREW, f"run {self.run_id}: its lost slice(s) are back; attempt {self.run.attempt} "
+                        f"resumes on all {len(self.run.slices)} slice(s) {self.run.slices} from the checkpoint "
+                        f"of step {result.last_step}", slices=self.run.slices, step=result.last_step)
+            return None
         stop_reason = self._after_failure(result, monitor)
         return self._finish("failed", stop_reason) if stop_reason is not None else None
 
@@ -142,7 +168,8 @@ class RunSupervisor:
         """Launch attempt N, or re-attach to it if every host still holds it; its result and
         the health monitor that watched it."""
         attempt = self.run.attempt
-        agents = self._agents()
+        on_slices = current.on_slices
+        agents = self._agents(on_slices or self.run.slices)
         reattach = None
         if current.attempt == attempt and self._all_hold(agents, attempt):
             base = current.log_base
@@ -153,7 +180,7 @@ class RunSupervisor:
         else:
             self._stop_strays(agents)
             started = self.clock.now()
-            self.run.phase = Launching(attempt=attempt, started=started,
+            self.run.phase = Launching(attempt=attempt, started=started, on_slices=on_slices,
                                        log_base={slot.label: self.runner.logs.size(slot) for slot, _ in agents})
             self.run.status = "running"
             self._save()
@@ -162,7 +189,8 @@ class RunSupervisor:
         def launched() -> None:  # also after a re-attach, to an attempt that may be `Running` already
             phase = self.run.phase
             if isinstance(phase, Launching):
-                self.run.phase = Running(attempt=phase.attempt, started=phase.started, log_base=phase.log_base)
+                self.run.phase = Running(attempt=phase.attempt, started=phase.started, log_base=phase.log_base,
+                                         on_slices=phase.on_slices)
             self._save()
 
         def set_up(done: int, of: int) -> None:
@@ -181,6 +209,7 @@ class RunSupervisor:
         result = self.runner.run_attempt(agents, attempt, lambda gang: self._monitor(gang, monitor_box),
                                          on_launched=launched, on_setup=set_up, on_setup_done=setup_done,
                                          reattach=reattach, started=None if reattach is None else started)
+        result.degraded = on_slices is not None
         self.ledger.attempts.append(result)
         pending = self._pending_incident()
         if pending is not None:
@@ -212,12 +241,24 @@ class RunSupervisor:
         # would look ready and never be made again.
         swapped = self._swap_in_spares(sorted(incident.slices)) if incident.cause is Cause.PREEMPTION else {}
         replace = [i for i in replace if i not in swapped]
+        working = [swapped.get(i, i) for i in self._working()]
+        going_on = slices_left(working, replace, self.workload.min_slices, self._fits) \
+            if incident.cause is Cause.PREEMPTION else None
         self.run.status = "recovering"
-        if replace:
-            self.run.phase = Replacing(attempt=result.attempt + 1, slices=replace, reason=incident.cause.value)
-        else:  # every lost slice has a hot spare in its place: relaunch at once
+        if going_on is not None:  # elastic: on at once with the slices left; the lost ones made again meanwhile
             self.run.attempt = result.attempt + 1
-            self.run.phase = Launching(attempt=self.run.attempt)
+            self.run.phase = Launching(attempt=self.run.attempt, on_slices=going_on)
+            self._save()
+            self.record(EventKind.RUN_SHRUNK, f"run {self.run_id}: slice(s) {replace} lost and no spare ready; attempt "
+                        f"{self.run.attempt} goes on at once on {len(going_on)} of its {len(self.run.slices)} slices "
+                        f"{going_on} while they are made again", lost=replace, slices=going_on)
+            self._bring_back(self._missing(), since=detected_at)
+        elif replace:
+            self.run.phase = Replacing(attempt=result.attempt + 1, slices=replace, reason=incident.cause.value)
+        else:  # nothing to replace (a spare took each lost slice's place): relaunch at once
+            self.run.attempt = result.attempt + 1
+            shrunk = set(working) != set(self.run.slices)  # a shrunk run stays so until its slices are back
+            self.run.phase = Launching(attempt=self.run.attempt, on_slices=working if shrunk else None)
         self._save()
         if decision.wait_s:
             self.record(EventKind.BACKOFF, f"waiting {decision.wait_s:.0f}s before the next attempt")
@@ -258,6 +299,8 @@ class RunSupervisor:
     def _replace(self, phase: Replacing) -> None:
         """Delete the lost slices (once), create what is missing, wait for the hosts, and move
         on to launching the next attempt. Safe to run again from any point."""
+        if self._bringing_back is not None:  # one replacement at a time: it creates all that is missing
+            self._bringing_back.join()
         incident = self.ledger.incidents[-1] if self.ledger.incidents else None
         timings = incident.phases if incident is not None else {}
         if phase.slices:
@@ -293,15 +336,15 @@ class RunSupervisor:
 
     # ------------------------------------------------------------------ hosts
 
-    def _agents(self) -> list[tuple[HostSlot, Any]]:
-        """The run's host agents; if some are missing (a slice lost between attempts), the
-        cluster is healed first: dead slices replaced, every host joined."""
+    def _agents(self, slices: list[int]) -> list[tuple[HostSlot, Any]]:
+        """The host agents of these slices of the run; if some are missing (a slice lost between
+        attempts), the cluster is healed first: dead slices replaced, every host joined."""
         try:
-            return self.cluster.agents(self.run.slices)
+            return self.cluster.agents(slices)
         except PodmanagerError as missing:
             self.record(EventKind.HEALING, f"before launching: {missing.message}; bringing the slices back")
             self.cluster.heal()
-            return self.cluster.agents(self.run.slices)
+            return self.cluster.agents(slices)
 
     def _all_hold(self, agents: list[tuple[HostSlot, Any]], attempt: int) -> bool:
         """Every host holds `attempt` of this run (running or exited)."""
@@ -318,13 +361,85 @@ class RunSupervisor:
         Gang(agents, self.run_id, remote=self.runner.remote).stop(grace_s=self.runner.failure_grace_s)
 
     def _monitor(self, gang: Gang, box: list[HealthMonitor]) -> "_SupervisedMonitor":
-        refs = self.cluster.slice_locations(self.run.slices)
+        refs = self.cluster.slice_locations(self._working())  # not a lost slice being made again
         health = self.cluster.spec.health
         monitor = HealthMonitor(self.cluster.cloud, refs, gang, interval_s=health.interval_s,
                                 hang_timeout_s=self.workload.hang_timeout_s or health.hang_timeout_s,
                                 on_event=self.cluster.record, clock=self.clock, list_zone=self.cluster.zone_nodes)
         box.append(monitor)
         return _SupervisedMonitor(self, monitor, gang)
+
+    # ------------------------------------------------------------------ elastic runs
+
+    def _working(self) -> list[int]:
+        """The slices the current attempt runs on: fewer than the run's while it is shrunk."""
+        phase = self.run.phase
+        on_slices = phase.on_slices if isinstance(phase, (Launching, Running)) else None
+        return on_slices if on_slices is not None else list(self.run.slices)
+
+    def _missing(self) -> list[int]:
+        """The run's slices a shrunk attempt goes on without."""
+        return sorted(set(self.run.slices) - set(self._working()))
+
+    def _fits(self, slices: list[int]) -> bool:
+        """The program's mesh fits these slices' chips (a mesh of fixed size fits only all of them)."""
+        if not self.workload.parallelism:
+            return True
+        chips = sum(s.accelerator.chips for s in self.cluster.spec.slice_list() if s.index in slices)
+        try:
+            check_parallelism(self.workload.parallelism, chips)
+        except PodmanagerError:
+            return False
+        return True
+
+    def _bring_back(self, slices: list[int], since: float | None = None) -> None:
+        """Make these lost slices again in the background (delete, create, wait for their hosts),
+        after any replacement already under way, while the run goes on without them.
+        `since`: the incident; a slice made again after it and READY is kept."""
+        if since is None and self.ledger.incidents:
+            since = self.ledger.incidents[-1].detected_at
+        before = self._bringing_back
+        self._brought_back = False
+
+        def bring_back() -> None:
+            if before is not None:
+                before.join()
+            timings: dict[str, float] = {}
+            started = self.clock.now()
+            try:
+                self.cluster.delete_slices(slices, reason="lost; an elastic run goes on without it", since=since)
+                self.cluster.restore_slices(timings)
+            except Exception as error:  # noqa: BLE001 - the run goes on shrunk and tries again later
+                self._failed_at = self.clock.now()
+                self.record(EventKind.WARNING, f"run {self.run_id}: making slice(s) {slices} again failed: {error}; "
+                            f"the run goes on without them and tries again in {BRING_BACK_RETRY_S:.0f}s")
+                return
+            self._brought_back = True
+            timings["replace_total"] = self.clock.now() - started
+            self.record(EventKind.SLICES_REPLACED, f"slice(s) {slices} made again in the background in "
+                        + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()), slices=slices, phases=timings)
+
+        self._bringing_back = threading.Thread(target=bring_back, name=f"bring-back-{self.run_id}", daemon=True)
+        self._bringing_back.start()
+
+    def ready_to_grow(self) -> bool:
+        """A shrunk attempt's lost slices are back, READY with every host's agent healthy (asked
+        at most every GROW_CHECK_EVERY_S, and only once the background replacement has ended)."""
+        if not self._missing() or self._bringing_back is None or self._bringing_back.is_alive():
+            return False
+        now = self.clock.now()
+        if not self._brought_back:
+            if now - self._failed_at >= BRING_BACK_RETRY_S:
+                self._bring_back(self._missing())
+            return False
+        if now - self._grow_checked < GROW_CHECK_EVERY_S:
+            return False
+        self._grow_checked = now
+        try:
+            self.cluster.agents(self.run.slices)
+        except PodmanagerError:
+            return False
+        return True
 
     # ------------------------------------------------------------------ ledger
 
@@ -437,7 +552,10 @@ class _SupervisedMonitor:
         if supervisor.runs.cancel_requested(supervisor.run_id):
             supervisor.run.cancel_requested = True
             return CANCELLED
-        return self.monitor.check()
+        problem = self.monitor.check()
+        if problem is None and supervisor.ready_to_grow():
+            return GROW
+        return problem
 
 
 def new_run(cluster: SupervisedCluster, workload: Workload, run_id: str, slices: list[int],

@@ -28,6 +28,7 @@ def test_one_slice_two_hosts():
     assert envs[0]["PODMANAGER_CHECKPOINT_DIR"] == "/ckpt" and envs[0]["PODMANAGER_ATTEMPT"] == "3"
     assert envs[0]["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4" and envs[0]["JAX_PLATFORMS"] == "cpu"
     assert not any(k.startswith("MEGASCALE") for k in envs[0])
+    assert {e["PODMANAGER_NUM_SLICES"] for e in envs} == {"1"}  # runtime.slice_count()
 
 
 def test_multislice_sets_megascale_per_slice():
@@ -35,6 +36,7 @@ def test_multislice_sets_megascale_per_slice():
                        checkpoint_dir=None, parallelism="data", simulated=False)
     assert [e["MEGASCALE_SLICE_ID"] for e in envs] == ["0", "1"]
     assert {e["MEGASCALE_NUM_SLICES"] for e in envs} == {"2"}
+    assert {e["PODMANAGER_NUM_SLICES"] for e in envs} == {"2"}
     assert {e["MEGASCALE_COORDINATOR_ADDRESS"] for e in envs} == {"10.0.0.0:8081"}
     assert [e["TPU_WORKER_HOSTNAMES"] for e in envs] == ["10.0.0.0", "10.0.1.0"]
     assert [e["JAX_PROCESS_ID"] for e in envs] == ["0", "1"]

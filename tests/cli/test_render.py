@@ -56,6 +56,11 @@ def test_figures_are_rounded():
     assert figures == "attempts 1, preemptions 0, failures 0, hangs 0; goodput 70%; steps 1 -> 300; loss 2.392 -> 0.4712"
 
 
+def test_an_elastic_runs_time_on_fewer_slices_is_shown_with_its_result():
+    figures = "; ".join(render.summary_figures(result(goodput=0.9, badput={"recovery": 1.0, "degraded": 42.26})))
+    assert figures == "attempts 1, preemptions 0, failures 0, hangs 0; goodput 90%; 42.3s on fewer slices"
+
+
 def test_a_printed_command_line_quotes_what_came_from_the_user(capsys):
     render.print_summary(result(run_id="odd $(id) name", cluster="c"))
     out = capsys.readouterr().out

@@ -129,7 +129,33 @@ def a_cluster(monkeypatch):
 
 @pytest.mark.parametrize("flags, named", [(["--max-failures", "-1"], "--max-failures"),
                                           (["--slices", ""], "--slices"),
-                                          (["--env", "A B=x"], "--env")])
+                                          (["--env", "A B=x"], "--env"),
+                                          (["--min-slices", "0"], "--min-slices")])
 def test_a_run_flag_out_of_range_is_bad_input(a_cluster, flags, named):
     result = invoke("run", "-c", "c", "--detach", *flags, "train.py")
     assert result.exit_code == 2 and named in result.output
+
+
+def test_more_min_slices_than_the_run_has_is_bad_input_and_nothing_is_submitted(monkeypatch, tmp_path):
+    """The check is the API's (`run_slices`, called by every submit): the CLI only passes the flag."""
+    from podmanager.api.submission import run_slices
+    from podmanager.core.spec import parse_spec
+
+    spec = parse_spec({"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8", "count": 2}]})
+    checked: list[Workload] = []
+
+    def submit(workload: Workload, *, budgets: dict[str, int] | None = None) -> Any:
+        run_slices(spec, workload)
+        checked.append(workload)  # reached only past the checks: a submit would start here
+        return SimpleNamespace(run_id="run-1", cluster="c")
+
+    monkeypatch.setattr(podmanager.api, "resolve_cluster",
+                        lambda name: SimpleNamespace(name="c", submit=submit, close=lambda: None))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    result = invoke("run", "-c", "c", "--detach", "--min-slices", "3", "train.py")
+    assert result.exit_code == 2, result.output
+    assert "--min-slices: 3 is more than the run's 2 slice(s) [0, 1]" in one_line(result.output)
+    assert checked == []
+    ok = invoke("run", "-c", "c", "--detach", "--min-slices", "2", "train.py")
+    assert ok.exit_code == 0 and checked[0].min_slices == 2  # at most the run's slices is accepted

@@ -96,6 +96,14 @@ def test_launch_env_rejects_inconsistent_values(env, match):
         runtime.launch_env(env)
 
 
+def test_the_slice_count_is_the_launchs_else_the_multislice_environments_else_one():
+    assert runtime.slice_count({"PODMANAGER_NUM_SLICES": "1", "MEGASCALE_NUM_SLICES": "2"}) == 1  # shrunk
+    assert runtime.slice_count({"MEGASCALE_NUM_SLICES": "3"}) == 3  # started by hand, multislice
+    assert runtime.slice_count({}) == 1
+    with pytest.raises(ValueError, match="PODMANAGER_NUM_SLICES"):
+        runtime.slice_count({"PODMANAGER_NUM_SLICES": "0"})
+
+
 @pytest.mark.ray  # starts processes: seconds, not milliseconds
 def test_initialize_fails_when_the_coordinator_never_answers():
     # Process 1 of 2 with no coordinator listening must die, not hang. JAX
