@@ -25,7 +25,12 @@ from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.files import write_atomic
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE
-from podmanager.vm.uv_settings import uv_argv, uv_env, with_index, with_index_credentials
+from podmanager.vm.uv_settings import (
+    uv_argv,
+    uv_env,
+    with_index,
+    with_index_credentials,
+)
 
 TPU_VM_PLATFORM = "x86_64-unknown-linux-gnu"  # Cloud TPU VMs: x86-64 Linux (manylinux_2_28 wheels)
 _OWN_LINE = re.compile(r"^podmanager(\s|@|=|\[|$)", re.IGNORECASE)

@@ -16,7 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from podmanager.controller.boot_lock import lock_for
-from podmanager.controller.software import Software, Versions, check_packages, controller_versions
+from podmanager.controller.software import (
+    Software,
+    Versions,
+    check_packages,
+    controller_versions,
+)
 from podmanager.controller.wheel import build_wheel, wheel_version
 from podmanager.core import paths
 from podmanager.core.errors import PodmanagerError, SpecError

@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Iterator
 
+import grpc
 import psutil
 
 from podmanager.core import paths
@@ -179,6 +180,9 @@ def stop_if_idle(project: str) -> bool:
     if found is None:
         return False
     with EmulatorControl(found.address) as control:
-        if control.all_nodes() or control.all_queued_resources() or control.all_instances():
+        try:
+            if control.all_nodes() or control.all_queued_resources() or control.all_instances():
+                return False
+        except grpc.RpcError:  # an emulator of an older podmanager that cannot say: left running
             return False
     return stop(project)

@@ -52,7 +52,12 @@ from podmanager.state.run_state import (
 from podmanager.supervision.classify import Cause, Incident, classify
 from podmanager.supervision.health import HealthMonitor
 from podmanager.supervision.ledger import badput, classified, goodput, summarize
-from podmanager.supervision.policy import RecoveryPolicy, RecoveryState, quarantined, slices_left
+from podmanager.supervision.policy import (
+    RecoveryPolicy,
+    RecoveryState,
+    quarantined,
+    slices_left,
+)
 from podmanager.supervision.ports import SupervisedCluster
 from podmanager.vm.workload_runs import HeldRun
 

@@ -30,7 +30,13 @@ from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.gcp.instances import ComputeInstances
-from podmanager.cloud.instances import CONTROLLER_ROLE, LEAVING_STATES, ROLE_LABEL, RUNNING, Instance
+from podmanager.cloud.instances import (
+    CONTROLLER_ROLE,
+    LEAVING_STATES,
+    ROLE_LABEL,
+    RUNNING,
+    Instance,
+)
 from podmanager.cloud.network import Allowed, FirewallRule, region_of, short_name
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError, TimeoutExceededError
