@@ -67,6 +67,7 @@ class ControllerMachine:
     def bring_up(self, *, timeout_s: float) -> pinned.ClientCredentials:
         spec = self.spec
         token = self._token()
+        pinned.save_token(spec.name, token)
         with TokenSecrets(spec.project or "", emulator_host=backends.secrets_host(spec),
                           secret_id=channel_secret_id) as secrets_api:
             secrets_api.ensure(spec.name, token)

@@ -116,6 +116,12 @@ def load_token(cluster: str) -> str:
     return token
 
 
+def save_token(cluster: str, token: str) -> None:
+    """The cluster's token, kept before anything is made with it: an interrupted `up` run again
+    uses the same one (the controller VM may have read it already)."""
+    write_private(folder(cluster) / TOKEN_FILE, token)
+
+
 def save_spec(cluster: str, spec_json: str) -> None:
     write_private(folder(cluster) / SPEC_FILE, spec_json)
 

@@ -239,3 +239,25 @@ def test_a_follower_waits_for_a_controller_that_is_restarting(remote, monkeypatc
     assert len(calls) == 3 and len(told) == 1 and "waiting for the controller" in told[0]
     with pytest.raises(ChannelError):
         remote_module.patiently(lambda: (_ for _ in ()).throw(ChannelError("gone")), wait_s=0.0)
+
+
+def test_an_up_interrupted_before_the_controller_served_is_removed_by_down(tmp_path, monkeypatch) -> None:
+    """`up` keeps the pointer (the spec, the token) before it makes anything: `down -c NAME` of an
+    up cut short knows the cluster's controller is a VM and removes whatever was made."""
+    import json
+
+    from podmanager.api.down import down
+    from podmanager.emulator import launcher
+
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(tmp_path / "cloud"))
+    spec = {"name": "cut", "backend": "simulated", "controller": {"local": False},
+            "slices": [{"accelerator": "v4-8"}], "simulation": {"boot_hosts": False}}
+    pinned.save_spec("cut", json.dumps(spec))
+    pinned.save_token("cut", "t0ken")
+    said = []
+    try:
+        report = down("cut", on_event=lambda event: said.append(event.message))
+    finally:
+        launcher.stop_all()
+    assert report.name == "cut" and not pinned.folder("cut").exists()
+    assert any("deleting the slices by their label" in message for message in said)
