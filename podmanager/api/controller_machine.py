@@ -28,11 +28,13 @@ from podmanager.cloud.gcp.controller_vm import (
     create_controller_vm,
     delete_controller_vm,
 )
+from podmanager.cloud.gcp.instances import ComputeInstances
 from podmanager.cloud.gcp.secrets import TokenSecrets, channel_secret_id
 from podmanager.cluster import backends
 from podmanager.cluster.teardown import stop_idle_emulator
 from podmanager.controller.staging import resolve_software
 from podmanager.controller.startup import CONTROLLER_ROLE, render_startup_script
+from podmanager.core.cadence import Cadence
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.events import EventKind
@@ -48,8 +50,9 @@ Say = Callable[[EventKind, str], None]
 
 def caller_address(spec: ClusterSpec) -> str:
     """The one address the channel's rule admits: this machine's as the controller sees it. A
-    dry run's controller is on this machine (loopback); on Google Cloud the address the
-    internet sees, asked of Google's own resolver of it (`controller.caller` overrides)."""
+    dry run's controller is on this machine (loopback); on Google Cloud the address the internet
+    sees this machine by, which the user gives (`controller.caller`): podmanager asks no outside
+    service for it."""
     if spec.simulated:
         return f"{LOOPBACK_IP}/32"
     if spec.controller.caller:
@@ -97,12 +100,12 @@ class ControllerMachine:
         except PodmanagerError:
             return secrets.token_urlsafe(32)
 
-    def _wait_serving(self, instances: object, zone: str, timeout_s: float) -> dict[str, str]:
+    def _wait_serving(self, instances: ComputeInstances, zone: str, timeout_s: float) -> dict[str, str]:
         said = [""]
         name = controller_vm_name(self.spec.name)
 
         def serving() -> dict[str, str] | None:
-            attributes = instances.guest_attributes(zone, name)  # type: ignore[attr-defined]
+            attributes = instances.guest_attributes(zone, name)
             stage = attributes.get(STAGE_KEY, "")
             if stage != said[0] and stage:
                 said[0] = stage
@@ -113,7 +116,7 @@ class ControllerMachine:
                                            f"{self.spec.name}' deletes it.")
             return attributes if stage == SERVING and attributes.get(CERT_KEY) and attributes.get(ADDRESS_KEY) else None
 
-        return poll_until(serving, timeout_s=timeout_s, interval_s=0.2 if self.spec.simulated else 2.0,
+        return poll_until(serving, timeout_s=timeout_s, interval_s=Cadence.for_spec(self.spec).boot_poll_s,
                           on_timeout=lambda: TimeoutExceededError(
                               f"the controller VM did not serve the channel within {timeout_s:.0f}s "
                               f"(its boot: {said[0] or 'not started'})",
