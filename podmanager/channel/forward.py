@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import threading
 from typing import Self
 
 import aiohttp
 
 from podmanager.channel import records
+from podmanager.channel.loop_thread import LoopThread
 from podmanager.channel.pinned import ClientCredentials
 from podmanager.core import peer
 
@@ -33,8 +33,7 @@ class Forward:
         self.credentials = credentials
         self.target = target
         self.port = port
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._thread = LoopThread("podmanager-forward")
         self._server: asyncio.base_events.Server | None = None
         self._carrying: set[asyncio.Task[None]] = set()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -52,12 +51,9 @@ class Forward:
         self.stop()
 
     def start(self) -> int:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="podmanager-forward", daemon=True)
         self._thread.start()
         try:
-            self.port = asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=START_TIMEOUT_S)
+            self.port = self._thread.call(self._listen(), START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
@@ -94,20 +90,12 @@ class Forward:
             writer.close()
 
     def stop(self) -> None:
-        loop, thread, server = self._loop, self._thread, self._server
-        self._loop = self._thread = self._server = None
-        if loop is None or thread is None:
-            return
-        if server is not None:
-            try:  # every connection carried is ended cleanly (the controller sees its WebSocket close)
-                asyncio.run_coroutine_threadsafe(self._end(server), loop).result(timeout=5.0)
-            except (TimeoutError, RuntimeError):
-                pass
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5.0)
-        if not thread.is_alive():
-            loop.close()
-
+        """Every connection carried is ended cleanly (the controller sees its WebSocket close)."""
+        server, self._server = self._server, None
+        try:
+            self._thread.stop(self._end(server) if server is not None else None)
+        except TimeoutError:
+            pass  # a connection that would not end: it goes with the loop
 
     async def _end(self, server: asyncio.base_events.Server) -> None:
         server.close()

@@ -13,7 +13,6 @@ import asyncio
 import hmac
 import ipaddress
 import ssl
-import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Protocol, Self, TypeVar
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
 from podmanager.channel.identity import ControllerIdentity
+from podmanager.channel.loop_thread import LoopThread
 from podmanager.core import peer
 from podmanager.core.errors import PodmanagerError
 
@@ -95,49 +95,32 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
             return response
         return await handler(request)
 
-    async def status(request: web.Request) -> web.Response:
-        asked = await _body(request, records.StatusRequest)
-        return await _answer(lambda: api.status(asked.cluster))
-
-    async def events(request: web.Request) -> web.Response:
-        asked = await _body(request, records.EventsRequest)
-        return await _answer(lambda: api.events(asked.cluster, asked.after_id))
-
-    async def start_up(request: web.Request) -> web.Response:
-        asked = await _body(request, records.UpRequest)
-        return await _answer(lambda: api.start_up(asked))
-
-    async def start_down(request: web.Request) -> web.Response:
-        asked = await _body(request, records.DownRequest)
-        return await _answer(lambda: api.start_down(asked))
-
-    async def job(request: web.Request) -> web.Response:
-        asked = await _body(request, records.JobRequest)
-        return await _answer(lambda: api.job(asked.job_id))
+    def verb(model: type[RequestT], call: Callable[[RequestT], BaseModel]) -> Handler:
+        """A POST whose JSON body is `model`, answered by `call` (the API, in a worker thread)."""
+        async def answer(request: web.Request) -> web.StreamResponse:
+            asked = await _body(request, model)
+            return await _answer(lambda: call(asked))
+        return answer
 
     async def code(request: web.Request) -> web.Response:
         zipped = await request.read()  # bounded by the app's client_max_size
         return await _answer(lambda: api.keep_code(zipped))
 
-    async def submit(request: web.Request) -> web.Response:
-        asked = await _body(request, records.SubmitRequest)
-        return await _answer(lambda: api.submit(asked))
-
-    async def watch(request: web.Request) -> web.Response:
-        asked = await _body(request, records.WatchRequest)
-        return await _answer(lambda: api.watch(asked))
-
-    async def cancel(request: web.Request) -> web.Response:
-        asked = await _body(request, records.RunRequest)
-        return await _answer(lambda: api.cancel(asked))
-
-    async def run(request: web.Request) -> web.Response:
-        asked = await _body(request, records.RunRequest)
-        return await _answer(lambda: api.run(asked))
-
-    async def spec(request: web.Request) -> web.Response:
-        asked = await _body(request, records.StatusRequest)
-        return await _answer(lambda: api.spec(asked.cluster))
+    # Looked up per request: an API (a test's fake) need only have the verbs it is asked for.
+    verbs: dict[str, Handler] = {
+        records.STATUS_PATH: verb(records.StatusRequest, lambda asked: api.status(asked.cluster)),
+        records.EVENTS_PATH: verb(records.EventsRequest, lambda asked: api.events(asked.cluster, asked.after_id)),
+        records.UP_PATH: verb(records.UpRequest, lambda asked: api.start_up(asked)),
+        records.DOWN_PATH: verb(records.DownRequest, lambda asked: api.start_down(asked)),
+        records.JOB_PATH: verb(records.JobRequest, lambda asked: api.job(asked.job_id)),
+        records.CODE_PATH: code,
+        records.SUBMIT_PATH: verb(records.SubmitRequest, lambda asked: api.submit(asked)),
+        records.WATCH_PATH: verb(records.WatchRequest, lambda asked: api.watch(asked)),
+        records.CANCEL_PATH: verb(records.RunRequest, lambda asked: api.cancel(asked)),
+        records.RUN_PATH: verb(records.RunRequest, lambda asked: api.run(asked)),
+        records.SPEC_PATH: verb(records.StatusRequest, lambda asked: api.spec(asked.cluster)),
+        records.RUNS_PATH: verb(records.StatusRequest, lambda asked: api.runs(asked.cluster)),
+    }
 
     async def forward(request: web.Request) -> web.StreamResponse:
         """One TCP connection to what `target` names (the dashboard, a service's router),
@@ -167,16 +150,9 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
         for socket in list(forwards):
             await socket.close(code=WSCloseCode.GOING_AWAY)
 
-    async def runs(request: web.Request) -> web.Response:
-        asked = await _body(request, records.StatusRequest)
-        return await _answer(lambda: api.runs(asked.cluster))
-
     # The code's zip is the one large body; every JSON body is held to MAX_BODY_BYTES in `_body`.
     app = web.Application(client_max_size=MAX_CODE_BYTES, middlewares=[owner_only, bearer_token])
-    for path, handler in ((records.STATUS_PATH, status), (records.EVENTS_PATH, events), (records.UP_PATH, start_up),
-                          (records.DOWN_PATH, start_down), (records.JOB_PATH, job), (records.CODE_PATH, code),
-                          (records.SUBMIT_PATH, submit), (records.WATCH_PATH, watch), (records.CANCEL_PATH, cancel), (records.RUN_PATH, run), (records.SPEC_PATH, spec),
-                          (records.RUNS_PATH, runs)):
+    for path, handler in verbs.items():
         app.router.add_post(path, handler)
     app.router.add_get(records.FORWARD_PATH, forward)
     app.on_shutdown.append(close_forwards)
@@ -261,8 +237,7 @@ class ChannelServer:
         self._ssl = tls_context(identity)
         self.host = bind or identity.address
         self.port = port
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._thread = LoopThread("podmanager-channel")
         self._runner: web.AppRunner | None = None
 
     def __enter__(self) -> Self:
@@ -273,12 +248,9 @@ class ChannelServer:
         self.stop()
 
     def start(self) -> int:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="podmanager-channel", daemon=True)
         self._thread.start()
         try:
-            self.port = asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=START_TIMEOUT_S)
+            self.port = self._thread.call(self._listen(), START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
@@ -292,15 +264,5 @@ class ChannelServer:
         return int(self._runner.addresses[0][1])
 
     def stop(self) -> None:
-        loop, thread, runner = self._loop, self._thread, self._runner
-        self._loop = self._thread = self._runner = None
-        if loop is None or thread is None:
-            return
-        try:
-            if runner is not None:
-                asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=STOP_TIMEOUT_S)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=STOP_TIMEOUT_S)
-            if not thread.is_alive():
-                loop.close()
+        runner, self._runner = self._runner, None
+        self._thread.stop(runner.cleanup() if runner is not None else None)
