@@ -71,7 +71,7 @@ def run(
     if detach:
         try:
             handle = target.submit(workload, budgets=budgets)
-            status = handle.status().status
+            status = handle.status().status if as_json else None  # read before the channel closes
         finally:
             target.close()
         if as_json:

@@ -26,7 +26,7 @@ def path(project: str) -> Path:
 
 def secrets_path(project: str) -> Path:
     """The simulated Secret Manager's secrets (tokens: owner-only), beside the project's state."""
-    return path(project).with_suffix(".secrets.json")
+    return paths.sim_home() / "sim" / "secrets" / f"{paths.one_name(project, 'project')}.json"
 
 
 def load(project: str) -> SimState | None:
