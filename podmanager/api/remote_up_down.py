@@ -89,7 +89,10 @@ def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback 
     except (ChannelError, ChannelCredentialError) as unreachable:
         say(EventKind.WARNING, f"the controller cannot be reached ({unreachable.message}); deleting the slices by "
                                "their label from here")
+        # The VM first: a controller coming back from a reboot would bring the slices up again.
+        ControllerMachine(spec, say).tear_down(timeout_s=timeout_s)
         down_by_label(name, dry_run=spec.simulated, project=spec.project, zones=spec.zones, timeout_s=timeout_s)
+        return
     except RemoteError as refused:
         if "no cluster named" not in refused.message:  # a controller whose own up never ran: nothing to tear down
             raise
