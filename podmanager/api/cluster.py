@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.api.cancel import cancel_run
 from podmanager.api.cluster_names import only_cluster, stored_spec
+from podmanager.api.run_to_end import run_to_end
 from podmanager.api.status import ClusterStatus, cluster_status
 from podmanager.api.up import FirstUpFailed, bring_up, plan_up
 from podmanager.api.up_plan import UpPlan
@@ -211,27 +212,15 @@ class Cluster:
         (see `RunHandle.follow`; the CLI detaches). With `down_on_exit` the cluster is deleted
         once the run has ended, however it ended; only a run left going on purpose (detached)
         keeps it."""
-        handle = None
-        detached = False
+        def follow(handle: RunHandle) -> RunResult:
+            # `on_event` saw the submit event as it was recorded: follow from just after it.
+            return handle.follow(printer, self.runtime.notify, after_event=handle.submit_event_id(),
+                                 on_interrupt=on_interrupt)
+
         with self.runtime.listening(on_event):
-            try:
-                handle = self.submit(workload, budgets=budgets)
-                try:
-                    # `on_event` saw the submit event as it was recorded: follow from just after it.
-                    return handle.follow(printer, self.runtime.notify, after_event=handle.submit_event_id(),
-                                         on_interrupt=on_interrupt)
-                except KeyboardInterrupt:
-                    if on_interrupt is not None:
-                        detached = handle.status().active  # `on_interrupt` chose to leave it going
-                    else:
-                        handle.cancel()
-                    raise
-                except BaseException:
-                    handle.cancel()
-                    raise
-            finally:
-                if down_on_exit and not detached:
-                    self.down()
+            return run_to_end(lambda: self.submit(workload, budgets=budgets), follow,
+                              interrupt_handled=on_interrupt is not None,
+                              down=self.down if down_on_exit else None)
 
     def serve(self, workload: Workload, options: ServeOptions | None = None, *,
               budgets: dict[str, int] | None = None) -> ServiceHandle:

@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
+from podmanager.api.run_to_end import run_to_end
 from podmanager.api.status import ClusterStatus
 from podmanager.channel import pinned, records
 from podmanager.channel.client import ChannelClient
 from podmanager.channel.code_zip import zip_working_dir
-from podmanager.channel.errors import ChannelError, RemoteError
+from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
 from podmanager.channel.forward import Forward
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
@@ -64,6 +65,15 @@ def patiently(read: Callable[[], T], on_wait: Callable[[str], None] | None = Non
 def is_remote(name: str) -> bool:
     """Whether this machine reaches the cluster `name` through a channel (it holds its pointer)."""
     return pinned.folder(name).is_dir()
+
+
+def say_here(cluster: str, on_event: EventCallback | None) -> Callable[[EventKind, str], None]:
+    """Events of what this machine does itself (the controller VM): shown as the controller's are."""
+    def say(kind: EventKind, message: str) -> None:
+        if on_event is not None:
+            on_event(Event(id=0, cluster=cluster, time=time.time(), kind=kind.value, slice_index=None,
+                           message=message, data={}))
+    return say
 
 
 def as_event(cluster: str, event: records.EventRecord) -> Event:
@@ -134,7 +144,8 @@ class RemoteRunHandle:
                 poll_s: float) -> RunResult:
         while True:
             try:
-                reply = patiently(lambda: self.client.watch(seen), self._warn(on_event))
+                warn = say_here(self.cluster, on_event)
+                reply = patiently(lambda: self.client.watch(seen), lambda message: warn(EventKind.WARNING, message))
                 offsets = dict(seen.offsets)
                 for event in reply.events:
                     if on_event:
@@ -155,13 +166,6 @@ class RemoteRunHandle:
                 time.sleep(poll_s)
             except KeyboardInterrupt:
                 raise _Interrupted(seen) from None
-
-    def _warn(self, on_event: EventCallback | None) -> Callable[[str], None]:
-        def warn(message: str) -> None:
-            if on_event is not None:
-                on_event(Event(id=0, cluster=self.cluster, time=time.time(), kind=EventKind.WARNING.value,
-                               slice_index=None, message=message, data={}))
-        return warn
 
     def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
         run = self.client.cancel(self.cluster, self.run_id).run
@@ -237,24 +241,12 @@ class RemoteCluster:
             on_event: EventCallback | None = None) -> RunResult:
         """As `Cluster.run`: submit, follow to the end; an exception while following cancels
         the run unless `on_interrupt` chose to leave it going."""
-        handle = None
-        detached = False
-        try:
-            handle = self.submit(workload, budgets=budgets)
-            try:
-                return handle.follow(printer, on_event, on_interrupt=on_interrupt)
-            except KeyboardInterrupt:
-                if on_interrupt is not None:
-                    detached = handle.status().active
-                else:
-                    handle.cancel()
-                raise
-            except BaseException:
-                handle.cancel()
-                raise
-        finally:
-            if down_on_exit and not detached:
-                self.down()
+        return run_to_end(lambda: self.submit(workload, budgets=budgets),
+                          lambda handle: handle.follow(printer, on_event, on_interrupt=on_interrupt),
+                          interrupt_handled=on_interrupt is not None, down=self.down if down_on_exit else None)
+
+    def down(self, *, timeout_s: float = 600.0, on_event: EventCallback | None = None) -> None:
+        down_remote(self.name, timeout_s=timeout_s, on_event=on_event)
 
     # ------------------------------------------------------------------ up and down
 
@@ -391,3 +383,31 @@ def ray_token_file(name: str) -> Path:
     path = pinned.folder(name) / "ray-token"
     write_private(path, token)
     return path
+
+
+def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback | None = None,
+                spec: ClusterSpec | None = None) -> None:
+    """`down` of a cluster whose controller is a VM: the controller tears the cluster down (runs
+    cancelled, slices deleted), then this machine deletes the controller VM, its rule and the
+    channel's secret. A controller that cannot be reached is no reason to keep anything: the
+    slices are then found by their label from here."""
+    from podmanager.api.controller_machine import ControllerMachine
+    from podmanager.cluster.teardown import down_by_label
+
+    spec = spec or stored_spec(name)
+    say = say_here(name, on_event)
+    try:
+        with RemoteCluster(name) as remote:
+            job = remote.client.start_down(records.DownRequest(cluster=name, timeout_s=timeout_s))
+            remote.follow_job(job, on_event, after_event=remote.last_event_id_before(job))
+    except (ChannelError, ChannelCredentialError) as unreachable:
+        say(EventKind.WARNING, f"the controller cannot be reached ({unreachable.message}); deleting the slices by "
+                               "their label from here")
+        # The VM first: a controller coming back from a reboot would bring the slices up again.
+        ControllerMachine(spec, say).tear_down(timeout_s=timeout_s)
+        down_by_label(name, dry_run=spec.simulated, project=spec.project, zones=spec.zones, timeout_s=timeout_s)
+        return
+    except RemoteError as refused:
+        if "no cluster named" not in refused.message:  # a controller whose own up never ran: nothing to tear down
+            raise
+    ControllerMachine(spec, say).tear_down(timeout_s=timeout_s)

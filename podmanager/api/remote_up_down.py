@@ -1,11 +1,9 @@
-"""`up` and `down` of a cluster whose controller is a VM, from the user's machine: the controller
-VM made (`controller_machine.py`) and the spec handed to it, or the cluster torn down there and
-the VM removed from here."""
+"""`up` of a cluster whose controller is a VM, from the user's machine: the controller VM made
+(`controller_machine.py`), then the spec handed to it (`down` is `RemoteCluster.down`)."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -16,23 +14,11 @@ from podmanager.api.remote import (
     RemoteCluster,
     RemotePlan,
     as_status,
-    stored_spec,
+    say_here,
 )
 from podmanager.api.status import ClusterStatus
 from podmanager.channel import pinned, records
-from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
-from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec, load_spec
-from podmanager.state import Event
-
-
-def say_here(cluster: str, on_event: EventCallback | None) -> Callable[[EventKind, str], None]:
-    """Events of what this machine does itself (the controller VM): shown as the controller's are."""
-    def say(kind: EventKind, message: str) -> None:
-        if on_event is not None:
-            on_event(Event(id=0, cluster=cluster, time=time.time(), kind=kind.value, slice_index=None,
-                           message=message, data={}))
-    return say
 
 
 class RemoteSpec:
@@ -69,31 +55,3 @@ def open_spec(path: str | Path, *, dry_run: bool = False) -> RemoteSpec | None:
     if dry_run:
         raw = {**raw, "backend": spec.backend.value}
     return RemoteSpec(spec, raw)
-
-
-def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback | None = None,
-                spec: ClusterSpec | None = None) -> None:
-    """`down` of a cluster whose controller is a VM: the controller tears the cluster down (runs
-    cancelled, slices deleted), then this machine deletes the controller VM, its rule and the
-    channel's secret. A controller that cannot be reached is no reason to keep anything: the
-    slices are then found by their label from here."""
-    from podmanager.api.controller_machine import ControllerMachine
-    from podmanager.cluster.teardown import down_by_label
-
-    spec = spec or stored_spec(name)
-    say = say_here(name, on_event)
-    try:
-        with RemoteCluster(name) as remote:
-            job = remote.client.start_down(records.DownRequest(cluster=name, timeout_s=timeout_s))
-            remote.follow_job(job, on_event, after_event=remote.last_event_id_before(job))
-    except (ChannelError, ChannelCredentialError) as unreachable:
-        say(EventKind.WARNING, f"the controller cannot be reached ({unreachable.message}); deleting the slices by "
-                               "their label from here")
-        # The VM first: a controller coming back from a reboot would bring the slices up again.
-        ControllerMachine(spec, say).tear_down(timeout_s=timeout_s)
-        down_by_label(name, dry_run=spec.simulated, project=spec.project, zones=spec.zones, timeout_s=timeout_s)
-        return
-    except RemoteError as refused:
-        if "no cluster named" not in refused.message:  # a controller whose own up never ran: nothing to tear down
-            raise
-    ControllerMachine(spec, say).tear_down(timeout_s=timeout_s)

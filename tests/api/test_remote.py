@@ -261,3 +261,15 @@ def test_an_up_interrupted_before_the_controller_served_is_removed_by_down(tmp_p
         launcher.stop_all()
     assert report.name == "cut" and not pinned.folder("cut").exists()
     assert any("deleting the slices by their label" in message for message in said)
+
+
+def test_run_with_down_on_exit_downs_the_remote_cluster_at_the_end(remote, tmp_path, monkeypatch) -> None:
+    from podmanager.api import remote as remote_module
+
+    cluster, _ = remote
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    downed: list[str] = []
+    monkeypatch.setattr(remote_module, "down_remote", lambda name, **_: downed.append(name))
+    assert cluster.run(Workload(entrypoint="train.py"), down_on_exit=True).status == "succeeded"
+    assert downed == [CLUSTER]
