@@ -7,7 +7,6 @@ sent; the token goes as a bearer header. Loads without Ray, JAX or the controlle
 
 from __future__ import annotations
 
-import ssl
 from typing import Self, TypeVar
 
 import urllib3
@@ -26,9 +25,7 @@ class ChannelClient:
 
     def __init__(self, credentials: pinned.ClientCredentials):
         self.credentials = credentials
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the name
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_verify_locations(cadata=credentials.cert_pem)  # the pinned certificate, and no CA
+        context = credentials.tls_context()
         address = credentials.address
         self._pool = urllib3.HTTPSConnectionPool(
             address.host, address.port, ssl_context=context, assert_fingerprint=credentials.fingerprint,

@@ -12,7 +12,6 @@ Loads aiohttp, never Ray or JAX: this is the laptop's side."""
 from __future__ import annotations
 
 import asyncio
-import ssl
 from typing import Self
 
 import aiohttp
@@ -20,6 +19,7 @@ import aiohttp
 from podmanager.channel import records
 from podmanager.channel.loop_thread import LoopThread
 from podmanager.channel.pinned import ClientCredentials
+from podmanager.channel.ws_pipe import pipe
 from podmanager.core import peer
 
 LOCAL = "127.0.0.1"
@@ -36,10 +36,7 @@ class Forward:
         self._thread = LoopThread("podmanager-forward")
         self._server: asyncio.base_events.Server | None = None
         self._carrying: set[asyncio.Task[None]] = set()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_verify_locations(cadata=credentials.cert_pem)  # the pinned certificate, and no CA
-        self._ssl = context
+        self._ssl = credentials.tls_context()
         address = credentials.address
         self._url = f"https://{address.host}:{address.port}{records.FORWARD_PATH}"
 
@@ -83,7 +80,7 @@ class Forward:
         try:
             async with aiohttp.ClientSession() as session, session.ws_connect(
                     self._url, params=params, headers=headers, ssl=self._ssl, max_msg_size=0) as socket:
-                await _pipe(socket, reader, writer)
+                await pipe(socket, reader, writer)
         except (aiohttp.ClientError, OSError):
             pass  # the controller refused or is gone: the local connection just closes
         finally:
@@ -103,25 +100,3 @@ class Forward:
             task.cancel()
         if self._carrying:
             await asyncio.wait(list(self._carrying), timeout=3.0)
-
-
-async def _pipe(socket: aiohttp.ClientWebSocketResponse, reader: asyncio.StreamReader,
-                writer: asyncio.StreamWriter) -> None:
-    async def upstream() -> None:
-        while data := await reader.read(1 << 16):
-            await socket.send_bytes(data)
-
-    async def downstream() -> None:
-        async for message in socket:
-            if message.type is not aiohttp.WSMsgType.BINARY:
-                break
-            writer.write(message.data)
-            await writer.drain()
-
-    tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await socket.close()

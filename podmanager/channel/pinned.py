@@ -42,6 +42,13 @@ class ClientCredentials:
     token: str
     folder: Path
 
+    def tls_context(self) -> ssl.SSLContext:
+        """A client's TLS that trusts the pinned certificate alone (no CA), checking its name."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the name
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_verify_locations(cadata=self.cert_pem)
+        return context
+
     @property
     def fingerprint(self) -> str:
         """The pinned certificate's SHA-256, hex: the one the controller must present."""

@@ -17,12 +17,13 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Protocol, Self, TypeVar
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, web
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
 from podmanager.channel.identity import ControllerIdentity
 from podmanager.channel.loop_thread import LoopThread
+from podmanager.channel.ws_pipe import pipe
 from podmanager.core import peer
 from podmanager.core.errors import PodmanagerError
 
@@ -138,7 +139,7 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
         await socket.prepare(request)
         forwards.add(socket)
         try:
-            await _pipe(socket, reader, writer)
+            await pipe(socket, reader, writer)
         finally:
             forwards.discard(socket)
         return socket
@@ -157,30 +158,6 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
     app.router.add_get(records.FORWARD_PATH, forward)
     app.on_shutdown.append(close_forwards)
     return app
-
-
-async def _pipe(socket: web.WebSocketResponse, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Bytes from the TCP connection to the WebSocket and back, until either ends."""
-
-    async def upstream() -> None:
-        async for message in socket:
-            if message.type is not WSMsgType.BINARY:
-                break
-            writer.write(message.data)
-            await writer.drain()
-
-    async def downstream() -> None:
-        while data := await reader.read(1 << 16):
-            await socket.send_bytes(data)
-
-    tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        writer.close()
-        await socket.close()
 
 
 async def _body(request: web.Request, model: type[RequestT]) -> RequestT:
