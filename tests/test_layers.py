@@ -192,3 +192,13 @@ def test_the_head_actors_options_and_state_folder_are_set_in_one_place() -> None
                     and isinstance(node.slice, ast.Constant) and node.slice.value == "PODMANAGER_HOME"):
                 found.append(f"{path.name}:{node.lineno}: sets PODMANAGER_HOME")
     assert found == [], "the head's actors' options or environment set outside head_actors.py:\n" + "\n".join(found)
+
+
+def test_no_api_name_is_also_a_module_of_the_api_package():
+    """Importing `podmanager.api.X` sets the package attribute `X` to that module, so a lazily
+    exported function named like a module turns into the module once anything imports it (CI saw
+    `api.down(...)`: "'module' object is not callable")."""
+    import podmanager.api as api
+
+    submodules = {p.stem for p in (PACKAGE / "api").glob("*.py")}
+    assert not submodules & set(api.__all__)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, resolve_cluster
     from podmanager.api.controller_machine import connect
-    from podmanager.api.down import DownReport, down
+    from podmanager.api.cluster_down import DownReport, down
     from podmanager.api.history import cluster_events, run_history, service_history
     from podmanager.api.remote import RemoteCluster, forward, ray_token_file
     from podmanager.api.remote_up_down import open_spec
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "Cluster": "podmanager.api.cluster", "ClusterStatus": "podmanager.api.status",
-    "DownReport": "podmanager.api.down", "SliceStatus": "podmanager.api.status", "UpPlan": "podmanager.api.up_plan",
-    "down": "podmanager.api.down", "resolve_cluster": "podmanager.api.cluster",
+    "DownReport": "podmanager.api.cluster_down", "SliceStatus": "podmanager.api.status", "UpPlan": "podmanager.api.up_plan",
+    "down": "podmanager.api.cluster_down", "resolve_cluster": "podmanager.api.cluster",
     "RunHandle": "podmanager.api.run_handle", "run_log_lines": "podmanager.api.run_handle", "run_summary": "podmanager.api.run_handle",
     "ServiceHandle": "podmanager.api.service_handle",
     "latest_run_id": "podmanager.api.run_handle", "cluster_events": "podmanager.api.history",

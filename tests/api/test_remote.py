@@ -246,7 +246,7 @@ def test_an_up_interrupted_before_the_controller_served_is_removed_by_down(tmp_p
     up cut short knows the cluster's controller is a VM and removes whatever was made."""
     import json
 
-    from podmanager.api.down import down
+    from podmanager.api.cluster_down import down
     from podmanager.emulator import launcher
 
     monkeypatch.setenv("PODMANAGER_SIM_HOME", str(tmp_path / "cloud"))
