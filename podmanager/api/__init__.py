@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, resolve_cluster
-    from podmanager.api.controller_machine import connect
     from podmanager.api.cluster_down import DownReport, down
+    from podmanager.api.controller_machine import connect
     from podmanager.api.history import cluster_events, run_history, service_history
     from podmanager.api.remote import RemoteCluster, forward, ray_token_file
     from podmanager.api.remote_up_down import open_spec

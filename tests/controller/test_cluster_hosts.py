@@ -4,9 +4,9 @@ nothing, and the hosts' boot metadata needs a head."""
 from __future__ import annotations
 
 import pytest
-from podmanager.controller.cluster_hosts import ClusterHosts
 from ray_fixtures import create_ready_nodes, ray_like
 
+from podmanager.controller.cluster_hosts import ClusterHosts
 from podmanager.core.clock import FakeClock
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import parse_spec
