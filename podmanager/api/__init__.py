@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from podmanager.api.controller_machine import connect
     from podmanager.api.history import cluster_events, run_history, service_history
     from podmanager.api.remote import RemoteCluster, forward, ray_token_file
+    from podmanager.api.remote_service import RemoteServiceHandle
     from podmanager.api.remote_up_down import open_spec
     from podmanager.api.run_handle import (
         RunHandle,
@@ -39,10 +40,10 @@ _WHERE = {
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
     "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.api.remote_up_down",
-    "RemoteCluster": "podmanager.api.remote", "connect": "podmanager.api.controller_machine",
+    "RemoteCluster": "podmanager.api.remote", "RemoteServiceHandle": "podmanager.api.remote_service", "connect": "podmanager.api.controller_machine",
     "forward": "podmanager.api.remote", "ray_token_file": "podmanager.api.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
 }
-__all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RunHandle",
+__all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RemoteServiceHandle", "RunHandle",
            "ServiceHandle", "SliceStatus", "connect", "forward", "open_spec", "ray_token_file",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
            "run_history", "run_log_lines", "run_summary", "service_history", "teardown"]

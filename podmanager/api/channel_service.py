@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from podmanager.api.cluster import Cluster, resolve_cluster
-from podmanager.api.history import cluster_events
+from podmanager.api.history import cluster_events, service_history
 from podmanager.api.status import ClusterStatus
 from podmanager.attempts import logs
 from podmanager.attempts.logs import RunFolder, read_new_lines
@@ -33,6 +33,7 @@ from podmanager.core import paths, selectors
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.records import HostRef
 from podmanager.core.spec import parse_spec
+from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceStore
@@ -141,19 +142,40 @@ class ControllerChannelApi:
         return records.CodeReply(digest=digest)
 
     def submit(self, request: records.SubmitRequest) -> records.RunReply:
-        workload = request.workload
-        if request.code is not None:
-            folder = uploads_dir() / request.code
-            if not folder.is_dir():
-                raise PodmanagerError(f"--working-dir: the controller holds no code {request.code[:12]}",
-                                      hint="Send the run again: the client uploads its working dir first.")
-            workload = workload.model_copy(update={"working_dir": str(folder)})
+        workload = unpacked(request.workload, request.code)
         handle = self._cluster(request.cluster).submit(workload, budgets=request.budgets)
         return records.RunReply(run=handle.status())
 
     def cancel(self, request: records.RunRequest) -> records.RunReply:
         handle = self._cluster(request.cluster).run_handle(request.run_id)
         return records.RunReply(run=handle.cancel(wait=False))
+
+    # ------------------------------------------------------------------ services
+
+    def serve(self, request: records.ServeRequest) -> records.ServiceReply:
+        """The service's router listens on this machine's loopback: the user reaches it through
+        a forward over the channel, never through a port of the controller's."""
+        from podmanager.api.serve import ServeOptions
+
+        options = ServeOptions(replicas=request.replicas, host="127.0.0.1", port=0,
+                               queue_timeout_s=request.queue_timeout_s, follow_checkpoints=request.follow_checkpoints)
+        handle = self._cluster(request.cluster).serve(unpacked(request.workload, request.code), options,
+                                                      budgets=request.budgets)
+        return records.ServiceReply(service=service_summary(handle.summary()))
+
+    def service(self, request: records.ServiceRequest) -> records.ServiceReply:
+        handle = self._cluster(request.cluster).service_handle(request.service_id)
+        return records.ServiceReply(service=service_summary(handle.summary()))
+
+    def cancel_service(self, request: records.ServiceRequest) -> records.ServiceReply:
+        cluster = self._cluster(request.cluster)
+        cluster.service_handle(request.service_id)  # an unknown id: its clear error
+        cluster.cancel_service(request.service_id)
+        return self.service(request)
+
+    def services(self, cluster: str) -> records.ServicesReply:
+        return records.ServicesReply(services=[service_summary(s) for s in service_history(
+            cluster, services=ServiceStore(self.store.path), runs=self.runs_store)])
 
     def _cluster(self, name: str) -> Cluster:
         """One `Cluster` per name for the process's life: one Ray connection for every request."""
@@ -250,6 +272,21 @@ class ControllerChannelApi:
     def _set(self, job_id: str, **changes: object) -> None:
         with self._mutex:
             self._jobs[job_id] = self._jobs[job_id].model_copy(update=changes)
+
+
+def unpacked(workload: Workload, code: str | None) -> Workload:
+    """The workload with its working dir as the code the client sent, unpacked here."""
+    if code is None:
+        return workload
+    folder = uploads_dir() / code
+    if not folder.is_dir():
+        raise PodmanagerError(f"--working-dir: the controller holds no code {code[:12]}",
+                              hint="Send it again: the client uploads its working dir first.")
+    return workload.model_copy(update={"working_dir": str(folder)})
+
+
+def service_summary(summary: dict[str, object]) -> records.ServiceSummary:
+    return records.ServiceSummary.model_validate(summary)
 
 
 def client_spec_path(cluster: str) -> Path:

@@ -52,11 +52,12 @@ def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:
 def service_history(name: str, *, services: ServiceStore | None = None,
                     runs: RunStore | None = None) -> list[dict[str, Any]]:
     """Every service of the cluster as `runs` lists it (kind: service), oldest first."""
-    from podmanager.api.remote import is_remote
+    from podmanager.api.remote import RemoteCluster, is_remote
     from podmanager.api.service_handle import summarize
 
     if is_remote(name):
-        return []  # services are not served over the channel yet (issue 36)
+        with RemoteCluster(name) as remote:
+            return [s.model_dump(mode="json") for s in remote.service_summaries()]
 
     services = services or ServiceStore()
     runs = runs or RunStore(services.path)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
+from podmanager.api.remote_service import RemoteServiceHandle
 from podmanager.api.run_to_end import run_to_end
 from podmanager.api.status import ClusterStatus
 from podmanager.channel import pinned, records
@@ -32,6 +33,7 @@ from podmanager.state.run_records import RunRecord, final_result
 from podmanager.state.run_results import RunResult
 
 if TYPE_CHECKING:
+    from podmanager.api.serve import ServeOptions
     from podmanager.cluster.cluster_runtime import ClusterRuntime
 
 EventCallback = Callable[[Event], None]
@@ -42,6 +44,7 @@ LIVE_BYTES = 128 << 10  # each host's output shown per read while following (`ru
 # on Google Cloud): a follower waits that long before it gives up on a read.
 REBOOT_WAIT_S = 300.0
 T = TypeVar("T")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 
 
 def patiently(read: Callable[[], T], on_wait: Callable[[str], None] | None = None,
@@ -214,7 +217,10 @@ class RemoteCluster:
         return self.client.runs(self.name).runs
 
     def has_service(self, service_id: str) -> bool:
-        return False  # services are not served over the channel yet (issue 36)
+        return any(s.run_id == service_id for s in self.service_summaries())
+
+    def service_summaries(self) -> list[records.ServiceSummary]:
+        return self.client.services(self.name).services
 
     def run_handle(self, run_id: str) -> RemoteRunHandle:
         run = RemoteRunHandle(self.client, self.name, run_id)
@@ -226,15 +232,20 @@ class RemoteCluster:
     def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RemoteRunHandle:
         """As `Cluster.submit`: the working dir and a requirements file are read here, on this
         machine, and shipped; the run is checked and started on the controller."""
-        workload = workload.submitted(Path.cwd())
-        code = None
-        if workload.working_dir is not None:
-            workload.check_program()  # a typo is said before anything is sent
-            code = self.client.send_code(zip_working_dir(workload.working_dir)).digest
-        reply = self.client.submit(records.SubmitRequest(
-            cluster=self.name, workload=workload.model_copy(update={"working_dir": None if code is None else "."}),
-            code=code, budgets=budgets or {}))
+        workload, code = self._ship(workload)
+        reply = self.client.submit(records.SubmitRequest(cluster=self.name, workload=workload, code=code,
+                                                         budgets=budgets or {}))
         return RemoteRunHandle(self.client, self.name, reply.run.run_id)
+
+    def _ship(self, workload: Workload) -> tuple[Workload, str | None]:
+        """The working dir packed here and sent (a typo in the program said before anything is
+        sent): the workload as the controller unpacks it, and its code's digest."""
+        workload = workload.submitted(Path.cwd())
+        if workload.working_dir is None:
+            return workload, None
+        workload.check_program()
+        code = self.client.send_code(zip_working_dir(workload.working_dir)).digest
+        return workload.model_copy(update={"working_dir": "."}), code
 
     def run(self, workload: Workload, *, printer: Printer | None = None, budgets: dict[str, int] | None = None,
             down_on_exit: bool = False, on_interrupt: Callable[[RemoteRunHandle], bool] | None = None,
@@ -284,9 +295,6 @@ class RemoteCluster:
             return 0
         return max((e.id for e in found if e.time < job_started(job)), default=0)
 
-    def services(self) -> list[object]:
-        return []
-
     @property
     def spec(self) -> ClusterSpec:
         """The spec this machine's `up` gave (kept with its pointer)."""
@@ -310,13 +318,32 @@ class RemoteCluster:
                         hint=f"'podmanager dashboard -c {self.name}' forwards it here and prints the exports for "
                              "ray job submit and the dashboard.")
 
-    def serve(self, *args: object, **kwargs: object) -> None:
-        raise refuse_services(self.name)
+    # ------------------------------------------------------------------ services
 
+    def serve(self, workload: Workload, options: ServeOptions | None = None, *,
+              budgets: dict[str, int] | None = None) -> RemoteServiceHandle:
+        """As `Cluster.serve`: the router listens on the controller's loopback, and this machine
+        reaches it through a forward (`RemoteServiceHandle.reachable`); so the endpoint's
+        address is this machine's loopback, and `options.port` that forward's port."""
+        from podmanager.api.serve import ServeOptions
 
-def refuse_services(name: str) -> SpecError:
-    return SpecError(f"--cluster {name}: its controller is a VM, and services are not served over the channel yet",
-                     hint="Serve from a cluster with controller.local: true (issue 36 tracks the rest).")
+        options = options or ServeOptions()
+        if options.host not in LOOPBACK_NAMES:
+            raise SpecError(f"--host {options.host}: cluster {self.name}'s services are reached through a forward "
+                            "to this machine's loopback", hint="Leave --host out (or give 127.0.0.1).")
+        workload, code = self._ship(workload)
+        reply = self.client.serve(records.ServeRequest(
+            cluster=self.name, workload=workload, code=code, budgets=budgets or {}, replicas=options.replicas,
+            queue_timeout_s=options.queue_timeout_s, follow_checkpoints=options.follow_checkpoints))
+        return RemoteServiceHandle(self.client, self.name, reply.service.run_id)
+
+    def service_handle(self, service_id: str) -> RemoteServiceHandle:
+        handle = RemoteServiceHandle(self.client, self.name, service_id)
+        handle.record()  # an unknown id: the controller's clear error, now
+        return handle
+
+    def cancel_service(self, service_id: str) -> records.ServiceSummary:
+        return self.client.cancel_service(self.name, service_id).service
 
 
 # ---------------------------------------------------------------------- reads from here

@@ -4,8 +4,9 @@ ready. Reads the store only (no Ray), like `RunHandle`; `Cluster.cancel_service`
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError
@@ -141,12 +142,18 @@ class ServiceHandle:
     def follow(self, on_summary: Callable[[dict[str, Any]], None], *, every_s: float = 2.0) -> dict[str, Any]:
         """Call `on_summary` with the service's summary every `every_s` until it is no longer
         serving (cancelled, or every replica ended); return the last summary."""
-        while True:
-            summary = self.summary()
-            on_summary(summary)
-            if summary["status"] != SERVING:
-                return summary
-            time.sleep(every_s)
+        return follow_summaries(self.summary, on_summary, every_s)
+
+    @property
+    def reach(self) -> str:
+        """Where a user reaches the service from here, as a phrase."""
+        return f"at {self.endpoint}"
+
+    @contextmanager
+    def reachable(self, *, port: int = 0) -> Iterator[str]:
+        """The endpoint to send requests to while the block runs: this machine runs the router
+        (a forward is only needed from a machine that is not the controller)."""
+        yield self.endpoint
 
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
         """Wait until `replicas` (default: all) replicas are ready; a replica run that ended
@@ -172,6 +179,17 @@ class ServiceHandle:
             service.status, service.message = "cancelled", f"service {self.service_id} was cancelled"
             self.services.save(service)
         return service
+
+
+def follow_summaries(summary: Callable[[], dict[str, Any]], on_summary: Callable[[dict[str, Any]], None],
+                     every_s: float) -> dict[str, Any]:
+    """`on_summary(summary())` every `every_s` until the service is no longer serving; the last one."""
+    while True:
+        found = summary()
+        on_summary(found)
+        if found["status"] != SERVING:
+            return found
+        time.sleep(every_s)
 
 
 def open_service(cluster: str, service_id: str, *, services: ServiceStore, runs: RunStore) -> ServiceHandle:

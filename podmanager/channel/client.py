@@ -82,6 +82,20 @@ class ChannelClient:
     def runs(self, cluster: str) -> records.RunsReply:
         return self._ask(records.RUNS_PATH, records.StatusRequest(cluster=cluster), records.RunsReply)
 
+    def serve(self, request: records.ServeRequest) -> records.ServiceReply:
+        return self._ask(records.SERVE_PATH, request, records.ServiceReply)
+
+    def service(self, cluster: str, service_id: str) -> records.ServiceReply:
+        return self._ask(records.SERVICE_PATH, records.ServiceRequest(cluster=cluster, service_id=service_id),
+                         records.ServiceReply)
+
+    def cancel_service(self, cluster: str, service_id: str) -> records.ServiceReply:
+        return self._ask(records.SERVICE_CANCEL_PATH, records.ServiceRequest(cluster=cluster, service_id=service_id),
+                         records.ServiceReply)
+
+    def services(self, cluster: str) -> records.ServicesReply:
+        return self._ask(records.SERVICES_PATH, records.StatusRequest(cluster=cluster), records.ServicesReply)
+
     def _ask(self, path: str, request: BaseModel, reply: type[ReplyT]) -> ReplyT:
         return self._post(path, request.model_dump_json().encode(), "application/json", reply)
 

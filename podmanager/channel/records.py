@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord
+from podmanager.state.run_results import IncidentRecord
 
 API_PREFIX = "/v1"
 STATUS_PATH = f"{API_PREFIX}/status"
@@ -25,6 +26,10 @@ SPEC_PATH = f"{API_PREFIX}/spec"
 FORWARD_PATH = f"{API_PREFIX}/forward"  # a WebSocket carrying one TCP connection to the controller's side
 DASHBOARD = "dashboard"  # a forward's target: the Ray dashboard (and job API), or a service's id
 RUNS_PATH = f"{API_PREFIX}/runs"
+SERVE_PATH = f"{API_PREFIX}/serve"
+SERVICE_PATH = f"{API_PREFIX}/service"
+SERVICE_CANCEL_PATH = f"{API_PREFIX}/service/cancel"
+SERVICES_PATH = f"{API_PREFIX}/services"
 
 
 class Record(BaseModel):
@@ -228,3 +233,69 @@ class RunReply(Record):
 
 class RunsReply(Record):
     runs: list[RunRecord]
+
+
+# ---------------------------------------------------------------------- services
+
+class ServeRequest(Record):
+    """`serve` of a program: as `SubmitRequest`, and how it is served. The router listens on
+    the controller's loopback; the user reaches it through a forward (`/v1/forward`)."""
+
+    cluster: str = Field(min_length=1)
+    workload: Workload
+    code: str | None = None
+    budgets: dict[str, int] = {}
+    replicas: int | None = None
+    queue_timeout_s: float = 60.0
+    follow_checkpoints: bool = False
+
+
+class ServiceRequest(Record):
+    cluster: str = Field(min_length=1)
+    service_id: str = Field(min_length=1)
+
+
+class ReplicaState(Record):
+    """One replica as `api/service_handle.py::ReplicaStatus` holds it."""
+
+    replica: int
+    run_id: str
+    state: str
+    attempt: int
+    served: int | None
+    step: int | None = None
+
+
+class ReplicaIncident(IncidentRecord):
+    replica: int  # the replica (its slice) whose run had the incident
+
+
+class ServiceSummary(Record):
+    """One service as `podmanager runs` shows it (`api/service_handle.py::service_summary`);
+    `endpoint` is the router's address on the controller, reached through a forward."""
+
+    run_id: str
+    kind: str = "service"
+    cluster: str
+    status: str
+    message: str
+    program: str
+    endpoint: str
+    replicas: list[ReplicaState]
+    requests: int
+    served: int
+    failures: int
+    rejected: int
+    p50_ms: float | None
+    p99_ms: float | None
+    goodput: float | None
+    incidents: list[ReplicaIncident] = []
+    started: float
+
+
+class ServiceReply(Record):
+    service: ServiceSummary
+
+
+class ServicesReply(Record):
+    services: list[ServiceSummary]

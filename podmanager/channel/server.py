@@ -65,6 +65,14 @@ class ControllerApi(Protocol):
 
     def runs(self, cluster: str) -> records.RunsReply: ...
 
+    def serve(self, request: records.ServeRequest) -> records.ServiceReply: ...
+
+    def service(self, request: records.ServiceRequest) -> records.ServiceReply: ...
+
+    def cancel_service(self, request: records.ServiceRequest) -> records.ServiceReply: ...
+
+    def services(self, cluster: str) -> records.ServicesReply: ...
+
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -121,6 +129,10 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
         records.RUN_PATH: verb(records.RunRequest, lambda asked: api.run(asked)),
         records.SPEC_PATH: verb(records.StatusRequest, lambda asked: api.spec(asked.cluster)),
         records.RUNS_PATH: verb(records.StatusRequest, lambda asked: api.runs(asked.cluster)),
+        records.SERVE_PATH: verb(records.ServeRequest, lambda asked: api.serve(asked)),
+        records.SERVICE_PATH: verb(records.ServiceRequest, lambda asked: api.service(asked)),
+        records.SERVICE_CANCEL_PATH: verb(records.ServiceRequest, lambda asked: api.cancel_service(asked)),
+        records.SERVICES_PATH: verb(records.StatusRequest, lambda asked: api.services(asked.cluster)),
     }
 
     async def forward(request: web.Request) -> web.StreamResponse:

@@ -85,7 +85,7 @@ def detach_or_cancel(cancel: bool):  # type: ignore[no-untyped-def]
     return interrupted
 
 
-def follow_service(handle: api.ServiceHandle, *, as_json: bool = False) -> None:
+def follow_service(handle: api.ServiceHandle | api.RemoteServiceHandle, *, as_json: bool = False) -> None:
     """Print a line whenever the service's replicas or counters change, until it is no longer
     serving (then its summary with --json); Ctrl-C detaches (exit 130), the service goes on."""
     said: list[str] = []
@@ -101,8 +101,8 @@ def follow_service(handle: api.ServiceHandle, *, as_json: bool = False) -> None:
     try:
         summary = handle.follow(show)
     except KeyboardInterrupt:
-        (errors if as_json else console).print(f"\ndetached; service {handle.service_id} goes on at "
-                                               f"{handle.endpoint}", markup=False)
+        (errors if as_json else console).print(f"\ndetached; service {handle.service_id} goes on, {handle.reach}",
+                                               markup=False)
         raise typer.Exit(130) from None
     if as_json:
         print_json(summary)

@@ -67,12 +67,19 @@ def serve(
         raise typer.Exit(130) from None
     finally:
         target.close()
-    if as_json and detach:
-        print_json({"run_id": handle.service_id, "service_id": handle.service_id, "kind": "service",
-                    "cluster": handle.cluster, "endpoint": handle.endpoint})
+    if detach:  # a VM controller's service: no endpoint here once this command ends (`reach` says how)
+        if as_json:
+            print_json({"run_id": handle.service_id, "service_id": handle.service_id, "kind": "service",
+                        "cluster": handle.cluster, "endpoint": handle.endpoint, "reach": handle.reach})
+        else:
+            _say_started(handle, handle.reach)
         return
-    console.print(f"service {handle.service_id} at {handle.endpoint}  (POST /predict, GET /healthz)\n"
+    with handle.reachable(port=port) as endpoint:
+        _say_started(handle, f"at {endpoint}")
+        follow_service(handle)
+
+
+def _say_started(handle: api.ServiceHandle | api.RemoteServiceHandle, where: str) -> None:
+    console.print(f"service {handle.service_id} {where}  (POST /predict, GET /healthz)\n"
                   f"  list it:   podmanager runs -c {handle.cluster}\n"
                   f"  cancel it: podmanager cancel {handle.service_id}", markup=False)
-    if not detach:
-        follow_service(handle)

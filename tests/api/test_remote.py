@@ -27,6 +27,7 @@ from podmanager.state.run_records import RunRecord
 from podmanager.state.run_results import RunResult
 
 CLUSTER = "lap"
+SERVICE = "model-svc-1"
 
 
 def record(status: str = "running", result: RunResult | None = None) -> RunRecord:
@@ -44,6 +45,9 @@ class FakeController:
         self.cancelled = threading.Event()
         self.steps = 0
         self.jobs = 0
+        self.served: list[records.ServeRequest] = []
+        self.service_reads = 0
+        self.service_cancelled = False
 
     def keep_code(self, zipped: bytes) -> records.CodeReply:
         self.code["d1"] = zipped
@@ -92,8 +96,34 @@ class FakeController:
     def events(self, cluster: str, after_id: int) -> records.EventsReply:
         return records.EventsReply(events=[])
 
+    def serve(self, request: records.ServeRequest) -> records.ServiceReply:
+        self.served.append(request)
+        return records.ServiceReply(service=self.service_summary())
+
+    def service(self, request: records.ServiceRequest) -> records.ServiceReply:
+        if request.service_id != SERVICE:
+            raise SpecError(f"SERVICE: no service {request.service_id!r}", hint="See them all with 'podmanager runs'.")
+        self.service_reads += 1
+        return records.ServiceReply(service=self.service_summary())
+
+    def cancel_service(self, request: records.ServiceRequest) -> records.ServiceReply:
+        self.service_cancelled = True
+        return records.ServiceReply(service=self.service_summary())
+
+    def services(self, cluster: str) -> records.ServicesReply:
+        return records.ServicesReply(services=[self.service_summary()] if self.served else [])
+
+    def service_summary(self) -> records.ServiceSummary:
+        """Starting, then ready from its second read; cancelled once asked."""
+        state = "ready" if self.service_reads >= 2 else "starting"
+        return records.ServiceSummary(
+            run_id=SERVICE, cluster=CLUSTER, status="cancelled" if self.service_cancelled else "serving", message="",
+            program="model.py", endpoint="http://127.0.0.1:1", requests=0, served=0, failures=0, rejected=0,
+            p50_ms=None, p99_ms=None, goodput=None, started=1.0,
+            replicas=[records.ReplicaState(replica=0, run_id="r1", state=state, attempt=1, served=None)])
+
     def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
-        if target != records.DASHBOARD:
+        if target not in (records.DASHBOARD, SERVICE):
             raise SpecError(f"--service: no service {target!r}")
         return "127.0.0.1", self.echo_port
 
@@ -273,3 +303,34 @@ def test_run_with_down_on_exit_downs_the_remote_cluster_at_the_end(remote, tmp_p
     monkeypatch.setattr(remote_module, "down_remote", lambda name, **_: downed.append(name))
     assert cluster.run(Workload(entrypoint="train.py"), down_on_exit=True).status == "succeeded"
     assert downed == [CLUSTER]
+
+
+def test_serve_ships_the_code_and_its_endpoint_is_a_forward_to_the_controllers_router(
+        remote, tmp_path, monkeypatch) -> None:
+    from podmanager.api.serve import ServeOptions
+
+    cluster, fake = remote
+    (tmp_path / "model.py").write_text("print('serving')\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match="--host 0.0.0.0"):  # bad input: nothing sent
+        cluster.serve(Workload.from_argv(["model.py"]), ServeOptions(host="0.0.0.0"))
+    assert fake.served == [] and fake.code == {}
+
+    handle = cluster.serve(Workload.from_argv(["model.py"]), ServeOptions(replicas=1, queue_timeout_s=5.0))
+    [request] = fake.served
+    assert (request.replicas, request.queue_timeout_s, request.code) == (1, 5.0, "d1")
+    assert "model.py" in zipfile.ZipFile(io.BytesIO(fake.code["d1"])).namelist()
+    assert [r.state for r in handle.wait_ready(timeout_s=10)] == ["ready"]
+    assert cluster.has_service(SERVICE) and not cluster.has_service("other")
+
+    with handle.reachable() as endpoint:  # the router's stand-in echoes through the channel
+        host, port = endpoint.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as connection:
+            connection.sendall(b"predict\n")
+            assert connection.recv(100) == b"echo predict\n"
+    assert handle.endpoint is None and "podmanager dashboard -c lap --service model-svc-1" in handle.reach
+
+    with pytest.raises(PodmanagerError, match="no service 'nope'"):
+        cluster.service_handle("nope")
+    assert cluster.cancel_service(SERVICE).status == "cancelled"
+    assert handle.follow(lambda summary: None, every_s=0.01)["status"] == "cancelled"

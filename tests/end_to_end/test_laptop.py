@@ -208,6 +208,39 @@ def test_the_dashboard_is_forwarded_with_its_job_api(laptop):
         forward.communicate(timeout=30)
 
 
+def test_serve_prints_an_address_of_this_machine_that_reaches_the_service(laptop):
+    (laptop.project / "doubler.py").write_text(
+        "import sys\nfrom podmanager import runtime\n\n"
+        "sys.exit(runtime.serve(lambda inputs: [x * 2 for x in inputs], warmup=[0]))\n")
+    laptop.audit.write_text("")
+    serving = laptop.start("serve", "-c", NAME, "doubler.py")
+    service_id = None
+    try:
+        first = serving.stdout.readline()
+        assert " at http://127.0.0.1:" in first, first + serving.stderr.read() if serving.poll() else first
+        service_id, endpoint = first.split()[1], first.split()[3]
+
+        def doubled() -> bool:
+            try:
+                asked = urllib.request.Request(f"{endpoint}/predict", data=b'{"inputs": 21}',
+                                               headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(asked, timeout=30) as answer:
+                    return json.loads(answer.read()) == {"outputs": 42}
+            except OSError:  # the replica still loading (a 503 after the queue timeout) or the router not yet up
+                return False
+
+        poll_until(doubled, timeout_s=180, interval_s=1.0, what="the service to answer through the printed address")
+        listed = [r for r in json.loads(laptop.ok("runs", "-c", NAME, "--json")) if r["run_id"] == service_id]
+        assert listed and listed[0]["kind"] == "service" and listed[0]["served"] >= 1
+    finally:
+        os.killpg(serving.pid, signal.SIGINT)  # Ctrl-C: detach; the service goes on, its forward ends
+        out, err = serving.communicate(timeout=60)
+    assert serving.returncode == 130 and f"podmanager dashboard -c {NAME} --service {service_id}" in out, out + err
+    assert "is cancelled" in laptop.ok("cancel", service_id)
+    controller = str(laptop.controller_root())
+    assert not [p for p in laptop.audit.read_text().splitlines() if p.startswith(controller)]
+
+
 def test_a_controller_crash_mid_run_loses_nothing(laptop):
     submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_mlp.py", "--steps", "1500",
                           "--checkpoint-every", "150")

@@ -1,0 +1,76 @@
+"""A service of a cluster whose controller is a VM, as the user's machine sees it: its summary
+over the channel, and its endpoint reached through a forward (`channel/forward.py`).
+
+The router listens on the controller's loopback only, so nothing of it is open to the network;
+`reachable` carries a local port of this machine to it while the block runs (`serve` while it
+follows the service; `podmanager dashboard --service ID` later)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from podmanager.api.service_handle import REPLICA_ENDS, follow_summaries
+from podmanager.channel import records
+from podmanager.channel.client import ChannelClient
+from podmanager.channel.forward import Forward
+from podmanager.core.clock import poll_until
+from podmanager.core.errors import PodmanagerError
+
+
+class RemoteServiceHandle:
+    """`ServiceHandle` over the channel: summary, follow, wait until ready, and the endpoint."""
+
+    def __init__(self, client: ChannelClient, cluster: str, service_id: str):
+        # Its own connection: the handle outlives the `RemoteCluster` that made it (`serve`
+        # closes the cluster, then follows the service).
+        self.client = ChannelClient(client.credentials)
+        self.cluster = cluster
+        self.service_id = service_id
+        self.endpoint: str | None = None  # this machine's forward, while `reachable` holds it open
+
+    @property
+    def reach(self) -> str:
+        """How a user reaches the service from this machine, as a phrase."""
+        return f"reach it with 'podmanager dashboard -c {self.cluster} --service {self.service_id}'"
+
+    def record(self) -> records.ServiceSummary:
+        from podmanager.api.remote import patiently
+
+        return patiently(lambda: self.client.service(self.cluster, self.service_id).service)
+
+    def summary(self) -> dict[str, Any]:
+        """As `ServiceHandle.summary` (what `podmanager runs --json` prints of a service)."""
+        return self.record().model_dump(mode="json")
+
+    def follow(self, on_summary: Callable[[dict[str, Any]], None], *, every_s: float = 2.0) -> dict[str, Any]:
+        return follow_summaries(self.summary, on_summary, every_s)
+
+    def replicas(self) -> list[records.ReplicaState]:
+        return self.record().replicas
+
+    def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[records.ReplicaState]:
+        """As `ServiceHandle.wait_ready`: until `replicas` (default all) are ready; a replica whose
+        run ended ends the wait."""
+        def ready() -> list[records.ReplicaState] | None:
+            states = self.replicas()
+            ended = [r for r in states if r.state in REPLICA_ENDS]
+            if ended:
+                raise PodmanagerError(f"service {self.service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
+                                      f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
+            wanted = len(states) if replicas is None else replicas
+            return states if sum(r.state == "ready" for r in states) >= wanted else None
+
+        return poll_until(ready, timeout_s=timeout_s, interval_s=0.5,
+                          what=f"the replicas of {self.service_id} to be ready")
+
+    @contextmanager
+    def reachable(self, *, port: int = 0) -> Iterator[str]:
+        """A local port (0: any free one) carried to the service's router while the block runs;
+        yields its URL."""
+        with Forward(self.client.credentials, self.service_id, port=port) as forward:
+            self.endpoint = f"http://127.0.0.1:{forward.port}"
+            try:
+                yield self.endpoint
+            finally:
+                self.endpoint = None
