@@ -220,7 +220,7 @@ def test_an_attempt_leaves_no_child_of_the_program_behind_not_even_one_in_its_ow
     runs = HostRuns(tmp_path)
     workload = Workload(command=[sys.executable, "-c", LEAVES_CHILDREN, "wait" if ending == "stop" else "exit"],
                         working_dir=None).model_dump_json()
-    pid = runs.start("r", workload, {})
+    runs.start("r", workload, {})
     output = poll_until(lambda: (out := runs.poll("r", 0).output) and b"\n" in out and out, timeout_s=60,
                         interval_s=0.05, what="the program to print its children's pids")
     child, grandchild, session, its_session = (int(p) for p in output.split()[1:5])
