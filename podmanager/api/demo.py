@@ -1,19 +1,25 @@
-"""The dry-run demo: a two-slice spot cluster on the simulated cloud trains a model, loses
-a slice to a preemption halfway, recovers, finishes, and is torn down.
+"""The dry-run demo: a two-slice spot cluster on the simulated cloud, driven from this machine
+as from a laptop: `up` makes the cluster's controller VM (the Ray head, the run's supervisor,
+the state) and the slices; the run is shipped to the controller over the channel; a slice is
+preempted halfway; the run recovers, finishes, and everything is torn down.
 
-Everything but the cloud is the real thing: the hosts are Ray nodes, the chips are CPU
-devices, and the recovery is the same code that handles a real preemption.
+Everything but the cloud is the real thing: the controller and the hosts are simulated VMs
+booted by their startup scripts, the hosts are Ray nodes, the chips are CPU devices, and the
+recovery is the same code that handles a real preemption.
 """
 
 from __future__ import annotations
 
+import json
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
-from podmanager.api import Cluster, ClusterStatus, simulation
-from podmanager.core import paths
+from podmanager.api import simulation
+from podmanager.api.remote import RemoteCluster, down_remote, is_remote
+from podmanager.api.remote_up_down import RemoteSpec
+from podmanager.api.status import ClusterStatus
+from podmanager.channel import pinned
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.spec import parse_spec
@@ -27,6 +33,7 @@ DEMO_NAME = "podmanager-demo"
 DEMO_SPEC = {
     "name": DEMO_NAME,
     "backend": "simulated",
+    "controller": {"local": False},
     "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot"}],
     "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.2},
 }
@@ -46,7 +53,7 @@ def workloads_dir() -> Path:
 class _PreemptHalfway:
     """Watches the training output and preempts slice 1 once, at PREEMPT_AT_STEP."""
 
-    def __init__(self, cluster: Cluster, show: Callable[[HostSlot, str], None]):
+    def __init__(self, cluster: RemoteCluster, show: Callable[[HostSlot, str], None]):
         self.cluster = cluster
         self.show = show
         self.done = False
@@ -70,13 +77,15 @@ class DemoNameTakenError(PodmanagerError):
 
 def refuse_a_cluster_not_the_demos(store: StateStore) -> None:
     """The demo resumes its own cluster (an interrupted demo's, the same spec) and touches no
-    other: a cluster of its name with another spec is the user's."""
+    other: a cluster of its name with another spec, here or behind a controller VM, is the user's."""
     record = store.get_cluster(DEMO_NAME)
-    if record is None:
+    if record is None and not is_remote(DEMO_NAME):
         return
     try:
-        ours = parse_spec(record.spec, source=f"stored spec of {DEMO_NAME}") == parse_spec(DEMO_SPEC)
-    except PodmanagerError:
+        text = pinned.load_spec_json(DEMO_NAME) if record is None else None
+        given = record.spec if record is not None else json.loads(text or "null")
+        ours = parse_spec(given, source=f"stored spec of {DEMO_NAME}") == parse_spec(DEMO_SPEC)
+    except (PodmanagerError, ValueError):
         ours = False
     if not ours:
         raise DemoNameTakenError(
@@ -91,18 +100,18 @@ def run_demo(on_event: Callable[[Event], None], show_output: Callable[[HostSlot,
     """The demo from up to down; `say` hears what each phase is about to wait for."""
     folder = workloads_dir()
     refuse_a_cluster_not_the_demos(StateStore())
-    cluster = Cluster.from_dict(DEMO_SPEC, on_event=on_event)
     try:
-        say("1/3 up: start a Ray head, create two v4-8 slices, and wait for their hosts to join Ray")
-        show_status(cluster.up(timeout_s=300))
-        # A folder of its own: the demo trains from step 1 every time, not from the last demo's end.
-        checkpoints = paths.cluster_dir(cluster.name) / "checkpoints" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+        say("1/3 up: make the controller VM (it runs the Ray head and the run's supervisor), create two v4-8 "
+            "slices, and wait for their hosts to join Ray")
+        show_status(RemoteSpec(parse_spec(DEMO_SPEC), DEMO_SPEC).up(timeout_s=600, on_event=on_event))
+        # The checkout is shipped to the controller as a run's working dir is (it honours .gitignore);
+        # the checkpoints go to the controller's own folder for the run, new with each demo's VM.
         workload = Workload(entrypoint="workloads/train_mlp.py", working_dir=str(folder.parent), parallelism="data",
-                            checkpoint_dir=str(checkpoints),
                             args=["--steps", str(STEPS), "--checkpoint-every", "20", "--log-every", "20"])
-        say(f"2/3 run: train for {STEPS} steps on both slices (JAX starts on every host first); "
-            f"slice 1 is preempted at step {PREEMPT_AT_STEP}")
-        return cluster.run(workload, printer=_PreemptHalfway(cluster, show_output))
+        say(f"2/3 run: ship this checkout to the controller, train for {STEPS} steps on both slices (JAX starts on "
+            f"every host first); slice 1 is preempted at step {PREEMPT_AT_STEP}")
+        with RemoteCluster(DEMO_NAME) as cluster:
+            return cluster.run(workload, printer=_PreemptHalfway(cluster, show_output), on_event=on_event)
     finally:
-        say("3/3 down: delete the slices and stop the hosts and the head")
-        cluster.down()
+        say("3/3 down: delete the slices, the controller VM and its firewall rule")
+        down_remote(DEMO_NAME, on_event=on_event, spec=parse_spec(DEMO_SPEC))

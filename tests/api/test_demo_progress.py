@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from podmanager.api import demo
+from podmanager.channel import pinned
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
 
@@ -20,27 +22,43 @@ class RecordingCluster:
     def __init__(self, log: list[str]):
         self.log = log
 
-    def up(self, timeout_s: float):
-        self.log.append("up")
-        return "status"
+    def __enter__(self):
+        return self
 
-    def run(self, workload, printer):
-        self.log.append(f"run {workload.entrypoint}")
+    def __exit__(self, *exc_info):
+        pass
+
+    def run(self, workload, printer, on_event):
+        self.log.append(f"run {workload.entrypoint} from {Path(workload.working_dir).name}")
         return "result"
 
-    def down(self):
-        self.log.append("down")
+
+def record_the_demo(monkeypatch, log: list[str]) -> None:
+    """The demo's verbs on a controller VM, recorded instead of done."""
+
+    class RecordingSpec:
+        def __init__(self, spec, raw):
+            assert spec.controller.local is False and raw is demo.DEMO_SPEC  # the demo rehearses the split
+
+        def up(self, timeout_s, on_event):
+            log.append("up")
+            return "status"
+
+    monkeypatch.setattr(demo, "RemoteSpec", RecordingSpec)
+    monkeypatch.setattr(demo, "RemoteCluster", lambda name: RecordingCluster(log))
+    monkeypatch.setattr(demo, "down_remote", lambda name, on_event, spec: log.append("down"))
 
 
 def test_demo_announces_each_phase_before_it_waits(monkeypatch):
     log: list[str] = []
-    monkeypatch.setattr(demo.Cluster, "from_dict", classmethod(lambda cls, data, on_event: RecordingCluster(log)))
+    record_the_demo(monkeypatch, log)
     result = demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None,
                            show_status=lambda status: log.append("status shown"), say=lambda text: log.append(text))
     assert result == "result"
+    checkout = demo.workloads_dir().parent.name
     assert [entry.split(":")[0] for entry in log] == [
-        "1/3 up", "up", "status shown", "2/3 run", "run workloads/train_mlp.py", "3/3 down", "down"]
-    assert "step 120" in log[3]
+        "1/3 up", "up", "status shown", "2/3 run", f"run workloads/train_mlp.py from {checkout}", "3/3 down", "down"]
+    assert "step 120" in log[3] and "controller VM" in log[0]
 
 
 def test_demo_finds_the_example_programs_of_the_checkout():
@@ -57,21 +75,29 @@ def test_the_demo_has_a_name_no_example_gives_a_cluster():
 
 
 def test_the_demo_refuses_a_cluster_of_its_name_it_did_not_make(monkeypatch):
-    made: list[str] = []
-    monkeypatch.setattr(demo.Cluster, "from_dict", classmethod(lambda cls, data, on_event: made.append("cluster")))
+    log: list[str] = []
+    record_the_demo(monkeypatch, log)
     users = parse_spec({"name": demo.DEMO_NAME, "project": "my-gcp-project", "slices": [{"accelerator": "v4-16"}]},
                        dry_run=True)
     StateStore().save_cluster(demo.DEMO_NAME, users.model_dump(mode="json"), "simulated", "up")
     with pytest.raises(demo.DemoNameTakenError, match=f"a cluster named {demo.DEMO_NAME}.* that the demo did not make") as refused:
         demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None, show_status=lambda status: None)
-    assert refused.value.exit_code == 2 and made == []  # no cluster made, so nothing of the user's is taken down
+    assert refused.value.exit_code == 2 and log == []  # nothing made, so nothing of the user's is taken down
     assert StateStore().get_cluster(demo.DEMO_NAME).spec == users.model_dump(mode="json")
+
+
+def test_the_demo_refuses_a_controller_vm_cluster_of_its_name_with_another_spec(monkeypatch):
+    log: list[str] = []
+    record_the_demo(monkeypatch, log)
+    pinned.save_spec(demo.DEMO_NAME, json.dumps({**demo.DEMO_SPEC, "slices": [{"accelerator": "v4-16"}]}))
+    with pytest.raises(demo.DemoNameTakenError):
+        demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None, show_status=lambda status: None)
+    assert log == []
 
 
 def test_the_demo_resumes_its_own_interrupted_cluster(monkeypatch):
     log: list[str] = []
-    monkeypatch.setattr(demo.Cluster, "from_dict", classmethod(lambda cls, data, on_event: RecordingCluster(log)))
-    StateStore().save_cluster(demo.DEMO_NAME, parse_spec(demo.DEMO_SPEC).model_dump(mode="json"), "simulated",
-                              "provisioning")
+    record_the_demo(monkeypatch, log)
+    pinned.save_spec(demo.DEMO_NAME, json.dumps(demo.DEMO_SPEC))  # an interrupted demo's pointer
     demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None, show_status=lambda status: None)
-    assert log == ["up", "run workloads/train_mlp.py", "down"]
+    assert [entry.split(" ")[0] for entry in log] == ["up", "run", "down"]
