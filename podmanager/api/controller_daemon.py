@@ -61,13 +61,22 @@ def serve(cluster: str, port: int, token_file: Path, address: str | None = None)
     try:
         with ChannelServer(api, identity, port=port, bind=bind_address(where)) as server:
             log.info("serving the channel of %s on %s:%d (certificate for %s)", cluster, server.host, server.port, where)
-            api.resume(cluster)  # a reboot: the cluster as it was, if this controller holds one
+            if not api.resume(cluster):  # a reboot: the cluster as it was, if this controller holds one
+                # The first boot: the client's `up` comes next; Ray and the cluster's code load now.
+                threading.Thread(target=warm_imports, name="podmanager-warm-imports", daemon=True).start()
             boot_status.put_attribute(CERT_KEY, identity.cert_pem())
             boot_status.put_attribute(ADDRESS_KEY, f"{where}:{server.port}")
             boot_status.report(SERVING)
             stop.wait()
     finally:
         api.close()
+
+
+def warm_imports() -> None:
+    """Import what the client's first `up` runs (Ray, the cluster's code: a few seconds on a
+    small VM) while the client is still reading the boot stage, not after it asked."""
+    import podmanager.cluster.cluster_runtime  # noqa: F401
+    import ray  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
