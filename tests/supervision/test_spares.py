@@ -15,6 +15,9 @@ from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
+from podmanager.runtime.replica_protocol import ENV_REPLICA, ENV_SERVICE_ID
+from podmanager.serving.router import ReplicaLoss
+from podmanager.state import run_secrets
 from podmanager.state.run_records import RunStore
 from podmanager.supervision.supervisor import RunSupervisor, new_run
 
@@ -90,13 +93,18 @@ class SpareCluster(FakeCluster):
     """test_supervisor's fake cluster with a third slice, a hot spare; `unready`: slices whose
     hosts have no healthy agent."""
 
-    def __init__(self, tmp_path: Path, script, unready: set[int] = frozenset(), **kw):
+    def __init__(self, tmp_path: Path, script, unready: set[int] = frozenset(), spare_count: int = 1, **kw):
         super().__init__(tmp_path, script, **kw)
         self.spec = parse_spec({**self.spec.model_dump(mode="json"),
-                                "slices": [{"accelerator": "v4-8", "count": 2, "spares": 1}]})
-        self.hosts = agents(script, slices=3)
-        self._create(2)
+                                "slices": [{"accelerator": "v4-8", "count": 2, "spares": spare_count}]})
+        self.hosts = agents(script, slices=2 + spare_count)
+        for index in range(2, 2 + spare_count):
+            self._create(index)
         self.unready = unready
+        self.told: list[tuple[str, ReplicaLoss]] = []  # what the services' routers were told
+
+    def replica_lost(self, service_id: str, loss: ReplicaLoss) -> None:
+        self.told.append((service_id, loss))
 
     def agents(self, slice_indexes):
         missing = set(slice_indexes) & self.unready
@@ -158,6 +166,45 @@ def test_an_unhealthy_slice_is_replaced_not_swapped_so_no_broken_slice_becomes_a
     assert result.status == "succeeded" and result.incidents[0].cause == "infrastructure"
     assert cluster.deleted == [[1]] and runs.spares("c") == [2] and runs.get("run-1").slices == [0, 1]
     assert "spare_swapped" not in cluster.kinds()
+
+
+@pytest.mark.parametrize("exit_code", [None, 3])
+def test_a_replica_run_swaps_past_a_spare_another_replica_just_took_and_tells_its_router_how_it_ended(
+        tmp_path, exit_code) -> None:
+    """Two replicas of one service, each a run on one slice, and two spares (2, 3): replica 0's
+    slice is preempted while replica 1's run takes spare 2 first; replica 0 gets spare 3. Its
+    router hears the attempt was preempted (so what its predict ran on is retried); a program
+    that failed is not a preemption."""
+    cluster = SpareCluster(tmp_path, lambda s, attempt: Behaviour(
+        polls=3 if exit_code else 200, exit_code=exit_code or 0) if attempt == 0 else Behaviour(polls=2),
+        spare_count=2)
+    runs = RunStore()
+    runs.set_spares("c", [2, 3])
+    for replica in (0, 1):
+        env = {ENV_SERVICE_ID: "svc", ENV_REPLICA: str(replica)}
+        run_secrets.save("c", f"replica-{replica}", env)  # as submit keeps a run's environment
+        runs.create(new_run(cluster, Workload(command=["serve"], working_dir=None, env=env), f"replica-{replica}",
+                            [replica], None, {}))
+    swap = runs.swap_spare
+
+    def other_replica_first(run, lost, spare):  # replica 1 lost its slice at the same moment and won spare 2
+        if run.run_id == "replica-0" and spare == 2:
+            assert swap(runs.get("replica-1"), 1, 2)
+        return swap(run, lost, spare)
+
+    runs.swap_spare = other_replica_first
+    if exit_code is None:
+        cluster.cloud.preempt(ZONE, "c-s0")
+    result = RunSupervisor(cluster, runs, "replica-0", poll_interval_s=0.0, remote=FakeRemote()).supervise()
+
+    assert result.status == "succeeded"
+    assert cluster.told == [("svc", ReplicaLoss(run_id="replica-0", attempt=0, preempted=exit_code is None))]
+    if exit_code is None:
+        assert runs.get("replica-0").slices == [3] and runs.get("replica-1").slices == [2]
+        assert runs.spares("c") == [0, 1] and result.incidents[0].swaps == [[0, 3]]
+        assert cluster.deleted == [] and cluster.restored == 0
+    else:
+        assert runs.get("replica-0").slices == [0] and result.incidents[0].swaps is None
 
 
 # ---------------------------------------------------------------- the keeper (control plane only)
