@@ -51,6 +51,8 @@ class AttemptResult(_Record):
     setup_s: float = 0.0  # setting the hosts up before `started` (code, requirements, program check)
     setup_error: SetupError | None = None
     setup_installed: list[str] = Field(default_factory=list)  # hosts that installed for it (the rest reused)
+    # Hosts the run was set up on before (an earlier attempt there, or a hot spare prepared for it).
+    setup_already: list[str] = Field(default_factory=list)
     degraded: bool = False  # ran on fewer slices than the run's (an elastic run shrunk after a loss)
 
 

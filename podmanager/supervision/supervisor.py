@@ -61,6 +61,7 @@ from podmanager.supervision.policy import (
     slices_left,
 )
 from podmanager.supervision.ports import SupervisedCluster
+from podmanager.supervision.spare_preparation import SparePreparer
 from podmanager.vm.workload_runs import HeldRun
 
 PROGRESS_EVERY_S = 1.0  # how often the latest step goes into the run's record
@@ -92,6 +93,7 @@ class RunSupervisor:
                                     poll_interval_s=poll_interval_s, remote=remote, clock=self.clock,
                                     secret_env=service_tokens.replica_env(cluster.name, self.workload.env))
         self.ledger = run.ledger  # filled in as the run goes, saved with the record
+        self.spare_preparer = SparePreparer(cluster, runs, run_id, self.runner, self.record)
         self._progress_saved = 0.0
         # An elastic run shrunk: the thread making its lost slices again while it goes on.
         self._bringing_back: threading.Thread | None = None
@@ -490,6 +492,8 @@ class RunSupervisor:
         if result.first_step_time is not None:
             record.recover_s = result.first_step_time - record.detected_at
             record.phases["first_step"] = result.first_step_time - result.started
+        if len(result.setup_already) < len(result.hosts):  # some host had the run to set up (not a prepared spare)
+            record.phases["setup"] = result.setup_s
         if result.first_step is not None and previous is not None and previous.last_step is not None:
             record.lost_steps = max(0, previous.last_step - (result.first_step - 1))
         where = (f"resumed at step {result.first_step}" if result.first_step is not None
@@ -574,6 +578,7 @@ class _SupervisedMonitor:
     def check(self) -> str | None:
         supervisor = self.supervisor
         supervisor.save_progress(self.gang)
+        supervisor.spare_preparer.tick(supervisor.run.slices)
         if supervisor.runs.cancel_requested(supervisor.run_id):
             supervisor.run.cancel_requested = True
             return CANCELLED

@@ -2,7 +2,8 @@
 preempted working slice is swapped for the ready spare and the run resumes within seconds
 (well inside one create latency), while the cluster makes a new spare in the background. A
 service's replica whose slice is lost without notice under load is served again on the spare
-within 15 s, failing no request."""
+within 15 s, failing no request. Either way the run was set up on the spare ahead, so the
+relaunch sets nothing up."""
 
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ def test_a_preempted_slice_is_swapped_for_the_spare_at_once_and_a_new_spare_is_m
     assert run.slices == [0, 2]
     kinds = [e.kind for e in cluster.events()]
     assert "spare_swapped" in kinds and "slices_replaced" not in kinds
+    # The run was set up on the spare while it ran on its own slices: the relaunch set up nothing.
+    assert kinds.index("spare_prepared") < kinds.index("spare_swapped")
+    assert "slice-2/host-0" in result.attempt_log[1].setup_already and "setup" not in incident.phases
 
     # The lost slice is the spare now, made again in the background at the create latency.
     def new_spare_ready() -> bool:
@@ -116,6 +120,6 @@ def test_a_replica_whose_slice_is_lost_without_notice_is_served_again_on_the_spa
         assert run.slices == [spare]  # the spare became the replica
         [incident] = run.ledger.incidents
         assert incident.cause == "preemption" and incident.swaps == [[replica, spare]]
-        assert "create" not in incident.phases
+        assert "create" not in incident.phases and "setup" not in incident.phases  # the spare was prepared
     finally:
         cluster.cancel_service(handle.service_id)

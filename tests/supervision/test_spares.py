@@ -136,6 +136,13 @@ def test_a_preempted_slice_is_swapped_for_the_ready_spare_without_waiting_for_a_
     started = {slot.slice_index: agent.started for slot, agent in cluster.hosts}
     assert [env["PODMANAGER_ATTEMPT"] for env in started[2]] == ["1"]  # the relaunch ran on the spare
     assert [env["PODMANAGER_ATTEMPT"] for env in started[1]] == ["0"]
+    # The spare was set up for the run while attempt 0 ran; the relaunch found it so.
+    spare = next(agent for slot, agent in cluster.hosts if slot.slice_index == 2)
+    assert spare.setups == ["run-1", "run-1"]
+    assert result.attempt_log[1].setup_already == ["slice-0/host-0", "slice-2/host-0"]
+    assert "setup" not in incident.phases
+    prepared = [data for kind, data in cluster.events if kind == "spare_prepared"]
+    assert [d["host"] for d in prepared] == ["slice-2/host-0"]
 
 
 def test_without_a_ready_spare_the_lost_slice_is_replaced_as_before(tmp_path) -> None:
@@ -205,6 +212,35 @@ def test_a_replica_run_swaps_past_a_spare_another_replica_just_took_and_tells_it
         assert cluster.deleted == [] and cluster.restored == 0
     else:
         assert runs.get("replica-0").slices == [0] and result.incidents[0].swaps is None
+
+
+def test_a_spare_that_becomes_ready_later_is_set_up_for_the_run_once_and_never_before(tmp_path) -> None:
+    from podmanager.core.clock import FakeClock
+
+    clock = FakeClock()
+    ready_at = clock.now() + 12.0  # the cluster's monitor makes the spare meanwhile
+
+    class LateSpare(SpareCluster):
+        def agents(self, slice_indexes):
+            if 2 in slice_indexes and clock.now() < ready_at:
+                raise PodmanagerError("slice(s) [2] have no healthy agent")
+            return super().agents(slice_indexes)
+
+    cluster = LateSpare(tmp_path, lambda s, attempt: Behaviour(polls=30), clock=clock)
+    runs = RunStore()
+    runs.set_spares("c", [2])
+    runs.create(new_run(cluster, Workload(command=["train"], working_dir=None), "run-1", [0, 1], "/ck", {}))
+    spare = next(agent for slot, agent in cluster.hosts if slot.slice_index == 2)
+    asked_at: list[float] = []
+    ask = spare.setup_workload.call
+    spare.setup_workload.call = lambda *args: (asked_at.append(clock.now()), ask(*args))[1]
+
+    result = RunSupervisor(cluster, runs, "run-1", poll_interval_s=1.0, remote=FakeRemote()).supervise()
+
+    assert result.status == "succeeded" and result.attempts == 1
+    assert asked_at and min(asked_at) >= ready_at and len(asked_at) >= 2  # asked again: found set up
+    assert [d["host"] for kind, d in cluster.events if kind == "spare_prepared"] == ["slice-2/host-0"]  # said once
+    assert spare.started == []  # a spare is never worked on
 
 
 # ---------------------------------------------------------------- the keeper (control plane only)
