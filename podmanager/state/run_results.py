@@ -67,7 +67,7 @@ class IncidentRecord(_Record):
     detect_s: float | None  # from the last healthy check to detection: how late we could have been
     recover_s: float | None  # detection to the first step of the next attempt
     lost_steps: int | None
-    phases: dict[str, float]  # seconds per phase: stop, delete, create, join, relaunch, first_step
+    phases: dict[str, float]  # seconds per phase: stop, swap, delete, create, join, setup (a host set the run up), first_step
     host: list[int] | None = None  # [slice, worker] of the host that failed first (program and infra failures)
     swaps: list[list[int]] | None = None  # [lost slice, the hot spare that took its place], one per swap
 
