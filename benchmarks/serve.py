@@ -1,6 +1,6 @@
 """Serving figures: latency and failed requests before, during and after preemptions.
 
-    python benchmarks/serve.py [--clients 4] [--phase-s 20]
+    python benchmarks/serve.py [--clients 4] [--phase-s 20] [--spares 1 --create-latency 60]
 
 A dry-run cluster of two spot v5litepod-1 slices serves a small JAX program (a jitted
 doubling and a 10 ms stand-in for a forward pass, max_batch 8) with two replicas. `--clients`
@@ -8,6 +8,9 @@ threads send one request after another for the whole run. Phases: steady (`--pha
 preemption of replica 1 with a 3 s notice (until it is replaced and ready), a preemption of
 replica 0 without notice (likewise), steady again (`--phase-s`). Per phase: requests, failed
 (anything but 200 with the right outputs, or no answer), p50 and p99 latency, throughput.
+`--spares K` adds K hot spares (each preemption waits first for a READY one); `--create-latency
+S` sets the simulated cloud's create latency once the cluster is up, so a replacement waited
+for costs S.
 """
 
 from __future__ import annotations
@@ -85,10 +88,24 @@ def phase_row(name: str, answers: list[tuple[float, bool, float]], seconds: floa
             f"{len(answers) / seconds:.0f} |")
 
 
+def prepared_spare(cluster, replica_runs: set[str]) -> bool:
+    """A spare is READY, its hosts joined, and every replica's run set up on it since."""
+    events = cluster.events()
+    for index in cluster.runs_store.spares(cluster.name):
+        ready = [e.id for e in events if e.kind == "spare_ready" and e.slice_index == index]
+        prepared = {e.run_id for e in events if e.kind == "spare_prepared" and e.slice_index == index
+                    and ready and e.id > ready[-1]}
+        if ready and replica_runs <= prepared:
+            return True
+    return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--phase-s", type=float, default=20.0)
+    parser.add_argument("--spares", type=int, default=0)
+    parser.add_argument("--create-latency", type=float, default=0.5)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="pm-serve-bench-") as tmp:
@@ -103,9 +120,10 @@ def main() -> None:
         spec = {"name": "servebench", "backend": "simulated",
                 "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.0},
                 "health": {"interval_s": 0.5}, "recovery": {"backoff_s": 0.0},
-                "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}]}
+                "slices": [{"accelerator": "v5litepod-1", "count": 2, "spares": args.spares, "capacity": "spot"}]}
         with Cluster.from_dict(spec, down_on_exit=True) as cluster:
             cluster.up()
+            cluster.simulator.configure_cluster("servebench", args.create_latency, 0.0)
             started = time.monotonic()
             handle = cluster.serve(Workload(entrypoint="doubler.py", working_dir=str(folder)))
             handle.wait_ready(timeout_s=180)
@@ -119,6 +137,10 @@ def main() -> None:
                 phases.append(("steady", mark, time.monotonic()))
                 for replica, notice_s, name in ((1, 3.0, "replica 1 preempted, 3 s notice"),
                                                 (0, 0.0, "replica 0 preempted, no notice")):
+                    if args.spares:
+                        runs = set(handle.record().replica_runs)
+                        poll_until(lambda: prepared_spare(cluster, runs), timeout_s=args.create_latency + 300,
+                                   interval_s=1.0, what="a READY spare prepared for every replica")
                     attempt = {r.replica: r.attempt for r in handle.replicas()}[replica]
                     mark = time.monotonic()
                     simulation.preempt(cluster.runtime, replica, notice_s=notice_s)
@@ -134,7 +156,8 @@ def main() -> None:
                 cluster.cancel_service(handle.service_id)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"serve to two ready replicas: {ready_s:.1f}s; {args.clients} clients")
+    print(f"serve to two ready replicas: {ready_s:.1f}s; {args.clients} clients; {args.spares} spare(s); "
+          f"create latency {args.create_latency:g}s")
     print("| phase | s | requests | failed | p50 ms | p99 ms | req/s |")
     print("|---|---|---|---|---|---|---|")
     for name, start, end in phases:

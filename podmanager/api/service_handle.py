@@ -20,7 +20,7 @@ REPLICA_ENDS = ("failed", "cancelled", "succeeded", "missing")  # a replica stat
 
 @dataclass(frozen=True)
 class ReplicaStatus:
-    replica: int  # its slice
+    replica: int  # its number: the slice it started on (after a spare swap its run is on another)
     run_id: str
     state: str  # starting | ready | draining | reloading | replacing (its slice) | restarting (its program),
     # or its run's end (failed, cancelled)

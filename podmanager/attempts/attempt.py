@@ -96,7 +96,7 @@ class AttemptRunner:
         if self.workload.parallelism:
             check_parallelism(self.workload.parallelism, sum(s.chips for s in slots))
         gang = Gang(agents, self.run_id, remote=self.remote)
-        setup_s, installed = 0.0, []
+        setup_s, installed, already = 0.0, [], []
         if reattach is None:
             setup_started = self.clock.now()
             reports = gang.setup(self.workload_json, self.code(), on_ready=on_setup)
@@ -106,6 +106,8 @@ class AttemptRunner:
                 return self._setup_failed(gang, attempt, setup_started, setup_s, *failed)
             built = {slot for slot, report in reports if not report.reused}
             installed = [slot.label for slot in slots if slot in built]  # in host order, not finishing order
+            before = {slot for slot, report in reports if report.already}
+            already = [slot.label for slot in slots if slot in before]
             if on_setup_done:
                 on_setup_done(setup_s, installed)
         monitor = make_monitor(gang) if make_monitor else None
@@ -142,7 +144,7 @@ class AttemptRunner:
         gang.collect(self._output)
         result = self._result(gang.hosts, attempt, started, failed, reason)
         result.detected_at = detected_at
-        result.setup_s, result.setup_installed = setup_s, installed
+        result.setup_s, result.setup_installed, result.setup_already = setup_s, installed, already
         return result
 
     def _setup_failed(self, gang: Gang, attempt: int, started: float, setup_s: float, slot: HostSlot,

@@ -29,6 +29,7 @@ from podmanager.provisioning.plan import (
     describe_changes,
     desired_slices,
 )
+from podmanager.serving.router import ReplicaLoss
 
 __all__ = ["ClusterRuntime", "EventCallback"]
 
@@ -227,6 +228,15 @@ class ClusterRuntime(ClusterAccess):
                 self._wait_for_hosts(nodes)
                 phases["join"] = self.clock.now() - started
         return nodes
+
+    def replica_lost(self, service_id: str, loss: ReplicaLoss) -> None:
+        """Tell the service's router, without waiting (the supervisor runs inside the cluster's Ray)."""
+        from podmanager.controller.head_actors import find
+        from podmanager.serving.router_actor import actor_name
+
+        router = find(actor_name(service_id))
+        if router is not None:
+            router.replica_lost.remote(loss)
 
     def dropped_slices(self, indexes: list[int]) -> list[int]:
         """Those of these slices that the cluster's spec, as the last `up` stored it, no

@@ -73,6 +73,7 @@ class EventKind(StrEnum):
     INCIDENT = "incident"
     BACKOFF = "backoff"
     SPARE_SWAPPED = "spare_swapped"
+    SPARE_PREPARED = "spare_prepared"  # a run's code and requirements set up ahead on a hot spare
     RUN_SHRUNK = "run_shrunk"  # an elastic run goes on with the slices left while a lost one is made again
     RUN_GREW = "run_grew"  # ... and back on all its slices once it is ready
     HEALING = "healing"

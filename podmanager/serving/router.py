@@ -4,7 +4,10 @@ Each replica's host 0 holds one WebSocket to the router (`runtime/replica_protoc
 Requests wait in one FIFO queue and go to the ready replica with the fewest outstanding, at
 most twice its batch at a time. A preemption must lose no request: when a replica's socket
 closes, whatever it held goes back to the front of the queue, once; a request lost at two
-replicas is answered 502. A replica that asks to load a newer checkpoint is let go only while
+replicas is answered 502. What the lost replica was running predict on waits for its
+supervisor's word (`replica_lost`): retried if the cloud took the replica's slice, answered 502
+otherwise (it may be what ended the replica) or when no word comes within the queue timeout.
+A replica that asks to load a newer checkpoint is let go only while
 every other replica is ready and none reloads, so N replicas never have fewer than N-1 ready.
 Pure asyncio and aiohttp: a Ray actor elsewhere owns the loop.
 """
@@ -73,6 +76,16 @@ class RouterConfig:
     retry_after_s: int = 5  # the Retry-After header of a 503
     replicas: int = 1  # the service's replica count: a reload leaves at least replicas-1 ready
     body_timeout_s: float = BODY_TIMEOUT_S  # how long a request's body may take to arrive
+
+
+@dataclass(frozen=True)
+class ReplicaLoss:
+    """A replica's supervisor on one of its attempts that ended: whether the cloud took its
+    slice (a preemption), so nothing that attempt's predict ran on can be what ended it."""
+
+    run_id: str
+    attempt: int
+    preempted: bool
 
 
 class _Verdict(Enum):
@@ -160,6 +173,9 @@ class Router:
         self._queue: deque[_Pending] = deque()
         self._queue_filled = asyncio.Event()  # wakes the expiry task from an empty queue
         self._replicas: dict[int, _Connection] = {}  # by replica index, after their Hello
+        # What a lost replica was running predict on, by (run, attempt), until its supervisor's word.
+        self._awaiting: dict[tuple[str, int], list[_Pending]] = {}
+        self._preempted: deque[tuple[str, int]] = deque(maxlen=64)  # a word that came before the loss
         self._sockets: set[web.WebSocketResponse] = set()  # every open replica socket, Hello or not
         self._tasks: set[asyncio.Task[None]] = set()  # senders and closes, held so they are not collected
         self._latency = _LatencyWindow(LATENCY_WINDOW)
@@ -202,6 +218,10 @@ class Router:
         for pending in self._queue:
             self._settle(pending, _Outcome(_Verdict.STOPPED))
         self._queue.clear()
+        for held in self._awaiting.values():
+            for pending in held:
+                self._settle(pending, _Outcome(_Verdict.STOPPED))
+        self._awaiting.clear()
         for connection in list(self._replicas.values()):
             for pending in connection.outstanding.values():
                 self._settle(pending, _Outcome(_Verdict.STOPPED))
@@ -226,6 +246,23 @@ class Router:
         connection = self._replicas.get(replica)
         if connection is not None:
             self._drain(connection)
+
+    def replica_lost(self, loss: ReplicaLoss) -> None:
+        """The supervisor's word on a replica's attempt that ended: what it was running predict
+        on is retried if its slice was preempted, else answered 502."""
+        key = (loss.run_id, loss.attempt)
+        held = self._awaiting.pop(key, None)
+        if held is None:
+            if loss.preempted:  # the socket has not closed yet (or held nothing)
+                self._preempted.append(key)
+            return
+        log.info("run %s attempt %d: %d request(s) it was running predict on %s", loss.run_id, loss.attempt,
+                 len(held), "go back to the queue: its slice was preempted" if loss.preempted else "are answered 502")
+        if loss.preempted:
+            self._retry(held)
+        else:
+            for pending in held:
+                self._settle(pending, _Outcome(_Verdict.FAILED, error=LOST_WORKING))
 
     # ------------------------------------------------------------------ users' side
 
@@ -491,32 +528,47 @@ class Router:
 
     def _lose(self, connection: _Connection) -> None:
         """The connection is gone: each request it held goes back to the front of the queue if
-        this was its first replica and the replica was not running predict on it, else it is
-        answered 502."""
+        this was its first replica, except what the replica was running predict on, which
+        waits for the supervisor's word (`replica_lost`) up to the queue timeout."""
         if connection.lost:
             return
         connection.lost = True
         if self._replicas.get(connection.hello.replica) is connection:
             del self._replicas[connection.hello.replica]
         connection.outbox.put_nowait(None)
-        retries: list[_Pending] = []
-        for pending in connection.outstanding.values():
-            if pending.answer.done():
-                continue  # its client hung up
-            if pending.id in connection.working:
-                self._settle(pending, _Outcome(_Verdict.FAILED, error=LOST_WORKING))
-            elif pending.tries >= 2:
-                self._settle(pending, _Outcome(_Verdict.FAILED, error=LOST_TWICE))
-            else:
-                retries.append(pending)
+        open_ones = [p for p in connection.outstanding.values() if not p.answer.done()]  # else its client hung up
+        working = [p for p in open_ones if p.id in connection.working]
+        key = (connection.hello.run_id, connection.hello.attempt)
+        if working and key in self._preempted:
+            working = []  # its slice was preempted: retried with the rest
+        elif working:
+            self._awaiting.setdefault(key, []).extend(working)
+            asyncio.get_running_loop().call_later(self._config.queue_timeout_s, self._no_word, key)
         if connection.outstanding:
-            log.warning("replica %d lost with %d requests out; %d go back to the queue", connection.hello.replica,
-                        len(connection.outstanding), len(retries))
+            log.warning("replica %d lost with %d requests out; %d wait for its supervisor's word",
+                        connection.hello.replica, len(connection.outstanding), len(working))
         connection.outstanding.clear()
+        self._retry([p for p in open_ones if p not in working])
+        self._let_one_reload()
+
+    def _retry(self, lost: list[_Pending]) -> None:
+        """Requests a lost replica held: back to the front of the queue if it was their first
+        replica, else answered 502."""
+        retries = []
+        for pending in lost:
+            if pending.tries >= 2:
+                self._settle(pending, _Outcome(_Verdict.FAILED, error=LOST_TWICE))
+            elif not pending.answer.done():
+                retries.append(pending)
         if retries:
             self._requeue_first(retries)
         self._dispatch()
-        self._let_one_reload()
+
+    def _no_word(self, key: tuple[str, int]) -> None:
+        """No word from the lost replica's supervisor within the queue timeout: 502, as for a
+        request that may have ended it."""
+        for pending in self._awaiting.pop(key, []):
+            self._settle(pending, _Outcome(_Verdict.FAILED, error=LOST_WORKING))
 
     async def _send_loop(self, connection: _Connection) -> None:
         """Write the connection's requests in the order they were dispatched."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from podmanager.controller import head_actors
 from podmanager.serving.goodput import FullReplicaTime
-from podmanager.serving.router import Router, RouterConfig
+from podmanager.serving.router import ReplicaLoss, Router, RouterConfig
 from podmanager.state import service_tokens
 from podmanager.state.services import ServiceCounters, ServiceStore
 
@@ -87,6 +87,9 @@ class RouterActor:
 
     def set_draining(self, replica: int) -> None:
         self._loop.call_soon_threadsafe(self.router.set_draining, replica)
+
+    def replica_lost(self, loss: ReplicaLoss) -> None:
+        self._loop.call_soon_threadsafe(self.router.replica_lost, loss)
 
     def stop(self) -> None:
         """Answer what waits with 503 and close; the caller then kills the actor."""

@@ -51,6 +51,8 @@ class AttemptResult(_Record):
     setup_s: float = 0.0  # setting the hosts up before `started` (code, requirements, program check)
     setup_error: SetupError | None = None
     setup_installed: list[str] = Field(default_factory=list)  # hosts that installed for it (the rest reused)
+    # Hosts the run was set up on before (an earlier attempt there, or a hot spare prepared for it).
+    setup_already: list[str] = Field(default_factory=list)
     degraded: bool = False  # ran on fewer slices than the run's (an elastic run shrunk after a loss)
 
 
@@ -65,7 +67,7 @@ class IncidentRecord(_Record):
     detect_s: float | None  # from the last healthy check to detection: how late we could have been
     recover_s: float | None  # detection to the first step of the next attempt
     lost_steps: int | None
-    phases: dict[str, float]  # seconds per phase: stop, delete, create, join, relaunch, first_step
+    phases: dict[str, float]  # seconds per phase: stop, swap, delete, create, join, setup (a host set the run up), first_step
     host: list[int] | None = None  # [slice, worker] of the host that failed first (program and infra failures)
     swaps: list[list[int]] | None = None  # [lost slice, the hot spare that took its place], one per swap
 

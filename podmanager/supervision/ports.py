@@ -11,6 +11,7 @@ from podmanager.core.clock import Clock
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostSlot, SliceRef
 from podmanager.core.spec import ClusterSpec
+from podmanager.serving.router import ReplicaLoss
 
 
 class SupervisedCluster(Protocol):
@@ -59,6 +60,10 @@ class SupervisedCluster(Protocol):
     def restore_slices(self, phases: dict[str, float]) -> None:
         """Create every slice of the spec that is missing and wait for all hosts' agents (the
         second half of replacing); `phases` gets the seconds of `create` and `join`."""
+        ...
+
+    def replica_lost(self, service_id: str, loss: ReplicaLoss) -> None:
+        """Tell the service's router how a replica's attempt ended (nothing if it is gone)."""
         ...
 
     def dropped_slices(self, indexes: list[int]) -> list[int]:

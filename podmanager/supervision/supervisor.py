@@ -38,6 +38,8 @@ from podmanager.core.errors import PodmanagerError
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism
+from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
+from podmanager.serving.router import ReplicaLoss
 from podmanager.state import run_secrets, service_tokens
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_results import AttemptResult, IncidentRecord, RunResult
@@ -59,6 +61,7 @@ from podmanager.supervision.policy import (
     slices_left,
 )
 from podmanager.supervision.ports import SupervisedCluster
+from podmanager.supervision.spare_preparation import SparePreparer
 from podmanager.vm.workload_runs import HeldRun
 
 PROGRESS_EVERY_S = 1.0  # how often the latest step goes into the run's record
@@ -90,6 +93,7 @@ class RunSupervisor:
                                     poll_interval_s=poll_interval_s, remote=remote, clock=self.clock,
                                     secret_env=service_tokens.replica_env(cluster.name, self.workload.env))
         self.ledger = run.ledger  # filled in as the run goes, saved with the record
+        self.spare_preparer = SparePreparer(cluster, runs, run_id, self.runner, self.record)
         self._progress_saved = 0.0
         # An elastic run shrunk: the thread making its lost slices again while it goes on.
         self._bringing_back: threading.Thread | None = None
@@ -232,6 +236,7 @@ class RunSupervisor:
         detected_at = result.detected_at or result.ended
         self.record(EventKind.INCIDENT, f"attempt {result.attempt}: {incident.cause.value}: {incident.detail}",
                     cause=incident.cause.value, slices=sorted(incident.slices))
+        self._tell_router(result.attempt, preempted=incident.cause is Cause.PREEMPTION)
         self.ledger.incidents.append(
             self._incident(result.attempt, incident, detected_at, monitor, {"stop": result.ended - detected_at}))
         state = self._recovery_state()
@@ -270,6 +275,18 @@ class RunSupervisor:
             self.clock.sleep(decision.wait_s)
         return None
 
+    def _tell_router(self, attempt: int, *, preempted: bool) -> None:
+        """A service's replica: its router retries what the lost attempt's predict ran on only
+        if the cloud took the slice (else that request may be what ended the replica)."""
+        service_id = self.workload.env.get(ENV_SERVICE_ID)
+        if not service_id:
+            return
+        try:
+            self.cluster.replica_lost(service_id, ReplicaLoss(run_id=self.run_id, attempt=attempt, preempted=preempted))
+        except Exception as error:  # noqa: BLE001 - the router answers them 502 after its queue timeout
+            self.record(EventKind.WARNING, f"run {self.run_id}: the service's router was not told how attempt "
+                        f"{attempt} ended: {error}")
+
     def _swap_in_spares(self, lost: list[int]) -> dict[int, int]:
         """Give the run a ready hot spare of the same shape for each lost slice it can (lost ->
         spare); each lost slice becomes a spare, which the cluster's monitor makes again in the
@@ -287,10 +304,15 @@ class RunSupervisor:
                 return False
 
         swapped: dict[int, int] = {}
+        taken: set[int] = set()  # by another run (a replica of the same service, say) since they were read
         for index in lost:
-            free = [s for s in spare_slices if s not in swapped.values()]
-            spare = spares.pick(self.cluster.spec, index, free, ready)
-            if spare is not None and self.runs.swap_spare(self.run, index, spare):
+            while (spare := spares.pick(self.cluster.spec, index, [s for s in spare_slices if s not in taken],
+                                        ready)) is not None:
+                if self.runs.swap_spare(self.run, index, spare):
+                    break
+                taken.add(spare)
+            if spare is not None:
+                taken.add(spare)
                 swapped[index] = spare
                 self.record(EventKind.SPARE_SWAPPED, f"run {self.run_id}: hot spare slice {spare} takes the place of lost "
                             f"slice {index} at once; slice {index} becomes a spare, made again in the background",
@@ -470,6 +492,8 @@ class RunSupervisor:
         if result.first_step_time is not None:
             record.recover_s = result.first_step_time - record.detected_at
             record.phases["first_step"] = result.first_step_time - result.started
+        if len(result.setup_already) < len(result.hosts):  # some host had the run to set up (not a prepared spare)
+            record.phases["setup"] = result.setup_s
         if result.first_step is not None and previous is not None and previous.last_step is not None:
             record.lost_steps = max(0, previous.last_step - (result.first_step - 1))
         where = (f"resumed at step {result.first_step}" if result.first_step is not None
@@ -554,6 +578,7 @@ class _SupervisedMonitor:
     def check(self) -> str | None:
         supervisor = self.supervisor
         supervisor.save_progress(self.gang)
+        supervisor.spare_preparer.tick(supervisor.run.slices)
         if supervisor.runs.cancel_requested(supervisor.run_id):
             supervisor.run.cancel_requested = True
             return CANCELLED

@@ -74,6 +74,7 @@ class HostSetup:
     seconds: float
     reused: bool = False
     error: str | None = None  # one line: what failed
+    already: bool = False  # the run was set up on this host before (an earlier attempt, a spare prepared): nothing done
     lines: list[str] = field(default_factory=list)  # the installer's (or the check's) own words
 
 

@@ -107,7 +107,7 @@ class HostRuns:
         the same host finds it ready and pays nothing."""
         started = time.monotonic()
         if run_id in self.prepared:
-            return HostSetup(True, time.monotonic() - started, reused=True)
+            return HostSetup(True, time.monotonic() - started, reused=True, already=True)
         workload = Workload.model_validate_json(workload_json)
         cwd = self.run_dir(run_id) / "working_dir"
         if code_zip is not None and not cwd.exists():

@@ -2,8 +2,9 @@
 a service (`Cluster.serve`, one replica per slice, a load generator on 127.0.0.1) and a batch
 prediction run (`workloads/predict.py`), each preempted.
 
-- Two replicas under a steady load (only what a replica was running predict on when it was
-  lost without notice is answered 502, never sent to a second replica): requests `predict` raises on (a ragged list, null) are
+- Two replicas under a steady load (what a replica was running predict on when it was lost
+  without notice waits for its supervisor's word, and is retried since the slice was preempted;
+  at most one batch may be answered 502 should no word come): requests `predict` raises on (a ragged list, null) are
   answered 422 while every other request is served, no replica dies and no budget is paid;
   the replicas' token is in an owner-only file, in no record of state.db; a preemption with a notice (the replica drains) and one
   without (its requests are retried on the other) fail no request; the replaced replica
@@ -222,9 +223,9 @@ def test_replicas_lose_no_request_to_preemptions_or_a_new_checkpoint_and_none_re
         checkpoints.close()
         assert fewest_ready >= 1  # one at a time: never both out
         assert {a.offset for a in load.since(rolled)} == {7}
-        # The sudden loss: the batch the replica was running predict on when it went is answered
-        # 502 (it cannot be told from a request that ended the replica, which must not end a
-        # second one); what was only queued at it is served by the other.
+        # The sudden loss: the batch the replica was running predict on when it went waits for
+        # its supervisor's word that the slice was preempted, then goes to the other replica (a
+        # request that ended the replica must not end a second one: without that word, 502).
         sudden = phases["replica 0 sudden"]
         in_predict = [a for a in load.answers if a.status == 502 and "in case it is what ended" in a.error
                       and sudden[0] <= a.sent_at + a.latency_ms / 1000 and a.sent_at < sudden[1]]

@@ -1,16 +1,26 @@
 """Hot spares on a dry-run cluster of real local Ray hosts at a 25 s create latency: a
 preempted working slice is swapped for the ready spare and the run resumes within seconds
-(well inside one create latency), while the cluster makes a new spare in the background."""
+(well inside one create latency), while the cluster makes a new spare in the background. A
+service's replica whose slice is lost without notice under load is served again on the spare
+within 15 s, failing no request. Either way the run was set up on the spare ahead, so the
+relaunch sets nothing up."""
 
 from __future__ import annotations
 
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
+import requests
 from ray_fixtures import module_cluster
+from test_inference import Load
 from test_recovery import PreemptAt, train
 
+from podmanager.api import simulation
+from podmanager.api.serve import ServeOptions
 from podmanager.core.clock import RealClock, poll_until
+from podmanager.core.workload import Workload
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 NAME = "sparetest"
@@ -46,6 +56,9 @@ def test_a_preempted_slice_is_swapped_for_the_spare_at_once_and_a_new_spare_is_m
     assert run.slices == [0, 2]
     kinds = [e.kind for e in cluster.events()]
     assert "spare_swapped" in kinds and "slices_replaced" not in kinds
+    # The run was set up on the spare while it ran on its own slices: the relaunch set up nothing.
+    assert kinds.index("spare_prepared") < kinds.index("spare_swapped")
+    assert "slice-2/host-0" in result.attempt_log[1].setup_already and "setup" not in incident.phases
 
     # The lost slice is the spare now, made again in the background at the create latency.
     def new_spare_ready() -> bool:
@@ -55,3 +68,58 @@ def test_a_preempted_slice_is_swapped_for_the_spare_at_once_and_a_new_spare_is_m
 
     poll_until(new_spare_ready, timeout_s=CREATE_LATENCY_S + 90.0, interval_s=1.0, clock=RealClock(),
                what="the new spare (slice 1) to be READY with its host joined")
+
+
+# Doubles each input; a forward pass takes 10 ms.
+DOUBLER = textwrap.dedent("""
+    import sys, time
+    from podmanager import runtime
+
+    runtime.install_preemption_handler()
+
+    def predict(inputs):
+        time.sleep(0.01)
+        return [x * 2 for x in inputs]
+
+    sys.exit(runtime.serve(predict, warmup=[0], max_batch=8))
+""")
+
+
+def _replica_views(endpoint: str) -> dict[int, dict]:
+    return {r["replica"]: r for r in requests.get(f"{endpoint}/healthz", timeout=10).json()["replicas"]
+            if r["state"] == "ready"}
+
+
+def test_a_replica_whose_slice_is_lost_without_notice_is_served_again_on_the_spare_failing_no_request(
+        cluster, tmp_path: Path):
+    cluster.simulator.configure_cluster(NAME, CREATE_LATENCY_S, 0.0)  # a recovery that waited for a create fails
+    spare = poll_until(lambda: (s := [x.index for x in cluster.status().slices if x.spare and x.state == "READY"])
+                       and s[0], timeout_s=CREATE_LATENCY_S + 90.0, interval_s=1.0, clock=RealClock(),
+                       what="a READY spare")  # (the test above made it again)
+    (tmp_path / "doubler.py").write_text(DOUBLER)
+    handle = cluster.serve(Workload(entrypoint="doubler.py", working_dir=str(tmp_path)), ServeOptions())
+    try:
+        handle.wait_ready(timeout_s=120)
+        [replica, other] = [r.replica for r in handle.replicas()]
+        run_id = handle.record().replica_runs[0]
+        with Load(handle.endpoint) as load:
+            poll_until(lambda: load.count() >= 50, timeout_s=60, interval_s=0.05, what="the load to start")
+            attempt = _replica_views(handle.endpoint)[replica]["attempt"]
+            preempted = time.monotonic()
+            simulation.preempt(cluster.runtime, replica, notice_s=0.0)  # without notice
+            poll_until(lambda: (v := _replica_views(handle.endpoint)).get(replica, {}).get("attempt", -1) > attempt
+                       and other in v, timeout_s=30, interval_s=0.05, what=f"replica {replica} ready again")
+            full_again_s = time.monotonic() - preempted
+            after = time.monotonic()
+            poll_until(lambda: len(load.since(after)) >= 50, timeout_s=60, interval_s=0.05, what="load afterwards")
+        print(f"full replica count again {full_again_s:.1f}s after the preemption; {len(load.answers)} requests")
+        assert full_again_s <= 15.0
+        bad = [a for a in load.answers if a.status != 200 or a.error]
+        assert bad == [], bad[:5]
+        run = cluster.runs_store.get(run_id)
+        assert run.slices == [spare]  # the spare became the replica
+        [incident] = run.ledger.incidents
+        assert incident.cause == "preemption" and incident.swaps == [[replica, spare]]
+        assert "create" not in incident.phases and "setup" not in incident.phases  # the spare was prepared
+    finally:
+        cluster.cancel_service(handle.service_id)

@@ -30,7 +30,7 @@ from podmanager.runtime.replica_protocol import (
     decode,
     encode,
 )
-from podmanager.serving.router import Router, RouterConfig
+from podmanager.serving.router import ReplicaLoss, Router, RouterConfig
 from podmanager.state.services import ServiceCounters
 
 TOKEN = "s3cret"
@@ -525,11 +525,16 @@ def test_a_request_predict_raised_on_is_answered_422_and_one_a_replica_died_runn
             status, body, _ = await bad
             assert (status, body) == (422, {"error": "predict failed on this request: ValueError: ragged"})
 
-            # The replica says it runs predict on the second, then dies: that one is answered 502
-            # and never reaches the next replica; the third, only queued at it, is served there.
+            # The replica says it runs predict on the second, then dies and its supervisor finds
+            # its slice was not preempted: that one is answered 502 and never reaches the next
+            # replica; the third, only queued at it, is served there.
             await first.send_str(encode(Working(ids=[requests[1].id])))
             await eventually(lambda: bool(service.router._replicas[0].working), "the working batch seen")
             await first.close()
+            await asyncio.sleep(0)  # (nothing is answered before the supervisor's word: the next line would hang)
+            assert not deadly.done()
+            await eventually(lambda: bool(service.router._awaiting), "the lost replica's working batch held")
+            service.router.replica_lost(ReplicaLoss(run_id="run-1", attempt=1, preempted=False))
             status, body, _ = await deadly
             assert status == 502 and "in case it is what ended" in body["error"], body
             second = await service.replica(1)
@@ -538,6 +543,55 @@ def test_a_request_predict_raised_on_is_answered_422_and_one_a_replica_died_runn
             assert second.received == [requests[2].id]
             stats = service.router.stats()
             assert (stats.requests, stats.served, stats.failed, stats.errors) == (3, 1, 1, 1)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("word_first", [False, True])
+def test_what_a_preempted_replica_ran_predict_on_is_served_by_another(word_first):
+    """The supervisor's word that the slice was preempted may come before or after the socket closes."""
+    async def scenario() -> None:
+        async with running() as service:
+            first = await raw_replica(service, 0, run_id="run-7", attempt=3)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            working, queued_only = service.predict_later(1), service.predict_later(2)
+            sent = [await next_request(first) for _ in range(2)]
+            await first.send_str(encode(Working(ids=[sent[0].id])))
+            await eventually(lambda: bool(service.router._replicas[0].working), "the working batch seen")
+            preempted = ReplicaLoss(run_id="run-7", attempt=3, preempted=True)
+            if word_first:
+                service.router.replica_lost(preempted)
+            await first.close()
+            await eventually(lambda: service.router.stats().queued >= 1, "the queued one back in the queue")
+            if not word_first:
+                service.router.replica_lost(ReplicaLoss(run_id="run-7", attempt=2, preempted=True))  # another attempt's
+                await asyncio.sleep(0.05)
+                assert service.router.stats().queued == 1  # the working one still waits for its own word
+                service.router.replica_lost(preempted)
+            second = await service.replica(1)
+            assert [(await task)[:2] for task in (working, queued_only)] == [
+                (200, {"outputs": {"value": 2, "replica": 1}}), (200, {"outputs": {"value": 4, "replica": 1}})]
+            assert sorted(second.received) == sorted(r.id for r in sent)
+            assert service.router.stats().failed == 0
+
+    asyncio.run(scenario())
+
+
+def test_without_the_supervisors_word_what_a_lost_replica_ran_predict_on_is_answered_502_after_the_queue_timeout():
+    async def scenario() -> None:
+        async with running(queue_timeout_s=0.5) as service:
+            first = await raw_replica(service, 0)
+            await eventually(connected(service.router, 1), "replica 0 ready")
+            working = service.predict_later(1)
+            [sent] = [await next_request(first)]
+            await first.send_str(encode(Working(ids=[sent.id])))
+            await eventually(lambda: bool(service.router._replicas[0].working), "the working batch seen")
+            closed = time.monotonic()
+            await first.close()
+            await service.replica(1)
+            status, body, _ = await working
+            assert status == 502 and "in case it is what ended" in body["error"], body
+            assert time.monotonic() - closed >= 0.45
 
     asyncio.run(scenario())
 

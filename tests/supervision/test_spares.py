@@ -15,6 +15,9 @@ from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
+from podmanager.runtime.replica_protocol import ENV_REPLICA, ENV_SERVICE_ID
+from podmanager.serving.router import ReplicaLoss
+from podmanager.state import run_secrets
 from podmanager.state.run_records import RunStore
 from podmanager.supervision.supervisor import RunSupervisor, new_run
 
@@ -90,13 +93,18 @@ class SpareCluster(FakeCluster):
     """test_supervisor's fake cluster with a third slice, a hot spare; `unready`: slices whose
     hosts have no healthy agent."""
 
-    def __init__(self, tmp_path: Path, script, unready: set[int] = frozenset(), **kw):
+    def __init__(self, tmp_path: Path, script, unready: set[int] = frozenset(), spare_count: int = 1, **kw):
         super().__init__(tmp_path, script, **kw)
         self.spec = parse_spec({**self.spec.model_dump(mode="json"),
-                                "slices": [{"accelerator": "v4-8", "count": 2, "spares": 1}]})
-        self.hosts = agents(script, slices=3)
-        self._create(2)
+                                "slices": [{"accelerator": "v4-8", "count": 2, "spares": spare_count}]})
+        self.hosts = agents(script, slices=2 + spare_count)
+        for index in range(2, 2 + spare_count):
+            self._create(index)
         self.unready = unready
+        self.told: list[tuple[str, ReplicaLoss]] = []  # what the services' routers were told
+
+    def replica_lost(self, service_id: str, loss: ReplicaLoss) -> None:
+        self.told.append((service_id, loss))
 
     def agents(self, slice_indexes):
         missing = set(slice_indexes) & self.unready
@@ -128,6 +136,13 @@ def test_a_preempted_slice_is_swapped_for_the_ready_spare_without_waiting_for_a_
     started = {slot.slice_index: agent.started for slot, agent in cluster.hosts}
     assert [env["PODMANAGER_ATTEMPT"] for env in started[2]] == ["1"]  # the relaunch ran on the spare
     assert [env["PODMANAGER_ATTEMPT"] for env in started[1]] == ["0"]
+    # The spare was set up for the run while attempt 0 ran; the relaunch found it so.
+    spare = next(agent for slot, agent in cluster.hosts if slot.slice_index == 2)
+    assert spare.setups == ["run-1", "run-1"]
+    assert result.attempt_log[1].setup_already == ["slice-0/host-0", "slice-2/host-0"]
+    assert "setup" not in incident.phases
+    prepared = [data for kind, data in cluster.events if kind == "spare_prepared"]
+    assert [d["host"] for d in prepared] == ["slice-2/host-0"]
 
 
 def test_without_a_ready_spare_the_lost_slice_is_replaced_as_before(tmp_path) -> None:
@@ -158,6 +173,74 @@ def test_an_unhealthy_slice_is_replaced_not_swapped_so_no_broken_slice_becomes_a
     assert result.status == "succeeded" and result.incidents[0].cause == "infrastructure"
     assert cluster.deleted == [[1]] and runs.spares("c") == [2] and runs.get("run-1").slices == [0, 1]
     assert "spare_swapped" not in cluster.kinds()
+
+
+@pytest.mark.parametrize("exit_code", [None, 3])
+def test_a_replica_run_swaps_past_a_spare_another_replica_just_took_and_tells_its_router_how_it_ended(
+        tmp_path, exit_code) -> None:
+    """Two replicas of one service, each a run on one slice, and two spares (2, 3): replica 0's
+    slice is preempted while replica 1's run takes spare 2 first; replica 0 gets spare 3. Its
+    router hears the attempt was preempted (so what its predict ran on is retried); a program
+    that failed is not a preemption."""
+    cluster = SpareCluster(tmp_path, lambda s, attempt: Behaviour(
+        polls=3 if exit_code else 200, exit_code=exit_code or 0) if attempt == 0 else Behaviour(polls=2),
+        spare_count=2)
+    runs = RunStore()
+    runs.set_spares("c", [2, 3])
+    for replica in (0, 1):
+        env = {ENV_SERVICE_ID: "svc", ENV_REPLICA: str(replica)}
+        run_secrets.save("c", f"replica-{replica}", env)  # as submit keeps a run's environment
+        runs.create(new_run(cluster, Workload(command=["serve"], working_dir=None, env=env), f"replica-{replica}",
+                            [replica], None, {}))
+    swap = runs.swap_spare
+
+    def other_replica_first(run, lost, spare):  # replica 1 lost its slice at the same moment and won spare 2
+        if run.run_id == "replica-0" and spare == 2:
+            assert swap(runs.get("replica-1"), 1, 2)
+        return swap(run, lost, spare)
+
+    runs.swap_spare = other_replica_first
+    if exit_code is None:
+        cluster.cloud.preempt(ZONE, "c-s0")
+    result = RunSupervisor(cluster, runs, "replica-0", poll_interval_s=0.0, remote=FakeRemote()).supervise()
+
+    assert result.status == "succeeded"
+    assert cluster.told == [("svc", ReplicaLoss(run_id="replica-0", attempt=0, preempted=exit_code is None))]
+    if exit_code is None:
+        assert runs.get("replica-0").slices == [3] and runs.get("replica-1").slices == [2]
+        assert runs.spares("c") == [0, 1] and result.incidents[0].swaps == [[0, 3]]
+        assert cluster.deleted == [] and cluster.restored == 0
+    else:
+        assert runs.get("replica-0").slices == [0] and result.incidents[0].swaps is None
+
+
+def test_a_spare_that_becomes_ready_later_is_set_up_for_the_run_once_and_never_before(tmp_path) -> None:
+    from podmanager.core.clock import FakeClock
+
+    clock = FakeClock()
+    ready_at = clock.now() + 12.0  # the cluster's monitor makes the spare meanwhile
+
+    class LateSpare(SpareCluster):
+        def agents(self, slice_indexes):
+            if 2 in slice_indexes and clock.now() < ready_at:
+                raise PodmanagerError("slice(s) [2] have no healthy agent")
+            return super().agents(slice_indexes)
+
+    cluster = LateSpare(tmp_path, lambda s, attempt: Behaviour(polls=30), clock=clock)
+    runs = RunStore()
+    runs.set_spares("c", [2])
+    runs.create(new_run(cluster, Workload(command=["train"], working_dir=None), "run-1", [0, 1], "/ck", {}))
+    spare = next(agent for slot, agent in cluster.hosts if slot.slice_index == 2)
+    asked_at: list[float] = []
+    ask = spare.setup_workload.call
+    spare.setup_workload.call = lambda *args: (asked_at.append(clock.now()), ask(*args))[1]
+
+    result = RunSupervisor(cluster, runs, "run-1", poll_interval_s=1.0, remote=FakeRemote()).supervise()
+
+    assert result.status == "succeeded" and result.attempts == 1
+    assert asked_at and min(asked_at) >= ready_at and len(asked_at) >= 2  # asked again: found set up
+    assert [d["host"] for kind, d in cluster.events if kind == "spare_prepared"] == ["slice-2/host-0"]  # said once
+    assert spare.started == []  # a spare is never worked on
 
 
 # ---------------------------------------------------------------- the keeper (control plane only)

@@ -8,7 +8,7 @@ exit code, its steps, whether it stops answering or its node dies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -95,8 +95,10 @@ class FakeAgent:
         self.signal_workload = _Method(lambda run_id, signum: FakeRef(self.signals.append(signum)))
 
     def _setup(self, run_id: str, workload_json: str, code: Any) -> FakeRef:
+        """As `HostRuns.setup`: a run set up here once is found set up (nothing done) after."""
+        before = self.setup_report.ok and run_id in self.setups
         self.setups.append(run_id)
-        return FakeRef(self.setup_report)
+        return FakeRef(replace(self.setup_report, reused=True, already=True) if before else self.setup_report)
 
     def _start(self, run_id: str, workload_json: str, env: dict[str, str]) -> FakeRef:
         attempt = int(env["PODMANAGER_ATTEMPT"])

@@ -189,6 +189,7 @@ def test_a_second_setup_of_a_run_on_the_same_host_is_free(tmp_path):
     first = runs.setup("r", workload, None)
     again = runs.setup("r", workload, None)
     assert first.ok and again.ok and again.reused
+    assert not first.already and again.already  # (a hot spare set up ahead answers so at the swap's relaunch)
 
 
 # Starts a plain child and, from it, a grandchild in a session of its own (out of the program's
