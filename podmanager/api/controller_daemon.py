@@ -75,8 +75,9 @@ def serve(cluster: str, port: int, token_file: Path, address: str | None = None)
 def warm_imports() -> None:
     """Import what the client's first `up` runs (Ray, the cluster's code: a few seconds on a
     small VM) while the client is still reading the boot stage, not after it asked."""
-    import podmanager.cluster.cluster_runtime  # noqa: F401
     import ray  # noqa: F401
+
+    import podmanager.cluster.cluster_runtime  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
