@@ -41,9 +41,9 @@ from podmanager.state.services import ServiceRecord, ServiceStore
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.api.remote import RemoteCluster
     from podmanager.api.run_handle import InterruptCallback, RunHandle
-    from podmanager.api.serve import ServeOptions
     from podmanager.api.service_handle import ServiceHandle
     from podmanager.attempts.results import OutputPrinter
+    from podmanager.serving.options import ServeOptions
     from podmanager.state.run_results import RunResult
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from podmanager.api.remote_service import RemoteServiceHandle
 from podmanager.api.run_to_end import run_to_end
@@ -22,6 +22,7 @@ from podmanager.channel.client import ChannelClient
 from podmanager.channel.code_zip import zip_working_dir
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
 from podmanager.channel.forward import Forward
+from podmanager.channel.patience import patiently
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
@@ -33,36 +34,14 @@ from podmanager.state.run_records import RunRecord, final_result
 from podmanager.state.run_results import RunResult
 
 if TYPE_CHECKING:
-    from podmanager.api.serve import ServeOptions
     from podmanager.cluster.cluster_runtime import ClusterRuntime
+    from podmanager.serving.options import ServeOptions
 
 EventCallback = Callable[[Event], None]
 Printer = Callable[[HostRef, str], None]
 POLL_S = 0.2  # a follower's pace, as `RunHandle.follow`'s
 LIVE_BYTES = 128 << 10  # each host's output shown per read while following (`run_handle.LIVE_BYTES`)
-# A controller VM that crashed or rebooted answers again once its daemon is back (a minute or two
-# on Google Cloud): a follower waits that long before it gives up on a read.
-REBOOT_WAIT_S = 300.0
-T = TypeVar("T")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
-
-
-def patiently(read: Callable[[], T], on_wait: Callable[[str], None] | None = None,
-              wait_s: float = REBOOT_WAIT_S) -> T:
-    """`read` (a call that changes nothing), tried again while the controller cannot be reached,
-    for up to `wait_s`; `on_wait` hears once why it waits. Refused credentials are not waited on."""
-    deadline = time.monotonic() + wait_s
-    told = False
-    while True:
-        try:
-            return read()
-        except ChannelError as unreachable:
-            if time.monotonic() >= deadline:
-                raise
-            if not told and on_wait is not None:
-                on_wait(f"{unreachable.message}; waiting for the controller (a reboot takes a minute or two)")
-                told = True
-            time.sleep(1.0)
 
 
 def is_remote(name: str) -> bool:
@@ -325,7 +304,7 @@ class RemoteCluster:
         """As `Cluster.serve`: the router listens on the controller's loopback, and this machine
         reaches it through a forward (`RemoteServiceHandle.reachable`); so the endpoint's
         address is this machine's loopback, and `options.port` that forward's port."""
-        from podmanager.api.serve import ServeOptions
+        from podmanager.serving.options import ServeOptions
 
         options = options or ServeOptions()
         if options.host not in LOOPBACK_NAMES:

@@ -14,6 +14,7 @@ from podmanager.api.service_handle import REPLICA_ENDS, follow_summaries
 from podmanager.channel import records
 from podmanager.channel.client import ChannelClient
 from podmanager.channel.forward import Forward
+from podmanager.channel.patience import patiently
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError
 
@@ -35,8 +36,6 @@ class RemoteServiceHandle:
         return f"reach it with 'podmanager dashboard -c {self.cluster} --service {self.service_id}'"
 
     def record(self) -> records.ServiceSummary:
-        from podmanager.api.remote import patiently
-
         return patiently(lambda: self.client.service(self.cluster, self.service_id).service)
 
     def summary(self) -> dict[str, Any]:

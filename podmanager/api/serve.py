@@ -10,7 +10,6 @@ replaces its slice after a preemption exactly as for training, and the program's
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from podmanager.api.cancel import cancel_run
 from podmanager.api.service_handle import open_service
@@ -22,25 +21,12 @@ from podmanager.core.events import EventKind
 from podmanager.core.workload import Workload
 from podmanager.runtime import replica_protocol as protocol
 from podmanager.runtime.contract import ENV_CHECKPOINT_DIR
+from podmanager.serving.options import ServeOptions
 from podmanager.serving.router import RouterConfig
 from podmanager.serving.router_actor import RouterPlace, start_router, stop_router
 from podmanager.state import service_tokens
 from podmanager.state.run_records import RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
-
-DEFAULT_QUEUE_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """How a service is served: replicas (None: one per slice of `Workload.slices`, else of the
-    cluster), where users reach it, how long a request waits for a ready replica."""
-
-    replicas: int | None = None
-    host: str = "127.0.0.1"
-    port: int = 0  # 0: a free port, chosen once (a restarted router keeps it)
-    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
-    follow_checkpoints: bool = False  # roll each newer complete checkpoint in, one replica at a time
 
 
 def replica_slices(known: list[int], replicas: int | None) -> list[int]:
