@@ -60,7 +60,7 @@ def test_stop_after_a_crashed_up_leaves_nothing(podmanager_home):
         assert [(h.slice_index, h.worker_id, h.healthy, h.chips) for h in infos] == [(0, 0, True, 4)]
     finally:
         controller.stop_ray()
-        left = wait_no_leftovers(machines, before)
+        left = wait_no_leftovers(machines, before, home=os.environ["PODMANAGER_HOME"])
     assert not left, f"Ray processes left after stop(): {left}"
     assert vms.host_records("crashed") == [] and head.load_state("crashed") is None
     controller.stop_ray()  # idempotent

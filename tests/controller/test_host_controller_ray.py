@@ -61,7 +61,7 @@ def env(tmp_path_factory):
     finally:
         machines |= cluster_machines(CLUSTER)
         controller.stop_ray()
-        left = wait_no_leftovers(machines, before)
+        left = wait_no_leftovers(machines, before, home=os.environ["PODMANAGER_HOME"])
         if saved is None:
             os.environ.pop("PODMANAGER_HOME", None)
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import psutil
@@ -57,10 +58,24 @@ def cluster_machines(cluster: str) -> set[str]:
     return machines
 
 
-def leftovers(machines: set[str], before: set[int] | None) -> list[str]:
-    """Live processes of `machines`, plus (unless `before` is None) Ray-like processes
-    that did not exist in `before`."""
-    new = ray_like() - before if before is not None else set()
+def mine(pid: int, home: str | None) -> bool:
+    """Whether a process is this test process's: tagged with an owner in `home` (a cluster of
+    this module's), or untagged and started from this process. Another test file's Ray (the
+    suite runs two files at once) is neither."""
+    try:
+        proc = psutil.Process(pid)
+        owner = proc.environ().get(procs.OWNER_ENV)
+        if owner is not None:
+            return home is not None and owner.endswith(f"@{Path(home).resolve()}")
+        return os.getpid() in {parent.pid for parent in proc.parents()}
+    except psutil.Error:
+        return False
+
+
+def leftovers(machines: set[str], before: set[int] | None, home: str | None = None) -> list[str]:
+    """Live processes of `machines`, plus (unless `before` is None) Ray-like processes of this
+    test process's (`mine`) that did not exist in `before`."""
+    new = {pid for pid in ray_like() - before if mine(pid, home)} if before is not None else set()
     live = procs.machines()
     ours = {proc.pid for machine_id in machines for proc in live.get(machine_id, [])}
     out = []
@@ -70,10 +85,11 @@ def leftovers(machines: set[str], before: set[int] | None) -> list[str]:
     return out
 
 
-def wait_no_leftovers(machines: set[str], before: set[int] | None, timeout_s: float = 15.0) -> list[str]:
+def wait_no_leftovers(machines: set[str], before: set[int] | None, timeout_s: float = 15.0,
+                      home: str | None = None) -> list[str]:
     deadline = time.monotonic() + timeout_s
     while True:
-        left = leftovers(machines, before)
+        left = leftovers(machines, before, home)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.25)
@@ -139,7 +155,7 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
             machines |= cluster_machines(cluster.name)
         finally:  # whatever went wrong above, nothing of the cluster may outlive the module
             cluster.down()
-            left = wait_no_leftovers(machines, before)
+            left = wait_no_leftovers(machines, before, home=os.environ["PODMANAGER_HOME"])
             nodes = sim_nodes(cluster.spec.project)
             if saved is None:
                 os.environ.pop("PODMANAGER_HOME", None)
