@@ -352,3 +352,46 @@ def test_up_says_what_the_spares_cost_and_status_shows_which_slices_are_spares(t
         assert [("spare" in row, "work" in row) for row in rows] == [(False, True), (False, True), (True, False)]
     finally:
         runner.invoke(app, ["down", "-c", "pool"], prog_name="podmanager")
+
+
+def test_an_elastic_run_takes_the_spare_for_one_lost_slice_and_goes_on_without_the_other(tmp_path) -> None:
+    """Both together (`spares: 1` and `--min-slices 1`): two working slices lost at once, one
+    spare ready. The spare takes one's place, the run goes on at once on it alone (the slices
+    left), the other lost slice is made again in the background, and the run grows back."""
+    import threading
+
+    gate = threading.Event()
+
+    class SlowRestore(SpareCluster):
+        def restore_slices(self, phases):
+            assert gate.wait(30.0), "the replacement was never let through"
+            super().restore_slices(phases)
+
+    shrunk_before_restore: list[int] = []
+
+    def script(s, attempt):
+        if attempt == 1:  # on the spare alone, before the lost slice is back: then the cloud may finish it
+            shrunk_before_restore.append(cluster.restored)
+            gate.set()
+            return Behaviour(polls=100_000, first_step=21)  # goes on until it is told to grow
+        return Behaviour(polls=3 if attempt == 2 else 100_000, first_step=1 if attempt == 0 else 40)
+
+    cluster = SlowRestore(tmp_path, script)
+    runs = RunStore()
+    runs.set_spares("c", [2])
+    runs.create(new_run(cluster, Workload(command=["train"], working_dir=None, min_slices=1), "run-1", [0, 1], "/ck",
+                        {}))
+    cluster.cloud.preempt(ZONE, "c-s0")
+    cluster.cloud.preempt(ZONE, "c-s1")
+    result = RunSupervisor(cluster, runs, "run-1", poll_interval_s=0.0, remote=FakeRemote()).supervise()
+
+    assert result.status == "succeeded" and result.preemptions == 1, result.message
+    [incident] = result.incidents
+    assert sorted(incident.slices) == [0, 1] and incident.swaps == [[0, 2]]
+    assert shrunk_before_restore == [0]  # it went on before the lost slice was made again
+    started = {slot.slice_index: [env["PODMANAGER_ATTEMPT"] for env in agent.started] for slot, agent in cluster.hosts}
+    assert started[2] == ["1", "2"] and started[1] == ["0", "2"]  # the spare alone, then both again
+    assert [a.degraded for a in result.attempt_log] == [False, True, False]
+    kinds = cluster.kinds()
+    assert kinds.index("spare_swapped") < kinds.index("run_shrunk") < kinds.index("run_grew")
+    assert runs.get("run-1").slices == [1, 2] and runs.spares("c") == [0]
