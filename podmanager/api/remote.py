@@ -196,7 +196,8 @@ class RemoteCluster:
         return self.client.runs(self.name).runs
 
     def has_service(self, service_id: str) -> bool:
-        return any(s.run_id == service_id for s in self.service_summaries())
+        # Patiently: `attach` asks this first, also of a controller that is rebooting.
+        return any(s.run_id == service_id for s in patiently(self.service_summaries))
 
     def service_summaries(self) -> list[records.ServiceSummary]:
         return self.client.services(self.name).services

@@ -97,7 +97,7 @@ def run_events(cluster: Cluster, run_id: str, kind: str) -> list:
 
 def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "podmanager", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PODMANAGER_HOME": str(home)})
+                          timeout=180, env={**os.environ, "PODMANAGER_HOME": str(home)})
 
 
 def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster, home, tmp_path):
