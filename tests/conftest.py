@@ -9,6 +9,7 @@ from podmanager.core.clock import FakeClock
 from podmanager.emulator.sim.cloud import SimCloud
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that start Ray run one after another in one worker (`--dist loadgroup`): two
     clusters at once on a 2-core machine would slow each past the deadlines they are held to.
