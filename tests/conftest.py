@@ -9,14 +9,13 @@ from podmanager.core.clock import FakeClock
 from podmanager.emulator.sim.cloud import SimCloud
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_itemcollected(item: pytest.Item) -> None:
     """The tests that start Ray run one after another in one worker (`--dist loadgroup`): two
     clusters at once on a 2-core machine would slow each past the deadlines they are held to.
     The rest are shared out among the workers beside them."""
-    for item in items:
-        if item.get_closest_marker("ray") is not None:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+    # At collection: xdist reads the groups into the test ids before any modifyitems hook of ours.
+    if item.get_closest_marker("ray") is not None:
+        item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(autouse=True)
