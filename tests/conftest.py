@@ -9,15 +9,6 @@ from podmanager.core.clock import FakeClock
 from podmanager.emulator.sim.cloud import SimCloud
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """The tests that start Ray run one after another in one worker (`--dist loadgroup`): two
-    clusters at once on a 2-core machine would slow each past the deadlines they are held to.
-    The rest are shared out among the workers beside them."""
-    # At collection: xdist reads the groups into the test ids before any modifyitems hook of ours.
-    if item.get_closest_marker("ray") is not None:
-        item.add_marker(pytest.mark.xdist_group("ray"))
-
-
 @pytest.fixture(autouse=True)
 def podmanager_home(tmp_path, monkeypatch):
     home = tmp_path / "pmhome"
