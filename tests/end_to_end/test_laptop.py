@@ -169,12 +169,17 @@ def test_detach_attach_follow_and_cancel(laptop):
     assert laptop.run_record(run_id)["status"] == "cancelled"
 
 
-def test_a_laptop_that_lost_its_home_connects_again(laptop):
+def test_a_laptop_that_lost_its_home_mid_run_connects_again_and_follows_the_run_to_its_end(laptop):
+    submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_mlp.py", "--steps", "400")
+    run_id = json.loads(submitted)["run_id"]
     shutil.rmtree(laptop.home)
     lost = laptop.cmd("status", "-c", NAME)
     assert lost.returncode == 2 and "no cluster named" in lost.stderr + lost.stdout
     assert "connected to laptop" in laptop.ok("connect", "-c", NAME, "--dry-run")
     assert json.loads(laptop.ok("status", "-c", NAME, "--json"))["name"] == NAME
+    result = json.loads(laptop.ok("attach", run_id, "--json"))  # followed from its start to its end
+    assert result["status"] == "succeeded" and result["run_id"] == run_id
+    assert "done steps=400" in laptop.ok("logs", "-c", NAME, "--run", run_id)
 
 
 def test_a_wrong_token_is_refused_naming_the_fix(laptop):
