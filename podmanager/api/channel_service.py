@@ -168,9 +168,7 @@ class ControllerChannelApi:
         return records.ServiceReply(service=service_summary(handle.summary()))
 
     def cancel_service(self, request: records.ServiceRequest) -> records.ServiceReply:
-        cluster = self._cluster(request.cluster)
-        cluster.service_handle(request.service_id)  # an unknown id: its clear error
-        cluster.cancel_service(request.service_id)
+        self._cluster(request.cluster).cancel_service(request.service_id)  # an unknown id: its clear error
         return self.service(request)
 
     def services(self, cluster: str) -> records.ServicesReply:

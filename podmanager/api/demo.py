@@ -10,16 +10,14 @@ recovery is the same code that handles a real preemption.
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Callable
 
 from podmanager.api import simulation
-from podmanager.api.remote import RemoteCluster, down_remote, is_remote
+from podmanager.api.remote import RemoteCluster, down_remote, is_remote, stored_spec
 from podmanager.api.remote_up_down import RemoteSpec
 from podmanager.api.status import ClusterStatus
-from podmanager.channel import pinned
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.spec import parse_spec
@@ -82,10 +80,9 @@ def refuse_a_cluster_not_the_demos(store: StateStore) -> None:
     if record is None and not is_remote(DEMO_NAME):
         return
     try:
-        text = pinned.load_spec_json(DEMO_NAME) if record is None else None
-        given = record.spec if record is not None else json.loads(text or "null")
-        ours = parse_spec(given, source=f"stored spec of {DEMO_NAME}") == parse_spec(DEMO_SPEC)
-    except (PodmanagerError, ValueError):
+        found = stored_spec(DEMO_NAME) if record is None else parse_spec(record.spec, source=f"stored spec of {DEMO_NAME}")
+        ours = found == parse_spec(DEMO_SPEC)
+    except (PodmanagerError, ValueError):  # ValueError: a pointer's spec that is no JSON
         ours = False
     if not ours:
         raise DemoNameTakenError(

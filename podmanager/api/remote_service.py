@@ -10,13 +10,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from podmanager.api.service_handle import REPLICA_ENDS, follow_summaries
+from podmanager.api.service_handle import follow_summaries, wait_for_replicas
 from podmanager.channel import records
 from podmanager.channel.client import ChannelClient
 from podmanager.channel.forward import Forward
 from podmanager.channel.patience import patiently
-from podmanager.core.clock import poll_until
-from podmanager.core.errors import PodmanagerError
 
 
 class RemoteServiceHandle:
@@ -51,17 +49,7 @@ class RemoteServiceHandle:
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[records.ReplicaState]:
         """As `ServiceHandle.wait_ready`: until `replicas` (default all) are ready; a replica whose
         run ended ends the wait."""
-        def ready() -> list[records.ReplicaState] | None:
-            states = self.replicas()
-            ended = [r for r in states if r.state in REPLICA_ENDS]
-            if ended:
-                raise PodmanagerError(f"service {self.service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
-                                      f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
-            wanted = len(states) if replicas is None else replicas
-            return states if sum(r.state == "ready" for r in states) >= wanted else None
-
-        return poll_until(ready, timeout_s=timeout_s, interval_s=0.5,
-                          what=f"the replicas of {self.service_id} to be ready")
+        return wait_for_replicas(self.service_id, self.replicas, replicas, timeout_s=timeout_s, interval_s=0.5)
 
     @contextmanager
     def reachable(self, *, port: int = 0) -> Iterator[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError
@@ -16,6 +16,14 @@ from podmanager.state.services import SERVING, ServiceRecord, ServiceStore
 
 FRESH_COUNTERS_S = 5.0  # counters older than this say nothing of which replicas are ready
 REPLICA_ENDS = ("failed", "cancelled", "succeeded", "missing")  # a replica state that is its run's end
+
+
+class ReplicaView(Protocol):
+    """What waiting for replicas reads of each: `ReplicaStatus` here, the channel's `ReplicaState`."""
+
+    replica: int
+    run_id: str
+    state: str
 
 
 @dataclass(frozen=True)
@@ -158,18 +166,7 @@ class ServiceHandle:
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
         """Wait until `replicas` (default: all) replicas are ready; a replica run that ended
         meanwhile ends the wait with its state."""
-        wanted = len(self.record().slices) if replicas is None else replicas
-
-        def ready() -> list[ReplicaStatus] | None:
-            states = self.replicas()
-            ended = [r for r in states if r.state in REPLICA_ENDS]
-            if ended:
-                raise PodmanagerError(f"service {self.service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
-                                      f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
-            return states if sum(r.state == "ready" for r in states) >= wanted else None
-
-        return poll_until(ready, timeout_s=timeout_s, interval_s=0.25,
-                          what=f"{wanted} replica(s) of {self.service_id} to be ready")
+        return wait_for_replicas(self.service_id, self.replicas, replicas, timeout_s=timeout_s, interval_s=0.25)
 
     def mark_cancelled(self) -> ServiceRecord:
         """Record that the service is to stop (before its replicas and router are stopped, so
@@ -179,6 +176,26 @@ class ServiceHandle:
             service.status, service.message = "cancelled", f"service {self.service_id} was cancelled"
             self.services.save(service)
         return service
+
+
+ReplicaT = TypeVar("ReplicaT", bound=ReplicaView)
+
+
+def wait_for_replicas(service_id: str, read: Callable[[], list[ReplicaT]], replicas: int | None, *,
+                      timeout_s: float, interval_s: float) -> list[ReplicaT]:
+    """`read()` until `replicas` (None: all it lists) are ready; a replica whose run ended ends
+    the wait with its state. For a service here and one behind a controller VM alike."""
+    def ready() -> list[ReplicaT] | None:
+        states = read()
+        ended = [r for r in states if r.state in REPLICA_ENDS]
+        if ended:
+            raise PodmanagerError(f"service {service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
+                                  f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
+        wanted = len(states) if replicas is None else replicas
+        return states if sum(r.state == "ready" for r in states) >= wanted else None
+
+    return poll_until(ready, timeout_s=timeout_s, interval_s=interval_s,
+                      what=f"{'all' if replicas is None else replicas} replica(s) of {service_id} to be ready")
 
 
 def follow_summaries(summary: Callable[[], dict[str, Any]], on_summary: Callable[[dict[str, Any]], None],
