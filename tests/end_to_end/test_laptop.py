@@ -170,7 +170,9 @@ def test_detach_attach_follow_and_cancel(laptop):
 
 
 def test_a_laptop_that_lost_its_home_mid_run_connects_again_and_follows_the_run_to_its_end(laptop):
-    submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_mlp.py", "--steps", "400")
+    # A program of its own name: train_mlp's checkpoints (another test's run) would be resumed.
+    shutil.copy(laptop.project / "workloads" / "train_mlp.py", laptop.project / "workloads" / "train_again.py")
+    submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_again.py", "--steps", "400")
     run_id = json.loads(submitted)["run_id"]
     shutil.rmtree(laptop.home)
     lost = laptop.cmd("status", "-c", NAME)
