@@ -5,12 +5,13 @@
 A dry-run cluster of two spot v4-8 slices (2 simulated hosts; `--create-latency` seconds
 of simulated create latency, 0 by default) trains workloads/train_mlp.py with a checkpoint
 every 50 steps. Every `--every` seconds after the previous resume, one of the run's slices
-(alternating) is preempted — the simulated VM vanishes as a real one would. `--mode spare`
+(alternating) is preempted — the simulated VM vanishes as a real one would — and `--every`
+seconds after it resumed from the last one, the run is stopped (cancelled). `--mode spare`
 adds a hot spare (`spares: 1`): the run takes it at once instead of waiting for a create,
-and the cluster makes a new spare in the background. `--mode elastic` runs with `--min-slices
-1` and no spare: the run goes on at once on the slice left while the lost one is made again,
-and grows back to both at a checkpoint once its host has joined (the next preemption waits
-until it has). For each preemption:
+and the cluster makes a new spare in the background (the next preemption waits until it is
+READY). `--mode elastic` runs with `--min-slices 1` and no spare: the run goes on at once on
+the slice left while the lost one is made again, and grows back to both at a checkpoint once
+its host has joined (the next preemption waits until it has). For each preemption:
 
 - detect: preemption -> the supervisor has classified it (health monitor or lost agent);
 - recover: preemption -> the first training step of the resumed attempt;
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import statistics
 import tempfile
 import threading
@@ -37,13 +39,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class Preempter:
-    """Preempts a slice `every` seconds after each attempt starts stepping."""
+    """Preempts a slice `every` seconds after each attempt starts stepping, and stops the run
+    `every` seconds after the attempt that follows the last preemption starts stepping."""
 
-    def __init__(self, cluster, every: float, count: int):
-        self.cluster, self.every, self.count = cluster, every, count
+    def __init__(self, cluster, every: float, count: int, spares: bool = False):
+        self.cluster, self.every, self.count, self.spares = cluster, every, count, spares
         self.times: list[float] = []
         self._armed_for = -1
         self._lock = threading.Lock()
+        self.stopped = False  # the run was stopped here, its preemptions done
 
     def on_output(self, slot, text: str) -> None:
         # Arm a timer when an attempt prints its first step (an elastic run's: once it has grown back).
@@ -51,15 +55,30 @@ class Preempter:
             return
         with self._lock:
             attempt = len(self.times)
-            if attempt >= self.count or self._armed_for == attempt:
+            if self._armed_for == attempt or attempt > self.count:
                 return
             self._armed_for = attempt
-        threading.Timer(self.every, self._fire, args=(attempt % 2,)).start()
+        if attempt == self.count:
+            threading.Timer(self.every, self._stop).start()
+        else:
+            threading.Timer(self.every, self._fire, args=(attempt % 2,)).start()
+
+    def _stop(self) -> None:
+        active = self.cluster.runs_store.active(self.cluster.name)
+        if active:
+            self.stopped = True
+            self.cluster.run_handle(active[0].run_id).cancel(wait=False)
 
     def _shrunk(self) -> bool:
         """An elastic run goes on with fewer slices (its lost one is being made again)."""
         active = self.cluster.runs_store.active(self.cluster.name)
         return bool(active) and getattr(active[0].phase, "on_slices", None) is not None
+
+    def _spare_back(self) -> bool:
+        """With a spare: a spare has been READY (its hosts joined) since the last preemption."""
+        if not self.spares or not self.times:
+            return True
+        return any(e.kind == "spare_ready" and e.time > self.times[-1] for e in self.cluster.events())
 
     def _fire(self, turn: int) -> None:
         from podmanager.api import simulation
@@ -69,7 +88,9 @@ class Preempter:
         if not active:  # the run has ended meanwhile
             return
         [run] = active
-        if getattr(run.phase, "on_slices", None) is not None:  # an elastic run still shrunk: armed again once grown
+        # An elastic run still shrunk, or the spare the last swap took not made again yet: armed again
+        # at the next step printed after that (a preemption every 10 minutes finds the run whole).
+        if getattr(run.phase, "on_slices", None) is not None or not self._spare_back():
             with self._lock:
                 self._armed_for = -1
             return
@@ -77,11 +98,18 @@ class Preempter:
         simulation.preempt(self.cluster.runtime, run.slices[turn % len(run.slices)])
 
 
+def _interrupt(signum, frame) -> None:
+    """SIGTERM (a `timeout`, a kill) ends the benchmark as Ctrl-C does: through `finally`,
+    which takes its cluster down."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--every", type=float, default=60.0, help="seconds of training between preemptions")
     parser.add_argument("--preemptions", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=6000, help="enough for every preemption to happen")
+    parser.add_argument("--steps", type=int, default=100_000,
+                        help="at most (the run is stopped EVERY s after it resumed from its last preemption)")
     parser.add_argument("--requirements", action="store_true",
                         help="the run also has a requirement (a small wheel from a local folder) installed on every host")
     parser.add_argument("--create-latency", type=float, default=0.0, metavar="S",
@@ -90,6 +118,7 @@ def main() -> None:
                         help="spare: one hot spare slice the run takes at once when it loses one; elastic: "
                              "--min-slices 1, the run goes on with the slice left")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _interrupt)
     os.environ["PODMANAGER_HOME"] = tempfile.mkdtemp(prefix="pm-bench-recovery-")
     requirements = {}
     if args.requirements:
@@ -112,7 +141,7 @@ def main() -> None:
         "slices": [{"accelerator": "v4-8", "count": 2, "capacity": "spot",
                     "spares": 1 if args.mode == "spare" else 0}],
     })
-    preempter = Preempter(cluster, args.every, args.preemptions)
+    preempter = Preempter(cluster, args.every, args.preemptions, spares=args.mode == "spare")
     workload = Workload(entrypoint="workloads/train_mlp.py", working_dir=str(REPO), parallelism="data",
                         args=["--steps", str(args.steps), "--checkpoint-every", "50", "--log-every", "50"],
                         min_slices=1 if args.mode == "elastic" else None, **requirements)
@@ -121,8 +150,8 @@ def main() -> None:
         result = cluster.run(workload, printer=preempter.on_output)
     finally:
         cluster.down()
-    if result.status != "succeeded":
-        raise SystemExit(f"run failed: {result.message}")
+    if result.status != "succeeded" and not preempter.stopped:
+        raise SystemExit(f"run {result.status}: {result.message}")
 
     rows = []
     for when, incident in zip(preempter.times, result.incidents):
