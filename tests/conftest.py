@@ -1,12 +1,25 @@
 """Shared fixtures: every test gets its own $PODMANAGER_HOME; `clock` and `sim` give a
-simulated cloud on a fake clock."""
+simulated cloud on a fake clock. Under pytest-xdist, the Ray tests run in a lane of their
+own (tests/support/lanes.py)."""
 
 from __future__ import annotations
 
 import pytest
+from lanes import settle_lane
 
 from podmanager.core.clock import FakeClock
 from podmanager.emulator.sim.cloud import SimCloud
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from lanes import RayLaneScheduling
+
+    return RayLaneScheduling(config, log)
+
+
+def pytest_runtest_setup(item):
+    settle_lane(item.path)
 
 
 @pytest.fixture(autouse=True)
