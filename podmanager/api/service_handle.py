@@ -166,7 +166,9 @@ class ServiceHandle:
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
         """Wait until `replicas` (default: all) replicas are ready; a replica run that ended
         meanwhile ends the wait with its state."""
-        return wait_for_replicas(self.service_id, self.replicas, replicas, timeout_s=timeout_s, interval_s=0.25)
+        # All: every slice of the service, also those whose replica run another process is still submitting.
+        wanted = len(self.record().slices) if replicas is None else replicas
+        return wait_for_replicas(self.service_id, self.replicas, wanted, timeout_s=timeout_s, interval_s=0.25)
 
     def mark_cancelled(self) -> ServiceRecord:
         """Record that the service is to stop (before its replicas and router are stopped, so
@@ -184,7 +186,8 @@ ReplicaT = TypeVar("ReplicaT", bound=ReplicaView)
 def wait_for_replicas(service_id: str, read: Callable[[], list[ReplicaT]], replicas: int | None, *,
                       timeout_s: float, interval_s: float) -> list[ReplicaT]:
     """`read()` until `replicas` (None: all it lists) are ready; a replica whose run ended ends
-    the wait with its state. For a service here and one behind a controller VM alike."""
+    the wait with its state. For a service here and one behind a controller VM alike (whose
+    summary lists only the replicas submitted: the channel's `serve` answers once all are)."""
     def ready() -> list[ReplicaT] | None:
         states = read()
         ended = [r for r in states if r.state in REPLICA_ENDS]

@@ -4,14 +4,15 @@ from its run and the router's counters, the replicas' slices, and `runs` listing
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from typer.testing import CliRunner
 
 from podmanager.api.serve import replica_slices
-from podmanager.api.service_handle import replica_states, service_summary
+from podmanager.api.service_handle import ServiceHandle, replica_states, service_summary
 from podmanager.cli import app
-from podmanager.core.errors import SpecError
+from podmanager.core.errors import SpecError, TimeoutExceededError
 from podmanager.core.workload import Workload
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.state import StateStore
@@ -199,3 +200,20 @@ def test_a_replica_failing_in_warmup_says_why_with_its_run_id_and_logs_of_the_se
     logs = CliRunner().invoke(app, ["logs", "-c", "demo", "--run", "svc-1", "-F"])
     assert logs.exit_code == 2, logs.output
     assert "svc-1 is a service" in logs.output and "replica 0: r0, replica 1: r1" in logs.output
+
+
+def test_waiting_for_all_replicas_waits_for_one_whose_run_is_not_submitted_yet(tmp_path) -> None:
+    """Another process may open the service while `serve` still submits its replicas: "all" is
+    every slice of the service, not the replicas listed so far."""
+    runs, services = RunStore(tmp_path / "state.db"), ServiceStore(tmp_path / "state.db")
+    runs.create(run("r0", 0))
+    services.create(service(replica_runs=["r0"], counters=counters(connected(0, "r0"), at=time.time())))
+    handle = ServiceHandle("demo", "svc-1", services=services, runs=runs)
+    with pytest.raises(TimeoutExceededError, match="2 replica"):
+        handle.wait_ready(timeout_s=0.3)
+    assert [r.state for r in handle.wait_ready(1, timeout_s=0.3)] == ["ready"]
+
+    runs.create(run("r1", 1))
+    services.add_replica_run("svc-1", "r1")
+    services.save_counters("svc-1", counters(connected(0, "r0"), connected(1, "r1"), at=time.time()))
+    assert [r.state for r in handle.wait_ready(timeout_s=5)] == ["ready", "ready"]
