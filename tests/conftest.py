@@ -5,7 +5,7 @@ own (tests/support/lanes.py)."""
 from __future__ import annotations
 
 import pytest
-from lanes import settle_lane
+from lanes import RayLaneScheduling, settle_lane
 
 from podmanager.core.clock import FakeClock
 from podmanager.emulator.sim.cloud import SimCloud
@@ -13,8 +13,6 @@ from podmanager.emulator.sim.cloud import SimCloud
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    from lanes import RayLaneScheduling
-
     return RayLaneScheduling(config, log)
 
 
