@@ -61,7 +61,9 @@ start = int(mark.read_text()) if mark.exists() else 0
 for step in range(start + 1, 61):
     time.sleep(0.25)
     mark.parent.mkdir(parents=True, exist_ok=True)
-    mark.write_text(str(step))
+    # Written aside and renamed, as a checkpoint is: a kill mid-write leaves the last step.
+    (mark.parent / "step.tmp").write_text(str(step))
+    os.replace(mark.parent / "step.tmp", mark)
     runtime.report_progress(step, loss=1.0 / step)
 """
 
