@@ -49,7 +49,10 @@ class RemoteServiceHandle:
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[records.ReplicaState]:
         """As `ServiceHandle.wait_ready`: until `replicas` (default all) are ready; a replica whose
         run ended ends the wait."""
-        return wait_for_replicas(self.service_id, self.replicas, replicas, timeout_s=timeout_s, interval_s=0.5)
+        # All: every slice of the service, as its summary counts them, also those whose replica
+        # run the controller has not listed yet.
+        wanted = self.record().slices if replicas is None else replicas
+        return wait_for_replicas(self.service_id, self.replicas, wanted, timeout_s=timeout_s, interval_s=0.5)
 
     @contextmanager
     def reachable(self, *, port: int = 0) -> Iterator[str]:

@@ -80,6 +80,7 @@ def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus],
         "message": message,
         "program": service.program,
         "endpoint": service.endpoint,
+        "slices": len(service.slices),
         "replicas": [asdict(r) for r in replicas],
         "requests": counters.requests,
         "served": counters.served,
@@ -166,7 +167,7 @@ class ServiceHandle:
     def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
         """Wait until `replicas` (default: all) replicas are ready; a replica run that ended
         meanwhile ends the wait with its state."""
-        # All: every slice of the service, also those whose replica run another process is still submitting.
+        # All: every slice of the service, also those whose replica run is still being submitted.
         wanted = len(self.record().slices) if replicas is None else replicas
         return wait_for_replicas(self.service_id, self.replicas, wanted, timeout_s=timeout_s, interval_s=0.25)
 
@@ -183,22 +184,20 @@ class ServiceHandle:
 ReplicaT = TypeVar("ReplicaT", bound=ReplicaView)
 
 
-def wait_for_replicas(service_id: str, read: Callable[[], list[ReplicaT]], replicas: int | None, *,
+def wait_for_replicas(service_id: str, read: Callable[[], list[ReplicaT]], replicas: int, *,
                       timeout_s: float, interval_s: float) -> list[ReplicaT]:
-    """`read()` until `replicas` (None: all it lists) are ready; a replica whose run ended ends
-    the wait with its state. For a service here and one behind a controller VM alike (whose
-    summary lists only the replicas submitted: the channel's `serve` answers once all are)."""
+    """`read()` until `replicas` are ready; a replica whose run ended ends the wait with its
+    state. For a service here and one behind a controller VM alike."""
     def ready() -> list[ReplicaT] | None:
         states = read()
         ended = [r for r in states if r.state in REPLICA_ENDS]
         if ended:
             raise PodmanagerError(f"service {service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
                                   f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
-        wanted = len(states) if replicas is None else replicas
-        return states if sum(r.state == "ready" for r in states) >= wanted else None
+        return states if sum(r.state == "ready" for r in states) >= replicas else None
 
     return poll_until(ready, timeout_s=timeout_s, interval_s=interval_s,
-                      what=f"{'all' if replicas is None else replicas} replica(s) of {service_id} to be ready")
+                      what=f"{replicas} replica(s) of {service_id} to be ready")
 
 
 def follow_summaries(summary: Callable[[], dict[str, Any]], on_summary: Callable[[dict[str, Any]], None],

@@ -281,6 +281,7 @@ class ServiceSummary(Record):
     message: str
     program: str
     endpoint: str
+    slices: int  # one replica each; `replicas` lists only those submitted so far
     replicas: list[ReplicaState]
     requests: int
     served: int

@@ -48,6 +48,7 @@ class FakeController:
         self.served: list[records.ServeRequest] = []
         self.service_reads = 0
         self.service_cancelled = False
+        self.slices = 1  # replica i > 0 is listed from read 2i + 1 on, once the one before is ready
 
     def keep_code(self, zipped: bytes) -> records.CodeReply:
         self.code["d1"] = zipped
@@ -114,13 +115,15 @@ class FakeController:
         return records.ServicesReply(services=[self.service_summary()] if self.served else [])
 
     def service_summary(self) -> records.ServiceSummary:
-        """Starting, then ready from its second read; cancelled once asked."""
-        state = "ready" if self.service_reads >= 2 else "starting"
+        """Each replica starting, then ready from the next read; cancelled once asked."""
+        listed = [i for i in range(self.slices) if i == 0 or self.service_reads > 2 * i]
         return records.ServiceSummary(
             run_id=SERVICE, cluster=CLUSTER, status="cancelled" if self.service_cancelled else "serving", message="",
             program="model.py", endpoint="http://127.0.0.1:1", requests=0, served=0, failures=0, rejected=0,
-            p50_ms=None, p99_ms=None, goodput=None, started=1.0,
-            replicas=[records.ReplicaState(replica=0, run_id="r1", state=state, attempt=1, served=None)])
+            p50_ms=None, p99_ms=None, goodput=None, started=1.0, slices=self.slices,
+            replicas=[records.ReplicaState(replica=i, run_id=f"r{i + 1}", attempt=1, served=None,
+                                           state="ready" if self.service_reads >= 2 * i + 2 else "starting")
+                      for i in listed])
 
     def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
         if target not in (records.DASHBOARD, SERVICE):
@@ -321,6 +324,11 @@ def test_serve_ships_the_code_and_its_endpoint_is_a_forward_to_the_controllers_r
     assert (request.replicas, request.queue_timeout_s, request.code) == (1, 5.0, "d1")
     assert "model.py" in zipfile.ZipFile(io.BytesIO(fake.code["d1"])).namelist()
     assert [r.state for r in handle.wait_ready(timeout_s=10)] == ["ready"]
+    # Another slice, whose replica the controller lists only once the first is ready: waiting
+    # for all waits for it too.
+    fake.slices, fake.service_reads = 2, 0
+    assert [r.state for r in handle.wait_ready(timeout_s=10)] == ["ready", "ready"]
+    fake.slices = 1
     assert cluster.has_service(SERVICE) and not cluster.has_service("other")
 
     with handle.reachable() as endpoint:  # the router's stand-in echoes through the channel
