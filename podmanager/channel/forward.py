@@ -12,49 +12,30 @@ Loads aiohttp, never Ray or JAX: this is the laptop's side."""
 from __future__ import annotations
 
 import asyncio
-from typing import Self
 
 import aiohttp
 
 from podmanager.channel import records
-from podmanager.channel.loop_thread import LoopThread
+from podmanager.channel.loop_thread import LoopServer
 from podmanager.channel.pinned import ClientCredentials
 from podmanager.channel.ws_pipe import pipe
 from podmanager.core import peer
 
 LOCAL = "127.0.0.1"
-START_TIMEOUT_S = 10.0
 
 
-class Forward:
+class Forward(LoopServer):
     """Serves 127.0.0.1:`port` (0: any free one) on a thread of its own until `stop`."""
 
     def __init__(self, credentials: ClientCredentials, target: str, *, port: int = 0):
+        super().__init__("podmanager-forward", port)
         self.credentials = credentials
         self.target = target
-        self.port = port
-        self._thread = LoopThread("podmanager-forward")
         self._server: asyncio.base_events.Server | None = None
         self._carrying: set[asyncio.Task[None]] = set()
         self._ssl = credentials.tls_context()
         address = credentials.address
         self._url = f"https://{address.host}:{address.port}{records.FORWARD_PATH}"
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def start(self) -> int:
-        self._thread.start()
-        try:
-            self.port = self._thread.call(self._listen(), START_TIMEOUT_S)
-        except BaseException:
-            self.stop()
-            raise
-        return self.port
 
     async def _listen(self) -> int:
         self._server = await asyncio.start_server(self._carry, LOCAL, self.port)

@@ -15,22 +15,20 @@ import ipaddress
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Protocol, Self, TypeVar
+from typing import Protocol, TypeVar
 
 from aiohttp import WSCloseCode, web
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
 from podmanager.channel.identity import ControllerIdentity
-from podmanager.channel.loop_thread import LoopThread
+from podmanager.channel.loop_thread import STOP_TIMEOUT_S, LoopServer
 from podmanager.channel.ws_pipe import pipe
 from podmanager.core import peer
 from podmanager.core.errors import PodmanagerError
 
 MAX_BODY_BYTES = 1 << 20  # requests are names, numbers, a spec and a workload
 MAX_CODE_BYTES = 80 << 20  # a working dir's zip: the package limit (64 MiB, attempts/package.py) and room
-START_TIMEOUT_S = 10.0
-STOP_TIMEOUT_S = 5.0
 
 
 class ControllerApi(Protocol):
@@ -210,7 +208,7 @@ def tls_context(identity: ControllerIdentity) -> ssl.SSLContext:
     return context
 
 
-class ChannelServer:
+class ChannelServer(LoopServer):
     """The channel served on `identity.address` (port 0: any free one) from a thread of its own.
 
         with ChannelServer(api, identity) as server:
@@ -222,28 +220,11 @@ class ChannelServer:
     def __init__(self, api: ControllerApi, identity: ControllerIdentity, *, port: int = 0, bind: str | None = None):
         """`bind`: the address to listen on, when not the one the certificate names (a VM's
         external address is its NAT's, not its interface's)."""
+        super().__init__("podmanager-channel", port)
         self._app = build_app(api, identity.token())
         self._ssl = tls_context(identity)
         self.host = bind or identity.address
-        self.port = port
-        self._thread = LoopThread("podmanager-channel")
         self._runner: web.AppRunner | None = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def start(self) -> int:
-        self._thread.start()
-        try:
-            self.port = self._thread.call(self._listen(), START_TIMEOUT_S)
-        except BaseException:
-            self.stop()
-            raise
-        return self.port
 
     async def _listen(self) -> int:
         self._runner = web.AppRunner(self._app, shutdown_timeout=STOP_TIMEOUT_S / 2)
