@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from podmanager.api.remote_service import RemoteServiceHandle
 from podmanager.api.run_to_end import run_to_end
+from podmanager.api.run_view import RunView
 from podmanager.api.status import ClusterStatus
 from podmanager.channel import pinned, records
 from podmanager.channel.client import ChannelClient
@@ -88,8 +89,10 @@ class RemotePlan:
         return {"cluster": self.cluster, "summary": self.summary, "spares": self.spares}
 
 
-class RemoteRunHandle:
+class RemoteRunHandle(RunView):
     """`RunHandle` over the channel: status, follow, wait, cancel."""
+
+    wait_poll_s = 0.5  # each read is a request to the controller
 
     def __init__(self, client: ChannelClient, cluster: str, run_id: str):
         self.client = client
@@ -98,15 +101,6 @@ class RemoteRunHandle:
 
     def status(self) -> RunRecord:
         return patiently(lambda: self.client.run(self.cluster, self.run_id).run)
-
-    def result(self) -> RunResult | None:
-        run = self.status()
-        return final_result(run) if run.finished else None
-
-    def wait(self, *, timeout_s: float | None = None, poll_s: float = 0.5) -> RunResult:
-        return poll_until(self.result, timeout_s=float("inf") if timeout_s is None else timeout_s, interval_s=poll_s,
-                          on_timeout=lambda: TimeoutExceededError(
-                              f"run {self.run_id} still {self.status().status} after {timeout_s:.0f}s"))
 
     def follow(self, printer: Printer | None = None, on_event: EventCallback | None = None, *,
                after_event: int = 0, on_interrupt: Callable[[RemoteRunHandle], bool] | None = None,
@@ -136,9 +130,7 @@ class RemoteRunHandle:
                     offsets[output.host] = output.offset
                     host = HostRef(output.slice_index, output.worker_id)
                     if printer is not None and output.skipped:
-                        printer(host, f"podmanager: {output.skipped} line(s) skipped here to keep up; every line is "
-                                      f"in 'podmanager logs -c {self.cluster} --run {self.run_id} --host "
-                                      f"{host.label}'\n")
+                        printer(host, self.skip_notice(host, output.skipped))
                     if printer is not None and output.text:
                         printer(host, output.text)
                 seen = seen.model_copy(update={"offsets": offsets,

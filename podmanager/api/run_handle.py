@@ -8,14 +8,13 @@ every handle, and following a run again replays it from the start.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from podmanager.api.run_view import RunView
 from podmanager.attempts import logs
 from podmanager.attempts.logs import RunFolder, Tail
 from podmanager.attempts.results import OutputPrinter
 from podmanager.core import selectors
-from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
@@ -35,7 +34,7 @@ LIVE_BYTES = 128 << 10
 ORPHAN_S = 3.0
 
 
-class RunHandle:
+class RunHandle(RunView):
     def __init__(self, cluster: str, run_id: str, *, runs: RunStore | None = None, store: StateStore | None = None):
         self.cluster = cluster
         self.run_id = run_id
@@ -53,16 +52,6 @@ class RunHandle:
             raise PodmanagerError(f"RUN: no run {self.run_id!r} in {self.cluster}",
                                   hint="See the runs with 'podmanager runs'.")
         return run
-
-    def result(self) -> RunResult | None:
-        run = self.status()
-        return final_result(run) if run.finished else None
-
-    def wait(self, *, timeout_s: float | None = None, poll_s: float = 0.25) -> RunResult:
-        """Block until the run has finished; its result."""
-        return poll_until(self.result, timeout_s=float("inf") if timeout_s is None else timeout_s, interval_s=poll_s,
-                          on_timeout=lambda: TimeoutExceededError(
-                              f"run {self.run_id} still {self.status().status} after {timeout_s:.0f}s"))
 
     def follow(self, printer: OutputPrinter | None = None, on_event: EventCallback | None = None, *,
                after_event: int | None = None, on_interrupt: InterruptCallback | None = None,
@@ -105,17 +94,13 @@ class RunHandle:
                 if printer is None:
                     continue
                 if read.new.skipped:
-                    notice = self._skip_notice(read.host, read.new.skipped, read.path)
+                    notice = self.skip_notice(read.host, read.new.skipped, str(read.path))
                     printer(read.host, notice)  # type: ignore[arg-type]
                 if read.new.text:
                     printer(read.host, read.new.text)  # type: ignore[arg-type]
             if done:
                 return final_result(run)
             time.sleep(poll_s)
-
-    def _skip_notice(self, host: HostRef, skipped: int, path: Path) -> str:
-        return (f"podmanager: {skipped} line(s) skipped here to keep up; every line is in "
-                f"'podmanager logs -c {self.cluster} --run {self.run_id} --host {host.label}' ({path})\n")
 
     def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
         """Ask the supervisor to stop every process of the run on every host, and (by default)
