@@ -23,7 +23,7 @@ from podmanager.runtime.contract import EXIT_PREEMPTED
 from podmanager.vm.ray_node import free_port
 from podmanager.vm.workload_runs import HostRuns
 
-pytestmark = [pytest.mark.ray]  # starts JAX processes: seconds, not milliseconds
+pytestmark = [pytest.mark.processes]  # starts JAX processes: seconds, not milliseconds
 
 GRACE_S = 10.0
 
@@ -63,7 +63,7 @@ def test_cancelling_a_jax_program_ends_it_at_once_not_after_the_grace_period(tmp
     started = time.monotonic()
     code = runs.stop("r", grace_s=GRACE_S)
     assert code == -signal.SIGTERM, runs.poll("r", 0).output.decode()[-2000:]  # not SIGKILL after the grace
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < GRACE_S / 2  # ended by the SIGTERM, not at the grace period's end
 
 
 def test_a_notice_to_a_jax_program_with_podmanagers_handler_still_checkpoints_and_exits_75(tmp_path):

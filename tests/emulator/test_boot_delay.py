@@ -64,7 +64,7 @@ class _MetadataServer:
         pass
 
 
-@pytest.mark.ray  # boots a simulated VM
+@pytest.mark.processes  # boots a simulated VM
 @pytest.mark.parametrize("delay_s", [0.0, 1.5])
 def test_a_simulated_vm_runs_its_startup_script_only_after_its_boot_delay(monkeypatch, delay_s: float) -> None:
     metadata = _MetadataServer()

@@ -176,7 +176,7 @@ def test_keep_returns_only_after_the_record_is_gone_twice_in_a_row(tmp_path, mon
     assert len(checks) == 6 and killed == ["m1"]
 
 
-@pytest.mark.ray  # starts processes: seconds, not milliseconds
+@pytest.mark.processes  # starts processes: seconds, not milliseconds
 def test_a_simulated_vm_stops_itself_when_its_record_is_gone(tmp_path):
     """A machine with a lease holder, as `SimHostBooter` starts one: deleting the record (as
     `rm -rf $PODMANAGER_HOME` does) stops every process of it and removes its temp dir."""

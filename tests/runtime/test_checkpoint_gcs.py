@@ -22,7 +22,7 @@ import pytest
 emulator_server = pytest.importorskip(
     "gcp_storage_emulator.server", reason="the GCS emulator is in the test extra: pip install -e '.[test]'")
 
-pytestmark = pytest.mark.ray  # starts JAX processes
+pytestmark = pytest.mark.processes  # starts JAX processes
 
 BUCKET = "ckpt-bucket"
 

@@ -104,7 +104,7 @@ def test_the_slice_count_is_the_launchs_else_the_multislice_environments_else_on
         runtime.slice_count({"PODMANAGER_NUM_SLICES": "0"})
 
 
-@pytest.mark.ray  # starts processes: seconds, not milliseconds
+@pytest.mark.processes  # starts processes: seconds, not milliseconds
 def test_initialize_fails_when_the_coordinator_never_answers():
     # Process 1 of 2 with no coordinator listening must die, not hang. JAX
     # aborts the process (SIGABRT) once the initialization timeout expires.
@@ -183,7 +183,7 @@ def test_device_grid_multislice_puts_data_across_slices():
         runtime.device_grid({"data": 1, "model": 8}, devs)
 
 
-@pytest.mark.ray  # starts processes: seconds, not milliseconds
+@pytest.mark.processes  # starts processes: seconds, not milliseconds
 def test_initialize_twice_and_preemption_agreement_across_two_processes(tmp_path):
     # Process 1 alone gets the notice; both must see it at the same boundary.
     import socket

@@ -232,7 +232,7 @@ def test_a_request_predict_raises_on_is_answered_alone_and_the_replica_serves_on
     assert "ReplicaBroken" in output and "the device is gone" in output, output
 
 
-@pytest.mark.ray  # JAX's distributed runtime: with the suite's heavy part
+@pytest.mark.processes  # JAX's distributed runtime: seconds, not milliseconds
 def test_a_replica_over_two_jax_processes_runs_each_batch_on_both_follows_checkpoints_and_drains_together(
         router, tmp_path):
     import jax.numpy as jnp

@@ -5,7 +5,9 @@ one file at a time, in what CPU the Ray lane leaves. The Ray worker takes files 
 lane once its own is done.
 
 A file needs Ray when it marks any test `ray` (`pytest.mark.ray`); the whole file goes to the
-Ray lane, so its module fixtures are set up once.
+Ray lane, so its module fixtures are set up once. Files that start JAX processes or a simulated
+VM but no Ray (`pytest.mark.processes`) run in the other lane: their processes have no deadline
+that a slower CPU share misses.
 """
 
 from __future__ import annotations

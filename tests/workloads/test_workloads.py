@@ -134,7 +134,7 @@ def mlp_one_process(workdir) -> Job:
                    devices_per_process=8)
 
 
-@pytest.mark.ray  # JAX processes
+@pytest.mark.processes  # JAX processes
 def test_mlp_one_process_learns_and_reports(mlp_one_process):
     losses = mlp_one_process.losses()
     assert sorted(losses) == list(range(1, BASE_STEPS + 1))
@@ -144,7 +144,7 @@ def test_mlp_one_process_learns_and_reports(mlp_one_process):
     assert out.strip().splitlines()[-1] == f"done steps={BASE_STEPS} final_loss={losses[BASE_STEPS]:.6f}"
 
 
-@pytest.mark.ray  # JAX processes
+@pytest.mark.processes  # JAX processes
 def test_mlp_two_processes_match_one_process(workdir, mlp_one_process):
     job = run_job(workdir, "mlp2", MLP, ["--steps", str(BASE_STEPS)], processes=2,
                   devices_per_process=4)
@@ -157,7 +157,7 @@ def test_mlp_two_processes_match_one_process(workdir, mlp_one_process):
     assert "done steps=" not in job.output(1)  # only process 0 prints
 
 
-@pytest.mark.ray  # JAX processes
+@pytest.mark.processes  # JAX processes
 def test_transformer_bfloat16_single_process_all_model(workdir):
     steps = 30
     job = run_job(workdir, "tpbf16", TRANSFORMER,
@@ -168,7 +168,7 @@ def test_transformer_bfloat16_single_process_all_model(workdir):
     assert losses[steps] < 0.5 * losses[1]
 
 
-@pytest.mark.ray  # JAX processes
+@pytest.mark.processes  # JAX processes
 def test_resume_matches_uninterrupted_run(workdir, tmp_path, mlp_one_process):
     half = BASE_STEPS // 2
     ck = tmp_path / "ck"
@@ -194,7 +194,7 @@ def test_resume_matches_uninterrupted_run(workdir, tmp_path, mlp_one_process):
         f"done steps={BASE_STEPS} final_loss={ref[BASE_STEPS]:.6f}")
 
 
-@pytest.mark.ray  # JAX processes
+@pytest.mark.processes  # JAX processes
 def test_preemption_of_one_host_checkpoints_all_and_resumes(workdir, tmp_path, mlp_one_process):
     ck = tmp_path / "ck"
     args = ["--steps", "100000", "--checkpoint-every", "100000", "--checkpoint-dir", str(ck)]
@@ -224,7 +224,7 @@ def test_preemption_of_one_host_checkpoints_all_and_resumes(workdir, tmp_path, m
     assert_losses_close(resumed.losses(0), ref, range(stopped + 1, stopped + 6))
 
 
-@pytest.mark.ray  # JAX processes
+@pytest.mark.processes  # JAX processes
 def test_wrong_parallelism_is_rejected_with_counts(tmp_path):
     with launch(tmp_path, "bad", MLP, ["--steps", "2", "--parallelism", "data=3"], processes=1,
                 devices_per_process=8) as job:
