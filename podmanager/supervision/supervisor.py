@@ -188,6 +188,8 @@ class RunSupervisor:
             started = current.started if current.started is not None else self.clock.now()
         else:
             self._stop_strays(agents)
+            if current.attempt == attempt and current.log_base:  # launched before this supervisor started
+                self._keep_left_output(agents, attempt, current.log_base)
             started = self.clock.now()
             self.run.phase = Launching(attempt=attempt, started=started, on_slices=on_slices,
                                        log_base={slot.label: self.runner.logs.size(slot) for slot, _ in agents})
@@ -381,6 +383,25 @@ class RunSupervisor:
         except (RayActorError, GetTimeoutError):
             return False
         return all(f is not None and f.attempt == attempt for f in found)
+
+    def _keep_left_output(self, agents: list[tuple[HostSlot, Any]], attempt: int, base: dict[str, int]) -> None:
+        """The lines the attempt's processes wrote that no supervisor collected (they ran on
+        while the head was down), read from each host's output file into the run's logs
+        before a new launch of the attempt writes over that file."""
+        for slot, agent in agents:
+            if slot.label not in base:
+                continue
+            while True:
+                offset = max(0, self.runner.logs.size(slot) - base[slot.label])
+                try:
+                    left = self.runner.remote.get(agent.left_output.remote(self.run_id, attempt, offset), timeout=30)
+                except (RayActorError, GetTimeoutError) as error:  # a host that cannot answer: its lines stay on it
+                    self.record(EventKind.WARNING, f"run {self.run_id}: {slot.label}'s output from before the "
+                                f"supervisor restarted was not read: {error}")
+                    break
+                if not left:
+                    break
+                self.runner.logs.append(slot, left)
 
     def _stop_strays(self, agents: list[tuple[HostSlot, Any]]) -> None:
         """Stop whatever is left of this run on the hosts (a launch cut short, survivors of a

@@ -91,6 +91,10 @@ class HostAgent:
     def workload_status(self, run_id: str) -> HeldRun | None:
         return self._runs().describe(run_id)
 
+    def left_output(self, run_id: str, attempt: int, offset: int) -> bytes:
+        """An earlier process's output of the attempt, from its file here; see `HostRuns.left_output`."""
+        return self._runs().left_output(run_id, attempt, offset)
+
     def stop_workload(self, run_id: str, grace_s: float) -> int | None:
         return self._runs().stop(run_id, grace_s)
 

@@ -23,7 +23,12 @@ from podmanager.runtime import contract
 from podmanager.runtime.launch import JAX_COMPILATION_CACHE_ENV
 from podmanager.vm import environments
 from podmanager.vm.environments import Environment, HostSetup
-from podmanager.vm.process import WorkloadProcess, first_progress, read_progress
+from podmanager.vm.process import (
+    WorkloadProcess,
+    first_progress,
+    read_chunk,
+    read_progress,
+)
 from podmanager.vm.procs import MACHINE_ENV, OWNER_ENV
 
 # Variables of the agent's own process that a workload must not inherit: Ray's worker
@@ -190,6 +195,16 @@ class HostRuns:
             # The file lives on this host: its end travels with the exit, for the failure summary.
             tail=() if status.running else tuple(process.tail()),
         )
+
+    def left_output(self, run_id: str, attempt: int, offset: int, max_bytes: int = OUTPUT_CHUNK) -> bytes:
+        """What the run's `attempt` wrote here from `offset` on (at most `max_bytes`, whole
+        lines), read from its output file: the file outlives the process and the agent that
+        started it (a lost Ray head takes the agents with it), so a supervisor started again
+        keeps every line before it launches the attempt afresh over the same file."""
+        path = self.run_dir(run_id) / f"output-{attempt}.log"
+        if not path.exists():  # another host now (a slice made again), or never started here
+            return b""
+        return read_chunk(path, offset, max_bytes, final=True).data
 
     def describe(self, run_id: str) -> HeldRun | None:
         """Which attempt of the run this host holds and whether its process still runs; None

@@ -11,6 +11,7 @@ import pytest
 from fake_hosts import Behaviour, FakeRef, FakeRemote, _Method, agents
 
 from podmanager.api.run_handle import run_summary
+from podmanager.attempts.logs import RunFolder
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
 from podmanager.core.clock import Clock, FakeClock, RealClock
 from podmanager.core.records import SliceRef
@@ -174,6 +175,31 @@ def test_a_supervisor_started_on_a_running_attempt_reattaches_instead_of_launchi
     assert result.status == "succeeded" and result.attempts == 1
     assert [len(a.started) for _, a in cluster.hosts] == [1, 1]  # never a second copy
     assert "reattached" in cluster.kinds() and "attempt_started" not in cluster.kinds()
+
+
+def test_a_supervisor_started_on_an_attempt_its_hosts_lost_keeps_the_lines_written_meanwhile_then_relaunches(
+        tmp_path, runs):
+    """The head went down with the agents; the programs ran on for a while and wrote lines no
+    supervisor collected. They are read from the hosts' output files before the relaunch."""
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=2, lines=["relaunched"]))
+    run_id = submit(cluster, runs)
+    folder = RunFolder("c", run_id)
+    run = runs.get(run_id)
+    run.status, run.supervisor = "running", SupervisorProcess(starts=1)
+    base = {}
+    for host, agent in cluster.hosts:  # each host's log held one earlier attempt, then "step 1" of this one
+        folder.append(host, b"attempt before\n")
+        base[host.label] = folder.size(host)
+        folder.append(host, b"step 1\n")
+        agent.files[(run_id, 0)] = b"step 1\nstep 2\nstep 3\n"  # the file on the host: two lines more
+    run.phase = Running(attempt=0, started=1.0, log_base=base)
+    runs.save(run)
+
+    result = supervise(cluster, runs, run_id)
+    assert result.status == "succeeded"
+    for host, agent in cluster.hosts:
+        assert folder.path(host).read_text() == "attempt before\nstep 1\nstep 2\nstep 3\nrelaunched\n"
+        assert len(agent.started) == 1 and agent.started[0]["PODMANAGER_ATTEMPT"] == "0"
 
 
 def test_a_cancel_stops_every_host_and_ends_the_run_as_cancelled(tmp_path, runs):

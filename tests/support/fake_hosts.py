@@ -85,12 +85,16 @@ class FakeAgent:
         self.runs: dict[str, dict[str, Any]] = {}  # run id -> this host's process
         self.setups: list[str] = []  # the run id of every setup asked for, in order
         self.setup_report = HostSetup(True, 0.0)  # what every setup answers
+        # (run id, attempt) -> the output file of a process an earlier agent here started (a
+        # lost head takes the agents, not the files); a launch of that attempt here writes it anew.
+        self.files: dict[tuple[str, int], bytes] = {}
         self.free_port = _Method(lambda: FakeRef(12345))
         self.setup_workload = _Method(self._setup)
         self.start_workload = _Method(self._start)
         self.poll_workload = _Method(self._poll)
         self.stop_workload = _Method(self._stop)
         self.workload_status = _Method(self._status)
+        self.left_output = _Method(lambda run_id, attempt, offset: FakeRef(self.files.get((run_id, attempt), b"")[offset:]))
         self.preemption_notice = _Method(lambda: FakeRef("preempted" if self.notice else None))
         self.signal_workload = _Method(lambda run_id, signum: FakeRef(self.signals.append(signum)))
 
@@ -103,6 +107,7 @@ class FakeAgent:
     def _start(self, run_id: str, workload_json: str, env: dict[str, str]) -> FakeRef:
         attempt = int(env["PODMANAGER_ATTEMPT"])
         self.started.append(env)
+        self.files.pop((run_id, attempt), None)
         self.runs[run_id] = {"attempt": attempt, "behaviour": self.script(attempt), "polls": 0, "running": True,
                              "exit_code": None, "pid": 1000 + len(self.started), "output": ""}
         return FakeRef(self.runs[run_id]["pid"])

@@ -42,6 +42,16 @@ def test_output_exit_code_and_environment(tmp_path):
     assert report.output == b"rank 5\ntoken None\nno newline"  # the agent's secrets are not inherited
 
 
+def test_an_agent_started_again_reads_an_earlier_agents_attempt_output_from_its_file(tmp_path):
+    earlier = HostRuns(tmp_path)
+    earlier.start("r", command("print('one'); print('two'); print('three', end='')"), {"PODMANAGER_ATTEMPT": "2"})
+    wait_exit(earlier, "r")
+    again = HostRuns(tmp_path)  # the agent after a lost head: it holds no process of the run
+    assert again.left_output("r", 2, 4) == b"two\nthree"  # from the offset on, the unterminated end too
+    assert again.left_output("r", 2, 13) == b""
+    assert again.left_output("r", 1, 0) == b"" and again.left_output("other", 2, 0) == b""
+
+
 def test_progress_is_reported(tmp_path):
     runs = HostRuns(tmp_path)
     code = ("import json,os\nwith open(os.environ['PODMANAGER_PROGRESS_FILE'],'a') as f:\n"
