@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from podmanager.attempts import package
 from podmanager.attempts.attempt import CANCELLED, GROW, AttemptRunner
@@ -395,7 +395,7 @@ class RunSupervisor:
                 offset = max(0, self.runner.logs.size(slot) - base[slot.label])
                 try:
                     left = self.runner.remote.get(agent.left_output.remote(self.run_id, attempt, offset), timeout=30)
-                except (RayActorError, GetTimeoutError) as error:  # a host that cannot answer: its lines stay on it
+                except RayError as error:  # a host that cannot answer or read the file: its lines stay on it
                     self.record(EventKind.WARNING, f"run {self.run_id}: {slot.label}'s output from before the "
                                 f"supervisor restarted was not read: {error}")
                     break

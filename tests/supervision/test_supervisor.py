@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fake_hosts import Behaviour, FakeRef, FakeRemote, _Method, agents
+from ray.exceptions import RayTaskError
 
 from podmanager.api.run_handle import run_summary
 from podmanager.attempts.logs import RunFolder
@@ -194,12 +195,16 @@ def test_a_supervisor_started_on_an_attempt_its_hosts_lost_keeps_the_lines_writt
         agent.files[(run_id, 0)] = b"step 1\nstep 2\nstep 3\n"  # the file on the host: two lines more
     run.phase = Running(attempt=0, started=1.0, log_base=base)
     runs.save(run)
+    # Host 1's agent cannot read its file: its lines stay on it, and the run goes on.
+    cluster.hosts[1][1].left_output = _Method(lambda *_: FakeRef(error=RayTaskError("left_output", "", OSError())))
 
     result = supervise(cluster, runs, run_id)
     assert result.status == "succeeded"
+    kept = {0: "step 1\nstep 2\nstep 3\n", 1: "step 1\n"}
     for host, agent in cluster.hosts:
-        assert folder.path(host).read_text() == "attempt before\nstep 1\nstep 2\nstep 3\nrelaunched\n"
+        assert folder.path(host).read_text() == f"attempt before\n{kept[host.slice_index]}relaunched\n"
         assert len(agent.started) == 1 and agent.started[0]["PODMANAGER_ATTEMPT"] == "0"
+    assert cluster.kinds().count("warning") == 1
 
 
 def test_a_cancel_stops_every_host_and_ends_the_run_as_cancelled(tmp_path, runs):
