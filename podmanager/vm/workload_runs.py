@@ -169,7 +169,7 @@ class HostRuns:
         process_env[contract.ENV_PROGRESS_FILE] = str(folder / f"progress-{attempt}.jsonl")
         argv = workload.argv(prepared.environment.python, process_env)
         try:
-            process = WorkloadProcess(argv, env=process_env, cwd=str(cwd), log_path=folder / f"output-{attempt}.log")
+            process = WorkloadProcess(argv, env=process_env, cwd=str(cwd), log_path=self.output_path(run_id, attempt))
         except OSError as error:
             raise RuntimeError(f"cannot start {argv[0]!r}: {error.strerror}") from None
         self.processes[run_id] = process
@@ -196,12 +196,16 @@ class HostRuns:
             tail=() if status.running else tuple(process.tail()),
         )
 
+    def output_path(self, run_id: str, attempt: int | str) -> Path:
+        """The file an attempt's process writes its output to, here; a launch of the attempt writes it anew."""
+        return self.run_dir(run_id) / f"output-{attempt}.log"
+
     def left_output(self, run_id: str, attempt: int, offset: int, max_bytes: int = OUTPUT_CHUNK) -> bytes:
         """What the run's `attempt` wrote here from `offset` on (at most `max_bytes`, whole
         lines), read from its output file: the file outlives the process and the agent that
         started it (a lost Ray head takes the agents with it), so a supervisor started again
         keeps every line before it launches the attempt afresh over the same file."""
-        path = self.run_dir(run_id) / f"output-{attempt}.log"
+        path = self.output_path(run_id, attempt)
         if not path.exists():  # another host now (a slice made again), or never started here
             return b""
         return read_chunk(path, offset, max_bytes, final=True).data
