@@ -42,6 +42,7 @@ class WorkloadProcess:
         self._log = open(log_path, "wb")
         self.tag = uuid.uuid4().hex
         self._left_ended = False
+        self._terminated = False  # SIGTERM sent (a notice): the program is checkpointing and exiting
         # Its own process group, so the whole tree (JAX may fork helpers) is signalled as one
         # and a Ctrl-C at a terminal never reaches it directly.
         self._popen = subprocess.Popen(
@@ -78,9 +79,12 @@ class WorkloadProcess:
         return code
 
     def stop(self, grace_s: float = 10.0) -> int:
-        """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code."""
+        """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code.
+        A program already sent SIGTERM (a notice) gets no second one: it may be past its
+        handler, in the interpreter's exit, where a second SIGTERM kills it mid-way."""
         if self._popen.poll() is None:
-            self._signal_group(signal.SIGTERM)
+            if not self._terminated:
+                self.signal(signal.SIGTERM)
             self._signal_group(signal.SIGCONT)  # a frozen (hung) program must see the SIGTERM too
             if self.wait(grace_s) is None:
                 self._signal_group(signal.SIGKILL)
@@ -89,6 +93,7 @@ class WorkloadProcess:
         return code
 
     def signal(self, signum: int) -> None:
+        self._terminated = self._terminated or signum == signal.SIGTERM
         self._signal_group(signum)
 
     def _end_leftovers(self, wait_s: float = 5.0) -> None:

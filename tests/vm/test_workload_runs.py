@@ -99,6 +99,28 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path):
     assert runs.stop("r", grace_s=0.5) == -signal.SIGKILL
 
 
+def test_a_program_already_told_to_stop_gets_no_second_sigterm_while_it_exits(tmp_path):
+    """A notice's SIGTERM, then the attempt's stop: the program is already on its way out (at
+    the interpreter's exit Python's handlers are gone), so a second SIGTERM would kill it."""
+    runs = HostRuns(tmp_path)
+    code = textwrap.dedent("""
+        import signal, sys, time
+        def checkpoint_and_exit(*_):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as at the interpreter's exit
+            print("exiting", flush=True)
+            time.sleep(0.5)
+            sys.exit(75)
+        signal.signal(signal.SIGTERM, checkpoint_and_exit)
+        print("ready", flush=True)
+        time.sleep(600)
+    """)
+    runs.start("r", command(code), {})
+    poll_until(lambda: b"ready" in runs.poll("r", 0).output, timeout_s=30, interval_s=0.05)
+    runs.signal("r", signal.SIGTERM)
+    poll_until(lambda: b"exiting" in runs.poll("r", 0).output, timeout_s=30, interval_s=0.01)
+    assert runs.stop("r", grace_s=30) == 75
+
+
 def test_a_second_start_of_a_live_run_is_refused(tmp_path):
     runs = HostRuns(tmp_path)
     runs.start("r", command("import time; time.sleep(600)"), {})
