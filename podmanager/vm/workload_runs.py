@@ -161,7 +161,7 @@ class HostRuns:
             if not report.ok:
                 raise RuntimeError(f"run {run_id} cannot start here: {report.error}")
         prepared = self.prepared[run_id]
-        attempt = env.get(contract.ENV_ATTEMPT, "0")
+        attempt = int(env.get(contract.ENV_ATTEMPT, "0"))
         folder = self.run_dir(run_id)
         cwd = prepared.cwd
         process_env = self._process_env(prepared, env, workload)
@@ -173,7 +173,7 @@ class HostRuns:
         except OSError as error:
             raise RuntimeError(f"cannot start {argv[0]!r}: {error.strerror}") from None
         self.processes[run_id] = process
-        self.attempts[run_id] = int(attempt)
+        self.attempts[run_id] = attempt
         self.progress_files[run_id] = Path(process_env[contract.ENV_PROGRESS_FILE])
         return process.pid
 
@@ -196,7 +196,7 @@ class HostRuns:
             tail=() if status.running else tuple(process.tail()),
         )
 
-    def output_path(self, run_id: str, attempt: int | str) -> Path:
+    def output_path(self, run_id: str, attempt: int) -> Path:
         """The file an attempt's process writes its output to, here; a launch of the attempt writes it anew."""
         return self.run_dir(run_id) / f"output-{attempt}.log"
 
