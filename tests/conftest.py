@@ -4,11 +4,27 @@ own (tests/support/lanes.py)."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from lanes import RayLaneScheduling, settle_lane
 
 from podmanager.core.clock import FakeClock
 from podmanager.emulator.sim.cloud import SimCloud
+
+
+def pytest_configure(config):
+    terminal_signal_dispositions()
+
+
+def terminal_signal_dispositions() -> None:
+    """Give this process, and so every process a test starts, SIGINT as a terminal gives it.
+    A runner started as a background job (`… &` in a script, some CI runners) has SIGINT
+    ignored, Python keeps an ignored SIGINT ignored, and every child inherits that: a test that
+    presses Ctrl-C on its client would then wait for nothing. A handler, unlike SIG_IGN, is
+    reset to the default action in a child's exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -3,6 +3,7 @@ hangs and spent budgets, each ending in the right state with nothing left behind
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 import threading
 from pathlib import Path
@@ -207,20 +208,51 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
 
 
 ELASTIC_CREATE_LATENCY_S = 16.0  # the replacement takes this (and its host's join): the run must not wait for it
-# Still going when the replacement's host has joined: on one slice ~40 steps/s under load (~30 s
-# shrunk: the create, the boot, the join), on two ~10 steps/s (gloo between the hosts).
-ELASTIC_STEPS = 2000
+ELASTIC_STEPS = 300
+# A program of the test's own: train_mlp, except that an attempt on one slice of the two (shrunk)
+# holds after its first step until it is asked to stop, as the grow-back asks. So the run is still
+# going when the replacement has joined, however fast this machine steps: the grow-back happens
+# on every machine, and the loss is the same (holding computes nothing).
+HOLD_WHEN_SHRUNK = """\
+import sys
+import time
+
+import jax
+
+from podmanager import runtime
+from workloads import train_mlp
+
+report_progress = runtime.report_progress
+held = False
+
+
+def report_and_hold(step, **metrics):
+    global held
+    report_progress(step, **metrics)
+    if not held and runtime.slice_count() == 1:
+        held = True
+        while not runtime.preemption_requested():
+            time.sleep(0.05)
+
+
+runtime.report_progress = report_and_hold
+sys.exit(train_mlp.run())
+"""
 
 
 def test_an_elastic_run_goes_on_with_the_slice_left_grows_back_and_ends_at_the_same_loss(cluster, tmp_path):
     """`--min-slices 1`, slice 1 preempted with no spare: the run resumes on slice 0 alone at
     once, the slice is made again meanwhile, and the run grows back to both at a checkpoint,
     ending where an uninterrupted run on both ends (the global batch is the same on one slice)."""
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "workloads", project / "workloads", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "hold_when_shrunk.py").write_text(HOLD_WHEN_SHRUNK)
+    workload = train(tmp_path / "elastic", steps=ELASTIC_STEPS, min_slices=1).model_copy(
+        update={"entrypoint": "hold_when_shrunk.py", "working_dir": str(project)})
     cluster.simulator.configure_cluster(NAME, ELASTIC_CREATE_LATENCY_S, 0.0)
     try:
         with final_loss_meanwhile("workloads/train_mlp.py", ["--steps", str(ELASTIC_STEPS)], devices=2) as uninterrupted:
-            result = cluster.run(train(tmp_path / "elastic", steps=ELASTIC_STEPS, min_slices=1),
-                                 printer=PreemptAt(cluster, 1, step=50))
+            result = cluster.run(workload, printer=PreemptAt(cluster, 1, step=50))
             reference = uninterrupted()
     finally:
         cluster.simulator.configure_cluster(NAME, 0.0, 0.0)
