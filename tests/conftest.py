@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from lanes import RayLaneScheduling, settle_lane
+from lanes import RayLaneScheduling, hand_lane_file, record_ray_files, remove_lane_file, settle_lane
 
 from podmanager.core.clock import FakeClock
 from podmanager.emulator.sim.cloud import SimCloud
@@ -32,8 +32,21 @@ def pytest_xdist_make_scheduler(config, log):
     return RayLaneScheduling(config, log)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    hand_lane_file(node)
+
+
+def pytest_unconfigure(config):
+    remove_lane_file()
+
+
+def pytest_collection_modifyitems(config, items):
+    record_ray_files(config, items)
+
+
 def pytest_runtest_setup(item):
-    settle_lane(item.path)
+    settle_lane(item)
 
 
 @pytest.fixture(autouse=True)
