@@ -7,7 +7,13 @@ from __future__ import annotations
 import signal
 
 import pytest
-from lanes import RayLaneScheduling, hand_lane_file, record_ray_files, remove_lane_file, settle_lane
+from lanes import (
+    RayLaneScheduling,
+    hand_lane_file,
+    record_ray_files,
+    remove_lane_file,
+    settle_lane,
+)
 
 from podmanager.core.clock import FakeClock
 from podmanager.emulator.sim.cloud import SimCloud
