@@ -32,7 +32,12 @@ from podmanager.vm.uv_settings import (
     with_index_credentials,
 )
 
-TPU_VM_PLATFORM = "x86_64-unknown-linux-gnu"  # Cloud TPU VMs: x86-64 Linux (manylinux_2_28 wheels)
+# The TPU VM images (tpu-ubuntu2204-base, v2-alpha-tpuv5-lite, v2-alpha-tpuv5, v2-alpha-tpuv6e) are
+# Ubuntu 22.04 on x86-64: glibc 2.35, so manylinux_2_35 and older wheels install there. uv's generic
+# x86_64-unknown-linux-gnu target means manylinux_2_28, which never takes libtpu (its wheels are
+# manylinux_2_31 only): jax[tpu] did not resolve at all.
+# https://cloud.google.com/tpu/docs/runtimes (the images), https://pypi.org/project/libtpu/#files (the wheels)
+TPU_VM_PLATFORM = "x86_64-manylinux_2_35"
 _OWN_LINE = re.compile(r"^podmanager(\s|@|=|\[|$)", re.IGNORECASE)
 
 

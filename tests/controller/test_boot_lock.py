@@ -90,3 +90,15 @@ def test_the_startup_script_installs_with_the_lock_as_constraints():
     assert "LOCK='pmlockapp==1.0\npmlockdep==1.0\n'\n" in script
     assert '"${constraints[@]}" "$requirement"' in script and 'constraints=(--constraint "$BASE/lock.txt")' in script
     assert software.install_key() != Software(**{**software.__dict__, "lock": ""}).install_key()
+
+
+def test_the_default_environment_resolves_for_a_real_tpu_vm_from_the_package_index():
+    """The pins every real VM gets (Ray and jax[tpu] at this environment's versions) resolve for
+    the TPU VMs' platform against the package index itself, libtpu included: with uv's generic
+    Linux target (manylinux_2_28) libtpu has no wheel, and every real `up` stopped here."""
+    software = Software.pinned_to_controller(podmanager="0.1.0", podmanager_source="podmanager==0.1.0")
+    lock = boot_lock.compile_lock(software.pinned_requirements(), python=software.python,
+                                  platform=boot_lock.TPU_VM_PLATFORM)
+    pinned = dict(line.split("==", 1) for line in lock.splitlines() if "==" in line)
+    assert pinned["jax"] == software.jax and pinned["ray"] == software.ray
+    assert "libtpu" in pinned, lock
