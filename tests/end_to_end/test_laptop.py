@@ -194,6 +194,7 @@ def test_a_wrong_token_is_refused_naming_the_fix(laptop):
         token.write_text(right)
     assert refused.returncode == 2
     assert "refused the token" in refused.stderr + refused.stdout
+    assert f"podmanager connect -c {NAME} --dry-run" in refused.stderr + refused.stdout  # not: copy files off its disk
 
 
 def test_the_dashboard_is_forwarded_with_its_job_api(laptop):
