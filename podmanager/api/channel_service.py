@@ -3,12 +3,17 @@
 
 `up` and `down` run as jobs in threads of the controller's process: they outlive the request
 and the client's connection (a laptop that sleeps or loses Wi-Fi stops nothing), and a client
-follows them by the cluster's events and `job`. A working dir arrives as a zip, is kept by its
-content's digest under `$PODMANAGER_HOME/uploads/`, and a run is submitted from its unpacked
-copy, exactly as a run submitted on the controller itself."""
+follows them by the cluster's events and `job`. A cluster's jobs take turns (two clients' `up`s,
+or a client's `up` and the one the controller runs after a crash): the second records a
+`waiting` event naming the first, waits for it, and then finds its work done. The process has
+one Ray connection (Ray's driver is one per process), which every request and job shares; only
+`down` ends it. A working dir arrives as a zip, is kept by its content's digest under
+`$PODMANAGER_HOME/uploads/`, and a run is submitted from its unpacked copy, exactly as a run
+submitted on the controller itself."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import itertools
@@ -17,12 +22,12 @@ import threading
 import time
 import zipfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 import yaml
 
-from podmanager.api.cluster import Cluster, resolve_cluster
+from podmanager.api.cluster import Cluster
 from podmanager.api.history import cluster_events, service_history
 from podmanager.api.status import ClusterStatus
 from podmanager.attempts import logs
@@ -30,7 +35,8 @@ from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
 from podmanager.channel.private_files import write_private
 from podmanager.core import paths, selectors
-from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
+from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
@@ -50,6 +56,8 @@ class ControllerChannelApi:
         self._jobs: dict[str, records.JobReply] = {}
         self._job_ids = itertools.count(1)
         self._clusters: dict[str, Cluster] = {}
+        self._turns: dict[str, threading.Lock] = {}  # per cluster: held by the job running now
+        self._running: dict[str, str] = {}  # cluster -> the id of the job that holds its turn
         self._mutex = threading.Lock()
 
     def close(self) -> None:
@@ -61,8 +69,8 @@ class ControllerChannelApi:
     # ------------------------------------------------------------------ reading
 
     def status(self, cluster: str) -> records.StatusReply:
-        with resolve_cluster(cluster, store=self.store) as found:
-            return status_reply(found.status())
+        # The cached Cluster, never closed here: closing is Ray's shutdown, under a running `up`.
+        return status_reply(self._cluster(cluster).status())
 
     def events(self, cluster: str, after_id: int) -> records.EventsReply:
         found = self.store.events(cluster, after_id=after_id)
@@ -183,6 +191,14 @@ class ControllerChannelApi:
                 found = self._clusters[name] = Cluster.from_name(name, store=self.store)
             return found
 
+    def _keep(self, cluster: Cluster) -> None:
+        """`up`'s Cluster (of the spec it stored) serves the requests from now on; the one it
+        replaces closes its cloud, not Ray (the process's one connection, which `up` uses)."""
+        with self._mutex:
+            old, self._clusters[cluster.name] = self._clusters.get(cluster.name), cluster
+        if old is not None and old is not cluster:
+            old.runtime.close_cloud()
+
     # ------------------------------------------------------------------ up and down, as jobs
 
     def start_up(self, request: records.UpRequest) -> records.JobReply:
@@ -204,10 +220,10 @@ class ControllerChannelApi:
                                     on_plan=lambda plan: self._set(job_id, plan=records.PlanReply(
                                         cluster=plan.cluster, summary=plan.describe(), spares=plan.spares)))
             finally:
-                cluster.close()
+                self._keep(cluster)
             return status_reply(status)
 
-        return self._start("up", work)
+        return self._start("up", spec.name, request.timeout_s, work)
 
     def start_down(self, request: records.DownRequest) -> records.JobReply:
         def work(job_id: str) -> None:
@@ -219,25 +235,28 @@ class ControllerChannelApi:
             try:
                 cluster.down(timeout_s=request.timeout_s)
             finally:
-                cluster.close()
+                cluster.close()  # the head is gone: so is this process's connection to it
 
-        return self._start("down", work)
+        return self._start("down", request.cluster, request.timeout_s, work)
 
     def resume(self, cluster: str) -> records.JobReply | None:
         """After a reboot or a crash: `up` of the spec this controller last brought up (the head
         again, the hosts rejoining, the runs' supervisors resumed), as a job; None when this
         controller holds no such cluster yet (its first boot: the client's `up` comes next)."""
-        if self.store.get_cluster(cluster) is None:
+        record = self.store.get_cluster(cluster)
+        if record is None:
             return None
+        spec = parse_spec(record.spec, source=f"stored spec of {cluster}")
+        timeout_s = spec.head.join_timeout_s * 4
 
         def work(job_id: str) -> records.StatusReply:
-            found = Cluster.from_name(cluster, store=self.store)
+            found = Cluster(spec, store=self.store)
             try:
-                return status_reply(found.up(timeout_s=found.spec.head.join_timeout_s * 4))
+                return status_reply(found.up(timeout_s=timeout_s))
             finally:
-                found.close()
+                self._keep(found)
 
-        return self._start("up", work)
+        return self._start("up", cluster, timeout_s, work)
 
     def job(self, job_id: str) -> records.JobReply:
         with self._mutex:
@@ -247,7 +266,8 @@ class ControllerChannelApi:
                                   hint="Run the command again: up and down finish what an interrupted one left.")
         return found
 
-    def _start(self, verb: str, work: Callable[[str], records.StatusReply | None]) -> records.JobReply:
+    def _start(self, verb: str, cluster: str, timeout_s: float,
+               work: Callable[[str], records.StatusReply | None]) -> records.JobReply:
         job_id = f"{verb}-{next(self._job_ids)}"
         started = records.JobReply(job_id=job_id, verb=verb, started_at=time.time())
         with self._mutex:
@@ -255,7 +275,8 @@ class ControllerChannelApi:
 
         def run() -> None:
             try:
-                status = work(job_id)
+                with self._turn(cluster, job_id, timeout_s):
+                    status = work(job_id)
                 self._set(job_id, done=True, status=status)
             except PodmanagerError as error:
                 self._set(job_id, done=True, error=records.ErrorReply(message=error.message, hint=error.hint,
@@ -266,6 +287,30 @@ class ControllerChannelApi:
 
         threading.Thread(target=run, name=f"podmanager-{job_id}", daemon=True).start()
         return started
+
+    @contextlib.contextmanager
+    def _turn(self, cluster: str, job_id: str, timeout_s: float) -> Iterator[None]:
+        """The cluster's turn for one job; a second job says whom it waits for, then waits (up to
+        its `timeout_s`). Two at once would share, and one close, the process's Ray connection."""
+        with self._mutex:
+            turn = self._turns.setdefault(cluster, threading.Lock())
+        if not turn.acquire(blocking=False):
+            with self._mutex:
+                holder = self._running.get(cluster, "another job")
+            self.store.add_event(cluster, EventKind.WAITING, f"waiting for the controller's {holder} of {cluster} "
+                                                             "to finish", holder_job=holder)
+            if not turn.acquire(timeout=timeout_s):
+                raise TimeoutExceededError(f"the controller's {holder} of {cluster} still runs after {timeout_s:.0f}s",
+                                           hint=f"'podmanager events -c {cluster}' shows what it does; run the "
+                                                "command again once it has finished.")
+        with self._mutex:
+            self._running[cluster] = job_id
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._running.pop(cluster, None)
+            turn.release()
 
     def _set(self, job_id: str, **changes: object) -> None:
         with self._mutex:

@@ -11,6 +11,9 @@ or, to have the cluster deleted however the block ends:
         cluster.up()
         cluster.run(workload)
 
+A spec whose controller is a VM (`controller.local: false`) gives the same verbs over that VM's
+channel (`remote_up_down.RemoteSpec`): nothing of the controller runs on this machine.
+
 The machinery below the verbs (the backend, the Ray side, converging, replacing slices) is
 `cluster.cluster_runtime.ClusterRuntime`, which a run's supervisor drives too.
 """
@@ -31,6 +34,7 @@ from podmanager.cluster.cluster_runtime import ClusterRuntime, EventCallback
 from podmanager.cluster.preflight import compute_for
 from podmanager.cluster.teardown import stop_idle_emulator, teardown
 from podmanager.core.clock import Clock
+from podmanager.core.errors import SpecError
 from podmanager.core.records import RayAccess
 from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
@@ -40,6 +44,7 @@ from podmanager.state.services import ServiceRecord, ServiceStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.api.remote import RemoteCluster
+    from podmanager.api.remote_up_down import RemoteSpec
     from podmanager.api.run_handle import InterruptCallback, RunHandle
     from podmanager.api.service_handle import ServiceHandle
     from podmanager.attempts.results import OutputPrinter
@@ -64,6 +69,9 @@ class Cluster:
         spec asks for (a dry run: the real client on the project's local emulator). `on_event` sees every event
         any verb records (each verb also takes its own). `down_on_exit`: leaving a `with`
         block of this object downs the cluster."""
+        if not spec.controller.local:  # its head, store and supervisors are the VM's, never this machine's
+            raise SpecError(f"controller.local: false: {spec.name}'s controller is a VM, not this machine",
+                            hint="Cluster.from_yaml(PATH) and Cluster.from_dict(DATA) reach it, as the CLI does.")
         self.runtime = ClusterRuntime(spec, store=store or StateStore(), clock=clock, cloud=cloud,
                                       simulator=simulator, on_event=on_event)
         self.down_on_exit = down_on_exit
@@ -81,17 +89,28 @@ class Cluster:
             self.close()
 
     @classmethod
-    def from_yaml(cls, path: str | Path, *, dry_run: bool = False, **kwargs: Any) -> "Cluster":
-        return cls(load_spec(path, dry_run=dry_run), **kwargs)
+    def from_yaml(cls, path: str | Path, *, dry_run: bool = False, **kwargs: Any) -> Cluster | RemoteSpec:
+        """The cluster of the spec at `path`. A spec whose controller is a VM (`controller.local:
+        false`) gives a `RemoteSpec`: the same verbs, each reaching that VM as the CLI's do."""
+        from podmanager.api.remote_up_down import open_spec
+
+        return open_spec(path, dry_run=dry_run, **kwargs) or cls(load_spec(path, dry_run=dry_run), **kwargs)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, dry_run: bool = False, **kwargs: Any) -> "Cluster":
-        return cls(parse_spec(data, dry_run=dry_run), **kwargs)
+    def from_dict(cls, data: dict[str, Any], *, dry_run: bool = False, **kwargs: Any) -> Cluster | RemoteSpec:
+        """`from_yaml` of a spec given as a mapping."""
+        from podmanager.api.remote_up_down import remote_spec
+        spec = parse_spec(data, dry_run=dry_run)
+        return cls(spec, **kwargs) if spec.controller.local else remote_spec(spec, data, dry_run=dry_run, **kwargs)
 
     @classmethod
-    def from_name(cls, name: str, *, store: StateStore | None = None, **kwargs: Any) -> "Cluster":
-        """The cluster that `up` recorded under this name."""
+    def from_name(cls, name: str, *, store: StateStore | None = None, **kwargs: Any) -> Cluster | RemoteCluster:
+        """The cluster that `up` recorded under this name: a `RemoteCluster` when this machine
+        reaches it through its controller VM's channel (it holds its pointer, and no record)."""
+        from podmanager.api.remote import RemoteCluster, is_remote, remote_options
         store = store or StateStore()
+        if is_remote(name) and store.get_cluster(name) is None:
+            return RemoteCluster(name, **remote_options(name, kwargs))
         return cls(stored_spec(name, store), store=store, **kwargs)
 
     @property
@@ -274,12 +293,6 @@ class Cluster:
 
 
 def resolve_cluster(name: str | None, *, store: StateStore | None = None, **kwargs: Any) -> Cluster | RemoteCluster:
-    """The named cluster, or the only one there is when no name is given: a `RemoteCluster`
-    when this machine reaches it through its controller VM's channel."""
-    from podmanager.api.remote import RemoteCluster, is_remote
-
+    """The named cluster, or the only one there is when no name is given (`Cluster.from_name`)."""
     store = store or StateStore()
-    name = name if name is not None else only_cluster(store)
-    if is_remote(name) and store.get_cluster(name) is None:
-        return RemoteCluster(name)
-    return Cluster.from_name(name, store=store, **kwargs)
+    return Cluster.from_name(name if name is not None else only_cluster(store), store=store, **kwargs)

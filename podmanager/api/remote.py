@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from podmanager.api.remote_service import RemoteServiceHandle
 from podmanager.api.run_to_end import run_to_end
@@ -43,6 +43,19 @@ Printer = Callable[[HostRef, str], None]
 POLL_S = 0.2  # a follower's pace, as `RunHandle.follow`'s
 LIVE_BYTES = 128 << 10  # each host's output shown per read while following (`run_handle.LIVE_BYTES`)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+REMOTE_OPTIONS = ("down_on_exit", "on_event")  # of `Cluster`'s keyword arguments, those `RemoteCluster` takes
+
+
+def remote_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`Cluster`'s keyword arguments that a cluster whose controller is a VM takes too
+    (`down_on_exit`, `on_event`); the others (a backend, a store, a clock) are the controller's
+    own, so giving one is refused (exit 2) rather than ignored."""
+    theirs = sorted(set(options) - set(REMOTE_OPTIONS))
+    if theirs:
+        raise SpecError(f"{', '.join(theirs)}: cluster {name}'s controller is a VM (controller.local: false), "
+                        "which keeps its own backend, state store and clock",
+                        hint="Leave them out; only down_on_exit and on_event apply to it.")
+    return options
 
 
 def is_remote(name: str) -> bool:
@@ -161,20 +174,52 @@ class _Interrupted(Exception):
 
 
 class RemoteCluster:
-    """One cluster whose controller this machine reaches through the channel."""
+    """One cluster whose controller this machine reaches through the channel.
 
-    def __init__(self, name: str, client: ChannelClient | None = None):
+    As a context manager it behaves as `Cluster`: leaving the block closes the connection, and
+    with `down_on_exit=True` first runs `down()`, also when the block raised. `on_event` sees
+    the events of every verb, as each verb's own `on_event` does."""
+
+    def __init__(self, name: str, client: ChannelClient | None = None, *, down_on_exit: bool = False,
+                 on_event: EventCallback | None = None):
         self.name = name
-        self.client = client or ChannelClient.for_cluster(name)
+        self.down_on_exit = down_on_exit
+        self.on_event = on_event
+        self._client = client
+
+    @property
+    def client(self) -> ChannelClient:
+        """The channel to the controller, opened on first use from this machine's pointer."""
+        if self._client is None:
+            self._client = ChannelClient.for_cluster(self.name)
+        return self._client
 
     def __enter__(self) -> RemoteCluster:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        try:
+            if self.down_on_exit:
+                self.down()
+        finally:
+            self.close()
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _told(self, on_event: EventCallback | None) -> EventCallback | None:
+        """The object's listener and a verb's own, both told of each event."""
+        mine = self.on_event
+        if mine is None or on_event is None:
+            return on_event or mine
+        given = on_event
+
+        def tell(event: Event) -> None:
+            mine(event)
+            given(event)
+        return tell
 
     # ------------------------------------------------------------------ reading
 
@@ -224,12 +269,16 @@ class RemoteCluster:
             on_event: EventCallback | None = None) -> RunResult:
         """As `Cluster.run`: submit, follow to the end; an exception while following cancels
         the run unless `on_interrupt` chose to leave it going."""
+        told = self._told(on_event)
         return run_to_end(lambda: self.submit(workload, budgets=budgets),
-                          lambda handle: handle.follow(printer, on_event, on_interrupt=on_interrupt),
+                          lambda handle: handle.follow(printer, told, on_interrupt=on_interrupt),
                           interrupt_handled=on_interrupt is not None, down=self.down if down_on_exit else None)
 
     def down(self, *, timeout_s: float = 600.0, on_event: EventCallback | None = None) -> None:
-        down_remote(self.name, timeout_s=timeout_s, on_event=on_event)
+        """As `Cluster.down`: the controller tears the cluster down, then this machine deletes
+        the controller VM (`down_remote`)."""
+        self.close()  # the pointer goes with the controller VM
+        down_remote(self.name, timeout_s=timeout_s, on_event=self._told(on_event))
 
     # ------------------------------------------------------------------ up and down
 

@@ -8,6 +8,7 @@ Stdlib, pydantic and podmanager's core only: the laptop's side loads without Ray
 from __future__ import annotations
 
 import hashlib
+import json
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,11 +61,23 @@ def folder(cluster: str) -> Path:
 
 
 def refetch_hint(cluster: str) -> str:
-    """How a user gets the cluster's channel credentials again (the controller keeps the
-    originals in its own home, clusters/<name>/channel_server/)."""
-    return (f"Copy the cluster's certificate and token from its controller "
-            f"($PODMANAGER_HOME/clusters/{cluster}/channel_server/cert.pem and token there) into {folder(cluster)}/ "
-            f"as {CERT_FILE} and {TOKEN_FILE}, mode 0600.")
+    """How a user gets the cluster's channel credentials again: `podmanager connect`, which finds
+    the controller VM in the project, pins its certificate and reads the token from Secret Manager."""
+    return (f"'podmanager connect -c {cluster} {_where(cluster)}' fetches them again (the controller's "
+            "certificate and the cluster's token).")
+
+
+def _where(cluster: str) -> str:
+    """`connect`'s flags naming where the cluster is, from the spec this machine's `up` kept."""
+    try:
+        spec = json.loads(load_spec_json(cluster) or "{}")
+    except ValueError:
+        spec = {}
+    if not isinstance(spec, dict):
+        spec = {}
+    if spec.get("backend") == "simulated":
+        return "--dry-run"
+    return f"--project {spec['project']}" if isinstance(spec.get("project"), str) else "--project PROJECT (or --dry-run)"
 
 
 def install(cluster: str, address: ControllerAddress, cert_pem: str, token: str) -> ClientCredentials:

@@ -68,7 +68,7 @@ def up(
 
     The plan (create / delete / replace / keep, per slice) is printed before anything changes. A spec that would take a slice from an active run is refused unless --force.
     """  # noqa: E501 - typer keeps line breaks inside later paragraphs
-    cluster = api.open_spec(file, dry_run=dry_run) or api.Cluster.from_yaml(file, dry_run=dry_run)
+    cluster = api.Cluster.from_yaml(file, dry_run=dry_run)  # a controller VM's spec: reached over its channel
     if as_json:
         plans: list[api.UpPlan] = []
         status = cluster.up(timeout_s=timeout, force=force, on_plan=plans.append, on_event=_to_stderr,

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from podmanager.controller.software import Software
 
 log = logging.getLogger(__name__)
+# Ray's driver is one per process: its `init` and `shutdown`, by any thread (the controller's
+# server answers requests and runs jobs in threads), one at a time, never one inside the other.
+_RAY_DRIVER = threading.Lock()
 
 
 class LocalMachines(Protocol):
@@ -188,27 +191,28 @@ class ClusterHosts:
         address = self._address or self.head_address()
         if address is None:
             return False
-        if ray.is_initialized():
-            return True
-        driver_output.keep_ray_messages_off_stdout()
-        token = auth.token_path(self.cluster)
-        if token.exists():
-            auth.use_token_in_process(token)
-        extra = {"_node_ip_address": loopback.LOOPBACK_IP} if loopback.is_loopback(address) else {}
-        # Ray's C++ failure handler takes SIGTERM over and dumps its stack on it; the
-        # process's own handler (the CLI's: a follower detaches quietly) is put back.
-        own_sigterm = signal.getsignal(signal.SIGTERM)
-        with loopback.as_given(address):
-            ray.init(
-                address=address,
-                namespace=head_actors.NAMESPACE,
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-                configure_logging=False,
-                **extra,
-            )
-        if callable(own_sigterm) and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, own_sigterm)
+        with _RAY_DRIVER:
+            if ray.is_initialized():
+                return True
+            driver_output.keep_ray_messages_off_stdout()
+            token = auth.token_path(self.cluster)
+            if token.exists():
+                auth.use_token_in_process(token)
+            extra = {"_node_ip_address": loopback.LOOPBACK_IP} if loopback.is_loopback(address) else {}
+            # Ray's C++ failure handler takes SIGTERM over and dumps its stack on it; the
+            # process's own handler (the CLI's: a follower detaches quietly) is put back.
+            own_sigterm = signal.getsignal(signal.SIGTERM)
+            with loopback.as_given(address):
+                ray.init(
+                    address=address,
+                    namespace=head_actors.NAMESPACE,
+                    logging_level=logging.WARNING,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    **extra,
+                )
+            if callable(own_sigterm) and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, own_sigterm)
         self._address = address
         return True
 
@@ -218,8 +222,9 @@ class ClusterHosts:
             return
         import ray
 
-        if ray.is_initialized():
-            ray.shutdown()
+        with _RAY_DRIVER:
+            if ray.is_initialized():
+                ray.shutdown()
 
     # ------------------------------------------------------------ hosts
 

@@ -4,6 +4,9 @@ cross. No Ray: status is converted from a `ClusterStatus` built here, events com
 
 from __future__ import annotations
 
+import threading
+import types
+
 import pytest
 
 from podmanager.api.channel_service import ControllerChannelApi, status_reply
@@ -21,6 +24,7 @@ from podmanager.controller.host_info import HEALTHY, HostInfo
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.core.events import EventKind
 from podmanager.core.records import RayAccess
+from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
 
 
@@ -73,3 +77,104 @@ def test_the_channel_serves_the_controllers_event_log() -> None:
             with pytest.raises(RemoteError) as unknown:
                 client.events("nope")
     assert unknown.value.exit_code == 2 and "no cluster named 'nope'" in unknown.value.message
+
+
+class OneDriverCluster:
+    """`Cluster` on the controller as far as taking turns goes: an `up` holds the process's one
+    Ray driver until the test lets it finish; a second `up` inside it fails as Ray's driver did
+    (issue 43: a raw AttributeError when two `up`s shared, and one shut down, the connection)."""
+
+    running: list[str] = []
+    finished: list[str] = []
+    first_inside = threading.Event()
+    let_finish = threading.Event()
+
+    def __init__(self, spec, *, store) -> None:
+        self.spec, self.name = spec, spec.name
+        self.runtime = types.SimpleNamespace(close_cloud=lambda: None)
+
+    @classmethod
+    def from_name(cls, name: str, *, store: StateStore) -> OneDriverCluster:
+        return cls(parse_spec(store.get_cluster(name).spec), store=store)
+
+    def up(self, *, timeout_s: float, **options) -> ClusterStatus:
+        if self.running:
+            raise AttributeError("'NoneType' object has no attribute 'address_info'")
+        self.running.append(self.name)
+        self.first_inside.set()
+        try:
+            assert self.let_finish.wait(timeout=60)
+        finally:
+            self.running.remove(self.name)
+        self.finished.append(self.name)
+        return ClusterStatus(name=self.name, backend="simulated", project="podmanager-sim", slices=[])
+
+    def close(self) -> None:
+        pass
+
+
+SPEC_YAML = "name: c1\nbackend: simulated\nslices: [{accelerator: v4-8}]\n"
+
+
+@pytest.mark.parametrize("first", ["a client's up", "the controller's own up after a crash"])
+def test_two_ups_of_one_cluster_on_the_controller_take_turns_the_second_saying_whom_it_waits_for(
+        first, monkeypatch) -> None:
+    import yaml
+
+    from podmanager.api import channel_service
+    from podmanager.core.clock import poll_until
+
+    monkeypatch.setattr(channel_service, "Cluster", OneDriverCluster)
+    monkeypatch.setattr(OneDriverCluster, "running", [])
+    monkeypatch.setattr(OneDriverCluster, "finished", [])
+    monkeypatch.setattr(OneDriverCluster, "first_inside", threading.Event())
+    monkeypatch.setattr(OneDriverCluster, "let_finish", threading.Event())
+    store = StateStore()
+    api = ControllerChannelApi(store)
+    up = records.UpRequest(cluster="c1", spec_yaml=SPEC_YAML, timeout_s=60)
+    if first == "a client's up":
+        one = api.start_up(up)
+    else:  # the controller booted again: it brings back the cluster it holds
+        store.save_cluster("c1", yaml.safe_load(SPEC_YAML), "simulated", "up")
+        one = api.resume("c1")
+    assert one is not None and OneDriverCluster.first_inside.wait(timeout=30)
+    two = api.start_up(up)
+
+    def said_or_done() -> bool:
+        return bool(store.events("c1", kind=EventKind.WAITING)) or api.job(two.job_id).done
+    poll_until(said_or_done, timeout_s=30, interval_s=0.01, what="the second up to wait or end")
+    assert not api.job(two.job_id).done and OneDriverCluster.finished == []
+    [waiting] = store.events("c1", kind=EventKind.WAITING)
+    assert waiting.message == f"waiting for the controller's {one.job_id} of c1 to finish"
+
+    OneDriverCluster.let_finish.set()
+    poll_until(lambda: api.job(one.job_id).done and api.job(two.job_id).done, timeout_s=30, interval_s=0.01,
+               what="both ups to end")
+    for job in (one, two):
+        done = api.job(job.job_id)
+        assert done.error is None and done.status is not None and done.status.name == "c1"
+    assert OneDriverCluster.finished == ["c1", "c1"]  # one after the other, neither inside the other
+
+
+def test_an_up_that_waits_longer_than_its_timeout_says_which_job_it_waited_for(monkeypatch) -> None:
+    from podmanager.api import channel_service
+    from podmanager.core.clock import poll_until
+
+    monkeypatch.setattr(channel_service, "Cluster", OneDriverCluster)
+    monkeypatch.setattr(OneDriverCluster, "running", [])
+    monkeypatch.setattr(OneDriverCluster, "finished", [])
+    monkeypatch.setattr(OneDriverCluster, "first_inside", threading.Event())
+    monkeypatch.setattr(OneDriverCluster, "let_finish", threading.Event())
+    api = ControllerChannelApi(StateStore())
+    one = api.start_up(records.UpRequest(cluster="c1", spec_yaml=SPEC_YAML, timeout_s=60))
+    assert OneDriverCluster.first_inside.wait(timeout=30)
+    two = api.start_up(records.UpRequest(cluster="c1", spec_yaml=SPEC_YAML, timeout_s=0.1))
+    try:
+        poll_until(lambda: api.job(two.job_id).done, timeout_s=30, interval_s=0.01, what="the second up to give up")
+    finally:
+        OneDriverCluster.let_finish.set()
+    error = api.job(two.job_id).error
+    assert error is not None and error.message == f"the controller's {one.job_id} of c1 still runs after 0s"
+    assert "podmanager events -c c1" in (error.hint or "")
+    poll_until(lambda: api.job(one.job_id).done, timeout_s=30, interval_s=0.01, what="the first up to end")
+    assert api.job(one.job_id).error is None

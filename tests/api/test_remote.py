@@ -342,3 +342,102 @@ def test_serve_ships_the_code_and_its_endpoint_is_a_forward_to_the_controllers_r
         cluster.service_handle("nope")
     assert cluster.cancel_service(SERVICE).status == "cancelled"
     assert handle.follow(lambda summary: None, every_s=0.01)["status"] == "cancelled"
+
+
+class JobController(FakeController):
+    """A controller whose `up` and `down` jobs succeed at once, remembering what it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ups: list[records.UpRequest] = []
+        self.downs: list[str] = []
+
+    def start_up(self, request: records.UpRequest) -> records.JobReply:
+        self.ups.append(request)
+        return records.JobReply(job_id="up-1", verb="up", started_at=0.0)
+
+    def start_down(self, request: records.DownRequest) -> records.JobReply:
+        self.downs.append(request.cluster)
+        return records.JobReply(job_id="down-1", verb="down", started_at=0.0)
+
+    def job(self, job_id: str) -> records.JobReply:
+        verb = job_id.split("-")[0]
+        return records.JobReply(job_id=job_id, verb=verb, done=True,
+                                status=self.status(CLUSTER) if verb == "up" else None)
+
+    def status(self, cluster: str) -> records.StatusReply:
+        return records.StatusReply(name=cluster, backend="simulated", project="podmanager-sim", slices=[])
+
+
+VM_SPEC = {"name": CLUSTER, "controller": {"local": False}, "slices": [{"accelerator": "v4-8"}]}
+
+
+@pytest.fixture
+def vm_controller(monkeypatch):
+    """A controller VM that `up` "makes" by pinning the fake controller's channel; `tear_down`
+    remembered. Any `up` of the cluster on this machine fails the test."""
+    from podmanager.api import cluster as cluster_module
+    from podmanager.api.controller_machine import ControllerMachine
+
+    fake, torn = JobController(), []
+    made = identity.load_or_create(CLUSTER, "127.0.0.1")
+    with ChannelServer(fake, made) as server:  # type: ignore[arg-type]
+        def bring_up(machine: ControllerMachine, *, timeout_s: float) -> pinned.ClientCredentials:
+            return pinned.install(CLUSTER, pinned.ControllerAddress(host=server.host, port=server.port),
+                                  made.cert_pem(), made.token())
+
+        monkeypatch.setattr(ControllerMachine, "bring_up", bring_up)
+        monkeypatch.setattr(ControllerMachine, "tear_down", lambda machine, **_: torn.append(machine.spec.name))
+        monkeypatch.setattr(cluster_module, "bring_up",
+                            lambda *args, **kwargs: pytest.fail("up ran a controller on this machine"))
+        yield fake, torn
+
+
+def test_a_scripts_cluster_of_a_controller_vm_spec_goes_through_the_controller(vm_controller, tmp_path,
+                                                                                monkeypatch) -> None:
+    """`Cluster.from_yaml` of a `controller.local: false` spec: up, status, run and the context
+    manager's down all reach the controller VM, as the CLI's verbs do; nothing of the cluster is
+    recorded or started on this machine."""
+    import yaml
+
+    from podmanager.api import Cluster
+    from podmanager.controller import head
+    from podmanager.state import StateStore
+
+    fake, torn = vm_controller
+    spec = tmp_path / "vm.yaml"
+    spec.write_text(yaml.safe_dump(VM_SPEC))
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    heard: list[str] = []
+    with Cluster.from_yaml(spec, dry_run=True, down_on_exit=True, on_event=lambda e: heard.append(e.message)) as cluster:
+        assert cluster.up(timeout_s=60).name == CLUSTER
+        assert cluster.status().project == "podmanager-sim"
+        assert cluster.run(Workload(entrypoint="train.py")).status == "succeeded"
+        assert fake.downs == [] and torn == []
+    [up] = fake.ups
+    assert yaml.safe_load(up.spec_yaml) == {**VM_SPEC, "backend": "simulated"}  # the dry run, as the CLI sends it
+    assert fake.submitted and fake.downs == [CLUSTER] and torn == [CLUSTER]  # down: the controller's, then its VM
+    assert "event after 0" in heard  # the object's listener hears the run's events
+    assert StateStore().get_cluster(CLUSTER) is None and head.load_state(CLUSTER) is None
+
+
+def test_every_way_a_script_names_a_controller_vm_cluster_reaches_it_or_is_refused(vm_controller) -> None:
+    from podmanager.api import Cluster
+    from podmanager.api.remote_up_down import RemoteSpec
+    from podmanager.core.spec import parse_spec
+
+    fake, _ = vm_controller
+    remote = Cluster.from_dict(VM_SPEC, dry_run=True)
+    assert isinstance(remote, RemoteSpec) and remote.raw["backend"] == "simulated"
+    remote.up(timeout_s=60)
+    assert len(fake.ups) == 1
+    by_name = Cluster.from_name(CLUSTER)  # the pointer `up` kept, no record here
+    assert isinstance(by_name, RemoteCluster) and by_name.status().name == CLUSTER
+    by_name.close()
+    with pytest.raises(SpecError, match="controller.local: false") as direct:
+        Cluster(parse_spec(VM_SPEC, dry_run=True))
+    assert direct.value.exit_code == 2 and "Cluster.from_yaml" in (direct.value.hint or "")
+    with pytest.raises(SpecError, match="^store: ") as given:  # the controller's own: refused, not ignored
+        Cluster.from_dict(VM_SPEC, dry_run=True, store=object())
+    assert given.value.exit_code == 2

@@ -99,7 +99,7 @@ def test_a_wrong_or_missing_token_gets_401_and_the_client_names_the_fix(controll
     error = refused.value
     assert error.exit_code == 2
     assert str(credentials.folder / pinned.TOKEN_FILE) in error.message and "not this cluster's" in error.message
-    assert error.hint == pinned.refetch_hint(CLUSTER) and "channel_server/cert.pem and token" in error.hint
+    assert error.hint == pinned.refetch_hint(CLUSTER) and f"'podmanager connect -c {CLUSTER} " in error.hint
     assert "not-the-token" not in str(error) and made.token() not in str(error)  # no secret in an output
 
     # On the wire: a 401 asking for a bearer token, for a wrong token and for none.
@@ -155,6 +155,22 @@ def test_missing_or_unsafe_credentials_are_clear_errors() -> None:
         pinned.load(CLUSTER)
     assert f"the cluster's channel token: {token_file} does not exist" == missing.value.message
     assert missing.value.hint == pinned.refetch_hint(CLUSTER) and missing.value.exit_code == 2
+
+
+def test_the_fix_for_lost_credentials_is_podmanager_connect_with_where_the_cluster_is() -> None:
+    """Not copying files off the controller's disk: `connect` fetches them, and the hint names
+    its flags as far as the spec this machine kept tells them."""
+    assert pinned.refetch_hint(CLUSTER) == (f"'podmanager connect -c {CLUSTER} --project PROJECT (or --dry-run)' "
+                                            "fetches them again (the controller's certificate and the cluster's token).")
+    pinned.save_spec(CLUSTER, '{"name": "c1", "backend": "simulated"}')
+    assert f"'podmanager connect -c {CLUSTER} --dry-run'" in pinned.refetch_hint(CLUSTER)
+    pinned.save_spec(CLUSTER, '{"name": "c1", "project": "my-proj"}')
+    assert f"'podmanager connect -c {CLUSTER} --project my-proj'" in pinned.refetch_hint(CLUSTER)
+    pinned.save_spec(CLUSTER, "not json")
+    assert "--project PROJECT (or --dry-run)" in pinned.refetch_hint(CLUSTER)
+    with pytest.raises(ChannelCredentialError) as missing:  # the token gone, the spec kept
+        pinned.load_token(CLUSTER)
+    assert "podmanager connect" in (missing.value.hint or "") and "channel_server" not in (missing.value.hint or "")
 
 
 def test_every_credential_file_is_owner_only_on_both_sides(controller) -> None:

@@ -194,6 +194,51 @@ def test_a_wrong_token_is_refused_naming_the_fix(laptop):
         token.write_text(right)
     assert refused.returncode == 2
     assert "refused the token" in refused.stderr + refused.stdout
+    assert f"podmanager connect -c {NAME} --dry-run" in refused.stderr + refused.stdout  # not: copy files off its disk
+
+
+# A user's script: the spec of the cluster whose controller is a VM, brought up again.
+SCRIPT_UP = textwrap.dedent("""
+    import json
+    from podmanager.api import Cluster
+
+    cluster = Cluster.from_yaml("spec.yaml", dry_run=True)
+    status = cluster.up(timeout_s=300)
+    print(json.dumps({"kind": type(cluster).__name__, "slices": [s.state for s in status.slices]}))
+""")
+
+
+def test_a_scripts_up_reaches_the_controller_and_leaves_the_running_run_alone(laptop, monkeypatch):
+    """Issue 43: the Python API's `up` of the spec goes to the controller VM as `podmanager up`
+    does: no head and no record of the cluster on this machine, the run on its slice untouched."""
+    from podmanager.state import StateStore
+
+    shutil.copy(laptop.project / "workloads" / "train_mlp.py", laptop.project / "workloads" / "train_alone.py")
+    submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_alone.py", "--steps", "100000",
+                          "--checkpoint-every", "500")
+    run_id = json.loads(submitted)["run_id"]
+    poll_until(lambda: (laptop.run_record(run_id)["step"] or 0) > 0, timeout_s=240, interval_s=1.0,
+               what="the run to train")
+    before = laptop.run_record(run_id)
+    (laptop.project / "bring_up.py").write_text(SCRIPT_UP)
+    done = subprocess.run([sys.executable, "bring_up.py"], cwd=laptop.project, env=laptop.env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"kind": "RemoteSpec", "slices": ["READY"]}
+    assert not (laptop.home / "clusters" / NAME / "head.json").exists()  # no head was started here
+    monkeypatch.setenv("PODMANAGER_HOME", str(laptop.home))
+    assert StateStore().get_cluster(NAME) is None  # nor recorded: the CLI still reaches it through the channel
+    run = laptop.run_record(run_id)
+    assert (run["status"], run["attempt"], run["last_incident"]) == ("running", before["attempt"], None)
+    assert json.loads(laptop.ok("status", "-c", NAME, "--json"))["hosts"][0]["healthy"]
+    assert "is cancelled" in laptop.ok("cancel", run_id)
+
+
+def test_two_ups_at_once_take_turns_on_the_controller(laptop):
+    ups = [laptop.start("up", "-f", "spec.yaml", "--dry-run") for _ in range(2)]
+    for up in ups:
+        out, err = up.communicate(timeout=600)
+        assert up.returncode == 0 and "AttributeError" not in out + err, out + err
 
 
 def test_the_dashboard_is_forwarded_with_its_job_api(laptop):
