@@ -80,7 +80,10 @@ def print_status(result: Any) -> None:
                       f"(podmanager ray-env -c {quote(result.name)} prints the exports for ray and ray.init)",
                       markup=False, highlight=False)
     if result.head_problem is not None:
-        console.print(f"{result.head_problem}: 'podmanager up -c {result.name}' starts it again "
+        # `up` takes the cluster by its spec (it has no -c); a dry run's spec needs --dry-run
+        # unless it says `backend: simulated` itself, and it is harmless then.
+        again = "podmanager up -f SPEC" + (" --dry-run" if result.backend == "simulated" else "")
+        console.print(f"{result.head_problem}: '{again}', SPEC the spec of {result.name}, starts it again "
                       "(the hosts rejoin, runs carry on)", style="bold red", markup=False, highlight=False)
     for service in result.services:
         console.print(f"service {service.service_id}: {service.endpoint} (replicas on slice(s) {service.slices})",
