@@ -362,9 +362,9 @@ def forward(name: str, target: str, *, port: int = 0) -> Forward:
     `status`), so a refused token is said at once rather than as closed connections."""
     credentials = pinned.load(name)
     with ChannelClient(credentials) as client:
-        status = client.status(name)
-    if target != records.DASHBOARD and target not in {s.service_id for s in status.services}:
-        raise SpecError(f"--service: cluster {name} serves no {target!r}", hint="'podmanager runs' lists the services.")
+        status = as_status(client.status(name))
+    if target != records.DASHBOARD:
+        status.service(target)  # an unknown id: its clear error, before any port is opened
     started = Forward(credentials, target, port=port)
     started.start()
     return started

@@ -366,3 +366,13 @@ def test_a_service_is_shown_with_how_to_reach_it_from_here_not_the_controllers_l
         result = CliRunner().invoke(app, [verb, "-c", CLUSTER], prog_name="podmanager")
         assert result.exit_code == 0, result.output
         assert how in result.output and "127.0.0.1" not in result.output
+
+
+def test_a_forward_to_a_service_the_cluster_does_not_serve_is_refused_naming_the_flag(remote) -> None:
+    from typer.testing import CliRunner
+
+    from podmanager.cli import app
+
+    refused = CliRunner().invoke(app, ["dashboard", "-c", CLUSTER, "--service", "nope"], prog_name="podmanager")
+    assert refused.exit_code == 2
+    assert "--service nope" in refused.output and f"'podmanager runs -c {CLUSTER}' lists its services" in refused.output
