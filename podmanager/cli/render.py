@@ -120,7 +120,9 @@ def printer(all_hosts: bool, *, to_stderr: bool):
     return show
 
 
-def print_summary(result: RunResult) -> None:
+def print_summary(result: RunResult, *, logs_kept: bool = True) -> None:
+    """The run's end; `logs_kept`: its logs are still on the cluster (after the demo's `down`
+    they went with its controller VM, and a `logs` command would fail)."""
     failed = [h for h in result.hosts if h.exit_code not in (0, None) or h.lost] if result.status == "failed" else []
     last = result.attempt_log[-1] if result.attempt_log else None
     if result.setup_error is not None:
@@ -139,8 +141,9 @@ def print_summary(result: RunResult) -> None:
                       _seconds(i.detect_s), _seconds(i.recover_s), i.lost_steps) for i in result.incidents])
     if failed:
         console.print("hosts that failed: " + ", ".join(host_label(h.slice, h.worker_id) for h in failed))
-    console.print(f"logs: podmanager logs -c {quote(result.cluster)} --run {quote(result.run_id)}", markup=False,
-                  highlight=False)
+    if logs_kept:
+        console.print(f"logs: podmanager logs -c {quote(result.cluster)} --run {quote(result.run_id)}", markup=False,
+                      highlight=False)
 
 
 def summary_figures(result: RunResult) -> list[str]:

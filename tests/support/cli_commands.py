@@ -10,9 +10,10 @@ import typer.main
 
 from podmanager.cli import app
 
-# A command in a message: quoted ('podmanager up -f SPEC') or to the end of its line (logs: podmanager logs ...).
+# A command in a message: quoted ('podmanager up -f SPEC') or after a label to the end of its
+# line (logs: podmanager logs ...).
 _QUOTED = re.compile(r"'(podmanager [^']*)'")
-_TO_LINE_END = re.compile(r"(?:^|: )(podmanager [^'\n]*)$", re.MULTILINE)
+_TO_LINE_END = re.compile(r": (podmanager [^'\n]*)$", re.MULTILINE)
 
 
 def suggested_commands(text: str) -> list[str]:
