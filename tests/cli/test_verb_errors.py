@@ -81,3 +81,13 @@ def test_dashboard_of_a_service_the_cluster_does_not_serve_exits_2_naming_the_fl
     unknown = invoke("dashboard", "-c", "demo", "--service", "nope")
     assert unknown.exit_code == 2
     assert "--service nope" in unknown.output and "'podmanager runs -c demo' lists its services" in unknown.output
+
+
+def test_an_unknown_name_lists_the_clusters_reached_through_a_controller_vm_too():
+    from podmanager.channel import pinned
+
+    StateStore().save_cluster("here", parse_spec({**SPEC, "name": "here"}).model_dump(mode="json"), "simulated", "up")
+    pinned.save_spec("lap", "{}")  # the pointer `up` and `connect` leave for a cluster whose controller is a VM
+    for verb in ("status", "events", "runs"):
+        result = invoke(verb, "-c", "nope")
+        assert result.exit_code == 2 and "no cluster named 'nope' (known: here, lap)" in result.output, result.output
