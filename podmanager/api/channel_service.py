@@ -91,7 +91,7 @@ class ControllerChannelApi:
             access = self._cluster(cluster).ray_access()
             if access is None or not access.dashboard_url:
                 raise PodmanagerError(f"cluster {cluster} has no Ray dashboard (its head is not up)",
-                                      hint="Run 'podmanager up' to start the head again.")
+                                      hint="Run 'podmanager up -f SPEC' to start the head again.")
             url = urlsplit(access.dashboard_url if "://" in access.dashboard_url else f"http://{access.dashboard_url}")
         else:
             service = ServiceStore(self.store.path).get(target)

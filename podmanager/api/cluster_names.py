@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from podmanager.channel.pinned import remote_clusters
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.state import StateStore
+
+
+def known_clusters(store: StateStore) -> list[str]:
+    """Every cluster this machine knows, sorted: those recorded here, and those reached through
+    their controller VM's channel (the pointers `up` and `connect` write)."""
+    return sorted({r.name for r in store.list_clusters()} | set(remote_clusters()))
 
 
 def stored_spec(name: str, store: StateStore) -> ClusterSpec:
     """The spec the last `up` of `name` stored; ClusterNotFoundError naming the known ones."""
     record = store.get_cluster(name)
     if record is None:
-        known = ", ".join(r.name for r in store.list_clusters()) or "none"
+        known = ", ".join(known_clusters(store)) or "none"
         was_up = bool(store.events(name, kind="up"))
         raise ClusterNotFoundError(
             f"--cluster: no cluster named {name!r} (known: {known})"
@@ -25,9 +32,7 @@ def stored_spec(name: str, store: StateStore) -> ClusterSpec:
 def only_cluster(store: StateStore) -> str:
     """The name of the one cluster there is (recorded here, or reached through its controller
     VM's channel); ClusterNotFoundError when there are none or several."""
-    from podmanager.channel.pinned import remote_clusters
-
-    known = sorted({r.name for r in store.list_clusters()} | set(remote_clusters()))
+    known = known_clusters(store)
     if len(known) != 1:
         listing = ", ".join(known) or "none"
         raise ClusterNotFoundError(

@@ -44,7 +44,9 @@ def run_history(name: str, *, store: StateStore | None = None, runs: RunStore | 
 
 
 def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:
-    known = ", ".join(r.name for r in store.list_clusters()) or "none"
+    from podmanager.api.cluster_names import known_clusters
+
+    known = ", ".join(known_clusters(store)) or "none"
     return ClusterNotFoundError(f"--cluster: no cluster named {name!r} (known: {known})",
                                 hint="Check the name; 'podmanager up -f SPEC' creates one.")
 

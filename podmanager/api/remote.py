@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from podmanager.api.remote_service import RemoteServiceHandle
+from podmanager.api.remote_service import RemoteServiceHandle, as_seen_here, reach
 from podmanager.api.run_to_end import run_to_end
 from podmanager.api.run_view import RunView
 from podmanager.api.status import ClusterStatus
@@ -78,9 +78,12 @@ def as_event(cluster: str, event: records.EventRecord) -> Event:
 
 
 def as_status(reply: records.StatusReply) -> ClusterStatus:
-    """The controller's status as `Cluster.status` returns it; Ray's address is the controller's
-    own (`podmanager dashboard` forwards it to this machine)."""
-    return ClusterStatus.model_validate(reply.model_dump(exclude={"ray"}))
+    """The controller's status as `Cluster.status` returns it; Ray's address and the services'
+    endpoints are the controller's own loopback (`podmanager dashboard` forwards each to this
+    machine), so Ray's is left out and each service says how to reach it from here."""
+    status = ClusterStatus.model_validate(reply.model_dump(exclude={"ray"}))
+    services = [s.model_copy(update={"endpoint": reach(reply.name, s.service_id)}) for s in status.services]
+    return status.model_copy(update={"services": services})
 
 
 def job_started(job: records.JobReply) -> float:
@@ -237,7 +240,7 @@ class RemoteCluster:
         return any(s.run_id == service_id for s in patiently(self.service_summaries))
 
     def service_summaries(self) -> list[records.ServiceSummary]:
-        return self.client.services(self.name).services
+        return [as_seen_here(s) for s in self.client.services(self.name).services]
 
     def run_handle(self, run_id: str) -> RemoteRunHandle:
         run = RemoteRunHandle(self.client, self.name, run_id)
@@ -408,9 +411,9 @@ def forward(name: str, target: str, *, port: int = 0) -> Forward:
     `status`), so a refused token is said at once rather than as closed connections."""
     credentials = pinned.load(name)
     with ChannelClient(credentials) as client:
-        status = client.status(name)
-    if target != records.DASHBOARD and target not in {s.service_id for s in status.services}:
-        raise SpecError(f"--service: cluster {name} serves no {target!r}", hint="'podmanager runs' lists the services.")
+        status = as_status(client.status(name))
+    if target != records.DASHBOARD:
+        status.service(target)  # an unknown id: its clear error, before any port is opened
     started = Forward(credentials, target, port=port)
     started.start()
     return started

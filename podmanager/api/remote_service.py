@@ -17,6 +17,17 @@ from podmanager.channel.forward import Forward
 from podmanager.channel.patience import patiently
 
 
+def reach(cluster: str, service_id: str) -> str:
+    """How a user reaches a service from this machine, as a phrase: the router's own address is
+    the controller's loopback, which no other machine can use."""
+    return f"reach it with 'podmanager dashboard -c {cluster} --service {service_id}'"
+
+
+def as_seen_here(service: records.ServiceSummary) -> records.ServiceSummary:
+    """The controller's summary of a service with its endpoint as this machine reaches it."""
+    return service.model_copy(update={"endpoint": reach(service.cluster, service.run_id)})
+
+
 class RemoteServiceHandle:
     """`ServiceHandle` over the channel: summary, follow, wait until ready, and the endpoint."""
 
@@ -31,10 +42,10 @@ class RemoteServiceHandle:
     @property
     def reach(self) -> str:
         """How a user reaches the service from this machine, as a phrase."""
-        return f"reach it with 'podmanager dashboard -c {self.cluster} --service {self.service_id}'"
+        return reach(self.cluster, self.service_id)
 
     def record(self) -> records.ServiceSummary:
-        return patiently(lambda: self.client.service(self.cluster, self.service_id).service)
+        return as_seen_here(patiently(lambda: self.client.service(self.cluster, self.service_id).service))
 
     def summary(self) -> dict[str, Any]:
         """As `ServiceHandle.summary` (what `podmanager runs --json` prints of a service)."""

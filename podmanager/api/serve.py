@@ -77,7 +77,7 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
                         f"{busy[0].run_id} ({busy[0].status})",
                         hint="Cancel it, or serve on other slices with --slices / --replicas.")
     if not runtime.connect_ray():
-        raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
+        raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up -f SPEC' first.")
     service_id = new_service_id(workload)
     place = _router_place(runtime, options)
     endpoint = f"http://{place.public_host}:{place.public_port}"
@@ -151,7 +151,7 @@ def _router_place(runtime: ClusterRuntime, options: ServeOptions) -> RouterPlace
 
     state = load_state(runtime.name)
     if state is None:
-        raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up' first.")
+        raise PodmanagerError(f"cluster {runtime.name} has no Ray head", hint="Run 'podmanager up -f SPEC' first.")
     replica_host = state.address.rsplit(":", 1)[0]
     public_bind = options.host if options.host != "0.0.0.0" else ""
     if options.port:

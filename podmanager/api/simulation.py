@@ -68,9 +68,9 @@ def head_crash(cluster: "ClusterRuntime") -> str:
     state = head.load_state(cluster.name)
     if state is None or not state.started or not procs.kill(state.machine_id, wait_s=10.0):
         raise SpecError(f"--cluster: {cluster.name} has no running Ray head that podmanager started",
-                        hint="Run 'podmanager up' first.")
+                        hint="Run 'podmanager up -f SPEC' first.")
     cluster.record(EventKind.FAULT_INJECTED, f"simulated crash of the Ray head at {state.address}")
-    return f"killed the Ray head of {cluster.name} at {state.address}; 'podmanager up' starts a new one"
+    return f"killed the Ray head of {cluster.name} at {state.address}; 'podmanager up -f SPEC' starts a new one"
 
 
 def controller_crash(cluster: "ClusterRuntime") -> str:

@@ -8,6 +8,7 @@ from podmanager.cluster import cloud_view
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.controller.host_info import UNREACHABLE, HostInfo
 from podmanager.core import catalog
+from podmanager.core.errors import SpecError
 from podmanager.core.records import RayAccess
 from podmanager.provisioning.plan import desired_slices
 from podmanager.state.run_records import RunStore
@@ -55,6 +56,16 @@ class ClusterStatus(_Shown):
     services: list[ServiceEndpoint] = Field(default_factory=list)  # the services serving on it
     slices_observed_at: float | None = None  # unix time the cloud reported the slices (the monitor's view, or now)
     head_problem: str | None = None  # what keeps the Ray head from serving (None: live, or no head yet)
+
+    def service(self, service_id: str) -> ServiceEndpoint:
+        """The serving service `service_id` (as `--service` names it), or the error that says how
+        to find the right id."""
+        for service in self.services:
+            if service.service_id == service_id:
+                return service
+        serving = ", ".join(s.service_id for s in self.services) or "none"
+        raise SpecError(f"--service {service_id}: cluster {self.name} serves no such service (serving: {serving})",
+                        hint=f"'podmanager runs -c {self.name}' lists its services.")
 
 
 def cluster_status(runtime: ClusterRuntime) -> ClusterStatus:

@@ -37,7 +37,7 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
     head_problem = runtime.hosts.head_problem()
     if head_problem is not None or not runtime.connect_ray():
         raise PodmanagerError(f"cluster {runtime.name}: {head_problem or 'the cluster has no Ray head'}",
-                              hint="Run 'podmanager up': it starts the head again, the hosts rejoin and "
+                              hint="Run 'podmanager up -f SPEC': it starts the head again, the hosts rejoin and "
                                    "runs carry on.")
     warnings = [w for w in (checkpoints.warning, check_bucket(checkpoints.directory)) if w]
     # "Slices free? Then they are this run's" is one transaction: of runs submitted at

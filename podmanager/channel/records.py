@@ -5,6 +5,8 @@ with defaults, never loses one, so an older client reads a newer controller's re
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from podmanager.core.workload import Workload
@@ -34,6 +36,35 @@ SERVICES_PATH = f"{API_PREFIX}/services"
 
 class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")  # ignore: a newer controller may add fields
+
+
+# Every id, offset and count fits SQLite's INTEGER (signed 64 bits), and every time is finite.
+INT64_MAX = (1 << 63) - 1
+
+
+def number_problem(value: object, where: str = "") -> str | None:
+    """The first number of a request that no field of the controller's can take, as
+    "field: why", or None. JSON allows both: 1e400 reads as infinity, and an integer of any
+    length reads as a Python int; pydantic checks neither (nor does `Workload`, nested)."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or 'the body'}: {value} is not a finite number"
+    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        return f"{where or 'the body'}: {value} is out of range (at most {INT64_MAX})"
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        problem = number_problem(item, f"{where}.{key}" if where else str(key))
+        if problem is not None:
+            return problem
+    return None
 
 
 class StatusRequest(Record):

@@ -171,19 +171,41 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
 
 
 async def _body(request: web.Request, model: type[RequestT]) -> RequestT:
-    """The request's body as `model`; a 400 saying which field is wrong (raised as the response)."""
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        reply = records.ErrorReply(message=f"the request is {request.content_length} bytes; at most "
-                                           f"{MAX_BODY_BYTES} are read", exit_code=2)
-        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length, text=reply.model_dump_json(),
-                                            content_type="application/json")
+    """The request's body as `model`; a 413 past MAX_BODY_BYTES, a 400 saying which field is
+    wrong (each raised as the response)."""
     try:
-        return model.model_validate_json(await request.read())
+        asked = model.model_validate_json(await _bounded(request, MAX_BODY_BYTES))
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "the body"
-        reply = records.ErrorReply(message=f"{field}: {first['msg']}", exit_code=2)
-        raise web.HTTPBadRequest(text=reply.model_dump_json(), content_type="application/json") from None
+        raise _bad_request(f"{field}: {first['msg']}") from None
+    problem = records.number_problem(asked)
+    if problem is not None:
+        raise _bad_request(problem)
+    return asked
+
+
+async def _bounded(request: web.Request, limit: int) -> bytes:
+    """The body, read only up to `limit` bytes: a sized body is refused by its length before it
+    is read, a chunked one (no length given) once it passes the limit."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(limit, request.content_length)
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(64 << 10):
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit, len(body))
+    return bytes(body)
+
+
+def _too_large(limit: int, size: int) -> web.HTTPRequestEntityTooLarge:
+    reply = records.ErrorReply(message=f"the request is {size} bytes or more; at most {limit} are read", exit_code=2)
+    return web.HTTPRequestEntityTooLarge(limit, size, text=reply.model_dump_json(), content_type="application/json")
+
+
+def _bad_request(message: str) -> web.HTTPBadRequest:
+    reply = records.ErrorReply(message=message, exit_code=2)
+    return web.HTTPBadRequest(text=reply.model_dump_json(), content_type="application/json")
 
 
 async def _answer(call: Callable[[], BaseModel]) -> web.Response:

@@ -22,9 +22,11 @@ def dashboard(
     target = api.resolve_cluster(cluster)
     if not isinstance(target, api.RemoteCluster):  # this machine is the controller: nothing to forward
         status = target.status()
-        found = (status.ray.dashboard_url if status.ray else None) if service is None else next(
-            (s.endpoint for s in status.services if s.service_id == service), None)
-        console.print(found or f"{target.name} has no {'dashboard' if service is None else service}", markup=False)
+        if service is not None:
+            console.print(status.service(service).endpoint, markup=False)
+            return
+        console.print(status.ray.dashboard_url if status.ray and status.ray.dashboard_url
+                      else f"{target.name} has no dashboard", markup=False)
         return
     forward = api.forward(target.name, service or "dashboard", port=port)
     try:

@@ -25,7 +25,9 @@ def demo() -> None:
                   "halfway through training and the run recovers from its last checkpoint.")
     result = run_demo(on_event=print_event, show_output=printer(all_hosts=False, to_stderr=False),
                       show_status=print_status, say=lambda text: console.print(escape(text), style="bold"))
-    print_summary(result)
+    print_summary(result, logs_kept=False)
+    console.print(f"the run's logs were on the controller VM, which the demo removed with {DEMO_NAME}: the output "
+                  "above is worker 0's", markup=False)
     if result.status != "succeeded":
         raise typer.Exit(1)
     console.print("demo finished: the cluster was created, trained on, recovered and removed again")

@@ -80,7 +80,10 @@ def print_status(result: Any) -> None:
                       f"(podmanager ray-env -c {quote(result.name)} prints the exports for ray and ray.init)",
                       markup=False, highlight=False)
     if result.head_problem is not None:
-        console.print(f"{result.head_problem}: 'podmanager up -c {result.name}' starts it again "
+        # `up` takes the cluster by its spec (it has no -c); a dry run's spec needs --dry-run
+        # unless it says `backend: simulated` itself, and it is harmless then.
+        again = "podmanager up -f SPEC" + (" --dry-run" if result.backend == "simulated" else "")
+        console.print(f"{result.head_problem}: '{again}', SPEC the spec of {result.name}, starts it again "
                       "(the hosts rejoin, runs carry on)", style="bold red", markup=False, highlight=False)
     for service in result.services:
         console.print(f"service {service.service_id}: {service.endpoint} (replicas on slice(s) {service.slices})",
@@ -117,7 +120,9 @@ def printer(all_hosts: bool, *, to_stderr: bool):
     return show
 
 
-def print_summary(result: RunResult) -> None:
+def print_summary(result: RunResult, *, logs_kept: bool = True) -> None:
+    """The run's end; `logs_kept`: its logs are still on the cluster (after the demo's `down`
+    they went with its controller VM, and a `logs` command would fail)."""
     failed = [h for h in result.hosts if h.exit_code not in (0, None) or h.lost] if result.status == "failed" else []
     last = result.attempt_log[-1] if result.attempt_log else None
     if result.setup_error is not None:
@@ -136,8 +141,9 @@ def print_summary(result: RunResult) -> None:
                       _seconds(i.detect_s), _seconds(i.recover_s), i.lost_steps) for i in result.incidents])
     if failed:
         console.print("hosts that failed: " + ", ".join(host_label(h.slice, h.worker_id) for h in failed))
-    console.print(f"logs: podmanager logs -c {quote(result.cluster)} --run {quote(result.run_id)}", markup=False,
-                  highlight=False)
+    if logs_kept:
+        console.print(f"logs: podmanager logs -c {quote(result.cluster)} --run {quote(result.run_id)}", markup=False,
+                      highlight=False)
 
 
 def summary_figures(result: RunResult) -> list[str]:

@@ -118,6 +118,15 @@ class Workload(BaseModel):
         if not (root / self.entrypoint).is_file():
             raise SpecError(f"run: {self.entrypoint} is not a file in the working dir {root.resolve()}",
                             hint="Check the path, or pass --working-dir to the folder that holds it.")
+        # Lexically (no symlinks followed): `../train.py` or an absolute path is a file here,
+        # but not one of the folder shipped, so the hosts would not find it.
+        program = Path(os.path.abspath(root / self.entrypoint))
+        if self.working_dir is not None and not program.is_relative_to(os.path.abspath(root)):
+            raise SpecError(f"run: {self.entrypoint} is outside the working dir {root.resolve()}, the folder that "
+                            "is shipped to the hosts, so they would not find it",
+                            hint=f"Run from a folder that holds it and what it imports (e.g. 'cd {quote(str(program.parent))}'"
+                                 f" and 'podmanager run {quote(program.name)}'), or give --working-dir such a folder "
+                                 "and the program's path inside that folder.")
         if shipped is not None and Path(self.entrypoint).as_posix() not in shipped:
             raise SpecError(f"run: {self.entrypoint} is left out of what is shipped to the hosts "
                             f"(.gitignore or .rayignore in {root.resolve()})",

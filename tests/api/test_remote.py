@@ -125,6 +125,10 @@ class FakeController:
                                            state="ready" if self.service_reads >= 2 * i + 2 else "starting")
                       for i in listed])
 
+    def status(self, cluster: str) -> records.StatusReply:
+        return records.StatusReply(name=CLUSTER, backend="simulated", project="demo", slices=[], services=[
+            records.ServiceEndpointState(service_id=SERVICE, endpoint="http://127.0.0.1:1", slices=[0])])
+
     def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
         if target not in (records.DASHBOARD, SERVICE):
             raise SpecError(f"--service: no service {target!r}")
@@ -441,3 +445,33 @@ def test_every_way_a_script_names_a_controller_vm_cluster_reaches_it_or_is_refus
     with pytest.raises(SpecError, match="^store: ") as given:  # the controller's own: refused, not ignored
         Cluster.from_dict(VM_SPEC, dry_run=True, store=object())
     assert given.value.exit_code == 2
+
+
+def test_a_service_is_shown_with_how_to_reach_it_from_here_not_the_controllers_loopback(remote) -> None:
+    """The router listens on the controller VM's loopback: that address means nothing here."""
+    from typer.testing import CliRunner
+
+    from podmanager.api import service_history
+    from podmanager.cli import app
+
+    cluster, fake = remote
+    fake.served.append(records.ServeRequest(cluster=CLUSTER, workload=Workload(entrypoint="model.py")))
+    how = f"podmanager dashboard -c {CLUSTER} --service {SERVICE}"
+    [shown] = cluster.status().services
+    assert how in shown.endpoint and "127.0.0.1" not in shown.endpoint
+    [listed] = service_history(CLUSTER)
+    assert how in listed["endpoint"] and "127.0.0.1" not in listed["endpoint"]
+    for verb in ("status", "runs"):
+        result = CliRunner().invoke(app, [verb, "-c", CLUSTER], prog_name="podmanager")
+        assert result.exit_code == 0, result.output
+        assert how in result.output and "127.0.0.1" not in result.output
+
+
+def test_a_forward_to_a_service_the_cluster_does_not_serve_is_refused_naming_the_flag(remote) -> None:
+    from typer.testing import CliRunner
+
+    from podmanager.cli import app
+
+    refused = CliRunner().invoke(app, ["dashboard", "-c", CLUSTER, "--service", "nope"], prog_name="podmanager")
+    assert refused.exit_code == 2
+    assert "--service nope" in refused.output and f"'podmanager runs -c {CLUSTER}' lists its services" in refused.output

@@ -81,3 +81,20 @@ def test_the_program_name_in_run_ids_keeps_only_a_safe_charset(argv, name):
     workload = Workload.from_argv(argv[1:] if argv[0] == "--" else argv)
     assert workload.display_name == name
     assert re.fullmatch(r"[a-z0-9_.-]+", new_run_id(workload))
+
+
+def test_a_program_outside_the_working_dir_is_refused_as_not_shipped_not_as_ignored(tmp_path):
+    """`../train.py` or an absolute path is a file here but not in the folder shipped: no
+    .gitignore is to blame (there is none), the folder is."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "train.py").write_text("")
+    for program in ("../train.py", str(tmp_path / "train.py")):
+        workload = Workload(entrypoint=program, working_dir=str(tmp_path / "proj"))
+        for shipped in ({"other.py"}, None):  # as the controller checks it, and as a laptop does before shipping
+            with pytest.raises(SpecError) as refused:
+                workload.check_program(shipped)
+            error = refused.value
+            assert f"{program} is outside the working dir {tmp_path / 'proj'}" in error.message
+            assert "ignore" not in str(error) and "--working-dir" in error.hint and error.exit_code == 2
+    (tmp_path / "proj" / "linked.py").symlink_to(tmp_path / "train.py")  # a link inside it is shipped as a file
+    Workload(entrypoint="linked.py", working_dir=str(tmp_path / "proj")).check_program({"linked.py"})

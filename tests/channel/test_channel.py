@@ -58,6 +58,11 @@ class FakeApi:
             records.EventRecord(id=after_id + 1, time=1.5, kind="slice_ready", slice_index=0, message="ready",
                                 data={"run_id": "r1", "zones": ["a", "b"], "attempt": 2})])
 
+    def start_down(self, request: records.DownRequest) -> records.JobReply:
+        with self._lock:
+            self.asked.append(("down", request.cluster, None))
+        return records.JobReply(job_id="down-1", verb="down")
+
 
 @pytest.fixture
 def api() -> FakeApi:
@@ -219,6 +224,48 @@ def test_the_controllers_errors_reach_the_client_with_their_exit_code(controller
     refusal = records.ErrorReply.model_validate_json(answer.data)
     assert refusal.message.startswith("after_id:") and refusal.exit_code == 2
     assert api.asked == [("status", "nope", None)]
+
+
+def test_a_number_no_field_can_take_is_a_400_naming_the_field_and_the_api_is_not_asked(controller, api) -> None:
+    """JSON reads 1e400 as infinity and a 40-digit integer as such: neither reaches the API
+    (SQLite's INTEGER is 64 bits; a timeout must be a number of seconds)."""
+    made, server = controller
+    client = ChannelClient(install(made, server))
+    for path, body, field in [
+            (records.DOWN_PATH, b'{"cluster": "c1", "timeout_s": 1e400}', "timeout_s"),
+            (records.EVENTS_PATH, b'{"cluster": "c1", "after_id": ' + b"9" * 40 + b"}", "after_id"),
+            (records.EVENTS_PATH, b'{"cluster": "c1", "after_id": 9223372036854775808}', "after_id")]:
+        answer = client._pool.urlopen("POST", path, body=body, headers={"Authorization": f"Bearer {made.token()}"})
+        assert answer.status == 400, (body, answer.status)
+        refusal = records.ErrorReply.model_validate_json(answer.data)
+        assert refusal.message.startswith(f"{field}:") and refusal.exit_code == 2
+    assert api.asked == []
+    largest = b'{"cluster": "c1", "after_id": 9223372036854775807}'  # SQLite's largest INTEGER is taken
+    answer = client._pool.urlopen("POST", records.EVENTS_PATH, body=largest,
+                                  headers={"Authorization": f"Bearer {made.token()}"})
+    assert answer.status == 200 and api.asked == [("events", CLUSTER, (1 << 63) - 1)]
+
+
+def test_a_body_over_the_limit_is_refused_with_413_also_when_it_comes_in_chunks(controller, api) -> None:
+    """A chunked body gives no length up front: it is refused once it passes the limit, as a
+    sized one is by its length (valid JSON either way: only its size is wrong)."""
+    from podmanager.channel.server import MAX_BODY_BYTES
+
+    made, server = controller
+    client = ChannelClient(install(made, server))
+    body = b'{"cluster": "c1", "after_id": 0' + b" " * MAX_BODY_BYTES + b"}"
+
+    def chunks():
+        for start in range(0, len(body), 64 << 10):
+            yield body[start:start + (64 << 10)]
+
+    headers = {"Authorization": f"Bearer {made.token()}"}
+    for sent in (body, chunks()):
+        answer = client._pool.urlopen("POST", records.EVENTS_PATH, body=sent, headers=headers,
+                                      chunked=not isinstance(sent, bytes))
+        assert answer.status == 413
+        assert records.ErrorReply.model_validate_json(answer.data).exit_code == 2
+    assert api.asked == []
 
 
 def test_on_loopback_only_the_owners_processes_are_admitted(controller, api, monkeypatch) -> None:

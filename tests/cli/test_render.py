@@ -1,6 +1,8 @@
 """What the CLI prints off a terminal: no wrapping, event text as written, no Gloo chatter,
 rounded figures, and no empty figures for a plain command."""
 
+import pytest
+
 from podmanager.cli import render
 from podmanager.core.records import HostRef
 from podmanager.state import Event
@@ -73,3 +75,17 @@ def test_the_incidents_table_shows_each_incident_of_the_result(capsys):
     render.print_summary(result(incidents=[incident]))
     row = next(line for line in capsys.readouterr().out.splitlines() if "preemption" in line and "preemptions" not in line)
     assert row.replace("│", " ").split() == ["0", "preemption", "1", "1->2", "0.4", "12.2", "3"]
+
+
+@pytest.mark.parametrize("backend", ["simulated", "gcp"])
+def test_the_head_loss_hint_is_a_command_up_takes(capsys, backend):
+    from cli_commands import refusal, suggested_commands
+
+    from podmanager.api.status import ClusterStatus
+
+    render.print_status(ClusterStatus(name="demo", backend=backend, project="p", slices=[],
+                                      head_problem="the Ray head is down"))
+    out = capsys.readouterr().out
+    [command] = suggested_commands(out)
+    assert command.startswith("podmanager up ") and refusal(command) is None
+    assert ("--dry-run" in command) == (backend == "simulated")  # a dry run's spec without `backend:` needs it

@@ -68,3 +68,26 @@ def test_a_read_only_verb_on_an_unknown_cluster_makes_no_folder(verb, podmanager
     result = invoke(*verb, "-c", "nope")
     assert result.exit_code == 2
     assert not (podmanager_home / "clusters" / "nope").exists()
+
+
+def test_dashboard_of_a_service_the_cluster_does_not_serve_exits_2_naming_the_flag_and_the_list(monkeypatch):
+    from podmanager.api.status import ClusterStatus, ServiceEndpoint
+
+    status = ClusterStatus(name="demo", backend="simulated", project="p", slices=[], services=[
+        ServiceEndpoint(service_id="model-svc-1", endpoint="http://127.0.0.1:8123", slices=[0])])
+    monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: SimpleNamespace(name="demo", status=lambda: status))
+    found = invoke("dashboard", "-c", "demo", "--service", "model-svc-1")
+    assert found.exit_code == 0 and found.output.strip() == "http://127.0.0.1:8123"
+    unknown = invoke("dashboard", "-c", "demo", "--service", "nope")
+    assert unknown.exit_code == 2
+    assert "--service nope" in unknown.output and "'podmanager runs -c demo' lists its services" in unknown.output
+
+
+def test_an_unknown_name_lists_the_clusters_reached_through_a_controller_vm_too():
+    from podmanager.channel import pinned
+
+    StateStore().save_cluster("here", parse_spec({**SPEC, "name": "here"}).model_dump(mode="json"), "simulated", "up")
+    pinned.save_spec("lap", "{}")  # the pointer `up` and `connect` leave for a cluster whose controller is a VM
+    for verb in ("status", "events", "runs"):
+        result = invoke(verb, "-c", "nope")
+        assert result.exit_code == 2 and "no cluster named 'nope' (known: here, lap)" in result.output, result.output

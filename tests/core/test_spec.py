@@ -462,3 +462,19 @@ def test_the_controller_zone_must_be_in_the_subnetworks_region():
 def test_a_spec_value_that_only_looks_right_is_refused(change, field):
     with pytest.raises(SpecError, match=field):
         parse_spec({**SPEC, **change})
+
+
+def test_the_reference_examples_controller_section_lists_every_field_and_false_makes_a_controller_vm():
+    """infra/examples/multislice.yaml is "every field with its default": its controller section
+    is the spec's, and `local: false` (what it says `up` then does) is taken, not refused."""
+    from pathlib import Path
+
+    import yaml
+
+    from podmanager.core.spec import ControllerSpec
+
+    example = Path(__file__).parents[2] / "infra" / "examples" / "multislice.yaml"
+    written = yaml.safe_load(example.read_text())
+    assert written["controller"] == ControllerSpec().model_dump(mode="json")
+    vm = parse_spec({**written, "controller": {**written["controller"], "local": False}}, dry_run=True)
+    assert vm.controller.local is False
