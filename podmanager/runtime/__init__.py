@@ -81,6 +81,7 @@ __all__ = [
 def _reset_for_tests() -> None:
     """Clear the preemption flag and close progress files (tests only)."""
     preemption._preempted.clear()
+    progress._declared_total = None
     with progress._progress_lock:
         for fd in progress._progress_fds.values():
             os.close(fd)
