@@ -83,6 +83,9 @@ class FakeCluster:
         self.deleted.append(list(indexes))
         for i in indexes:
             self.cloud.delete_node(ZONE, f"c-s{i}")
+        for slot, agent in self.hosts:  # the slice's next VM has no notice
+            if slot.slice_index in indexes:
+                agent.notice = False
 
     def restore_slices(self, phases):
         self.restored += 1
@@ -135,6 +138,30 @@ def test_a_preemption_replaces_the_lost_slice_once_and_resumes(tmp_path, runs):
     assert incident.cause == "preemption" and incident.slices == [1]
     assert incident.recover_s is not None
     assert [a.started[-1]["PODMANAGER_ATTEMPT"] for _, a in cluster.hosts] == ["1", "1"]
+
+
+def test_a_program_that_exits_0_on_a_notices_sigterm_resumes_on_the_replacement(tmp_path, runs):
+    """JAX's examples save a checkpoint on SIGTERM and exit 0: after a notice that is a stop for
+    the notice, not the run's end (issue 43: 9,986 steps were dropped as `succeeded`)."""
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=200, on_sigterm=0) if attempt == 0
+                          else Behaviour(polls=2, first_step=15))
+    cluster.hosts[0][1].notice = True
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 1)
+    stopped, resumed = result.attempt_log
+    assert {h.exit_code for h in stopped.hosts} == {0} and stopped.status == "failed"
+    assert "SIGTERM" in stopped.failure and resumed.first_step == 15
+    [incident] = result.incidents
+    assert incident.cause == "preemption" and incident.slices == [0]
+    assert cluster.deleted == [[0]] and cluster.restored == 1
+
+
+def test_a_program_that_said_it_was_done_ends_the_run_however_a_notice_stopped_it(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=200, on_sigterm=0, says_done=True))
+    cluster.hosts[0][1].notice = True
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded" and (result.attempts, result.preemptions) == (1, 0)
+    assert cluster.deleted == [] and cluster.hosts[0][1].signals  # it was asked to stop, and was done
 
 
 def test_a_spent_budget_stops_the_run_and_says_which(tmp_path, runs):
