@@ -162,15 +162,15 @@ class RunSupervisor:
         if result.status == "succeeded" and monitor is not None and not finished(monitor.clean_exit()):
             result.status, result.failure = "failed", STOPPED_FOR_NOTICE  # resumed on the replacement, as after 75
         if result.status == "succeeded":
-            self.record(EventKind.RUN_SUCCEEDED, f"run {self.run_id} finished at step {result.last_step}")
+            self.record(EventKind.RUN_SUCCEEDED, f"run {self.run_id} finished" + _at_step(result.last_step))
             return self._finish("succeeded", None)
         if result.failure == GROW:  # no incident: it stopped at a checkpoint because its slices are back
             self.run.attempt = result.attempt + 1
             self.run.phase = Launching(attempt=self.run.attempt)
             self._save()
             self.record(EventKind.RUN_GREW, f"run {self.run_id}: its lost slice(s) are back; attempt {self.run.attempt} "
-                        f"resumes on all {len(self.run.slices)} slice(s) {self.run.slices} from the checkpoint "
-                        f"of step {result.last_step}", slices=self.run.slices, step=result.last_step)
+                        f"resumes on all {len(self.run.slices)} slice(s) {self.run.slices} from the checkpoint"
+                        + _at_step(result.last_step, "of step"), slices=self.run.slices, step=result.last_step)
             return None
         stop_reason = self._after_failure(result, monitor)
         return self._finish("failed", stop_reason) if stop_reason is not None else None
@@ -612,6 +612,11 @@ class _SupervisedMonitor:
         if problem is None and supervisor.ready_to_grow():
             return GROW
         return problem
+
+
+def _at_step(step: int | None, words: str = "at step") -> str:
+    """' at step N' when the program reported a step; nothing when it reported none (a plain command)."""
+    return f" {words} {step}" if step is not None else ""
 
 
 def new_run(cluster: SupervisedCluster, workload: Workload, run_id: str, slices: list[int],

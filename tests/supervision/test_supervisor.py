@@ -46,6 +46,7 @@ class FakeCluster:
         self.cloud = SimCloud(clock=self.clock, create_latency_s=0.0, delete_latency_s=0.0)
         self.hosts = agents(script)
         self.events: list[tuple[str, dict]] = []
+        self.messages: list[str] = []
         self.deleted: list[list[int]] = []
         self.restored = 0
         self.dropped: set[int] = set()  # slices an `up` of an edited spec removed
@@ -63,6 +64,7 @@ class FakeCluster:
 
     def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> None:
         self.events.append((kind, data))
+        self.messages.append(message)
 
     def agents(self, slice_indexes):
         return [pair for pair in self.hosts if pair[0].slice_index in slice_indexes]
@@ -232,6 +234,13 @@ def test_a_supervisor_started_on_an_attempt_its_hosts_lost_keeps_the_lines_writt
         assert folder.path(host).read_text() == f"attempt before\n{kept[host.slice_index]}relaunched\n"
         assert len(agent.started) == 1 and agent.started[0]["PODMANAGER_ATTEMPT"] == "0"
     assert cluster.kinds().count("warning") == 1
+
+
+@pytest.mark.parametrize("steps, said", [(True, "run run-1 finished at step 3"), (False, "run run-1 finished")])
+def test_a_finished_run_names_its_last_step_only_when_it_reported_one(tmp_path, runs, steps, said):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=3, reports_steps=steps))
+    assert supervise(cluster, runs, submit(cluster, runs)).status == "succeeded"
+    assert cluster.messages[cluster.kinds().index("run_succeeded")] == said  # never "at step None"
 
 
 def test_a_cancel_stops_every_host_and_ends_the_run_as_cancelled(tmp_path, runs):

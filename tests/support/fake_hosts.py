@@ -33,6 +33,7 @@ class Behaviour:
     on_stop: list[str] = field(default_factory=list)  # printed when stopped (a SIGTERM handler)
     on_sigterm: int | None = None  # a SIGTERM (a notice's) ends it with this code; None: it runs on
     says_done: bool = False  # its last progress record says the program has finished its work
+    reports_steps: bool = True  # False: a plain command, which reports no progress
 
 
 class FakeRef:
@@ -143,7 +144,7 @@ class FakeAgent:
         step = behaviour.first_step + run["polls"] - 1
         if behaviour.last_step is not None:
             step = min(step, behaviour.last_step)
-        progress = ProgressRecord(step, 1000.0 + step, loss=1.0 / step, done=behaviour.says_done) if run["polls"] else None
+        progress = ProgressRecord(step, 1000.0 + step, loss=1.0 / step, done=behaviour.says_done) if run["polls"] and behaviour.reports_steps else None
         first = ProgressRecord(behaviour.first_step, 1000.0 + behaviour.first_step, loss=1.0) if progress else None
         output = run["output"].encode()
         end = len(output)
