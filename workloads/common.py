@@ -141,7 +141,7 @@ def train_loop(args: argparse.Namespace, state: dict[str, Any],
         for step in range(first, args.steps + 1):
             state, loss_arr = train_step(state, make_batch(step))
             loss, done = float(loss_arr), step
-            runtime.report_progress(step, loss=loss)
+            runtime.report_progress(step, loss=loss, total_steps=args.steps)  # a notice at the last step ends the run
             if step in (first, args.steps) or (args.log_every > 0 and step % args.log_every == 0):
                 say(f"step {step} loss {loss:.6f}")
             ckpt.save(step, state, force=ckpt.every_n_steps > 0 and step == args.steps)

@@ -35,6 +35,7 @@ class HostState:
     progress: ProgressRecord | None = None
     first_progress: ProgressRecord | None = None
     last_lines: list[str] = field(default_factory=list)
+    asked_to_stop: bool = False  # its agent sent its process SIGTERM (a notice's, or a stop's)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -144,6 +145,7 @@ class Gang:
         # A reply sent before `stop` may arrive after it: it does not bring the process back.
         host.running = report.running and host.running
         host.exit_code = report.exit_code if report.exit_code is not None else host.exit_code
+        host.asked_to_stop = host.asked_to_stop or report.asked_to_stop
         if not report.running:
             host.collected = report.left == 0
             if report.tail:

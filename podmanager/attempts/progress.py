@@ -23,6 +23,8 @@ class HostProgress(Protocol):
 class AttemptProgress:
     first: ProgressRecord | None  # where the attempt started stepping
     latest: ProgressRecord | None  # the step every host has reached
+    done: bool = False  # a host's last record says the program has finished its work
+    total_steps: int | None = None  # the step count the program declared (the largest any host did)
 
     @property
     def steps_per_s(self) -> float | None:
@@ -37,9 +39,12 @@ def combine(hosts: Iterable[HostProgress]) -> AttemptProgress:
     the hosts' latest). A step counts when every host has made it: the hosts step together
     through their collectives, so the job is where its slowest host is; one that is ahead has
     not finished that step for the job. Hosts that reported nothing are left out (a program may
-    report from one process only)."""
+    report from one process only). One host saying the program is done, or declaring its step
+    count, speaks for the job: the program may say so from process 0 only."""
     heard = list(hosts)
     firsts = [h.first_progress for h in heard if h.first_progress is not None]
     latests = [h.progress for h in heard if h.progress is not None]
+    totals = [r.total_steps for r in latests if r.total_steps is not None]
     return AttemptProgress(first=min(firsts, key=lambda r: r.step, default=None),
-                           latest=min(latests, key=lambda r: r.step, default=None))
+                           latest=min(latests, key=lambda r: r.step, default=None),
+                           done=any(r.done for r in latests), total_steps=max(totals, default=None))

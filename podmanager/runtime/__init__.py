@@ -23,7 +23,10 @@ a preemption notice drained it (see ``serving``).
 
 Exit codes (what the supervisor reads from a workload process):
 
-* ``0`` (``EXIT_OK``): finished all its steps.
+* ``0`` (``EXIT_OK``): finished all its steps. After a preemption notice's SIGTERM, any exit
+  (0 included) is a stop for the notice, resumed on the replacement slice, unless the program
+  said it was done: ``report_progress(step, done=True)``, or ``total_steps=N`` declared and
+  step N reached.
 * ``75`` (``EXIT_PREEMPTED``, BSD ``EX_TEMPFAIL``): stopped early at a step
   boundary because a preemption notice (SIGTERM) arrived, after writing a
   checkpoint if checkpointing is on. Relaunching resumes it. 75 is chosen on
@@ -81,6 +84,7 @@ __all__ = [
 def _reset_for_tests() -> None:
     """Clear the preemption flag and close progress files (tests only)."""
     preemption._preempted.clear()
+    progress._declared_total = None
     with progress._progress_lock:
         for fd in progress._progress_fds.values():
             os.close(fd)

@@ -9,7 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-# Exit codes a workload process ends with.
+# Exit codes a workload process ends with. After podmanager sent the program a notice's SIGTERM,
+# any exit is a stop for the notice (0 included) unless its progress said it was done.
 EXIT_OK = 0
 EXIT_PREEMPTED = 75  # stopped at a step boundary after a preemption notice (BSD EX_TEMPFAIL)
 
@@ -29,7 +30,10 @@ PROGRESS_STEP = "step"
 PROGRESS_TIME = "time"  # unix seconds when the step finished
 PROGRESS_PROCESS = "process_id"
 PROGRESS_LOSS = "loss"  # the one metric the supervisor reads (the run's summary shows it)
-_PROGRESS_KEYS = frozenset({PROGRESS_STEP, PROGRESS_TIME, PROGRESS_PROCESS, PROGRESS_LOSS})
+PROGRESS_TOTAL = "total_steps"  # the step count the program declared: reaching it is the run's end
+PROGRESS_DONE = "done"  # true: the program has finished its work (its exit ends the run, notice or not)
+_PROGRESS_KEYS = frozenset({PROGRESS_STEP, PROGRESS_TIME, PROGRESS_PROCESS, PROGRESS_LOSS, PROGRESS_TOTAL,
+                            PROGRESS_DONE})
 
 
 def _is_int(value: Any) -> bool:
@@ -50,6 +54,8 @@ class ProgressRecord:
     process_id: int | None = None  # which process of the job wrote it (absent from a hand-written line)
     loss: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)  # the program's other metrics
+    total_steps: int | None = None  # the step count the program declared, if it did
+    done: bool = False  # the program said it has finished its work
 
     def __post_init__(self) -> None:
         # The line is flat: a metric named like a key would overwrite that key.
@@ -65,6 +71,10 @@ class ProgressRecord:
             fields[PROGRESS_PROCESS] = self.process_id
         if self.loss is not None:
             fields[PROGRESS_LOSS] = self.loss
+        if self.total_steps is not None:
+            fields[PROGRESS_TOTAL] = self.total_steps
+        if self.done:
+            fields[PROGRESS_DONE] = True
         return json.dumps({**fields, **self.metrics}) + "\n"
 
     @classmethod
@@ -77,8 +87,10 @@ class ProgressRecord:
         step, at, process = data.get(PROGRESS_STEP), data.get(PROGRESS_TIME), data.get(PROGRESS_PROCESS)
         if not _is_int(step) or not _is_number(at):
             raise ValueError(f"a progress line needs an integer {PROGRESS_STEP!r} and a numeric {PROGRESS_TIME!r}")
-        loss = data.get(PROGRESS_LOSS)
+        loss, total = data.get(PROGRESS_LOSS), data.get(PROGRESS_TOTAL)
         return cls(step=step, time=float(at),
                    process_id=process if _is_int(process) else None,
                    loss=float(loss) if _is_number(loss) else None,
-                   metrics={k: float(v) for k, v in data.items() if k not in _PROGRESS_KEYS and _is_number(v)})
+                   metrics={k: float(v) for k, v in data.items() if k not in _PROGRESS_KEYS and _is_number(v)},
+                   total_steps=total if _is_int(total) else None,
+                   done=data.get(PROGRESS_DONE) is True)

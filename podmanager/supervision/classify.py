@@ -1,4 +1,5 @@
-"""Classify why an attempt ended (pure): preemption, program failure, hang, or infrastructure.
+"""Classify why an attempt ended (pure): preemption, program failure, hang, or infrastructure;
+and whether an attempt whose every process exited 0 finished the run (`finished`).
 
 The cause decides which budget pays and what recovery does: a preemption replaces the
 lost slices, a program failure or a hang relaunches on the same slices, an
@@ -99,3 +100,23 @@ def classify(seen: Observation) -> Incident:
         return Incident(Cause.PROGRAM, frozenset(), f"{host_label(first.slice, first.worker_id)} exited with code "
                         f"{first.exit_code}", (first.slice, first.worker_id))
     return Incident(Cause.INFRASTRUCTURE, frozenset(), "the attempt ended without a clear cause")
+
+
+@dataclass(frozen=True)
+class CleanExit:
+    """An attempt whose every process exited 0, as the supervisor saw it end."""
+
+    asked_to_stop: bool  # podmanager had sent the program SIGTERM (a notice's) before it exited
+    said_done: bool = False  # its progress said it has finished its work (report_progress(done=True))
+    step: int | None = None  # the step every host reached
+    total_steps: int | None = None  # the step count it declared (report_progress(total_steps=N))
+
+
+def finished(ended: CleanExit) -> bool:
+    """Whether an exit 0 everywhere is the run's end. After podmanager asked the program to stop
+    for a notice, its exit is a stop for the notice whatever its code (JAX's own examples save a
+    checkpoint on SIGTERM and exit 0): the run resumes on the replacement, as after exit 75,
+    unless the program said it was done or reached the step count it declared."""
+    if not ended.asked_to_stop or ended.said_done:
+        return True
+    return ended.total_steps is not None and ended.step is not None and ended.step >= ended.total_steps

@@ -36,7 +36,7 @@ from podmanager.cloud.base import (
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.events import EventKind
 from podmanager.core.records import SliceRef
-from podmanager.supervision.classify import HostOutcome, Observation
+from podmanager.supervision.classify import CleanExit, HostOutcome, Observation
 
 
 @dataclass
@@ -184,3 +184,9 @@ class HealthMonitor:
         )
         return Observation(hosts, dict(self.slice_states), frozenset(self.notices), self.hung,
                            overdue=dict(self.overdue))
+
+    def clean_exit(self) -> CleanExit:
+        """How an attempt whose every process exited 0 ended, for `classify.finished`."""
+        progress = combine(self.gang.hosts)
+        return CleanExit(asked_to_stop=any(h.asked_to_stop for h in self.gang.hosts), said_done=progress.done,
+                         step=progress.latest.step if progress.latest else None, total_steps=progress.total_steps)

@@ -51,7 +51,7 @@ from podmanager.state.run_state import (
     RunProgress,
     SupervisorProcess,
 )
-from podmanager.supervision.classify import Cause, Incident, classify
+from podmanager.supervision.classify import Cause, Incident, classify, finished
 from podmanager.supervision.health import HealthMonitor
 from podmanager.supervision.ledger import badput, classified, goodput, summarize
 from podmanager.supervision.policy import (
@@ -64,6 +64,9 @@ from podmanager.supervision.ports import SupervisedCluster
 from podmanager.supervision.spare_preparation import SparePreparer
 from podmanager.vm.workload_runs import HeldRun
 
+# An attempt's failure when its program exited 0 after a notice's SIGTERM without saying it was done.
+STOPPED_FOR_NOTICE = ("exited after the preemption notice's SIGTERM without saying it was done (report_progress's "
+                      "done or total_steps): stopped for the notice")
 PROGRESS_EVERY_S = 1.0  # how often the latest step goes into the run's record
 GROW_CHECK_EVERY_S = 1.0  # how often a shrunk run asks whether its lost slices' hosts are back
 BRING_BACK_RETRY_S = 60.0  # after a failed background replacement, the next try
@@ -156,16 +159,18 @@ class RunSupervisor:
             error = result.setup_error
             self.record(EventKind.SETUP_FAILED, f"run {self.run_id}: setting up {error.host} failed: {error.error}")
             return self._finish("failed", None)
+        if result.status == "succeeded" and monitor is not None and not finished(monitor.clean_exit()):
+            result.status, result.failure = "failed", STOPPED_FOR_NOTICE  # resumed on the replacement, as after 75
         if result.status == "succeeded":
-            self.record(EventKind.RUN_SUCCEEDED, f"run {self.run_id} finished at step {result.last_step}")
+            self.record(EventKind.RUN_SUCCEEDED, f"run {self.run_id} finished" + _at_step(result.last_step))
             return self._finish("succeeded", None)
         if result.failure == GROW:  # no incident: it stopped at a checkpoint because its slices are back
             self.run.attempt = result.attempt + 1
             self.run.phase = Launching(attempt=self.run.attempt)
             self._save()
             self.record(EventKind.RUN_GREW, f"run {self.run_id}: its lost slice(s) are back; attempt {self.run.attempt} "
-                        f"resumes on all {len(self.run.slices)} slice(s) {self.run.slices} from the checkpoint "
-                        f"of step {result.last_step}", slices=self.run.slices, step=result.last_step)
+                        f"resumes on all {len(self.run.slices)} slice(s) {self.run.slices} from the checkpoint"
+                        + _at_step(result.last_step, "of step"), slices=self.run.slices, step=result.last_step)
             return None
         stop_reason = self._after_failure(result, monitor)
         return self._finish("failed", stop_reason) if stop_reason is not None else None
@@ -607,6 +612,11 @@ class _SupervisedMonitor:
         if problem is None and supervisor.ready_to_grow():
             return GROW
         return problem
+
+
+def _at_step(step: int | None, words: str = "at step") -> str:
+    """' at step N' when the program reported a step; nothing when it reported none (a plain command)."""
+    return f" {words} {step}" if step is not None else ""
 
 
 def new_run(cluster: SupervisedCluster, workload: Workload, run_id: str, slices: list[int],

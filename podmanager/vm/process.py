@@ -92,6 +92,11 @@ class WorkloadProcess:
         self._log.close()
         return code
 
+    @property
+    def asked_to_stop(self) -> bool:
+        """Whether it was sent SIGTERM (a notice's, or a stop's) by its agent."""
+        return self._terminated
+
     def signal(self, signum: int) -> None:
         self._terminated = self._terminated or signum == signal.SIGTERM
         self._signal_group(signum)

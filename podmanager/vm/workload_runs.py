@@ -58,6 +58,7 @@ class PollReply:
     progress: contract.ProgressRecord | None  # the last step the program reported
     first_progress: contract.ProgressRecord | None  # the first step it reported in this attempt
     tail: tuple[str, ...] = ()  # once the process has exited: the last lines of all its output
+    asked_to_stop: bool = False  # the agent sent it SIGTERM (a notice's, or a stop's)
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ class HostRuns:
             first_progress=first_progress(progress_file),
             # The file lives on this host: its end travels with the exit, for the failure summary.
             tail=() if status.running else tuple(process.tail()),
+            asked_to_stop=process.asked_to_stop,
         )
 
     def output_path(self, run_id: str, attempt: int) -> Path:

@@ -57,6 +57,14 @@ def test_values_that_are_not_numbers_are_left_out():
     assert ProgressRecord.from_line(line) == ProgressRecord(1, 2.0, metrics={"lr": 0.1})
 
 
+def test_a_declared_step_count_and_done_survive_their_line():
+    record = ProgressRecord(14, 5.0, total_steps=10_000, done=True)
+    assert json.loads(record.to_line()) == {"step": 14, "time": 5.0, "total_steps": 10_000, "done": True}
+    assert ProgressRecord.from_line(record.to_line()) == record
+    # Only JSON's true says done; a count that is not an integer declares none.
+    assert ProgressRecord.from_line('{"step": 1, "time": 2, "done": 1, "total_steps": 9.5}') == ProgressRecord(1, 2.0)
+
+
 def test_a_metric_may_not_be_named_like_a_key(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="reserved"):
         ProgressRecord(1, 2.0, metrics={"time": 3.0})
@@ -77,6 +85,18 @@ def test_the_host_reads_back_what_report_progress_wrote(tmp_path, monkeypatch):
     assert first is not None and last is not None
     assert (first.step, first.process_id, first.loss, first.metrics) == (4, 0, 0.25, {"accuracy": 0.4})
     assert (last.step, last.loss) == (6, 1 / 6) and first.time <= last.time
+
+
+def test_a_step_count_declared_once_rides_every_later_line_and_done_the_last(tmp_path, monkeypatch):
+    path = tmp_path / "progress.jsonl"
+    monkeypatch.setenv("PODMANAGER_PROGRESS_FILE", str(path))
+    runtime.report_progress(1, loss=1.0)
+    runtime.report_progress(2, total_steps=3)
+    runtime.report_progress(3)
+    assert read_progress(path).total_steps == 3 and not read_progress(path).done
+    assert first_progress(path).total_steps is None  # declared after it
+    runtime.report_progress(3, done=True)
+    assert read_progress(path).done
 
 
 def test_the_host_reads_the_last_whole_record_and_the_first(tmp_path):
@@ -113,6 +133,14 @@ def test_hosts_that_reported_nothing_are_left_out():
     progress = combine([Heard(None, None), Heard(at(2), at(6))])
     assert (progress.first, progress.latest) == (at(2), at(6))
     assert combine([Heard(None, None)]) == combine([]) == AttemptProgress(None, None)
+
+
+def test_one_host_saying_done_or_declaring_the_step_count_speaks_for_the_attempt():
+    done = ProgressRecord(8, 1008.0, done=True)
+    counted = ProgressRecord(9, 1009.0, total_steps=100)
+    progress = combine([Heard(at(1), done), Heard(at(1), counted), Heard(at(1), at(9))])
+    assert progress.done and progress.total_steps == 100 and progress.latest == done
+    assert not combine([Heard(at(1), at(9))]).done and combine([Heard(at(1), at(9))]).total_steps is None
 
 
 def test_the_pace_is_from_the_first_step_to_the_latest():

@@ -207,6 +207,52 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     assert "preemption_notice" in [e.kind for e in cluster.events()]
 
 
+# Written as JAX's own examples are: an emergency checkpoint on SIGTERM, then a graceful exit 0.
+# Each process keeps its own step (the hosts share no collective here).
+EXITS_0_ON_SIGTERM = textwrap.dedent("""
+    import json, os, signal, sys, time
+    from podmanager import runtime
+    steps = int(sys.argv[1])
+    folder = os.environ["PODMANAGER_CHECKPOINT_DIR"]
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"step-{os.environ['JAX_PROCESS_ID']}.json")
+    asked = []
+    signal.signal(signal.SIGTERM, lambda *_: asked.append(True))
+    step = json.load(open(path))["step"] if os.path.exists(path) else 0
+    while step < steps:
+        step += 1
+        time.sleep(0.05)
+        runtime.report_progress(step)
+        print("step", step, flush=True)
+        if asked:
+            with open(path + ".tmp", "w") as f:
+                json.dump({"step": step}, f)
+            os.replace(path + ".tmp", path)
+            print("checkpointed at step", step, "on SIGTERM; exiting 0", flush=True)
+            sys.exit(0)
+    print("finished", flush=True)
+""")
+SIGTERM_STEPS = 300  # ~15 s at 50 ms a step: still going when the notice's SIGTERM comes (~1 s after it)
+
+
+def test_a_program_that_exits_0_on_the_notices_sigterm_resumes_on_the_replacement_and_finishes(cluster, tmp_path):
+    """Issue 43: preempted with a notice at step 14, the program checkpointed and exited 0, and the
+    run was recorded `succeeded` with its other steps dropped. A stop after podmanager asked for it
+    is a stop for the notice: the slice is replaced and the run resumes from its checkpoint."""
+    (tmp_path / "graceful.py").write_text(EXITS_0_ON_SIGTERM)
+    workload = Workload(entrypoint="graceful.py", args=[str(SIGTERM_STEPS)], working_dir=str(tmp_path),
+                        checkpoint_dir=str(tmp_path / "checkpoints"))
+    result = cluster.run(workload, printer=NoticeAt(cluster, 0, step=14))
+    assert result.status == "succeeded", result.message
+    assert (result.attempts, result.preemptions) == (2, 1)
+    stopped, resumed = result.attempt_log
+    assert {h.exit_code for h in stopped.hosts} == {0} and stopped.last_step < SIGTERM_STEPS
+    [incident] = result.incidents
+    assert incident.cause == "preemption" and incident.slices == [0]
+    assert resumed.first_step == stopped.last_step + 1  # from its checkpoint, nothing lost
+    assert resumed.last_step == result.metrics.last_step == SIGTERM_STEPS  # every step done
+
+
 ELASTIC_CREATE_LATENCY_S = 16.0  # the replacement takes this (and its host's join): the run must not wait for it
 ELASTIC_STEPS = 300
 # A program of the test's own: train_mlp, except that an attempt on one slice of the two (shrunk)

@@ -1,13 +1,17 @@
 """Classification and the recovery policy: pure, no cluster needed."""
 
+import pytest
+
 from podmanager.cloud.base import NodeState
 from podmanager.core.spec import RecoverySpec
 from podmanager.supervision.classify import (
     Cause,
+    CleanExit,
     HostOutcome,
     Incident,
     Observation,
     classify,
+    finished,
 )
 from podmanager.supervision.policy import (
     RecoveryPolicy,
@@ -55,6 +59,26 @@ def test_hang_and_infrastructure():
     assert infra.cause is Cause.INFRASTRUCTURE and infra.slices == {1} and infra.detail == "chips held by pid 7"
     unreachable = classify(Observation(hosts(None, None, lost="ActorUnavailableError"), READY))
     assert unreachable.cause is Cause.INFRASTRUCTURE and unreachable.slices == {0}
+
+
+# Every process exited 0: (asked to stop for a notice, said done, step reached, step count declared)
+# -> the run is finished (else it stopped for the notice and resumes on the replacement).
+@pytest.mark.parametrize("asked, done, step, total, ends_the_run", [
+    (False, False, None, None, True),  # no notice: an exit 0 is the end, whatever it reported
+    (False, False, 14, 10_000, True),  # ... even short of a declared count (the program chose to end)
+    (True, False, 14, None, False),  # the issue's case: checkpointed on SIGTERM and exited 0 at step 14
+    (True, False, None, None, False),  # a plain command that reports no step, stopped by the notice
+    (True, False, 14, 10_000, False),  # declared 10,000 steps and made 14
+    (True, False, 9_999, 10_000, False),
+    (True, False, 10_000, 10_000, True),  # reached its declared count as the notice came
+    (True, False, 10_001, 10_000, True),
+    (True, False, None, 10_000, False),  # declared a count, no step reached yet
+    (True, True, 14, None, True),  # said it was done
+    (True, True, 14, 10_000, True),  # its word wins over the count
+])
+def test_an_exit_0_after_a_notice_is_a_stop_for_it_unless_the_program_said_it_was_done(
+        asked, done, step, total, ends_the_run):
+    assert finished(CleanExit(asked_to_stop=asked, said_done=done, step=step, total_steps=total)) is ends_the_run
 
 
 def incident(cause, host=None):

@@ -46,6 +46,7 @@ class FakeCluster:
         self.cloud = SimCloud(clock=self.clock, create_latency_s=0.0, delete_latency_s=0.0)
         self.hosts = agents(script)
         self.events: list[tuple[str, dict]] = []
+        self.messages: list[str] = []
         self.deleted: list[list[int]] = []
         self.restored = 0
         self.dropped: set[int] = set()  # slices an `up` of an edited spec removed
@@ -63,6 +64,7 @@ class FakeCluster:
 
     def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> None:
         self.events.append((kind, data))
+        self.messages.append(message)
 
     def agents(self, slice_indexes):
         return [pair for pair in self.hosts if pair[0].slice_index in slice_indexes]
@@ -83,6 +85,9 @@ class FakeCluster:
         self.deleted.append(list(indexes))
         for i in indexes:
             self.cloud.delete_node(ZONE, f"c-s{i}")
+        for slot, agent in self.hosts:  # the slice's next VM has no notice
+            if slot.slice_index in indexes:
+                agent.notice = False
 
     def restore_slices(self, phases):
         self.restored += 1
@@ -135,6 +140,30 @@ def test_a_preemption_replaces_the_lost_slice_once_and_resumes(tmp_path, runs):
     assert incident.cause == "preemption" and incident.slices == [1]
     assert incident.recover_s is not None
     assert [a.started[-1]["PODMANAGER_ATTEMPT"] for _, a in cluster.hosts] == ["1", "1"]
+
+
+def test_a_program_that_exits_0_on_a_notices_sigterm_resumes_on_the_replacement(tmp_path, runs):
+    """JAX's examples save a checkpoint on SIGTERM and exit 0: after a notice that is a stop for
+    the notice, not the run's end (issue 43: 9,986 steps were dropped as `succeeded`)."""
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=200, on_sigterm=0) if attempt == 0
+                          else Behaviour(polls=2, first_step=15))
+    cluster.hosts[0][1].notice = True
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 1)
+    stopped, resumed = result.attempt_log
+    assert {h.exit_code for h in stopped.hosts} == {0} and stopped.status == "failed"
+    assert "SIGTERM" in stopped.failure and resumed.first_step == 15
+    [incident] = result.incidents
+    assert incident.cause == "preemption" and incident.slices == [0]
+    assert cluster.deleted == [[0]] and cluster.restored == 1
+
+
+def test_a_program_that_said_it_was_done_ends_the_run_however_a_notice_stopped_it(tmp_path, runs):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=200, on_sigterm=0, says_done=True))
+    cluster.hosts[0][1].notice = True
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded" and (result.attempts, result.preemptions) == (1, 0)
+    assert cluster.deleted == [] and cluster.hosts[0][1].signals  # it was asked to stop, and was done
 
 
 def test_a_spent_budget_stops_the_run_and_says_which(tmp_path, runs):
@@ -205,6 +234,13 @@ def test_a_supervisor_started_on_an_attempt_its_hosts_lost_keeps_the_lines_writt
         assert folder.path(host).read_text() == f"attempt before\n{kept[host.slice_index]}relaunched\n"
         assert len(agent.started) == 1 and agent.started[0]["PODMANAGER_ATTEMPT"] == "0"
     assert cluster.kinds().count("warning") == 1
+
+
+@pytest.mark.parametrize("steps, said", [(True, "run run-1 finished at step 3"), (False, "run run-1 finished")])
+def test_a_finished_run_names_its_last_step_only_when_it_reported_one(tmp_path, runs, steps, said):
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=3, reports_steps=steps))
+    assert supervise(cluster, runs, submit(cluster, runs)).status == "succeeded"
+    assert cluster.messages[cluster.kinds().index("run_succeeded")] == said  # never "at step None"
 
 
 def test_a_cancel_stops_every_host_and_ends_the_run_as_cancelled(tmp_path, runs):

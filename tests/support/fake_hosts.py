@@ -8,6 +8,7 @@ exit code, its steps, whether it stops answering or its node dies.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -30,6 +31,9 @@ class Behaviour:
     silent: bool = False  # the agent never answers a poll
     reply_bytes: int | None = None  # output sent per reply at most (the agent's chunk)
     on_stop: list[str] = field(default_factory=list)  # printed when stopped (a SIGTERM handler)
+    on_sigterm: int | None = None  # a SIGTERM (a notice's) ends it with this code; None: it runs on
+    says_done: bool = False  # its last progress record says the program has finished its work
+    reports_steps: bool = True  # False: a plain command, which reports no progress
 
 
 class FakeRef:
@@ -96,7 +100,7 @@ class FakeAgent:
         self.workload_status = _Method(self._status)
         self.left_output = _Method(lambda run_id, attempt, offset: FakeRef(self.files.get((run_id, attempt), b"")[offset:]))
         self.preemption_notice = _Method(lambda: FakeRef("preempted" if self.notice else None))
-        self.signal_workload = _Method(lambda run_id, signum: FakeRef(self.signals.append(signum)))
+        self.signal_workload = _Method(self._signal)
 
     def _setup(self, run_id: str, workload_json: str, code: Any) -> FakeRef:
         """As `HostRuns.setup`: a run set up here once is found set up (nothing done) after."""
@@ -109,8 +113,19 @@ class FakeAgent:
         self.started.append(env)
         self.files.pop((run_id, attempt), None)
         self.runs[run_id] = {"attempt": attempt, "behaviour": self.script(attempt), "polls": 0, "running": True,
-                             "exit_code": None, "pid": 1000 + len(self.started), "output": ""}
+                             "exit_code": None, "pid": 1000 + len(self.started), "output": "",
+                             "asked_to_stop": False}
         return FakeRef(self.runs[run_id]["pid"])
+
+    def _signal(self, run_id: str, signum: int) -> FakeRef:
+        """As `HostRuns.signal`: a live process is told; one with a SIGTERM handler exits by it."""
+        self.signals.append(signum)
+        run = self.runs.get(run_id)
+        if run is not None and run["running"] and signum == signal.SIGTERM:
+            run["asked_to_stop"] = True
+            if run["behaviour"].on_sigterm is not None:
+                run["running"], run["exit_code"] = False, run["behaviour"].on_sigterm
+        return FakeRef(None)
 
     def _poll(self, run_id: str, offset: int, hold_s: float) -> FakeRef:
         self.holds.append(hold_s)
@@ -129,7 +144,7 @@ class FakeAgent:
         step = behaviour.first_step + run["polls"] - 1
         if behaviour.last_step is not None:
             step = min(step, behaviour.last_step)
-        progress = ProgressRecord(step, 1000.0 + step, loss=1.0 / step) if run["polls"] else None
+        progress = ProgressRecord(step, 1000.0 + step, loss=1.0 / step, done=behaviour.says_done) if run["polls"] and behaviour.reports_steps else None
         first = ProgressRecord(behaviour.first_step, 1000.0 + behaviour.first_step, loss=1.0) if progress else None
         output = run["output"].encode()
         end = len(output)
@@ -138,7 +153,8 @@ class FakeAgent:
         return FakeRef(PollReply(running=run["running"], exit_code=run["exit_code"], pid=run["pid"],
                                  output=output[offset:end], offset=end, left=len(output) - end, progress=progress,
                                  first_progress=first,
-                                 tail=() if run["running"] else tuple(run["output"].splitlines()[-30:])))
+                                 tail=() if run["running"] else tuple(run["output"].splitlines()[-30:]),
+                                 asked_to_stop=run["asked_to_stop"]))
 
     def _stop(self, run_id: str, grace_s: float) -> FakeRef:
         self.stops.append(grace_s)
@@ -146,7 +162,7 @@ class FakeAgent:
         if run is None:
             return FakeRef(None)
         if run["running"]:
-            run["running"], run["exit_code"] = False, -15
+            run["running"], run["exit_code"], run["asked_to_stop"] = False, -15, True
             run["output"] += "".join(line + "\n" for line in run["behaviour"].on_stop)
         return FakeRef(run["exit_code"])
 

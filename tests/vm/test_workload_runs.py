@@ -121,6 +121,26 @@ def test_a_program_already_told_to_stop_gets_no_second_sigterm_while_it_exits(tm
     assert runs.stop("r", grace_s=30) == 75
 
 
+def test_the_poll_says_whether_the_agent_asked_the_program_to_stop(tmp_path):
+    """A program that checkpoints on SIGTERM and exits 0 (JAX's examples do): its exit looks like
+    a finished one, and only the poll's word that it was asked to stop tells them apart."""
+    runs = HostRuns(tmp_path)
+    code = textwrap.dedent("""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        print("ready", flush=True)
+        time.sleep(600)
+    """)
+    runs.start("r", command(code), {})
+    poll_until(lambda: b"ready" in runs.poll("r", 0).output, timeout_s=30, interval_s=0.05)
+    assert runs.poll("r", 0).asked_to_stop is False
+    runs.signal("r", signal.SIGTERM)
+    report = wait_exit(runs, "r")
+    assert (report.exit_code, report.asked_to_stop) == (0, True)
+    runs.start("finished", command("print('done')"), {})
+    assert wait_exit(runs, "finished").asked_to_stop is False
+
+
 def test_a_second_start_of_a_live_run_is_refused(tmp_path):
     runs = HostRuns(tmp_path)
     runs.start("r", command("import time; time.sleep(600)"), {})

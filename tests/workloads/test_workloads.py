@@ -139,6 +139,8 @@ def test_mlp_one_process_learns_and_reports(mlp_one_process):
     losses = mlp_one_process.losses()
     assert sorted(losses) == list(range(1, BASE_STEPS + 1))
     assert losses[BASE_STEPS] < 0.6 * losses[1]
+    # The step count is declared: a notice at the last step ends the run instead of resuming it.
+    assert {r["total_steps"] for r in mlp_one_process.records()} == {BASE_STEPS}
     out = mlp_one_process.output()
     assert f"step 10 loss {losses[10]:.6f}" in out
     assert out.strip().splitlines()[-1] == f"done steps={BASE_STEPS} final_loss={losses[BASE_STEPS]:.6f}"
