@@ -19,12 +19,29 @@ SIM_HOME_ENV = "PODMANAGER_SIM_HOME"
 
 
 def sim_home() -> Path:
-    """The simulated cloud's folder: `$PODMANAGER_SIM_HOME`, else `home()`. The emulator's records
-    and saved state, the simulated buckets, the simulated VMs' records and disks live here, so a
-    process with a home of its own (the dry run's controller VM) finds the project's emulator and
-    the simulated hosts as the process that started them does."""
+    """The simulated cloud's folder: `$PODMANAGER_SIM_HOME`, else `default_sim_home()`. The
+    emulator's records and saved state, the simulated buckets, the simulated VMs' records and disks
+    live here, so a process with a home of its own (the dry run's controller VM) finds the project's
+    emulator and the simulated hosts as the process that started them does."""
+    return private_dir(sim_home_path())
+
+
+def sim_home_path() -> Path:
+    """Where `sim_home` is, not made: naming the simulated cloud (a `down` on Google Cloud) makes no folder."""
     found = os.environ.get(SIM_HOME_ENV)
-    return private_dir(Path(found).expanduser().absolute()) if found else home()
+    return (Path(found).expanduser() if found else default_sim_home()).absolute()
+
+
+def default_sim_home() -> Path:
+    """`$XDG_STATE_HOME/podmanager/sim`, else `~/.local/state/podmanager/sim`: one simulated cloud
+    per user, as one Google Cloud project outlives any laptop's `$PODMANAGER_HOME`. Not inside the
+    home: deleting the home (then `connect`, or `down -c NAME`) must leave the cloud, and with it the
+    cluster's VMs and controller, as Google Cloud would. XDG's state folder: it is data that lasts
+    but that no one would back up or sync (the XDG Base Directory spec's "state" data)."""
+    state = os.environ.get("XDG_STATE_HOME")
+    # The spec says a relative value is invalid and is to be ignored.
+    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "podmanager" / "sim"
 
 
 def private_dir(path: Path) -> Path:

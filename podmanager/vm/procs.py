@@ -56,7 +56,7 @@ def owner(cluster: str) -> str:
 def sim_owner(cluster: str) -> str:
     """The identity of `cluster`'s simulated VMs: the simulated cloud's folder's, not the home of
     whoever asked for them (`paths.sim_home`; the same as `owner` unless PODMANAGER_SIM_HOME is set)."""
-    return f"{cluster}@{paths.sim_home().resolve()}"
+    return f"{cluster}@{paths.sim_home_path().resolve()}"
 
 
 def owner_temp_dir(cluster: str) -> str:

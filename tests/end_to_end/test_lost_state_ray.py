@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from homes import home_env
 
 from podmanager.core.clock import poll_until
 from podmanager.state.run_records import RunStore
@@ -33,7 +34,7 @@ health: {{interval_s: 0.5}}
 
 def cli(home: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "podmanager", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PODMANAGER_HOME": str(home)})
+                          timeout=timeout, env={**os.environ, **home_env(home)})
 
 
 class Folder:
