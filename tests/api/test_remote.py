@@ -342,3 +342,15 @@ def test_serve_ships_the_code_and_its_endpoint_is_a_forward_to_the_controllers_r
         cluster.service_handle("nope")
     assert cluster.cancel_service(SERVICE).status == "cancelled"
     assert handle.follow(lambda summary: None, every_s=0.01)["status"] == "cancelled"
+
+
+def test_connect_to_a_cluster_the_cloud_does_not_hold_leaves_no_emulator_running() -> None:
+    """`connect` starts the project's emulator to look; finding nothing, it leaves none behind
+    (issue 43, 3: idle emulators after the lost home's `connect`)."""
+    from podmanager.api.controller_machine import connect
+    from podmanager.core.errors import ClusterNotFoundError
+    from podmanager.emulator import launcher
+
+    with pytest.raises(ClusterNotFoundError):
+        connect("nothing", project=None, dry_run=True)
+    assert launcher.running("podmanager-sim") is None

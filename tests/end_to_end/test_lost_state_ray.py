@@ -17,6 +17,7 @@ import psutil
 import pytest
 from homes import home_env
 
+from podmanager.core import paths
 from podmanager.core.clock import poll_until
 from podmanager.state.run_records import RunStore
 from podmanager.vm import procs
@@ -43,7 +44,7 @@ class Folder:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.owner = f"{NAME}@{home.resolve()}"
-        self.temp_dir = Path(procs.TEMP_PREFIX + hashlib.sha1(self.owner.encode()).hexdigest()[:12])
+        self.temp_dir = Path(paths.machines_dir()) / hashlib.sha1(self.owner.encode()).hexdigest()[:8]
 
     def owned(self) -> list[str]:
         return [describe(p) for p in procs.owned(self.owner)]
