@@ -1,12 +1,16 @@
-"""Shared fixtures: every test gets its own $PODMANAGER_HOME; `clock` and `sim` give a
+"""Shared fixtures: every test gets its own $PODMANAGER_HOME, its simulated cloud in it; `clock` and `sim` give a
 simulated cloud on a fake clock. Under pytest-xdist, the Ray tests run in a lane of their
 own (tests/support/lanes.py)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 
 import pytest
+from homes import use_home
 from lanes import (
     RayLaneScheduling,
     hand_lane_file,
@@ -21,6 +25,7 @@ from podmanager.emulator.sim.cloud import SimCloud
 
 def pytest_configure(config):
     terminal_signal_dispositions()
+    temporary_state_home()
 
 
 def terminal_signal_dispositions() -> None:
@@ -45,6 +50,7 @@ def pytest_configure_node(node):
 
 def pytest_unconfigure(config):
     remove_lane_file()
+    shutil.rmtree(os.environ.get("XDG_STATE_HOME", ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -55,25 +61,32 @@ def pytest_runtest_setup(item):
     settle_lane(item)
 
 
+def temporary_state_home() -> None:
+    """No test may write to this machine's real ~/.local/state, where the simulated cloud lives by
+    default (`paths.default_sim_home`): a process that misses the fixtures below (a module's
+    cluster, a subprocess with an environment of its own making) finds a temporary one instead."""
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="pm-test-state-")
+
+
+
 @pytest.fixture(autouse=True)
 def podmanager_home(tmp_path, monkeypatch):
     home = tmp_path / "pmhome"
-    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+    use_home(monkeypatch, home)
     monkeypatch.delenv("TPU_EMULATOR_HOST", raising=False)
-    monkeypatch.delenv("PODMANAGER_SIM_HOME", raising=False)
     yield home
     # A dry run started this home's emulator; `down` stops it, a test that never downs does here.
     from podmanager.emulator import launcher
 
-    monkeypatch.setenv("PODMANAGER_HOME", str(home))
-    monkeypatch.delenv("PODMANAGER_SIM_HOME", raising=False)  # this home's emulators, not a cloud the test read
+    use_home(monkeypatch, home)  # this home's emulators, not a cloud the test read
     launcher.stop_all()
 
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    """$PODMANAGER_HOME at the test's own tmp_path, for tests that build paths under it."""
-    monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path))
+    """$PODMANAGER_HOME (and the simulated cloud) at the test's own tmp_path, for tests that build
+    paths under it."""
+    use_home(monkeypatch, tmp_path)
     return tmp_path
 
 

@@ -39,6 +39,7 @@ from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec
+from podmanager.vm import procs
 from podmanager.vm.loopback import LOOPBACK_IP
 from podmanager.vm.ray_node import free_port
 
@@ -130,6 +131,8 @@ class ControllerMachine:
                           secret_id=channel_secret_id) as secrets_api:
             secrets_api.delete(spec.name)
         shutil.rmtree(pinned.folder(spec.name), ignore_errors=True)
+        if spec.simulated:  # the folder of the cluster's simulated VMs, empty once its controller VM went
+            procs.remove_vms_folder(spec.name)
         if deleted.instance:
             self.say(EventKind.CONTROLLER_DELETED, f"deleted the controller VM {deleted.instance} and its rule "
                                                    f"{deleted.rule}")
@@ -156,6 +159,8 @@ def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCr
     with backends.make_instances(spec) as instances:
         vm = find_controller_vm(spec, instances)
         if vm is None:
+            if spec.simulated:
+                backends.stop_emulator_if_idle(spec.project or "")  # started only to look: an empty project's goes
             raise ClusterNotFoundError(f"--cluster {name}: project {spec.project} has no controller VM of that name",
                                        hint="Check the name and --project; 'podmanager up -f SPEC' creates it.")
         attributes = instances.guest_attributes(vm.zone, vm.name)

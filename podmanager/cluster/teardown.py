@@ -78,7 +78,7 @@ class LabelDownReport:
 
 def simulated_projects() -> list[str]:
     """Every simulated project that has a cloud on this machine: its saved state
-    ($PODMANAGER_HOME/sim/*.json) or its running emulator (sim/emulators/*.json), which saves
+    (sim/*.json in the simulated cloud's folder) or its running emulator (sim/emulators/*.json), which saves
     only after its first change."""
     saved = paths.sim_state_path(SIMULATED_PROJECT).parent
     return sorted({path.stem for folder in (saved, saved / "emulators") for path in folder.glob("*.json")})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, fields
@@ -60,8 +61,10 @@ def load_state(cluster: str) -> HeadState | None:
 
 def head_temp_dir(cluster: str) -> str:
     """Ray's temp dir for this cluster's head: its own, so `stop` can remove it, inside the
-    cluster's (see `procs.owner_temp_dir`)."""
-    return f"{procs.owner_temp_dir(cluster)}/head"
+    cluster's (see `procs.owner_temp_dir`). On a simulated VM (the dry run's controller VM), on
+    the VM's own disk: a VM that goes (deleted, or stopped by its lease) takes it along."""
+    root = os.environ.get(procs.ROOT_ENV)
+    return f"{root}/ray" if root else f"{procs.owner_temp_dir(cluster)}/head"
 
 
 # The head's own Ray node: the GCS answering is not enough, since supervisors, routers and the
@@ -175,7 +178,7 @@ def head_command(
 def _launch(spec: ClusterSpec) -> HeadStart:
     token = auth.ensure_token(spec.name)
     # Ray's sockets, session files and logs: only the owner may enter (paths.private_dir).
-    paths.private_dir(Path(procs.owner_temp_dir(spec.name)))
+    paths.private_dir(Path(head_temp_dir(spec.name)).parent)
     simulated = spec.simulated
     ip = loopback.LOOPBACK_IP if simulated else _node_ip()
     bind = ip if simulated else ""

@@ -27,6 +27,11 @@ class SpecError(PodmanagerError):
     exit_code = 2
 
 
+class UnsafeFolderError(PodmanagerError):
+    """A folder podmanager would keep private files in is not private: a link, another user's, or
+    open to others. Nothing is put in it."""
+
+
 class ClusterNotFoundError(PodmanagerError):
     exit_code = 2
 

@@ -2,8 +2,8 @@
 
 The emulator (`podmanager/emulator/`) is a background process per simulated project, owned
 by podmanager: the first command that needs it starts it, every later one finds it by its
-record under the simulated cloud's folder (`paths.sim_home()`: $PODMANAGER_SIM_HOME, else
-$PODMANAGER_HOME) in sim/emulators/, a dead one is started again from the state it
+record under the simulated cloud's folder (`paths.sim_home()`: $PODMANAGER_SIM_HOME, else the
+user's own state folder) in sim/emulators/, a dead one is started again from the state it
 saved (on the port it had, so clients' channels reconnect), and `down` of the project's last
 cluster stops it. Only the emulator touches the simulated cloud; this module only manages
 the process.

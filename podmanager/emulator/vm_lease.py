@@ -3,10 +3,11 @@
 Why a lease and not a parent-death signal: a simulated VM must outlive the command that
 booted it (`up` returns and the hosts stay, as real VMs do), and `ray start` re-parents its
 daemons, so there is no parent whose death says the VM's owner is gone. Its owner is the
-state folder: the VM's record, `clusters/<cluster>/hosts/<node>-w<i>.json` under
-$PODMANAGER_HOME, is written before the VM boots and removed when `down` or a preemption
+simulated cloud's folder: the VM's record, `clusters/<cluster>/hosts/<node>-w<i>.json` under
+`paths.sim_home()`, is written before the VM boots and removed when `down` or a preemption
 forgets the VM. When the record is gone (the folder deleted or lost) or names another
-machine (a new VM in its place), the VM stops itself within a few seconds, the way a VM
+machine (a new VM in its place), the VM stops itself within a few seconds, with what it
+launched as machines of its own (a controller VM's Ray head), the way a VM
 vanishes with its project. One process of each VM holds the lease:
 `python -m podmanager.emulator.vm_lease`.
 """
@@ -45,6 +46,8 @@ def keep(record: Path, machine_id: str, temp_dir: str | None, *, interval_s: flo
         misses = 0 if holds(record, machine_id) else misses + 1
     log.warning("lease lost: %s no longer names machine %s; stopping this simulated VM", record, machine_id)
     procs.kill(machine_id, spare_caller=True)
+    if temp_dir:  # and what the VM launched as machines of its own (a controller VM's Ray head)
+        procs.kill_inside(temp_dir, spare_caller=True)
     procs.remove_temp_dir(temp_dir)
 
 

@@ -84,9 +84,10 @@ def temp_dir(cluster: str, machine_id: str) -> str:
 
     One per machine, not per slot: a VM that stops (and removes its root) never takes the
     root of a new VM in its place, and hosts on one machine never share Ray's socket names
-    (raylet.1, plasma_store.1: "Address already in use"). Inside the cluster's
-    (`procs.owner_temp_dir`), so `down` removes them all, and short: Unix socket paths in the
-    Ray temp dir are limited to 107 bytes.
+    (raylet.1, plasma_store.1: "Address already in use"). Inside the folder of the cluster's
+    simulated VMs (`procs.temp_dir_of`, in the user's own `paths.machines_dir()`: no one else may
+    enter it), which `down` removes once they are gone, and short: Unix socket paths in the Ray
+    temp dir are limited to 107 bytes (`paths.machines_dir` counts them).
     """
     return f"{procs.temp_dir_of(procs.sim_owner(cluster))}/{machine_id[:8]}"
 

@@ -26,6 +26,7 @@ at a terminal does not reach them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,12 +41,12 @@ from typing import Any, Callable, TypeVar
 import psutil
 
 from podmanager.core import paths
+from podmanager.core.errors import UnsafeFolderError
 from podmanager.core.files import write_atomic
 
 MACHINE_ENV = "PODMANAGER_MACHINE_ID"
 OWNER_ENV = "PODMANAGER_OWNER"
 ROOT_ENV = "PODMANAGER_ROOT"  # a simulated VM's root folder, in the environment of all it runs
-TEMP_PREFIX = "/tmp/pm-"
 
 
 def owner(cluster: str) -> str:
@@ -56,7 +57,7 @@ def owner(cluster: str) -> str:
 def sim_owner(cluster: str) -> str:
     """The identity of `cluster`'s simulated VMs: the simulated cloud's folder's, not the home of
     whoever asked for them (`paths.sim_home`; the same as `owner` unless PODMANAGER_SIM_HOME is set)."""
-    return f"{cluster}@{paths.sim_home().resolve()}"
+    return f"{cluster}@{paths.sim_home_path().resolve()}"
 
 
 def owner_temp_dir(cluster: str) -> str:
@@ -66,9 +67,9 @@ def owner_temp_dir(cluster: str) -> str:
 
 
 def temp_dir_of(owner: str) -> str:
-    """The temp folder of `owner`'s machines. Short: Unix socket paths inside a Ray temp dir are
-    limited to 107 bytes."""
-    return TEMP_PREFIX + hashlib.sha1(owner.encode()).hexdigest()[:12]
+    """The temp folder of `owner`'s machines, in this user's own `paths.machines_dir()`. Short
+    (8 hex digits: see `machines_dir` for the 107-byte limit on Ray's socket paths)."""
+    return f"{paths.machines_dir()}/{hashlib.sha1(owner.encode()).hexdigest()[:8]}"
 
 
 def write_record(path: Path, **fields: Any) -> None:
@@ -177,10 +178,10 @@ def inside(root: str) -> list[psutil.Process]:
     return [proc for proc, _ in _inherited(lambda environ: True if environ.get(ROOT_ENV) == root else None)]
 
 
-def kill_inside(root: str, *, wait_s: float = 10.0) -> bool:
+def kill_inside(root: str, *, wait_s: float = 10.0, spare_caller: bool = False) -> bool:
     """SIGKILL every process of the simulated VM whose root folder is `root` (`inside`), as a
-    machine that crashed; True if any ran."""
-    return _kill_all(lambda: inside(root), grace_s=0.0, wait_s=wait_s)
+    machine that crashed; True if any ran. `spare_caller` as in `kill`."""
+    return _kill_all(lambda: inside(root), grace_s=0.0, wait_s=wait_s, spare_caller=spare_caller)
 
 
 def members(machine_id: str | None) -> list[psutil.Process]:
@@ -213,14 +214,33 @@ def stop_cluster(cluster: str) -> int:
     """Kill every local process of `cluster` in this state folder, whether or not any record
     names it, and remove its Ray temp dirs; how many processes there were."""
     killed = kill_owned(owner(cluster))
-    remove_temp_dir(owner_temp_dir(cluster))
+    with contextlib.suppress(UnsafeFolderError):  # not this user's folder: nothing in it is ours to remove
+        remove_temp_dir(owner_temp_dir(cluster))
+    remove_vms_folder(cluster)
     return killed
 
 
+def remove_vms_folder(cluster: str) -> None:
+    """Remove the folder of `cluster`'s simulated VMs once none is left in it. Each VM removes its
+    own root when it goes (`emulator/vm_lease.py`, `emulator/instance_vms.py`), and the folder may
+    still hold the VM that asks (a controller VM's own `down`): so only an empty one goes."""
+    with contextlib.suppress(UnsafeFolderError, OSError):  # not ours; missing, or not empty yet
+        os.rmdir(temp_dir_of(sim_owner(cluster)))
+
+
 def remove_temp_dir(path: str | None) -> None:
-    """Remove one of podmanager's Ray temp dirs (never anything outside /tmp/pm-*)."""
-    if path and path.startswith(TEMP_PREFIX) and ".." not in path:
+    """Remove one of podmanager's machine folders (never anything outside `paths.machines_dir()`)."""
+    if path and _ours(path):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _ours(path: str) -> bool:
+    """Whether `path` lies inside this user's machines folder, that folder being safe to use."""
+    try:
+        base = paths.machines_dir()
+    except UnsafeFolderError:  # another user's, or a link: nothing in it is ours to remove
+        return False
+    return path.startswith(f"{base}/") and ".." not in path
 
 
 def _kill_all(find: Callable[[], list[psutil.Process]], *, grace_s: float, wait_s: float,

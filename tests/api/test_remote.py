@@ -475,3 +475,15 @@ def test_a_forward_to_a_service_the_cluster_does_not_serve_is_refused_naming_the
     refused = CliRunner().invoke(app, ["dashboard", "-c", CLUSTER, "--service", "nope"], prog_name="podmanager")
     assert refused.exit_code == 2
     assert "--service nope" in refused.output and f"'podmanager runs -c {CLUSTER}' lists its services" in refused.output
+
+
+def test_connect_to_a_cluster_the_cloud_does_not_hold_leaves_no_emulator_running() -> None:
+    """`connect` starts the project's emulator to look; finding nothing, it leaves none behind
+    (issue 43, 3: idle emulators after the lost home's `connect`)."""
+    from podmanager.api.controller_machine import connect
+    from podmanager.core.errors import ClusterNotFoundError
+    from podmanager.emulator import launcher
+
+    with pytest.raises(ClusterNotFoundError):
+        connect("nothing", project=None, dry_run=True)
+    assert launcher.running("podmanager-sim") is None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from homes import restore, set_home, use_home
 from ray_fixtures import (
     ZONE,
     booting_emulator,
@@ -38,8 +39,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     home = tmp_path_factory.mktemp("pmhome")
-    saved = os.environ.get("PODMANAGER_HOME")
-    os.environ["PODMANAGER_HOME"] = str(home)
+    saved = set_home(home)
     before = ray_like()
     spec = parse_spec(
         {"name": CLUSTER, "backend": "simulated", "slices": [{"accelerator": "v4-16"}, {"accelerator": "v4-8"}]}
@@ -62,17 +62,14 @@ def env(tmp_path_factory):
         machines |= cluster_machines(CLUSTER)
         controller.stop_ray()
         left = wait_no_leftovers(machines, before, home=os.environ["PODMANAGER_HOME"])
-        if saved is None:
-            os.environ.pop("PODMANAGER_HOME", None)
-        else:
-            os.environ["PODMANAGER_HOME"] = saved
+        restore(saved)
         assert not left, f"Ray processes left after stop(): {left}"
 
 
 @pytest.fixture(autouse=True)
 def _module_home(env, podmanager_home, monkeypatch):
     """conftest gives every test its own home; these tests share the module's cluster."""
-    monkeypatch.setenv("PODMANAGER_HOME", str(env["home"]))
+    use_home(monkeypatch, env["home"])
 
 
 def test_every_host_has_an_agent_holding_its_chips(env):

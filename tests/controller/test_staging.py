@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from homes import use_home
 
 from podmanager.controller import boot_lock
 from podmanager.controller.software import controller_versions
@@ -29,7 +30,7 @@ BUCKET = "boot-bucket"
 
 @pytest.fixture(autouse=True)
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path / "home"))
+    use_home(monkeypatch, tmp_path / "home")
     return tmp_path / "home"
 
 

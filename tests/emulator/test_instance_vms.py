@@ -46,7 +46,8 @@ exec sleep 300
 def sim_home(tmp_path, monkeypatch):
     path = tmp_path / "cloud"
     monkeypatch.setenv("PODMANAGER_SIM_HOME", str(path))
-    return path
+    yield path
+    procs.remove_vms_folder("c")  # what `down` removes: the cluster's VMs' folder, empty once they went
 
 
 @pytest.fixture

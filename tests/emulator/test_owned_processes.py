@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from podmanager.core import paths
 from podmanager.core.clock import poll_until
 from podmanager.emulator import launcher, vm_lease
 from podmanager.vm import procs
@@ -59,7 +60,7 @@ def test_the_owner_is_the_cluster_name_and_the_resolved_state_folder(podmanager_
     link.symlink_to(podmanager_home)
     monkeypatch.setenv("PODMANAGER_HOME", str(link))  # the same folder by another path: the same owner
     assert procs.owner("demo") == f"demo@{podmanager_home.resolve()}"
-    assert procs.owner_temp_dir("demo").startswith(procs.TEMP_PREFIX)
+    assert procs.owner_temp_dir("demo").startswith(f"{paths.machines_dir()}/")
     monkeypatch.setenv("PODMANAGER_HOME", str(tmp_path / "other"))
     assert procs.owner("demo") != f"demo@{podmanager_home.resolve()}"
 
@@ -179,22 +180,26 @@ def test_keep_returns_only_after_the_record_is_gone_twice_in_a_row(tmp_path, mon
 @pytest.mark.processes  # starts processes: seconds, not milliseconds
 def test_a_simulated_vm_stops_itself_when_its_record_is_gone(tmp_path):
     """A machine with a lease holder, as `SimHostBooter` starts one: deleting the record (as
-    `rm -rf $PODMANAGER_HOME` does) stops every process of it and removes its temp dir."""
+    `rm -rf $PODMANAGER_SIM_HOME` does) stops every process of it, also what it launched as a
+    machine of its own (a controller VM's Ray head, issue 43, 3), and removes its temp dir."""
     record = tmp_path / "hosts" / "demo-s0-w0.json"
-    temp_dir = Path(f"{procs.TEMP_PREFIX}test-{os.getpid()}-lease")
+    temp_dir = paths.machines_dir() / f"test-{os.getpid()}-lease"
     temp_dir.mkdir(parents=True, exist_ok=True)
     machine_id = procs.new_machine_id()
     procs.write_record(record, machine_id=machine_id)
-    vm, _ = procs.launch([sys.executable, "-c", "import time; time.sleep(120)"], dict(os.environ),
-                         tmp_path / "log", machine_id)
+    guest = {**os.environ, procs.ROOT_ENV: str(temp_dir)}  # every simulated VM's environment names its root
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    vm, _ = procs.launch(sleep, guest, tmp_path / "log", machine_id)
+    head, head_machine = procs.launch(sleep, guest, tmp_path / "log")  # a machine of its own, on the VM
     holder, _ = procs.launch([sys.executable, "-m", "podmanager.emulator.vm_lease", "--lease", str(record),
-                              "--temp-dir", str(temp_dir)], dict(os.environ), tmp_path / "log", machine_id)
+                              "--temp-dir", str(temp_dir)], guest, tmp_path / "log", machine_id)
     try:
         poll_until(lambda: len(procs.members(machine_id)) == 2, timeout_s=30, interval_s=0.05, what="the VM")
         record.unlink()
         assert holder.wait(30) == 0, (tmp_path / "log").read_text()
-        assert vm.wait(10) == -9
+        assert vm.wait(10) == -9 and head.wait(10) == -9
         assert procs.members(machine_id) == [] and not temp_dir.exists()
     finally:
         procs.kill(machine_id)
+        procs.kill(head_machine)
         procs.remove_temp_dir(str(temp_dir))

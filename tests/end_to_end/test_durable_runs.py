@@ -17,6 +17,7 @@ from typing import Any, Callable
 import psutil
 import pytest
 import ray
+from homes import home_env
 from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
 from sim_view import sim_nodes
@@ -97,7 +98,7 @@ def run_events(cluster: Cluster, run_id: str, kind: str) -> list:
 
 def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "podmanager", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=180, env={**os.environ, "PODMANAGER_HOME": str(home)})
+                          timeout=180, env={**os.environ, **home_env(home)})
 
 
 def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster, home, tmp_path):
@@ -114,7 +115,7 @@ def client_killed_then_preempted(cluster, home, tmp_path):
     client = subprocess.Popen(
         [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--parallelism", "data",
          "--checkpoint-dir", str(tmp_path / "interrupted"), "workloads/train_mlp.py", *train_args(LONG_STEPS)],
-        cwd=REPO, env={**os.environ, "PODMANAGER_HOME": str(home)}, stdout=subprocess.DEVNULL,
+        cwd=REPO, env={**os.environ, **home_env(home)}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     try:
         run_id = wait_for(lambda: [r.run_id for r in cluster.runs() if step_of(r.run_id) >= 20], 120,
@@ -192,7 +193,7 @@ def interrupted_client(cluster: Cluster, home: Path, folder: Path,
     client = subprocess.Popen(
         [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--checkpoint-dir",
          str(folder / f"ck{times}"), "workloads/train_mlp.py", *train_args(100_000)],
-        cwd=REPO, env={**os.environ, "PODMANAGER_HOME": str(home)}, stdout=subprocess.PIPE,
+        cwd=REPO, env={**os.environ, **home_env(home)}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     run_id = wait_for(lambda: [r.run_id for r in cluster.runs() if r.run_id not in before
                                and step_of(r.run_id) >= 3], 120, "the run to step")[0]

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from homes import home_env
 
+from podmanager.core import paths
 from podmanager.core.clock import poll_until
 from podmanager.state.run_records import RunStore
 from podmanager.vm import procs
@@ -33,7 +35,7 @@ health: {{interval_s: 0.5}}
 
 def cli(home: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "podmanager", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PODMANAGER_HOME": str(home)})
+                          timeout=timeout, env={**os.environ, **home_env(home)})
 
 
 class Folder:
@@ -42,7 +44,7 @@ class Folder:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.owner = f"{NAME}@{home.resolve()}"
-        self.temp_dir = Path(procs.TEMP_PREFIX + hashlib.sha1(self.owner.encode()).hexdigest()[:12])
+        self.temp_dir = Path(paths.machines_dir()) / hashlib.sha1(self.owner.encode()).hexdigest()[:8]
 
     def owned(self) -> list[str]:
         return [describe(p) for p in procs.owned(self.owner)]

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from homes import home_env, use_home
 from ray_fixtures import cluster_machines, ray_like, wait_no_leftovers
 from sim_view import sim_nodes
 from typer.testing import CliRunner
@@ -71,7 +72,7 @@ def home(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _module_home(home, podmanager_home, monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("PODMANAGER_HOME", str(home))
+    use_home(monkeypatch, home)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def two_ups(home, tmp_path_factory):  # type: ignore[no-untyped-def]
     cluster is downed after the module, whatever happened, and nothing of it may be left."""
     spec = tmp_path_factory.mktemp("spec") / "spec.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
-    env = {**os.environ, "PODMANAGER_HOME": str(home)}
+    env = {**os.environ, **home_env(home)}
     before = ray_like()
     machines: set[str] = set()
     clients = [subprocess.Popen([sys.executable, "-m", "podmanager", "up", "-f", str(spec), "--dry-run"],

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from podmanager.core import paths
+from podmanager.core.errors import UnsafeFolderError
 from podmanager.core.workload import Workload
 from podmanager.state import run_secrets
 from podmanager.state.run_records import RunStore
@@ -72,7 +73,6 @@ def test_the_home_and_the_store_are_the_owners_only(open_parent):
 def test_a_home_made_open_by_an_older_version_is_closed_again(open_parent):
     open_parent.mkdir(mode=0o755)
     os.chmod(open_parent, 0o755)
-    paths._private.discard(open_parent)
     assert paths.home() == open_parent
     assert stat.S_IMODE(open_parent.stat().st_mode) == 0o700
 
@@ -94,3 +94,15 @@ def test_no_record_holds_an_env_value_and_the_supervisor_gets_them_back(open_par
 def test_a_record_from_before_keeps_its_values():
     old = {"API_KEY": "plain"}
     assert run_secrets.load("vault", "old-run", old) == old
+
+
+def test_a_home_another_user_made_is_refused_and_nothing_goes_in(open_parent):
+    """Adopted, it would be theirs to read (issue 43, 1): never chmod-ed and used."""
+    if os.geteuid() != 0:
+        pytest.skip("making a folder of another user's needs root")
+    open_parent.mkdir()
+    os.chown(open_parent, NOBODY, NOBODY)
+    os.chmod(open_parent, 0o777)
+    with pytest.raises(UnsafeFolderError, match=f"belongs to uid {NOBODY}"):
+        paths.home()
+    assert list(open_parent.iterdir()) == [] and stat.S_IMODE(open_parent.stat().st_mode) == 0o777

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import psutil
 import pytest
+from homes import restore, set_home, use_home
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeRequest
 from podmanager.controller import head
@@ -142,8 +143,7 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
 
     from podmanager.api import Cluster
 
-    saved = os.environ.get("PODMANAGER_HOME")
-    os.environ["PODMANAGER_HOME"] = str(home)
+    saved = set_home(home)
     before = ray_like()
     cluster = Cluster.from_dict(spec)
     machines: set[str] = set()
@@ -158,10 +158,7 @@ def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
             cluster.down()
             left = wait_no_leftovers(machines, before, home=os.environ["PODMANAGER_HOME"])
             nodes = sim_nodes(cluster.spec.project)
-            if saved is None:
-                os.environ.pop("PODMANAGER_HOME", None)
-            else:
-                os.environ["PODMANAGER_HOME"] = saved
+            restore(saved)
         assert not left, f"processes left after down: {left}"
         assert nodes == [], f"nodes left after down: {nodes}"
 
@@ -209,7 +206,7 @@ def module_cluster(spec: dict):  # type: ignore[no-untyped-def]
 
     @pytest.fixture(autouse=True)
     def _shared_home(cluster, home, podmanager_home, monkeypatch):  # type: ignore[no-untyped-def]
-        monkeypatch.setenv("PODMANAGER_HOME", str(home))
+        use_home(monkeypatch, home)
         left = hand_over_clean(cluster)
         if left:  # the previous test's failure (or leak) is reported there; here it is only repaired
             warnings.warn(f"repaired what an earlier test left on {cluster.name}: {'; '.join(left)}", stacklevel=1)

@@ -115,3 +115,17 @@ def test_a_process_that_kills_its_own_machine_takes_everything_with_it(tmp_path)
 def test_unknown_or_missing_machine_ids_are_not_alive():
     assert not procs.alive(None) and not procs.alive("no-such-machine")
     assert procs.members(None) == [] and procs.kill(None) is False
+
+
+def test_down_removes_the_folder_of_the_clusters_simulated_vms_once_it_is_empty(tmp_path, monkeypatch):
+    """The simulated cloud's folder is not the home (issue 43, 3): the VMs' folder is another than
+    the head's, and each VM removes only its own root, which left the folder behind, empty."""
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(tmp_path / "cloud"))
+    vms_folder = Path(procs.temp_dir_of(procs.sim_owner("c")))
+    assert vms_folder != Path(procs.owner_temp_dir("c"))
+    (vms_folder / "0123abcd").mkdir(parents=True)  # a VM still there (a controller VM running its own `down`)
+    procs.stop_cluster("c")
+    assert (vms_folder / "0123abcd").is_dir()
+    (vms_folder / "0123abcd").rmdir()  # the VM went
+    procs.stop_cluster("c")
+    assert not vms_folder.exists()
