@@ -33,7 +33,8 @@ class Subnetwork(_Record):
 
 
 class Allowed(_Record):
-    """One `allowed` entry of a firewall rule: a protocol (tcp, udp, icmp, all) and its ports (none: all)."""
+    """One `allowed` (or `denied`) entry of a firewall rule: a protocol (tcp, udp, icmp, all, or
+    a number) and its ports (none: all)."""
 
     protocol: str
     ports: list[str] = Field(default_factory=list)
@@ -48,6 +49,8 @@ class FirewallRule(_Record):
     source_tags: list[str] = Field(default_factory=list)
     target_tags: list[str] = Field(default_factory=list)  # none: every instance of the network
     allowed: list[Allowed] = Field(default_factory=list)
+    denied: list[Allowed] = Field(default_factory=list)  # a deny rule's; a rule has allowed or denied
+    destination_ranges: list[str] = Field(default_factory=list)  # an EGRESS rule's; none: 0.0.0.0/0
     disabled: bool = False
 
 

@@ -63,6 +63,8 @@ def _firewall(call: Call, rule: FirewallRule) -> compute_v1.Firewall:
         name=rule.name, network=call.network_url(rule.network), direction=rule.direction, priority=rule.priority,
         source_ranges=rule.source_ranges, source_tags=rule.source_tags, target_tags=rule.target_tags,
         allowed=[compute_v1.Allowed(I_p_protocol=a.protocol, ports=a.ports) for a in rule.allowed],
+        denied=[compute_v1.Denied(I_p_protocol=d.protocol, ports=d.ports) for d in rule.denied],
+        destination_ranges=rule.destination_ranges,
         disabled=rule.disabled, self_link=f"{ROOT}/projects/{call.name}/global/firewalls/{rule.name}")
 
 
@@ -72,7 +74,8 @@ def _firewall_record(message: compute_v1.Firewall) -> FirewallRule:
         priority=message.priority if "priority" in message else 1000, source_ranges=list(message.source_ranges),
         source_tags=list(message.source_tags), target_tags=list(message.target_tags),
         allowed=[Allowed(protocol=a.I_p_protocol, ports=list(a.ports)) for a in message.allowed],
-        disabled=message.disabled)
+        denied=[Allowed(protocol=d.I_p_protocol, ports=list(d.ports)) for d in message.denied],
+        destination_ranges=list(message.destination_ranges), disabled=message.disabled)
 
 
 def _router(call: Call, router: Router) -> compute_v1.Router:

@@ -64,6 +64,21 @@ def test_rules_inserted_and_deleted_are_operations_and_logged(emulator):
     assert [r.firewall for r in emulator.api.requests_of("compute.firewalls.delete")] == ["pm-c-internal"]
 
 
+def test_a_deny_rule_and_an_egress_rules_destinations_are_kept_and_served(emulator):
+    firewalls = client(compute_v1.FirewallsClient, emulator)
+    firewalls.insert_unary(project=PROJECT, firewall_resource=compute_v1.Firewall(
+        name="no-smtp-out", network="global/networks/default", direction="EGRESS", priority=900,
+        destination_ranges=["0.0.0.0/0"], denied=[compute_v1.Denied(I_p_protocol="tcp", ports=["25"])]))
+    served = firewalls.get(project=PROJECT, firewall="no-smtp-out")
+    assert [(d.I_p_protocol, list(d.ports)) for d in served.denied] == [("tcp", ["25"])]
+    assert list(served.allowed) == [] and list(served.destination_ranges) == ["0.0.0.0/0"]
+    for both_or_neither in (dict(), dict(allowed=[compute_v1.Allowed(I_p_protocol="tcp")],
+                                         denied=[compute_v1.Denied(I_p_protocol="udp")])):
+        with pytest.raises(google_exceptions.BadRequest, match="exactly one of allowed or denied"):
+            firewalls.insert_unary(project=PROJECT, firewall_resource=compute_v1.Firewall(
+                name="odd", network="global/networks/default", **both_or_neither))
+
+
 def test_a_test_turns_on_private_google_access_and_adds_a_nat(emulator):
     subnetworks = client(compute_v1.SubnetworksClient, emulator)
     subnetworks.set_private_ip_google_access_unary(

@@ -76,7 +76,8 @@ def _firewall_record(m: compute_v1.Firewall) -> FirewallRule:
                         priority=m.priority if "priority" in m else 1000, source_ranges=list(m.source_ranges),
                         source_tags=list(m.source_tags), target_tags=list(m.target_tags),
                         allowed=[Allowed(protocol=a.I_p_protocol, ports=list(a.ports)) for a in m.allowed],
-                        disabled=m.disabled)
+                        denied=[Allowed(protocol=d.I_p_protocol, ports=list(d.ports)) for d in m.denied],
+                        destination_ranges=list(m.destination_ranges), disabled=m.disabled)
 
 
 class ComputeClients:

@@ -146,8 +146,12 @@ class SimCompute:
             raise cloud_errors.AlreadyExistsError(
                 f"The resource 'projects/{self.project}/global/firewalls/{rule.name}' already exists")
         self.network(rule.network)
-        if not rule.allowed:
-            raise cloud_errors.InvalidRequestError(f"Invalid value for field 'resource.allowed' of {rule.name}: empty")
+        # A rule either allows or denies: https://cloud.google.com/firewall/docs/firewalls#rule_assignment
+        # ("Each firewall rule either allows or denies traffic").
+        if bool(rule.allowed) == bool(rule.denied):
+            raise cloud_errors.InvalidRequestError(
+                f"Invalid value for field 'resource.allowed' of {rule.name}: a rule needs exactly one of "
+                "allowed or denied")
         self.state.firewalls[rule.name] = rule
         return self.start_operation("insert", f"global/firewalls/{rule.name}")
 
