@@ -3,7 +3,8 @@ false`): what `up` does before it hands the spec to the controller, and what `do
 
 `bring_up`:
 1. the channel's token: this machine's for the cluster if it has one, else a new one, kept in
-   Secret Manager (`channel_secret_id`) and granted to the VMs' account, as the Ray token is;
+   Secret Manager (`channel_secret_id`) and granted to the VMs' account, and the Ray token
+   likewise (`make_secrets`: by the user, never by a VM's account, which may not grant);
 2. the software every VM of the cluster installs (`controller/staging.py`: the wheel staged, the
    lock resolved) and the startup script with the controller role;
 3. the VM and its channel rule (`cloud/gcp/controller_vm.py`), admitting this machine only;
@@ -13,7 +14,7 @@ false`): what `up` does before it hands the spec to the controller, and what `do
    machine's pointer to the cluster (`channel/pinned.py`).
 Every step finds what an interrupted `up` left and finishes it.
 
-`tear_down`: the VM, its rule and the channel's secret deleted, and the pointer removed."""
+`tear_down`: the VM, its rule and both secrets deleted, and the pointer removed."""
 
 from __future__ import annotations
 
@@ -29,7 +30,11 @@ from podmanager.cloud.gcp.controller_vm import (
     delete_controller_vm,
 )
 from podmanager.cloud.gcp.instances import ComputeInstances
-from podmanager.cloud.gcp.secrets import TokenSecrets, channel_secret_id
+from podmanager.cloud.gcp.secrets import (
+    TokenSecrets,
+    channel_secret_id,
+    token_secret_id,
+)
 from podmanager.cluster import backends
 from podmanager.cluster.teardown import stop_idle_emulator
 from podmanager.controller.staging import resolve_software
@@ -63,6 +68,22 @@ def caller_address(spec: ClusterSpec) -> str:
                                                 "'curl -s https://checkip.amazonaws.com').")
 
 
+def make_secrets(spec: ClusterSpec, *, channel_token: str) -> None:
+    """Both secrets the cluster's VMs read at boot, made and granted to their account from this
+    machine, by its user: the channel's token and the Ray token (kept if it is there: a second
+    `up`). Never by a VM's own account: granting needs secretmanager.secrets.setIamPolicy and
+    checking the latest version secretmanager.versions.access, which even Editor lacks
+    (https://docs.cloud.google.com/iam/docs/roles-permissions/secretmanager)."""
+    account = spec.network.service_account if spec.network else None
+    host = backends.secrets_host(spec)
+    with TokenSecrets(spec.project or "", emulator_host=host, secret_id=channel_secret_id) as channel:
+        channel.ensure(spec.name, channel_token)
+        channel.grant_access(spec.name, account)
+    with TokenSecrets(spec.project or "", emulator_host=host) as ray_token:
+        ray_token.ensure(spec.name, ray_token.read(spec.name) or secrets.token_hex(32))
+        ray_token.grant_access(spec.name, account)
+
+
 class ControllerMachine:
     def __init__(self, spec: ClusterSpec, say: Say):
         self.spec = spec
@@ -72,10 +93,7 @@ class ControllerMachine:
         spec = self.spec
         token = self._token()
         pinned.save_token(spec.name, token)
-        with TokenSecrets(spec.project or "", emulator_host=backends.secrets_host(spec),
-                          secret_id=channel_secret_id) as secrets_api:
-            secrets_api.ensure(spec.name, token)
-            secrets_api.grant_access(spec.name, spec.network.service_account if spec.network else None)
+        make_secrets(spec, channel_token=token)
         software = resolve_software(spec)
         port = pinned.load_address(spec.name).port if pinned.has_address(spec.name) else (
             free_port(LOOPBACK_IP) if spec.simulated else CHANNEL_PORT)
@@ -127,9 +145,10 @@ class ControllerMachine:
         spec = self.spec
         with backends.make_instances(spec) as instances, backends.make_networks(spec) as networks:
             deleted = delete_controller_vm(spec, instances=instances, networks=networks, timeout_s=timeout_s)
-        with TokenSecrets(spec.project or "", emulator_host=backends.secrets_host(spec),
-                          secret_id=channel_secret_id) as secrets_api:
-            secrets_api.delete(spec.name)
+        for secret_id in (channel_secret_id, token_secret_id):  # both made from here, both deleted from here
+            with TokenSecrets(spec.project or "", emulator_host=backends.secrets_host(spec),
+                              secret_id=secret_id) as secrets_api:
+                secrets_api.delete(spec.name)
         shutil.rmtree(pinned.folder(spec.name), ignore_errors=True)
         if spec.simulated:  # the folder of the cluster's simulated VMs, empty once its controller VM went
             procs.remove_vms_folder(spec.name)

@@ -98,3 +98,26 @@ def arm_scripted_faults(cluster: "ClusterRuntime") -> None:
         if not isinstance(fault, HangFault):
             fault.apply(sim, cluster=cluster.name)
         cluster.record(EventKind.FAULT_ARMED, f"simulated fault armed: {fault.text()} ({fault.describe()})")
+
+
+def change_project(project: str, *, kind: str | None = None, grant: str | None = None, revoke: str | None = None,
+                   member: str | None = None, enable: list[str] | None = None) -> dict[str, object]:
+    """Change a dry run's simulated project as its console would: start it again as `kind`
+    (no-organization, the default; new: a new project of a secure-by-default organization),
+    grant or revoke `member` a role, enable APIs. Returns its IAM policy and enabled APIs."""
+    from podmanager.cluster.backends import change_simulated_project
+
+    if not project:
+        raise SpecError("--project: the simulated project to change is needed", hint="Pass --project PROJECT.")
+    if (grant or revoke) and not member:
+        raise SpecError("--member: --grant and --revoke need the member", hint="e.g. --member user:owner@example.com.")
+    if kind is not None and kind not in ("no-organization", "new"):
+        raise SpecError(f"--kind {kind!r}: not a kind of simulated project", hint="Use no-organization or new.")
+    try:
+        return change_simulated_project(project, kind=kind, grant=grant, revoke=revoke, member=member,
+                                        enable=list(enable or []))
+    except Exception as error:  # the emulator's refusal of a role or a service (INVALID_ARGUMENT)
+        details = getattr(error, "details", None)
+        if callable(details):
+            raise SpecError(f"sim project: {details()}") from None
+        raise

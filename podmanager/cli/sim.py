@@ -114,6 +114,25 @@ def controller_crash(cluster: Optional[str] = CLUSTER_OPTION) -> None:
         target.close()
 
 
+def project(
+    project_id: str = typer.Option(..., "--project", metavar="PROJECT", help="The simulated project (the spec's project)."),
+    kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND",
+                                       help="Start the project again as: no-organization (the default: you are "
+                                            "Owner, the default compute account Editor, podmanager's APIs enabled) "
+                                            "or new (a new project of a secure-by-default organization)."),
+    grant: Optional[str] = typer.Option(None, "--grant", metavar="ROLE", help="Grant --member this role, e.g. roles/tpu.admin."),
+    revoke: Optional[str] = typer.Option(None, "--revoke", metavar="ROLE", help="Revoke this role of --member."),
+    member: Optional[str] = typer.Option(None, "--member", metavar="MEMBER",
+                                         help="user:EMAIL or serviceAccount:EMAIL."),
+    enable: list[str] = typer.Option([], "--enable", metavar="SERVICE", help="Enable an API, e.g. tpu.googleapis.com."),
+) -> None:
+    """Change a dry run's simulated project as its console would: its IAM roles and enabled APIs."""
+    import json
+
+    changed = simulation.change_project(project_id, kind=kind, grant=grant, revoke=revoke, member=member, enable=enable)
+    console.print_json(json.dumps(changed))
+
+
 def register(app: typer.Typer, *, group: type, command: type) -> None:
     sim_app = typer.Typer(cls=group, help="Inject faults into a dry-run cluster (preemptions, failed creates, hangs).",
                           no_args_is_help=True)
@@ -123,4 +142,5 @@ def register(app: typer.Typer, *, group: type, command: type) -> None:
     sim_app.command("controller-crash", cls=command)(controller_crash)
     sim_app.command("hang", cls=command)(hang)
     sim_app.command("inject", cls=command)(inject)
+    sim_app.command("project", cls=command)(project)
     app.add_typer(sim_app, name="sim")

@@ -154,6 +154,17 @@ def crash_controller_vm(spec: ClusterSpec) -> str | None:
         return control.crash_controller_vm(spec.name)
 
 
+def change_simulated_project(project: str, **changes: object) -> dict[str, object]:
+    """What the console would do to a dry run's project (its kind, a role granted or revoked,
+    APIs enabled: `Emulator.change_project`), through its emulator (started if it is not
+    running); the project's policy and enabled APIs as they are then."""
+    from podmanager.emulator import launcher
+    from podmanager.emulator.control import EmulatorControl
+
+    with EmulatorControl(launcher.ensure(project)) as control:
+        return control.call("project", **{key: value for key, value in changes.items() if value})
+
+
 def standalone_emulator(project: str, create_latency_s: float) -> Emulator:
     """An in-memory emulator for `podmanager emulator`, not yet serving."""
     from podmanager.emulator.server import (

@@ -16,6 +16,7 @@ A control-plane-only simulation (`simulation.boot_hosts: false`) has no Ray side
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -97,6 +98,8 @@ class ClusterHosts:
         from podmanager.controller.staging import resolve_software
 
         software = resolve_software(self.spec)
+        if not self.spec.controller.local:
+            self._adopt_ray_token()
         self._starting = self.begin_head()
         metadata = self.node_metadata()
         metadata.update(self._boot_metadata(software))
@@ -146,16 +149,36 @@ class ClusterHosts:
             raise PodmanagerError("node_metadata() needs a head: call start_head() first")
         return {ray_node.HEAD_METADATA_KEY: address}
 
+    def _adopt_ray_token(self) -> None:
+        """On the controller VM: the head's token is the one the user's machine kept in Secret
+        Manager and granted this VM's account (`api/controller_machine.make_secrets`), read once."""
+        from podmanager.cloud.gcp.secrets import TokenSecrets, token_secret_id
+
+        path = auth.token_path(self.cluster)
+        if path.exists():
+            return
+        with TokenSecrets(self.spec.project or "", emulator_host=self.secrets_host()) as secrets:
+            token = secrets.read(self.cluster)
+        if token is None:
+            raise PodmanagerError(f"Secret Manager holds no Ray token of {self.cluster} ({token_secret_id(self.cluster)})",
+                                  hint="'podmanager up' from your machine makes it before the controller VM.")
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(token)
+
     def _boot_metadata(self, software: Software) -> dict[str, str]:
         """Every TPU VM, real or simulated, runs the startup script; it fetches the Ray token from
         Secret Manager (a dry run's emulator's) as the VMs' service account, which is granted
-        read access to it here."""
+        read access to it here, or, when this is the controller VM, by the user's machine."""
         from podmanager.cloud.gcp.secrets import (
             TokenSecrets,
             grant_command,
             token_secret_id,
         )
         from podmanager.controller.startup import startup_metadata
+
+        if not self.spec.controller.local:  # made and granted by the user (its account may not)
+            return startup_metadata(self.cluster, software, token_secret_id(self.cluster))
 
         account = self.spec.network.service_account if self.spec.network else None
         with TokenSecrets(self.spec.project or "", emulator_host=self.secrets_host()) as secrets:
@@ -355,10 +378,12 @@ class ClusterHosts:
     # ------------------------------------------------------------ teardown
 
     def stop(self) -> None:
-        """`stop_ray`, then delete the cluster's Ray-token secret."""
+        """`stop_ray`, then delete the cluster's Ray-token secret (the controller's own)."""
         from podmanager.cloud.gcp.secrets import TokenSecrets
 
         self.stop_ray()
+        if not self.spec.controller.local:
+            return  # the user's machine made it and deletes it (`ControllerMachine.tear_down`)
         with TokenSecrets(self.spec.project or "", emulator_host=self.secrets_host()) as secrets:
             secrets.delete(self.cluster)
 

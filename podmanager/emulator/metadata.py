@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlparse
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.errors import CloudError
 from podmanager.core.peer import OwnerOnlyRequests
+from podmanager.emulator.iam import tokens
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.emulator.sim.records import NodeRecord
 from podmanager.vm.loopback import LOOPBACK_IP
@@ -149,8 +150,8 @@ def default_service_account() -> str:
 
 def access_token(email: str) -> str:
     """A VM's service-account token as the metadata server hands it out: what the simulated Secret
-    Manager and storage accept."""
-    return json.dumps({"access_token": f"sim-token.{email}", "expires_in": 3599, "token_type": "Bearer"})
+    Manager and storage accept, standing for the account (`iam/tokens.py`)."""
+    return tokens.metadata_token(email)
 
 
 class MetadataFacts(Protocol):

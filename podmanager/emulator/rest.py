@@ -62,18 +62,21 @@ def unauthenticated(headers: Mapping[str, str]) -> Answer | None:
 
 
 def serve(routes: Sequence[Route], host: str = "127.0.0.1", port: int = 0,
-          name: str = "emulator-rest", request_routes: Sequence[RequestRoute] = ()) -> tuple[ThreadingHTTPServer, int]:
+          name: str = "emulator-rest", request_routes: Sequence[RequestRoute] = (),
+          gate: RequestRoute | None = None) -> tuple[ThreadingHTTPServer, int]:
     """Serve `routes` (GETs) and `request_routes` (any method, asked after `routes`) on host:port
-    (0: any free port) from a background thread; returns (server, port). Stop it with
-    `server.shutdown()` and `server.server_close()`."""
-    server = ThreadingHTTPServer((host, port), _handler(tuple(routes), tuple(request_routes)))
+    (0: any free port) from a background thread; returns (server, port). `gate`, asked first
+    about every request, refuses it with its answer (the project's IAM: `emulator/iam/gate.py`).
+    Stop it with `server.shutdown()` and `server.server_close()`."""
+    server = ThreadingHTTPServer((host, port), _handler(tuple(routes), tuple(request_routes), gate))
     server.daemon_threads = True
     # Polls for a shutdown every 0.05 s (http.server's default 0.5 s would slow every stop).
     threading.Thread(target=server.serve_forever, args=(0.05,), name=name, daemon=True).start()
     return server, server.server_address[1]
 
 
-def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...]) -> type[BaseHTTPRequestHandler]:
+def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...],
+             gate: RequestRoute | None) -> type[BaseHTTPRequestHandler]:
     class Handler(OwnerOnlyRequests):  # only the owner's processes: it serves the Ray token
         def refuse(self, reason: str) -> None:
             self._send(error_answer(403, "PERMISSION_DENIED", reason))
@@ -95,12 +98,12 @@ def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...]
 
         def _answer(self) -> None:
             headers = {key.lower(): value for key, value in self.headers.items()}
-            answer = None
-            if self.command == "GET":
+            length = int(headers.get("content-length") or 0)
+            request = Request(self.command, self.path, headers, self.rfile.read(length) if length else b"")
+            answer = gate(request) if gate is not None else None
+            if answer is None and self.command == "GET":
                 answer = next(filter(None, (route(self.path, headers) for route in routes)), None)
             if answer is None and request_routes:
-                length = int(headers.get("content-length") or 0)
-                request = Request(self.command, self.path, headers, self.rfile.read(length) if length else b"")
                 answer = next(filter(None, (route(request) for route in request_routes)), None)
             if answer is None:
                 answer = error_answer(404, "NOT_FOUND", f"no such route: {self.command} {self.path}")

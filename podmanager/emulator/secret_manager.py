@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict
 from podmanager.cloud.checksum import crc32c
 from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
 from podmanager.emulator import rest
+from podmanager.emulator.iam import tokens
 from podmanager.emulator.sim.refusal import Refused
 
 SECRET_MANAGER_SERVICE = "google.cloud.secretmanager.v1.SecretManagerService"
@@ -141,6 +142,7 @@ class SecretManagerEmulator:
         # Asked on each read by a VM: True refuses it (the TPU emulator's `secret-denied` fault).
         self.refuses_vm_read: Callable[[], bool] = lambda: False
         self.saved_at = saved_at
+        self.gated = False  # True: the project's IAM checks every call before it comes here
         if saved_at is not None and saved_at.is_file():
             self._restore(_Saved.model_validate_json(saved_at.read_text()))
 
@@ -243,7 +245,8 @@ class SecretManagerEmulator:
             return refused
         account = _vm_account(headers)
         member = f"serviceAccount:{account}"
-        if account is not None and (self.refuses_vm_read() or not self.may_access(match["name"], member)):
+        # Gated (the emulator's IAM, `iam/gate.py`), the policy was checked before: only the fault here.
+        if account is not None and (self.refuses_vm_read() or (not self.gated and not self.may_access(match["name"], member))):
             return rest.error_answer(403, "PERMISSION_DENIED", f"Permission 'secretmanager.versions.access' denied "
                                      f"for resource '{match['name']}' (or it may not exist).")
         request = service.AccessSecretVersionRequest(name=match["name"])
@@ -383,6 +386,14 @@ class SecretManagerEmulator:
                 return True  # not found: the access call itself says so
             return any(b.role in ACCESSOR_ROLES and member in b.members for b in policy.bindings)
 
+    def bindings_of(self, resource: str) -> list[tuple[str, list[str]]]:
+        """The IAM bindings of the secret `resource` names (itself or a version of it); [] for
+        anything else (the gate's resource policy: a secret's grants count for its calls)."""
+        secret_name = self._canonical(resource.split("/versions/")[0])
+        with self._lock:
+            found = self._secrets.get(secret_name)
+            return [(b.role, list(b.members)) for b in found.policy.bindings] if found else []
+
     def get_iam_policy(self, request: iam_policy_pb2.GetIamPolicyRequest) -> policy_pb2.Policy:
         policy = policy_pb2.Policy()
         policy.CopyFrom(self._secret(request.resource).policy)
@@ -406,12 +417,10 @@ class SecretManagerEmulator:
         return f"emu-{next(self._etags)}".encode()
 
 
-VM_TOKEN_PREFIX = "sim-token."  # a simulated VM's access token: the prefix, then its account's email
 ACCESSOR_ROLES = frozenset({"roles/secretmanager.secretAccessor", "roles/secretmanager.admin", "roles/owner"})
 
 
 def _vm_account(headers: Mapping[str, str]) -> str | None:
-    """The service account a simulated VM's bearer token stands for; None for anyone else's
-    token (a person's credentials: not checked, as the emulator has no users)."""
-    token = headers.get("authorization", "").removeprefix("Bearer ")
-    return token[len(VM_TOKEN_PREFIX):] if token.startswith(VM_TOKEN_PREFIX) else None
+    """The service account a bearer token stands for (`iam/tokens.py`); None for anyone else's."""
+    principal = tokens.principal_of(headers.get("authorization", "").removeprefix("Bearer ")) or ""
+    return principal.removeprefix("serviceAccount:") if principal.startswith("serviceAccount:") else None

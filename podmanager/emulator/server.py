@@ -38,6 +38,10 @@ from podmanager.core.files import write_atomic
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator import rest, state_file, storage
 from podmanager.emulator.compute_api import ComputeApi
+from podmanager.emulator.iam import tokens
+from podmanager.emulator.iam.api import IamApi
+from podmanager.emulator.iam.gate import Gate, GateInterceptor
+from podmanager.emulator.iam.project import ProjectIam
 from podmanager.emulator.instance_vms import InstanceVms
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.secret_manager import SecretManagerEmulator
@@ -71,7 +75,14 @@ class Emulator:
         secrets = SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER},
                                         saved_at=state_file.secrets_path(project) if persist else None)
         self.api = TpuEmulator(self.sim, secrets,
-                               controls={"crash_controller_vm": self.instance_vms.crash_controller})
+                               controls={"crash_controller_vm": self.instance_vms.crash_controller,
+                                         "project": self.change_project})
+        # Every call is someone's, checked against the project's IAM and enabled APIs (issue 45).
+        self.iam = ProjectIam.load(project, SIMULATED_PROJECT_NUMBER, persist=persist)
+        tokens.write_user_credentials()  # the laptop's user: the simulated application default credentials
+        secrets.gated = True
+        self.gate = Gate(self.iam, secrets.bindings_of)
+        self.api.interceptors.append(GateInterceptor(self.gate))
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
         self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self.stopped = threading.Event()
@@ -109,10 +120,31 @@ class Emulator:
         and Compute Engine's network calls and Cloud Storage's bucket calls the preflight makes
         (`compute_api`, `storage_api`: its root)."""
         self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
-                                                request_routes=[self.compute, storage.BucketApi(self.sim)])
+                                                request_routes=[self.compute, storage.BucketApi(self.sim),
+                                                                IamApi(self.gate)], gate=self._checked)
         self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
         self.instance_vms.rest_api = self.booter.rest_api
         return self.rest_port
+
+    def _checked(self, request: rest.Request) -> rest.Answer | None:
+        """The gate's refusal of a REST request, as Google's JSON; None lets it through."""
+        denial = self.gate.rest(request.method, request.path, request.headers, request.body)
+        return None if denial is None else rest.Answer(denial.http, denial.json_body())
+
+    def change_project(self, kind: str | None = None, grant: str | None = None, revoke: str | None = None,
+                       member: str | None = None, enable: list[str] | None = None) -> dict[str, object]:
+        """What the console would do to the project (`podmanager sim project`): start it again as
+        `kind`, grant or revoke a role of `member`, enable APIs; the policy as it is then."""
+        if kind:
+            self.iam.set_kind(kind)
+        for role, change in ((grant, self.iam.grant), (revoke, self.iam.revoke)):
+            if role:
+                if not member:
+                    raise ValueError("--member is needed with --grant and --revoke")
+                change(role, member)
+        for service in enable or []:
+            self.iam.enable(service)
+        return self.iam.policy().model_dump()
 
     def stop(self) -> None:
         self.stopped.set()

@@ -234,6 +234,7 @@ class TpuEmulator:
         VMs: `crash_controller_vm`)."""
         self.sim = sim
         self.controls = dict(controls or {})
+        self.interceptors: list[grpc.ServerInterceptor] = []  # after the owner's check: the project's IAM
         # Always served: the real path creates the token secret wherever it creates nodes.
         self.secrets = secrets if secrets is not None else SecretManagerEmulator()
         self.secrets.refuses_vm_read = sim.take_secret_denial  # the simulator holds the fault, with the others
@@ -250,7 +251,7 @@ class TpuEmulator:
         """Start serving on host:port (0 picks a free port); returns the started server and its port."""
         interceptor = OwnerOnlyInterceptor()  # only the owner's processes: Secret Manager holds the Ray token
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tpu-emulator"),
-                             interceptors=[interceptor])
+                             interceptors=[interceptor, *self.interceptors])
         server.add_generic_rpc_handlers(self.handlers())
         try:
             bound = server.add_insecure_port(f"{host}:{port}")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from google.api_core import exceptions as google_exceptions
 from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.instances import Instance
 from podmanager.core.clock import FakeClock, poll_until
 from podmanager.emulator.server import Emulator
@@ -28,7 +28,7 @@ def emulator():
 
 
 def client(kind, emulator):
-    return kind(credentials=AnonymousCredentials(),
+    return kind(credentials=emulator_identity.credentials(),  # the user's token (the emulator's IAM)
                 client_options=ClientOptions(api_endpoint=f"http://127.0.0.1:{emulator.rest_port}"))
 
 

@@ -24,9 +24,11 @@ from google.cloud.secretmanager_v1.types import resources, service
 from google.iam.v1 import policy_pb2
 
 from podmanager.cloud.checksum import crc32c
+from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.gcp.secrets import TokenSecrets
 from podmanager.core.clock import FakeClock
-from podmanager.emulator.secret_manager import VM_TOKEN_PREFIX, SecretManagerEmulator
+from podmanager.emulator.iam import tokens
+from podmanager.emulator.secret_manager import SecretManagerEmulator
 from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.tpu_api import TpuEmulator
 
@@ -241,7 +243,8 @@ def test_the_emulator_command_serves_secret_manager_over_grpc_and_rest() -> None
         assert address and rest, process.stderr.read() if process.stderr else ""
         with TokenSecrets(PROJECT, emulator_host=address, call_timeout_s=10) as secrets:
             secrets.ensure("demo", TOKEN)
-        status, body = get(f"{rest}/{SECRET}/versions/latest:access", {"Authorization": "Bearer t"})
+        user = {"Authorization": f"Bearer {emulator_identity.token()}"}  # the emulator issued it (its IAM)
+        status, body = get(f"{rest}/{SECRET}/versions/latest:access", user)
         assert status == 200 and base64.b64decode(body["payload"]["data"]).decode() == TOKEN
     finally:
         process.terminate()
@@ -252,27 +255,27 @@ def test_a_vms_token_reads_the_secret_only_once_its_account_is_granted(rig: Rig,
     """A simulated VM's metadata token stands for its service account; as on Google Cloud, the
     account reads the Ray token only after `up` granted it secretAccessor on the secret."""
     account = "123-compute@developer.gserviceaccount.com"
-    vm_token = {"Authorization": f"Bearer {VM_TOKEN_PREFIX}{account}"}
+    vm_token = {"Authorization": f"Bearer {tokens.issue('serviceAccount:' + account)}"}
     with TokenSecrets(PROJECT, client=rig.client, clock=FakeClock()) as secrets:
         secrets.ensure("demo", TOKEN)
         url = f"{rest}/{SECRET}/versions/latest:access"
         status, body = get(url, vm_token)
         assert (status, body["error"]["status"]) == (403, "PERMISSION_DENIED")
         assert TOKEN not in json.dumps(body)
-        assert get(url, {"Authorization": f"Bearer {VM_TOKEN_PREFIX}other@p.iam.gserviceaccount.com"})[0] == 403
+        assert get(url, {"Authorization": f"Bearer {tokens.issue('serviceAccount:other@p.iam.gserviceaccount.com')}"})[0] == 403
 
         secrets.grant_access("demo", account)
 
     status, body = get(url, vm_token)
     assert status == 200 and base64.b64decode(body["payload"]["data"]).decode() == TOKEN
-    assert get(url, {"Authorization": f"Bearer {VM_TOKEN_PREFIX}other@p.iam.gserviceaccount.com"})[0] == 403
+    assert get(url, {"Authorization": f"Bearer {tokens.issue('serviceAccount:other@p.iam.gserviceaccount.com')}"})[0] == 403
 
 
 def test_a_secret_denied_fault_refuses_the_next_reads_by_vms_and_nothing_else(rig: Rig, rest: str) -> None:
     """`secret-denied:TIMES` (an IAM deny policy, a grant not yet in effect): a granted VM is
     refused TIMES reads, then reads again; podmanager's own reads are never refused."""
     account = "123-compute@developer.gserviceaccount.com"
-    vm_token = {"Authorization": f"Bearer {VM_TOKEN_PREFIX}{account}"}
+    vm_token = {"Authorization": f"Bearer {tokens.issue('serviceAccount:' + account)}"}
     with TokenSecrets(PROJECT, client=rig.client, clock=FakeClock()) as secrets:
         secrets.ensure("demo", TOKEN)
         secrets.grant_access("demo", account)

@@ -21,7 +21,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-import grpc
 from google.api_core import exceptions as google_exceptions
 from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
@@ -275,9 +274,15 @@ class GcpCloud:
         self.clock = clock or RealClock()
         self.on_retry = on_retry  # told (call, error, attempt) before each retry
         if self.emulator_host:
-            transport = TpuGrpcTransport(channel=grpc.insecure_channel(self.emulator_host))
+            from podmanager.cloud.gcp.emulator_identity import insecure_channel
+
+            transport = TpuGrpcTransport(channel=insecure_channel(self.emulator_host))
+            from podmanager.cloud.gcp.emulator_identity import principal
+
+            self.caller: str | None = principal()  # named in a refusal
             self._client = TpuClient(transport=transport)
         else:
+            self.caller = None
             self._client = TpuClient(credentials=credentials or check_credentials(project))
 
     def close(self) -> None:
@@ -296,7 +301,7 @@ class GcpCloud:
         """One API call with a timeout; transient errors retried with jittered backoff until the deadline.
         An error that is not retried names the call, as `Cloud TPU API GetNode(NAME) failed: ...`."""
         def mapped(error: google_exceptions.GoogleAPICallError) -> cloud_errors.CloudError:
-            return named_call_error(map_call_error(error), method, request)
+            return named_call_error(map_call_error(error, self.caller), method, request)
 
         return call_google(what, method, request, service="the Cloud TPU API", clock=self.clock,
                            call_timeout_s=self.call_timeout_s, retry_deadline_s=self.retry_deadline_s,

@@ -19,7 +19,6 @@ from typing import Any, Callable, TypeVar
 import requests
 from google.api_core import exceptions as google_exceptions
 from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
 from podmanager.cloud import errors as cloud_errors
@@ -48,9 +47,16 @@ _BY_STATUS: dict[int, type[cloud_errors.CloudError]] = {
 }
 
 
-def map_rest_error(error: google_exceptions.GoogleAPICallError) -> cloud_errors.CloudError:
-    """A failed Compute Engine call as the taxonomy's error, by its HTTP status."""
+def map_rest_error(error: google_exceptions.GoogleAPICallError, caller: str | None = None) -> cloud_errors.CloudError:
+    """A failed Compute Engine call as the taxonomy's error, by its HTTP status; a missing
+    permission or API named with what to do (`caller`: who called, when known)."""
     kind = _BY_STATUS.get(int(error.code or 0), cloud_errors.CloudError)
+    if kind is cloud_errors.PermissionDeniedError:
+        from podmanager.cloud.gcp.permissions import explain
+
+        explained = explain(error.message or "", list(error.details or ()), caller)
+        if explained is not None:
+            return explained
     hint = {cloud_errors.AuthenticationError: AUTH_HINT,
             cloud_errors.PermissionDeniedError: "The account needs Compute Engine's network roles on the project "
                                                 "(roles/compute.networkViewer to read, roles/compute.securityAdmin "
@@ -84,7 +90,7 @@ class ComputeClients:
     """What every Compute Engine client here shares: the project, the clients' options, each
     call's timeout and retries, and waiting for an operation.
 
-    endpoint: a dry run's emulator root (http://127.0.0.1:PORT), with anonymous credentials;
+    endpoint: a dry run's emulator root (http://127.0.0.1:PORT), with the caller's emulator token;
       None: Google's, with `credentials` (Application Default Credentials).
     """
 
@@ -97,8 +103,15 @@ class ComputeClients:
                        "retry_initial_s": retry_initial_s, "retry_max_s": retry_max_s}
         self.poll_interval_s = poll_interval_s
         self.options: dict[str, Any] = {"credentials": credentials}
+        self.caller: str | None = None  # who calls, named in a refusal (a dry run's)
         if endpoint:
-            self.options = {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=endpoint)}
+            from podmanager.cloud.gcp.emulator_identity import (
+                credentials as emulator_credentials,
+            )
+            from podmanager.cloud.gcp.emulator_identity import principal
+
+            self.caller = principal()
+            self.options = {"credentials": emulator_credentials(), "client_options": ClientOptions(api_endpoint=endpoint)}
 
     def clients(self) -> tuple[Any, ...]:
         """The library's clients this one holds (closed by `close`)."""
@@ -116,7 +129,7 @@ class ComputeClients:
 
     def _call(self, what: str, method: Callable[..., T], **request: Any) -> T:
         return call_google(what, _rest_call(method), request, service=SERVICE, clock=self.clock,
-                           map_error=map_rest_error, **self.timing)
+                           map_error=lambda error: map_rest_error(error, self.caller), **self.timing)
 
     @staticmethod
     def _all_pages(method: Callable[..., Any]) -> Callable[..., list[Any]]:

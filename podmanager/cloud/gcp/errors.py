@@ -72,11 +72,19 @@ def _quota_name(violation: error_details_pb2.QuotaFailure.Violation) -> str:
     return violation.quota_id or violation.quota_metric or violation.subject or violation.description or "unknown"
 
 
-def map_google_error(code: int, message: str, details: Sequence[Any] = (), *, in_operation: bool = False) -> cloud_errors.CloudError:
+def map_google_error(code: int, message: str, details: Sequence[Any] = (), *, in_operation: bool = False,
+                     caller: str | None = None) -> cloud_errors.CloudError:
     """One place where a Google error (a call's status or an operation's `error`) gets its type.
 
-    `code` is the google.rpc code, `details` the unpacked status details (QuotaFailure, ...).
+    `code` is the google.rpc code, `details` the unpacked status details (QuotaFailure, ...);
+    `caller`: who made the call, when known (a dry run's), named by a permission's refusal.
     """
+    if code == code_pb2.PERMISSION_DENIED:
+        from podmanager.cloud.gcp.permissions import explain
+
+        explained = explain(message, details, caller)
+        if explained is not None:
+            return explained
     violations = [v for d in details if isinstance(d, error_details_pb2.QuotaFailure) for v in d.violations]
     rate_limited = any(r.reason in ("RATE_LIMIT_EXCEEDED", "RATE_LIMITED") for r in details if isinstance(r, error_details_pb2.ErrorInfo))
     if code == code_pb2.RESOURCE_EXHAUSTED and violations and not rate_limited:
@@ -109,14 +117,14 @@ def map_google_error(code: int, message: str, details: Sequence[Any] = (), *, in
     return kind(f"{message} ({label})" if message else label, hint=_HINTS.get(kind))
 
 
-def map_call_error(error: google_exceptions.GoogleAPICallError) -> cloud_errors.CloudError:
+def map_call_error(error: google_exceptions.GoogleAPICallError, caller: str | None = None) -> cloud_errors.CloudError:
     if isinstance(error, google_exceptions.TooManyRequests):  # an HTTP 429 without a gRPC code
         code = code_pb2.RESOURCE_EXHAUSTED
     elif error.grpc_status_code is not None:
         code = error.grpc_status_code.value[0]
     else:
         code = code_pb2.UNKNOWN
-    return map_google_error(code, error.message or "", list(error.details or ()), in_operation=False)
+    return map_google_error(code, error.message or "", list(error.details or ()), in_operation=False, caller=caller)
 
 
 def unpack_details(details: Sequence[Any]) -> list[Any]:

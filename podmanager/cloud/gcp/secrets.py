@@ -29,7 +29,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-import grpc
 from google.api_core import exceptions as google_exceptions
 from google.cloud.secretmanager_v1 import SecretManagerServiceClient
 from google.cloud.secretmanager_v1.services.secret_manager_service.transports import (
@@ -43,6 +42,10 @@ from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.checksum import crc32c
 from podmanager.cloud.gcp.calls import call_google
 from podmanager.cloud.gcp.errors import map_call_error
+from podmanager.cloud.gcp.permissions import (
+    MissingPermissionError,
+    ServiceDisabledError,
+)
 from podmanager.core.clock import Clock, RealClock
 
 T = TypeVar("T")
@@ -164,6 +167,13 @@ class TokenSecrets:
         self.clock = clock or RealClock()
         self.on_retry = on_retry
         self._owns_client = client is None
+        self.caller: str | None = None  # who calls, named in a refusal (a dry run's)
+        from podmanager.cloud.gcp.client import emulator_address
+
+        if client is None and emulator_address(emulator_host):
+            from podmanager.cloud.gcp.emulator_identity import principal
+
+            self.caller = principal()
         self._client = client or self._new_client(project, emulator_host, credentials)
 
     @staticmethod
@@ -171,9 +181,11 @@ class TokenSecrets:
         from podmanager.cloud.gcp.client import check_credentials, emulator_address
 
         address = emulator_address(emulator_host)
-        if address:  # plain gRPC and no credentials, as GcpCloud talks to the emulator
+        if address:  # plain gRPC with the caller's emulator token, as GcpCloud talks to the emulator
+            from podmanager.cloud.gcp.emulator_identity import insecure_channel
+
             return SecretManagerServiceClient(
-                transport=SecretManagerServiceGrpcTransport(channel=grpc.insecure_channel(address)))
+                transport=SecretManagerServiceGrpcTransport(channel=insecure_channel(address)))
         return SecretManagerServiceClient(credentials=credentials or check_credentials(project))
 
     def close(self) -> None:
@@ -354,7 +366,11 @@ class TokenSecrets:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _mapped(self, what: str, error: google_exceptions.GoogleAPICallError) -> cloud_errors.CloudError:
-        mapped = map_call_error(error)
+        mapped = map_call_error(error, self.caller)
+        if isinstance(mapped, (MissingPermissionError, ServiceDisabledError)):  # names what to do already
+            mapped.message = f"{what}: {mapped.message}"
+            mapped.args = (mapped.message,)
+            return mapped
         if isinstance(mapped, cloud_errors.PermissionDeniedError):
             return cloud_errors.PermissionDeniedError(
                 f"{what}: permission denied: {error.message}", hint=PERMISSION_HINT.format(project=self.project)

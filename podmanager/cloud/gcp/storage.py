@@ -46,7 +46,11 @@ class BucketIam:
         self.retry_delay_s = retry_delay_s
         if endpoint:
             self._session = requests.Session()
-            self._session.headers["Authorization"] = "Bearer emulator"  # it checks only that one is sent
+            from podmanager.cloud.gcp.emulator_identity import token
+
+            bearer = token()  # the caller's emulator token (none: the emulator answers 401)
+            if bearer:
+                self._session.headers["Authorization"] = f"Bearer {bearer}"
         else:
             from google.auth.credentials import with_scopes_if_required
             from google.auth.transport.requests import AuthorizedSession

@@ -1,0 +1,142 @@
+"""The simulated project's IAM policy and enabled services, and the starting points a project
+can have ("what the console would do"); kept in the emulator's record of the project.
+
+Kinds (facts: /work/shared/DESIGN.md "Google Cloud's rules"):
+- `no-organization` (the default): a project without an organization, made by its user, who is
+  Owner; the APIs podmanager uses enabled; the default compute account has Editor, as Google
+  still grants it outside an organization
+  (https://docs.cloud.google.com/compute/docs/access/service-accounts#default_service_account).
+- `new`: a new project in a secure-by-default organization (every organization since 3 May
+  2024): the user is Owner, the default compute account has no role at all
+  (`iam.automaticIamGrantsForDefaultServiceAccounts`,
+  https://docs.cloud.google.com/resource-manager/docs/secure-by-default-organizations), and only
+  the APIs a new project has enabled (https://docs.cloud.google.com/service-usage/docs/enabled-service#default):
+  not Compute Engine, Cloud TPU, Secret Manager, IAM or Resource Manager.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Iterable
+
+from pydantic import BaseModel
+
+from podmanager.core import paths
+from podmanager.core.errors import SpecError
+from podmanager.core.files import write_atomic
+from podmanager.emulator.iam import methods
+from podmanager.emulator.iam.roles import ROLES, permissions_of
+from podmanager.emulator.iam.tokens import USER
+
+# What a new project has enabled (console or gcloud), per the page cited above.
+NEW_PROJECT_SERVICES = ("bigquery.googleapis.com", "bigquerystorage.googleapis.com", "logging.googleapis.com",
+                        "monitoring.googleapis.com", "serviceusage.googleapis.com", "storage.googleapis.com",
+                        "storage-api.googleapis.com", "storage-component.googleapis.com",
+                        "cloudapis.googleapis.com", "datastore.googleapis.com", "sql-component.googleapis.com")
+PODMANAGER_SERVICES = (methods.COMPUTE, methods.TPU, methods.SECRET_MANAGER, methods.STORAGE, methods.IAM,
+                       methods.RESOURCE_MANAGER, methods.SERVICE_USAGE)
+KINDS = ("no-organization", "new")
+
+
+class ProjectPolicy(BaseModel):
+    """What the emulator keeps: the kind it started as, role -> members, the enabled APIs."""
+
+    kind: str
+    bindings: dict[str, list[str]]
+    services: list[str]
+
+
+def default_compute_account(number: str) -> str:
+    return f"serviceAccount:{number}-compute@developer.gserviceaccount.com"
+
+
+def starting_point(kind: str, number: str) -> ProjectPolicy:
+    """The project as Google makes it for `kind` (see the module's text)."""
+    if kind == "no-organization":
+        return ProjectPolicy(kind=kind, bindings={"roles/owner": [USER], "roles/editor": [default_compute_account(number)]},
+                             services=sorted({*NEW_PROJECT_SERVICES, *PODMANAGER_SERVICES}))
+    if kind == "new":
+        return ProjectPolicy(kind=kind, bindings={"roles/owner": [USER]}, services=sorted(NEW_PROJECT_SERVICES))
+    raise SpecError(f"--kind {kind!r}: not a kind of project the simulated cloud knows",
+                    hint=f"Use one of: {', '.join(KINDS)}.")
+
+
+def policy_path(project: str) -> Path:
+    return paths.sim_home() / "sim" / "iam" / f"{paths.one_name(project, 'project')}.json"
+
+
+class ProjectIam:
+    """One project's policy and services, thread-safe; saved on every change when `saved_at`."""
+
+    def __init__(self, number: str, policy: ProjectPolicy, saved_at: Path | None = None):
+        self.number = number
+        self._policy = policy
+        self._saved_at = saved_at
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, project: str, number: str, *, persist: bool) -> ProjectIam:
+        """The project's saved policy (a persistent emulator), else the default starting point."""
+        where = policy_path(project) if persist else None
+        if where is not None and where.is_file():
+            return cls(number, ProjectPolicy.model_validate_json(where.read_text()), where)
+        return cls(number, starting_point("no-organization", number), where)
+
+    def policy(self) -> ProjectPolicy:
+        with self._lock:
+            return self._policy.model_copy(deep=True)
+
+    def _changed(self) -> None:
+        if self._saved_at is not None:
+            paths.private_dir(self._saved_at.parent)
+            write_atomic(self._saved_at, self._policy.model_dump_json())
+
+    def holds(self, principal: str, permission: str, extra: Iterable[tuple[str, Iterable[str]]] = ()) -> bool:
+        """Whether `principal` holds `permission` by the project's policy or by `extra` (a
+        resource's own bindings: role, members), as IAM's inheritance reads them."""
+        with self._lock:
+            bindings = [*self._policy.bindings.items(), *extra]
+        return any(principal in members and permission in permissions_of(role) for role, members in bindings)
+
+    def enabled(self, service: str) -> bool:
+        with self._lock:
+            return service in self._policy.services
+
+    # ------------------------------------------------------------------ what the console would do
+
+    def set_kind(self, kind: str) -> None:
+        with self._lock:
+            self._policy = starting_point(kind, self.number)
+            self._changed()
+
+    def grant(self, role: str, member: str) -> None:
+        if role not in ROLES:
+            raise SpecError(f"--grant {role!r}: a role the simulated project does not know",
+                            hint=f"Use one of: {', '.join(sorted(ROLES))}.")
+        if ":" not in member:
+            raise SpecError(f"--member {member!r}: a member is TYPE:ID",
+                            hint="e.g. user:owner@example.com or serviceAccount:NAME@PROJECT.iam.gserviceaccount.com.")
+        with self._lock:
+            members = self._policy.bindings.setdefault(role, [])
+            if member not in members:
+                members.append(member)
+            self._changed()
+
+    def revoke(self, role: str, member: str) -> None:
+        with self._lock:
+            members = self._policy.bindings.get(role, [])
+            if member in members:
+                members.remove(member)
+            if not members:
+                self._policy.bindings.pop(role, None)
+            self._changed()
+
+    def enable(self, service: str) -> None:
+        if not service.endswith(".googleapis.com"):
+            raise SpecError(f"--enable {service!r}: a service is named NAME.googleapis.com",
+                            hint="e.g. --enable tpu.googleapis.com.")
+        with self._lock:
+            if service not in self._policy.services:
+                self._policy.services = sorted({*self._policy.services, service})
+            self._changed()

@@ -1,0 +1,104 @@
+"""The predefined roles podmanager relies on, with their permissions: facts copied from
+Google's IAM reference (each role cites its page). Only the permissions an emulated method
+checks matter here; a role's other permissions are left out, and the basic roles (huge) list
+at least every permission any emulated method needs."""
+
+from __future__ import annotations
+
+_PROJECT_READ = frozenset({"resourcemanager.projects.get", "resourcemanager.projects.list"})
+
+# https://docs.cloud.google.com/iam/docs/roles-permissions/tpu.md.txt (roles/tpu.admin: tpu.*)
+_TPU_ALL = frozenset({
+    "tpu.acceleratortypes.get", "tpu.acceleratortypes.list", "tpu.locations.get", "tpu.locations.list",
+    "tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.nodes.list", "tpu.nodes.reimage",
+    "tpu.nodes.reset", "tpu.nodes.start", "tpu.nodes.stop", "tpu.nodes.update", "tpu.operations.get",
+    "tpu.operations.list", "tpu.runtimeversions.get", "tpu.runtimeversions.list",
+})
+_TPU_READ = frozenset(p for p in _TPU_ALL if p.rsplit(".", 1)[1] in ("get", "list"))
+
+# https://docs.cloud.google.com/iam/docs/roles-permissions/secretmanager.md.txt (roles/secretmanager.admin)
+_SECRETS_ALL = frozenset({
+    "secretmanager.locations.get", "secretmanager.locations.list", "secretmanager.secrets.create",
+    "secretmanager.secrets.delete", "secretmanager.secrets.get", "secretmanager.secrets.getIamPolicy",
+    "secretmanager.secrets.list", "secretmanager.secrets.setIamPolicy", "secretmanager.secrets.update",
+    "secretmanager.versions.access", "secretmanager.versions.add", "secretmanager.versions.destroy",
+    "secretmanager.versions.disable", "secretmanager.versions.enable", "secretmanager.versions.get",
+    "secretmanager.versions.list",
+})
+
+# https://docs.cloud.google.com/iam/docs/roles-permissions/compute.md.txt (the permissions of
+# compute.instanceAdmin.v1, compute.networkAdmin and compute.securityAdmin that the emulated
+# Compute Engine methods check)
+_COMPUTE_INSTANCES = frozenset({
+    "compute.instances.create", "compute.instances.delete", "compute.instances.get", "compute.instances.list",
+    "compute.instances.getGuestAttributes", "compute.instances.setMetadata", "compute.instances.setServiceAccount",
+    "compute.disks.create", "compute.subnetworks.use", "compute.subnetworks.useExternalIp",
+    "compute.zones.get", "compute.zones.list", "compute.machineTypes.get", "compute.zoneOperations.get",
+    "compute.projects.get",
+})
+_COMPUTE_NETWORKS = frozenset({
+    "compute.networks.get", "compute.networks.list", "compute.networks.delete", "compute.networks.updatePolicy",
+    "compute.subnetworks.get", "compute.subnetworks.list", "compute.subnetworks.delete",
+    "compute.subnetworks.setPrivateIpGoogleAccess", "compute.routers.get", "compute.routers.list",
+    "compute.routers.create", "compute.routers.delete", "compute.firewalls.get", "compute.firewalls.list",
+    "compute.globalOperations.get", "compute.regionOperations.get", "compute.projects.get",
+})
+_COMPUTE_FIREWALLS = frozenset({"compute.firewalls.create", "compute.firewalls.delete", "compute.firewalls.get",
+                                "compute.firewalls.list", "compute.networks.updatePolicy",
+                                "compute.globalOperations.get"})
+
+# https://docs.cloud.google.com/iam/docs/roles-permissions/storage.md.txt
+_STORAGE_OBJECTS = frozenset({"storage.objects.create", "storage.objects.delete", "storage.objects.get",
+                              "storage.objects.list", "storage.objects.update"})
+_STORAGE_BUCKETS = frozenset({"storage.buckets.create", "storage.buckets.delete", "storage.buckets.get",
+                              "storage.buckets.list", "storage.buckets.update", "storage.buckets.getIamPolicy",
+                              "storage.buckets.setIamPolicy"})
+
+# https://docs.cloud.google.com/iam/docs/roles-permissions/serviceusage.md.txt
+_SERVICE_USAGE = frozenset({"serviceusage.services.enable", "serviceusage.services.disable",
+                            "serviceusage.services.get", "serviceusage.services.list", "serviceusage.services.use"})
+
+# https://docs.cloud.google.com/iam/docs/roles-permissions/iam.md.txt (roles/iam.serviceAccountUser)
+_ACT_AS = frozenset({"iam.serviceAccounts.actAs", "iam.serviceAccounts.get", "iam.serviceAccounts.list"})
+
+# https://docs.cloud.google.com/iam/docs/roles-permissions/resourcemanager.md.txt
+_PROJECT_IAM = frozenset({"resourcemanager.projects.getIamPolicy", "resourcemanager.projects.setIamPolicy"})
+
+EVERYTHING = (_PROJECT_READ | _TPU_ALL | _SECRETS_ALL | _COMPUTE_INSTANCES | _COMPUTE_NETWORKS | _COMPUTE_FIREWALLS
+              | _STORAGE_OBJECTS | _STORAGE_BUCKETS | _SERVICE_USAGE | _ACT_AS | _PROJECT_IAM)
+
+# Basic roles: https://docs.cloud.google.com/iam/docs/roles-permissions/basic.md.txt and
+# https://docs.cloud.google.com/iam/docs/roles-overview#basic. Editor lacks the permissions that
+# change access (setIamPolicy) and read secrets' payloads: secretmanager.versions.access,
+# secretmanager.secrets.setIamPolicy, resourcemanager.projects.setIamPolicy (and
+# iap.tunnelInstances.accessViaIAP, not emulated); the documentation lists Editor's
+# setIamPolicy permissions on no resource emulated here, so storage.buckets.setIamPolicy is
+# left out too (the stricter answer). Editor includes iam.serviceAccounts.actAs.
+EDITOR_LACKS = frozenset({"secretmanager.versions.access", "secretmanager.secrets.setIamPolicy",
+                          "resourcemanager.projects.setIamPolicy", "storage.buckets.setIamPolicy"})
+_VIEWER = frozenset(p for p in EVERYTHING if p.rsplit(".", 1)[1] in ("get", "list", "getIamPolicy")
+                    and p != "secretmanager.versions.access")
+
+ROLES: dict[str, frozenset[str]] = {
+    "roles/owner": EVERYTHING,
+    "roles/editor": EVERYTHING - EDITOR_LACKS,
+    "roles/viewer": _VIEWER,
+    "roles/tpu.admin": _PROJECT_READ | _TPU_ALL,
+    "roles/tpu.viewer": _PROJECT_READ | _TPU_READ,
+    "roles/secretmanager.admin": _PROJECT_READ | _SECRETS_ALL,
+    "roles/secretmanager.secretAccessor": _PROJECT_READ | {"secretmanager.versions.access"},
+    "roles/compute.instanceAdmin.v1": _PROJECT_READ | _COMPUTE_INSTANCES,  # no iam.serviceAccounts.actAs
+    "roles/compute.networkAdmin": _PROJECT_READ | _COMPUTE_NETWORKS,  # firewall rules: securityAdmin's
+    "roles/compute.securityAdmin": _PROJECT_READ | _COMPUTE_FIREWALLS,
+    "roles/storage.admin": _PROJECT_READ | _STORAGE_OBJECTS | _STORAGE_BUCKETS,
+    "roles/storage.objectAdmin": _PROJECT_READ | _STORAGE_OBJECTS,  # lacks storage.buckets.get
+    "roles/storage.objectViewer": _PROJECT_READ | {"storage.objects.get", "storage.objects.list"},
+    "roles/serviceusage.serviceUsageAdmin": _SERVICE_USAGE,
+    "roles/iam.serviceAccountUser": _PROJECT_READ | _ACT_AS,
+    "roles/resourcemanager.projectIamAdmin": _PROJECT_READ | _PROJECT_IAM,
+}
+
+
+def permissions_of(role: str) -> frozenset[str]:
+    """What `role` grants here; empty for a role this table does not know (it grants nothing)."""
+    return ROLES.get(role, frozenset())

@@ -1,0 +1,78 @@
+"""The simulated cloud's OAuth tokens: each names its principal and is signed with a key the
+simulated cloud keeps (owner-only), so the emulator maps a token back to whom it was issued to,
+also after a restart, and a made-up token is no one's (401, as Google answers an invalid token).
+
+The laptop's user gets one in the simulated application default credentials
+(`cloud/gcp/emulator_identity.adc_path()`), written when an emulator starts; a VM's service
+account gets one from its metadata server."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from pathlib import Path
+
+from podmanager.cloud.gcp.emulator_identity import adc_path
+from podmanager.core import paths
+from podmanager.core.files import write_atomic
+
+USER = "user:owner@example.com"  # the laptop's user, as the simulated project knows them
+_PREFIX = "ya29.sim."  # Google's access tokens begin ya29.
+
+
+def _key_path() -> Path:
+    return paths.sim_home() / "sim" / "iam" / "token.key"
+
+
+def _key() -> bytes:
+    """The signing key, made once (0600)."""
+    where = _key_path()
+    paths.private_dir(where.parent)
+    try:
+        descriptor = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return where.read_bytes()
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(secrets.token_bytes(32))
+    return where.read_bytes()
+
+
+def _signature(key: bytes, who: str) -> str:
+    return hmac.new(key, who.encode(), hashlib.sha256).hexdigest()[:40]
+
+
+def issue(principal: str) -> str:
+    """A token standing for `principal` ("user:EMAIL", "serviceAccount:EMAIL")."""
+    who = base64.urlsafe_b64encode(principal.encode()).decode().rstrip("=")
+    return f"{_PREFIX}{who}.{_signature(_key(), principal)}"
+
+
+def principal_of(token: str) -> str | None:
+    """Whom `token` was issued to; None for a token this simulated cloud did not issue."""
+    if not token.startswith(_PREFIX):
+        return None
+    who, _, signature = token[len(_PREFIX):].rpartition(".")
+    try:
+        principal = base64.urlsafe_b64decode(who + "=" * (-len(who) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return principal if hmac.compare_digest(signature, _signature(_key(), principal)) else None
+
+
+def metadata_token(email: str) -> str:
+    """A VM's service-account token as its metadata server hands it out (Google's JSON)."""
+    return json.dumps({"access_token": issue(f"serviceAccount:{email}"), "expires_in": 3599, "token_type": "Bearer"})
+
+
+def write_user_credentials() -> Path:
+    """The laptop user's simulated application default credentials, owner-only; their path."""
+    where = adc_path()
+    paths.private_dir(where.parent)
+    write_atomic(where, json.dumps({"type": "podmanager_simulated_user", "account": USER,
+                                    "access_token": issue(USER)}))
+    os.chmod(where, 0o600)
+    return where
