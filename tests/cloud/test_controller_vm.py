@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.gcp.controller_vm import (
     ControllerVmDeleted,
@@ -55,7 +55,7 @@ def spec(zones=None, **controller):
 
 def raw(kind, emulator):
     """google-cloud-compute's own client on the emulator: what the project holds, read independently."""
-    return kind(credentials=AnonymousCredentials(),
+    return kind(credentials=emulator_identity.credentials(),  # the user's simulated credentials
                 client_options=ClientOptions(api_endpoint=f"http://127.0.0.1:{emulator.rest_port}"))
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from podmanager.cloud.instances import Instance
 from podmanager.core.clock import FakeClock
+from podmanager.emulator.iam import tokens
 from podmanager.emulator.instance_metadata import InstanceFacts
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
@@ -60,7 +61,8 @@ def test_it_serves_what_gce_serves_an_instance(instance_vm):
     assert call(base + "project/project-id") == (200, "p-meta")
     email = f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
     assert call(base + "instance/service-accounts/default/email") == (200, email)
-    assert json.loads(call(base + "instance/service-accounts/default/token")[1])["access_token"].endswith(email)
+    issued = json.loads(call(base + "instance/service-accounts/default/token")[1])["access_token"]
+    assert tokens.principal_of(issued) == f"serviceAccount:{email}"  # the emulator knows the VM by it
     assert call(base + "instance/name", header=False)[0] == 403
 
 

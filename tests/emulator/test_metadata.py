@@ -15,6 +15,7 @@ import pytest
 from podmanager.cloud.base import NodeRequest, NodeState
 from podmanager.core.clock import FakeClock
 from podmanager.core.spec import Capacity
+from podmanager.emulator.iam import tokens
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.vm import notices
@@ -183,7 +184,8 @@ def test_it_serves_the_nodes_metadata_the_project_and_a_service_account_token(tm
         assert get(base + "project/project-id") == (200, "my-proj")
         email = get(base + "instance/service-accounts/default/email")[1]
         assert email == f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
-        assert json.loads(get(base + "instance/service-accounts/default/token")[1])["access_token"].endswith(email)
+        issued = json.loads(get(base + "instance/service-accounts/default/token")[1])["access_token"]
+        assert tokens.principal_of(issued) == f"serviceAccount:{email}"  # the emulator knows the VM by it
         sim.update_node_metadata("z", "c-s0", {"startup-script": "#!/bin/bash\n", "podmanager-head": "h:2"})
         assert get(base + "instance/attributes/podmanager-head") == (200, "h:2")
     finally:

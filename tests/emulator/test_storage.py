@@ -13,15 +13,28 @@ from urllib.parse import quote
 
 import pytest
 
+from podmanager.cloud.gcp import emulator_identity
 from podmanager.controller.staging import stage_wheel
 from podmanager.core import paths
 from podmanager.core.spec import parse_spec
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator import server
+from podmanager.emulator.iam import tokens
 from podmanager.emulator.server import Emulator
+from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER
 
 PROJECT = "podmanager-sim"
-BEARER = {"Authorization": "Bearer ya29.vm-token"}
+VM_ACCOUNT = f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+
+
+def vm() -> dict[str, str]:
+    """A VM's header: the token its metadata server hands out (the emulator issued it)."""
+    return {"Authorization": f"Bearer {json.loads(tokens.metadata_token(VM_ACCOUNT))['access_token']}"}
+
+
+def user() -> dict[str, str]:
+    """The laptop user's header: the token of their simulated application default credentials."""
+    return {"Authorization": f"Bearer {emulator_identity.token()}"}
 
 
 @pytest.fixture
@@ -55,7 +68,7 @@ def test_a_staged_wheel_downloads_by_the_json_apis_media_route(emulator: str, tm
     staged = stage_wheel(parse_spec({"name": "demo", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}),
                          wheel)
 
-    status, body, kind = get(download_url(emulator, staged), BEARER)
+    status, body, kind = get(download_url(emulator, staged), vm())
 
     assert (status, body, kind) == (200, wheel.read_bytes(), "application/octet-stream")
 
@@ -69,29 +82,29 @@ def test_without_a_bearer_token_it_is_401_and_a_missing_object_404(emulator: str
     for headers in ({}, {"Authorization": "Basic dXNlcjpwdw=="}):
         status, body, _ = get(url, headers)
         assert (status, json.loads(body)["error"]["status"]) == (401, "UNAUTHENTICATED")
-    status, body, _ = get(download_url(emulator, "gs://bucket/boot/other.whl"), BEARER)
+    status, body, _ = get(download_url(emulator, "gs://bucket/boot/other.whl"), vm())
     assert (status, json.loads(body)["error"]["message"]) == (404, "No such object: bucket/boot/other.whl")
-    status, body, _ = get(download_url(emulator, "gs://elsewhere/boot/w.whl"), BEARER)
+    status, body, _ = get(download_url(emulator, "gs://elsewhere/boot/w.whl"), vm())
     assert status == 404
 
 
 def test_it_serves_only_object_bytes_inside_the_buckets_folder(emulator: str) -> None:
     (paths.storage_dir() / "bucket").mkdir(parents=True)
     (paths.storage_dir().parent / "outside").write_text("not an object")  # what bucket/../../outside names
-    status, body, _ = get(f"{emulator}/storage/v1/b/bucket/o/w.whl", BEARER)  # metadata, not bytes
+    status, body, _ = get(f"{emulator}/storage/v1/b/bucket/o/w.whl", vm())  # metadata, not bytes
     assert (status, json.loads(body)["error"]["message"]) == (
         400, "the emulator serves only an object's bytes: add ?alt=media")
     escape = f"{emulator}/storage/v1/b/bucket/o/{quote('../../outside', safe='')}?alt=media"
-    status, body, _ = get(escape, BEARER)
+    status, body, _ = get(escape, vm())
     assert status == 400 and b"not an object" not in body
-    status, _, _ = get(f"{emulator}/storage/v1/b/bucket/o?alt=media", BEARER)  # a listing: not served
+    status, _, _ = get(f"{emulator}/storage/v1/b/bucket/o?alt=media", vm())  # a listing: not served
     assert status == 404
 
 
 def test_secret_managers_route_is_served_on_the_same_port(emulator: str) -> None:
-    status, body, _ = get(f"{emulator}/v1/projects/p/secrets/none/versions/latest:access", BEARER)
+    status, body, _ = get(f"{emulator}/v1/projects/p/secrets/none/versions/latest:access", user())
     assert (status, json.loads(body)["error"]["status"]) == (404, "NOT_FOUND")  # Secret Manager's own 404
-    status, body, _ = get(f"{emulator}/nowhere", BEARER)
+    status, body, _ = get(f"{emulator}/nowhere", user())
     assert (status, json.loads(body)["error"]["message"]) == (404, "no such route: GET /nowhere")
 
 
