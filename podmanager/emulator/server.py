@@ -33,6 +33,7 @@ import time
 import psutil
 
 from podmanager.cloud.base import Node, NodeState
+from podmanager.cloud.errors import NotFoundError
 from podmanager.core.clock import Clock
 from podmanager.core.files import write_atomic
 from podmanager.emulator import record as emulator_record
@@ -81,7 +82,7 @@ class Emulator:
         self.iam = ProjectIam.load(project, SIMULATED_PROJECT_NUMBER, persist=persist)
         tokens.write_user_credentials()  # the laptop's user: the simulated application default credentials
         secrets.gated = True
-        self.gate = Gate(self.iam, secrets.bindings_of)
+        self.gate = Gate(self.iam, self._resource_bindings)
         self.api.interceptors.append(GateInterceptor(self.gate))
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
         self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
@@ -125,6 +126,17 @@ class Emulator:
         self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
         self.instance_vms.rest_api = self.booter.rest_api
         return self.rest_port
+
+    def _resource_bindings(self, resource: str) -> list[tuple[str, list[str]]]:
+        """A resource's own IAM bindings, which count beside the project's: a bucket's or a secret's."""
+        if not resource.startswith("projects/_/buckets/"):
+            return self.api.secrets.bindings_of(resource)
+        try:
+            with self.sim.storage() as storage:
+                policy = storage.bucket(resource.split("/")[3])
+        except NotFoundError:
+            return []  # the call itself answers 404
+        return [(binding.role, list(binding.members)) for binding in policy.bindings]
 
     def _checked(self, request: rest.Request) -> rest.Answer | None:
         """The gate's refusal of a REST request, as Google's JSON; None lets it through."""

@@ -46,6 +46,23 @@ def test_editor_lacks_what_google_documents_it_lacks_and_owner_holds_it():
     assert "storage.buckets.get" not in ROLES["roles/storage.objectAdmin"]
 
 
+def test_the_compute_roles_split_firewall_rules_network_changes_and_vms_as_google_lists_them():
+    # https://docs.cloud.google.com/iam/docs/roles-permissions/compute: only securityAdmin makes
+    # firewall rules; networkAdmin changes networks and reads rules and VMs; all three read the
+    # networks and their operations; Editor may act as service accounts.
+    instance, network, security = (ROLES[f"roles/compute.{r}"] for r in ("instanceAdmin.v1", "networkAdmin",
+                                                                          "securityAdmin"))
+    assert "compute.firewalls.create" in security and "compute.firewalls.create" not in network | instance
+    assert "compute.networks.updatePolicy" in security & network
+    assert {"compute.routers.create", "compute.subnetworks.setPrivateIpGoogleAccess"} <= network - security - instance
+    assert {"compute.instances.get", "compute.instances.list"} <= network
+    assert "compute.instances.create" not in network | security
+    reads = {"compute.networks.get", "compute.subnetworks.list", "compute.firewalls.list", "compute.routers.list",
+             "compute.globalOperations.get"}
+    assert reads <= instance & network & security
+    assert "iam.serviceAccounts.actAs" in ROLES["roles/editor"]
+
+
 def test_every_permission_an_emulated_method_needs_is_the_owners():
     needed = {p for method in methods.METHODS.values() for p in method.permissions} | {methods.ACT_AS}
     assert needed <= ROLES["roles/owner"]

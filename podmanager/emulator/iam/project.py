@@ -37,6 +37,7 @@ NEW_PROJECT_SERVICES = ("bigquery.googleapis.com", "bigquerystorage.googleapis.c
 PODMANAGER_SERVICES = (methods.COMPUTE, methods.TPU, methods.SECRET_MANAGER, methods.STORAGE, methods.IAM,
                        methods.RESOURCE_MANAGER, methods.SERVICE_USAGE)
 KINDS = ("no-organization", "new")
+_CONVENIENCE = ("projectOwner", "projectEditor", "projectViewer")
 
 
 class ProjectPolicy(BaseModel):
@@ -97,7 +98,14 @@ class ProjectIam:
         resource's own bindings: role, members), as IAM's inheritance reads them."""
         with self._lock:
             bindings = [*self._policy.bindings.items(), *extra]
-        return any(principal in members and permission in permissions_of(role) for role, members in bindings)
+            basic = {kind: principal in self._policy.bindings.get(f"roles/{kind.removeprefix('project').lower()}", [])
+                     for kind in _CONVENIENCE}
+        # A member `projectEditor:P` (a bucket's policy) is whoever holds roles/editor on the project
+        # (https://docs.cloud.google.com/storage/docs/access-control/iam#convenience-values).
+        return any(permission in permissions_of(role)
+                   and any(member == principal or (member.split(":")[0] in basic and basic[member.split(":")[0]])
+                           for member in members)
+                   for role, members in bindings)
 
     def enabled(self, service: str) -> bool:
         with self._lock:

@@ -26,26 +26,36 @@ _SECRETS_ALL = frozenset({
     "secretmanager.versions.list",
 })
 
-# https://docs.cloud.google.com/iam/docs/roles-permissions/compute.md.txt (the permissions of
-# compute.instanceAdmin.v1, compute.networkAdmin and compute.securityAdmin that the emulated
-# Compute Engine methods check)
-_COMPUTE_INSTANCES = frozenset({
+# https://docs.cloud.google.com/iam/docs/roles-permissions/compute.md.txt: of each role, the
+# permissions the emulated Compute Engine methods check (checked against the role's listing,
+# 2026-11). All three read the project's networks and its operations; only securityAdmin makes
+# or deletes firewall rules (networkAdmin reads them), and none holds iam.serviceAccounts.actAs
+# (the page: grant roles/iam.serviceAccountUser beside them for VMs that run as an account).
+_COMPUTE_READ_NETWORKS = frozenset({
+    "compute.networks.get", "compute.networks.list", "compute.subnetworks.get", "compute.subnetworks.list",
+    "compute.firewalls.get", "compute.firewalls.list", "compute.routers.get", "compute.routers.list",
+})
+_COMPUTE_COMMON = frozenset({
+    "compute.projects.get", "compute.zones.get", "compute.zones.list", "compute.globalOperations.get",
+    "compute.regionOperations.get", "compute.zoneOperations.get",
+    "serviceusage.services.get", "serviceusage.services.list",
+})
+_COMPUTE_INSTANCE_ADMIN = _COMPUTE_READ_NETWORKS | _COMPUTE_COMMON | {
     "compute.instances.create", "compute.instances.delete", "compute.instances.get", "compute.instances.list",
     "compute.instances.getGuestAttributes", "compute.instances.setMetadata", "compute.instances.setServiceAccount",
     "compute.disks.create", "compute.subnetworks.use", "compute.subnetworks.useExternalIp",
-    "compute.zones.get", "compute.zones.list", "compute.machineTypes.get", "compute.zoneOperations.get",
-    "compute.projects.get",
-})
-_COMPUTE_NETWORKS = frozenset({
-    "compute.networks.get", "compute.networks.list", "compute.networks.delete", "compute.networks.updatePolicy",
-    "compute.subnetworks.get", "compute.subnetworks.list", "compute.subnetworks.delete",
-    "compute.subnetworks.setPrivateIpGoogleAccess", "compute.routers.get", "compute.routers.list",
-    "compute.routers.create", "compute.routers.delete", "compute.firewalls.get", "compute.firewalls.list",
-    "compute.globalOperations.get", "compute.regionOperations.get", "compute.projects.get",
-})
-_COMPUTE_FIREWALLS = frozenset({"compute.firewalls.create", "compute.firewalls.delete", "compute.firewalls.get",
-                                "compute.firewalls.list", "compute.networks.updatePolicy",
-                                "compute.globalOperations.get"})
+    "compute.machineTypes.get",
+}
+_COMPUTE_NETWORK_ADMIN = _COMPUTE_READ_NETWORKS | _COMPUTE_COMMON | {
+    "compute.networks.delete", "compute.networks.updatePolicy", "compute.subnetworks.delete",
+    "compute.subnetworks.setPrivateIpGoogleAccess", "compute.subnetworks.use", "compute.subnetworks.useExternalIp",
+    "compute.routers.create", "compute.routers.delete",
+    "compute.instances.get", "compute.instances.list", "compute.instances.getGuestAttributes",
+    "compute.machineTypes.get",
+}
+_COMPUTE_SECURITY_ADMIN = _COMPUTE_READ_NETWORKS | _COMPUTE_COMMON | {
+    "compute.firewalls.create", "compute.firewalls.delete", "compute.networks.updatePolicy", "compute.instances.list",
+}
 
 # https://docs.cloud.google.com/iam/docs/roles-permissions/storage.md.txt
 _STORAGE_OBJECTS = frozenset({"storage.objects.create", "storage.objects.delete", "storage.objects.get",
@@ -53,6 +63,14 @@ _STORAGE_OBJECTS = frozenset({"storage.objects.create", "storage.objects.delete"
 _STORAGE_BUCKETS = frozenset({"storage.buckets.create", "storage.buckets.delete", "storage.buckets.get",
                               "storage.buckets.list", "storage.buckets.update", "storage.buckets.getIamPolicy",
                               "storage.buckets.setIamPolicy"})
+
+# The roles a new bucket's policy grants the project's basic roles (`projectOwner:P`, ...):
+# https://docs.cloud.google.com/iam/docs/roles-permissions/storage.md.txt (legacyBucketOwner,
+# legacyBucketReader; of each, the permissions the emulated methods check).
+_LEGACY_BUCKET_OWNER = frozenset({"storage.buckets.get", "storage.buckets.getIamPolicy", "storage.buckets.setIamPolicy",
+                                  "storage.buckets.update", "storage.objects.create", "storage.objects.delete",
+                                  "storage.objects.list"})
+_LEGACY_BUCKET_READER = frozenset({"storage.buckets.get", "storage.objects.list"})
 
 # https://docs.cloud.google.com/iam/docs/roles-permissions/serviceusage.md.txt
 _SERVICE_USAGE = frozenset({"serviceusage.services.enable", "serviceusage.services.disable",
@@ -64,7 +82,8 @@ _ACT_AS = frozenset({"iam.serviceAccounts.actAs", "iam.serviceAccounts.get", "ia
 # https://docs.cloud.google.com/iam/docs/roles-permissions/resourcemanager.md.txt
 _PROJECT_IAM = frozenset({"resourcemanager.projects.getIamPolicy", "resourcemanager.projects.setIamPolicy"})
 
-EVERYTHING = (_PROJECT_READ | _TPU_ALL | _SECRETS_ALL | _COMPUTE_INSTANCES | _COMPUTE_NETWORKS | _COMPUTE_FIREWALLS
+EVERYTHING = (_PROJECT_READ | _TPU_ALL | _SECRETS_ALL | _COMPUTE_INSTANCE_ADMIN | _COMPUTE_NETWORK_ADMIN
+              | _COMPUTE_SECURITY_ADMIN
               | _STORAGE_OBJECTS | _STORAGE_BUCKETS | _SERVICE_USAGE | _ACT_AS | _PROJECT_IAM)
 
 # Basic roles: https://docs.cloud.google.com/iam/docs/roles-permissions/basic.md.txt and
@@ -73,7 +92,8 @@ EVERYTHING = (_PROJECT_READ | _TPU_ALL | _SECRETS_ALL | _COMPUTE_INSTANCES | _CO
 # secretmanager.secrets.setIamPolicy, resourcemanager.projects.setIamPolicy (and
 # iap.tunnelInstances.accessViaIAP, not emulated); the documentation lists Editor's
 # setIamPolicy permissions on no resource emulated here, so storage.buckets.setIamPolicy is
-# left out too (the stricter answer). Editor includes iam.serviceAccounts.actAs.
+# left out too (the stricter answer). Editor includes iam.serviceAccounts.actAs (its listing on
+# the basic roles page names it beside iam.serviceAccounts.get and .list).
 EDITOR_LACKS = frozenset({"secretmanager.versions.access", "secretmanager.secrets.setIamPolicy",
                           "resourcemanager.projects.setIamPolicy", "storage.buckets.setIamPolicy"})
 _VIEWER = frozenset(p for p in EVERYTHING if p.rsplit(".", 1)[1] in ("get", "list", "getIamPolicy")
@@ -87,11 +107,13 @@ ROLES: dict[str, frozenset[str]] = {
     "roles/tpu.viewer": _PROJECT_READ | _TPU_READ,
     "roles/secretmanager.admin": _PROJECT_READ | _SECRETS_ALL,
     "roles/secretmanager.secretAccessor": _PROJECT_READ | {"secretmanager.versions.access"},
-    "roles/compute.instanceAdmin.v1": _PROJECT_READ | _COMPUTE_INSTANCES,  # no iam.serviceAccounts.actAs
-    "roles/compute.networkAdmin": _PROJECT_READ | _COMPUTE_NETWORKS,  # firewall rules: securityAdmin's
-    "roles/compute.securityAdmin": _PROJECT_READ | _COMPUTE_FIREWALLS,
+    "roles/compute.instanceAdmin.v1": _PROJECT_READ | _COMPUTE_INSTANCE_ADMIN,
+    "roles/compute.networkAdmin": _PROJECT_READ | _COMPUTE_NETWORK_ADMIN,
+    "roles/compute.securityAdmin": _PROJECT_READ | _COMPUTE_SECURITY_ADMIN,
     "roles/storage.admin": _PROJECT_READ | _STORAGE_OBJECTS | _STORAGE_BUCKETS,
     "roles/storage.objectAdmin": _PROJECT_READ | _STORAGE_OBJECTS,  # lacks storage.buckets.get
+    "roles/storage.legacyBucketOwner": _LEGACY_BUCKET_OWNER,
+    "roles/storage.legacyBucketReader": _LEGACY_BUCKET_READER,
     "roles/storage.objectViewer": _PROJECT_READ | {"storage.objects.get", "storage.objects.list"},
     "roles/serviceusage.serviceUsageAdmin": _SERVICE_USAGE,
     "roles/iam.serviceAccountUser": _PROJECT_READ | _ACT_AS,

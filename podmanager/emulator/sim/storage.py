@@ -56,8 +56,13 @@ class SimStorage:
     def create_bucket(self, name: str) -> None:
         if name in self.state.buckets:
             raise cloud_errors.AlreadyExistsError(f"bucket {name} exists already")
-        owners = Binding(role="roles/storage.legacyBucketOwner", members=[f"projectOwner:{self.project}"])
-        self.state.buckets[name] = BucketPolicy(bindings=[owners], etag="1")
+        # A new bucket's policy, as Google makes it: the project's Owners and Editors own it, its
+        # Viewers read it ("convenience values":
+        # https://docs.cloud.google.com/storage/docs/access-control/iam#convenience-values).
+        owners = Binding(role="roles/storage.legacyBucketOwner",
+                         members=[f"projectOwner:{self.project}", f"projectEditor:{self.project}"])
+        readers = Binding(role="roles/storage.legacyBucketReader", members=[f"projectViewer:{self.project}"])
+        self.state.buckets[name] = BucketPolicy(bindings=[owners, readers], etag="1")
         self.changed = True
 
     def delete_bucket(self, name: str) -> None:
