@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from podmanager.cloud.gcp.compute import ComputeNetworks
     from podmanager.cloud.gcp.instances import ComputeInstances
+    from podmanager.cloud.gcp.service_usage import ServiceUsage
     from podmanager.cloud.gcp.storage import BucketIam
     from podmanager.controller.cluster_hosts import LocalMachines
     from podmanager.emulator.control import EmulatorControl
@@ -132,6 +133,25 @@ def make_buckets(spec: ClusterSpec) -> BucketIam | None:
     from podmanager.cloud.gcp.client import check_credentials
 
     return BucketIam(credentials=check_credentials(spec.project or ""))
+
+
+def make_service_usage(spec: ClusterSpec) -> ServiceUsage | None:
+    """Service Usage of the spec's project, for the preflight's check of the APIs, where
+    `make_compute` finds Compute Engine: a dry run's emulator, or Google's."""
+    from podmanager.cloud.gcp.service_usage import ServiceUsage
+
+    if spec.simulated:
+        from podmanager.emulator import launcher
+
+        found = launcher.running(spec.project or "")
+        if found is None or not found.compute_api:
+            return None
+        return ServiceUsage(spec.project or "", endpoint=found.compute_api)
+    if os.environ.get("TPU_EMULATOR_HOST"):
+        return None
+    from podmanager.cloud.gcp.client import check_credentials
+
+    return ServiceUsage(spec.project or "", credentials=check_credentials(spec.project or ""))
 
 
 def stop_emulator_if_idle(project: str) -> bool:

@@ -1,6 +1,11 @@
 """The network checked before `up` creates anything, each failure a SpecError (exit 2) that
 names the fix; then the cluster's own firewall rule, made here and deleted by `down`.
 
+First, the APIs the cluster needs are enabled in the project (Service Usage, read once for
+all: `cloud/gcp/service_usage.py`): Cloud TPU and Compute Engine always, Secret Manager where
+VMs boot (they read the Ray token from it), Cloud Storage where buckets are used. Every one
+that is off is named at once, with its activation link and the command that enables them.
+
 Read through the Compute Engine API (a dry run: the emulator's, which starts as a new project):
 - the network exists, and has a subnetwork in the region of every zone (the one the spec names,
   or else the network's only one there);
@@ -69,6 +74,7 @@ def check_before_up(runtime: ClusterRuntime) -> None:
     """Before `up` creates anything: the Python the VMs install has a download (where they
     install one), the network is checked and the cluster's firewall rule made."""
     spec = runtime.spec
+    check_apis(runtime)
     # Simulated VMs that start from the controller's environment (or none at all) download nothing.
     if vms_install(spec):
         check_python_download(platform.python_version())
@@ -82,6 +88,41 @@ def check_before_up(runtime: ClusterRuntime) -> None:
         finally:
             if buckets is not None:
                 buckets.buckets.close()
+
+
+def needed_apis(spec: ClusterSpec, *, vms_boot: bool) -> list[str]:
+    """The APIs `up` of `spec` calls (the module's text)."""
+    apis = ["tpu.googleapis.com", "compute.googleapis.com"]
+    if vms_boot:
+        apis.append("secretmanager.googleapis.com")
+    if bucket_needs(spec, vms_boot=vms_boot):
+        apis.append("storage.googleapis.com")
+    return apis
+
+
+def check_apis(runtime: ClusterRuntime) -> None:
+    """A SpecError (exit 2) naming every API the cluster needs that is not enabled in the
+    project (SERVICE_DISABLED); nothing is asked where there is no Service Usage to ask, or the
+    caller may not read it (then each call names a disabled API as it meets it)."""
+    if not runtime.backend_from_spec:
+        return
+    from podmanager.cluster.backends import make_service_usage
+
+    spec = runtime.spec
+    runtime.cloud  # a dry run's emulator is started with the backend
+    usage = make_service_usage(spec)
+    if usage is None:
+        return
+    with usage:
+        off = usage.disabled(needed_apis(spec, vms_boot=runtime.hosts is not None))
+    if not off:
+        return
+    project = spec.project or ""
+    raise SpecError(f"project {project} has not enabled {len(off)} API(s) cluster {spec.name} needs "
+                    "(SERVICE_DISABLED; nothing was created):\n  "
+                    + "\n  ".join(f"{api.title} ({api.service}): enable it at {api.activation_url}" for api in off),
+                    hint=f"Enable them: gcloud services enable {' '.join(api.service for api in off)} "
+                         f"--project {project} (it takes a few minutes).")
 
 
 def _bucket_check(runtime: ClusterRuntime, compute: ComputeNetworks) -> BucketCheck | None:

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from podmanager.api import Cluster
+from podmanager.api import Cluster, simulation
 from podmanager.emulator import launcher
 from podmanager.emulator.control import EmulatorControl
 
@@ -76,4 +76,24 @@ def test_up_with_a_checkpoint_bucket_that_does_not_exist_exits_2_naming_it_and_c
     assert "checkpoints: bucket no-such-ckpt does not exist" in said and "gcloud storage buckets create" in said
     with EmulatorControl(launcher.running(PROJECT).address) as control:
         assert [n for n in control.all_nodes() if n.cluster == "nobucket"] == []
+        assert control.requests("CreateNode", "CreateQueuedResource", "compute.firewalls.insert") == []
+
+
+def test_up_in_a_new_secure_by_default_project_exits_2_naming_every_disabled_api_and_creates_nothing(tmp_path):
+    # A new project of a secure-by-default organization has neither Cloud TPU nor Compute Engine on.
+    simulation.change_project(PROJECT, kind="new")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec("fresh")))
+
+    finished = subprocess.run([sys.executable, "-m", "podmanager", "up", "-f", str(path), "--dry-run"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=150)
+
+    said = finished.stdout + finished.stderr
+    assert finished.returncode == 2, said
+    assert "SERVICE_DISABLED" in said
+    for service in ("tpu.googleapis.com", "compute.googleapis.com"):  # both at once, each with its link
+        assert f"https://console.developers.google.com/apis/api/{service}/overview?project=" in said
+    assert "gcloud services enable tpu.googleapis.com compute.googleapis.com --project podmanager-sim" in said
+    with EmulatorControl(launcher.running(PROJECT).address) as control:
+        assert control.all_nodes() == [] and control.all_queued_resources() == []
         assert control.requests("CreateNode", "CreateQueuedResource", "compute.firewalls.insert") == []
