@@ -257,3 +257,20 @@ def test_a_secret_s_own_policy_counts_for_its_calls(emulator, monkeypatch):
     as_vm(monkeypatch, reader)
     with secrets_api(emulator) as vm:
         assert vm.read("c") == "t0ken"
+
+
+def test_a_new_buckets_policy_lets_the_projects_editors_grant_on_it_and_no_one_else(emulator):
+    # https://docs.cloud.google.com/storage/docs/access-control/iam#convenience-values: Editor has no
+    # storage.buckets.setIamPolicy of its own; a new bucket's policy gives it to projectEditor:P.
+    rest, bucket = f"http://127.0.0.1:{emulator.rest_port}", f"{PROJECT}-podmanager"
+    vm = {"Authorization": f"Bearer {tokens.issue(f'serviceAccount:{DEFAULT_ACCOUNT}')}"}  # Editor
+    policy = requests.get(f"{rest}/storage/v1/b/{bucket}/iam", headers=vm, timeout=10).json()
+    assert {"role": "roles/storage.legacyBucketOwner",
+            "members": [f"projectOwner:{PROJECT}", f"projectEditor:{PROJECT}"]} in policy["bindings"]
+    granted = {"bindings": [*policy["bindings"], {"role": "roles/storage.objectViewer",
+                                                  "members": ["serviceAccount:vm@p.iam.gserviceaccount.com"]}],
+               "etag": policy["etag"]}
+    stranger = {"Authorization": f"Bearer {tokens.issue('serviceAccount:stranger@p.iam.gserviceaccount.com')}"}
+    refused = requests.put(f"{rest}/storage/v1/b/{bucket}/iam", json=granted, headers=stranger, timeout=10)
+    assert refused.status_code == 403 and "storage.buckets.setIamPolicy" in refused.json()["error"]["message"]
+    assert requests.put(f"{rest}/storage/v1/b/{bucket}/iam", json=granted, headers=vm, timeout=10).status_code == 200
