@@ -92,3 +92,17 @@ def test_operation_code_3_is_a_preemption_only_with_its_message() -> None:
     assert "tpu-nope" in str(invalid) and "retrying will not help" in str(invalid)
     # The same words in a call's status (not an operation) are still an invalid request.
     assert type(map_google_error(code_pb2.INVALID_ARGUMENT, preempted)) is errors.InvalidRequestError
+
+
+def test_a_rest_calls_service_disabled_is_named_like_a_grpc_calls():
+    # A REST error's details are JSON objects (https://cloud.google.com/apis/design/errors#error_info).
+    from podmanager.cloud.gcp.permissions import ServiceDisabledError, explain
+
+    url = "https://console.developers.google.com/apis/api/compute.googleapis.com/overview?project=123"
+    detail = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
+              "domain": "googleapis.com", "metadata": {"service": "compute.googleapis.com",
+                                                      "consumer": "projects/123", "activationUrl": url}}
+    explained = explain("Compute Engine API has not been used in project 123 before or it is disabled.", [detail],
+                        None)
+    assert isinstance(explained, ServiceDisabledError) and explained.exit_code == 2
+    assert url in explained.message and "gcloud services enable compute.googleapis.com" in (explained.hint or "")

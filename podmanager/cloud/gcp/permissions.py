@@ -48,14 +48,26 @@ def role_for(permission: str) -> str:
     return next((role for prefix, role in _ROLES if permission.startswith(prefix)), "a role holding it")
 
 
+def _error_infos(details: Sequence[Any]) -> list[tuple[str, dict[str, str]]]:
+    """(reason, metadata) of each ErrorInfo: a gRPC call's are messages, a REST call's JSON
+    objects with "@type" (https://cloud.google.com/apis/design/errors#error_info)."""
+    found = []
+    for detail in details:
+        if isinstance(detail, error_details_pb2.ErrorInfo):
+            found.append((detail.reason, dict(detail.metadata)))
+        elif isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+            found.append((str(detail.get("reason", "")), dict(detail.get("metadata") or {})))
+    return found
+
+
 def explain(message: str, details: Sequence[Any], caller: str | None) -> cloud_errors.CloudError | None:
     """The refusal as one of the errors above, naming what to do; None if it is neither kind."""
-    for info in (d for d in details if isinstance(d, error_details_pb2.ErrorInfo)):
-        if info.reason == "SERVICE_DISABLED":
-            service, consumer = info.metadata.get("service", "?"), info.metadata.get("consumer", "")
+    for reason, metadata in _error_infos(details):
+        if reason == "SERVICE_DISABLED":
+            service, consumer = metadata.get("service", "?"), metadata.get("consumer", "")
             project = consumer.removeprefix("projects/") or "PROJECT"
             return ServiceDisabledError(
-                f"the {service} API is not enabled in project {project} (SERVICE_DISABLED: {info.metadata.get('activationUrl', '')})",
+                f"the {service} API is not enabled in project {project} (SERVICE_DISABLED: {metadata.get('activationUrl', '')})",
                 hint=f"Enable it: gcloud services enable {service} --project {project} (it takes a few minutes).")
     for pattern in _DENIED:
         found = pattern.search(message)
