@@ -13,7 +13,6 @@ Errors have the API's wording and kind: an unknown zone and a machine type the z
 from __future__ import annotations
 
 import ipaddress
-import re
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.instances import Instance
@@ -37,20 +36,6 @@ MACHINE_TYPES: dict[str, dict[str, tuple[int, int]]] = {
 MIN_DISK_GB = 10
 # The simulated VM runs on this machine: what reaches it from "outside" is loopback.
 EXTERNAL_ADDRESS = "127.0.0.1"
-_LABEL_TERM = re.compile(r'\(?\s*labels\.(?P<key>[a-z0-9_-]+)\s*=\s*"?(?P<value>[a-z0-9_-]*)"?\s*\)?')
-
-
-def label_filter(text: str) -> dict[str, str]:
-    """The labels a list's `filter` asks for: `labels.K = V` terms, joined by AND or a space
-    (the forms podmanager sends); any other filter is refused as the API refuses one it cannot parse."""
-    labels: dict[str, str] = {}
-    for term in re.split(r"\s+AND\s+|\)\s+\(", text.strip()) if text.strip() else []:
-        found = _LABEL_TERM.fullmatch(term.strip())
-        if found is None:
-            raise cloud_errors.InvalidRequestError(f"Invalid value for field 'filter': '{text}'. Invalid list filter "
-                                                   "expression (the emulator reads labels.KEY = VALUE terms only).")
-        labels[found["key"]] = found["value"]
-    return labels
 
 
 class SimInstances:
