@@ -165,3 +165,10 @@ def test_a_caller_that_is_not_one_address_is_refused_before_any_call(emulator, c
         create(spec(), clients, caller=caller)
     assert refused.value.exit_code == 2
     assert list(emulator.api.requests) == []
+
+
+def test_the_label_filter_is_one_compute_s_grammar_takes(emulator, clients):
+    create(spec(), clients)
+    assert find_controller_vm(spec(), clients["instances"]).name == "c-controller"
+    sent = [r.filter for r in emulator.api.requests_of("compute.instances.aggregatedList")]
+    assert sent and set(sent) == {'(labels.podmanager-cluster = "c") (labels.podmanager-role = "controller")'}

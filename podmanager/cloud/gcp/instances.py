@@ -63,6 +63,12 @@ def instance_record(message: compute_v1.Instance) -> Instance:
         external_address=nic.access_configs[0].nat_i_p if nic.access_configs else "")
 
 
+def label_filter(labels: dict[str, str]) -> str:
+    """A list's `filter` for instances carrying all of `labels`: with several expressions Compute's
+    grammar wants each within parentheses (its own definition of `filter`), so always parenthesized."""
+    return " ".join(f'(labels.{key} = "{value}")' for key, value in sorted(labels.items()))
+
+
 class ComputeInstances(ComputeClients):
     """One project's VMs through the Compute Engine API (see `ComputeClients` for the endpoint)."""
 
@@ -103,7 +109,7 @@ class ComputeInstances(ComputeClients):
 
     def labelled(self, labels: dict[str, str]) -> list[Instance]:
         """Every instance of the project, in any zone, that carries all of `labels`."""
-        query = " AND ".join(f'labels.{key} = "{value}"' for key, value in sorted(labels.items()))
+        query = label_filter(labels)
         scoped = self._call("list instances by label", self._all_pages(self._instances.aggregated_list),
                             project=self.project, filter=query)
         return [instance_record(m) for _, in_zone in scoped for m in in_zone.instances]
