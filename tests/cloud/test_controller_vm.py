@@ -85,7 +85,7 @@ def test_create_makes_the_vm_and_a_rule_that_admits_the_caller_alone(emulator, c
     assert vm.zone.endswith("/zones/sim-zone-a")  # the first of the spec's zones that offers the machine type
     assert vm.machine_type.endswith("/machineTypes/e2-standard-4")
     assert [list(a.scopes) for a in vm.service_accounts] == [[CLOUD_PLATFORM_SCOPE]]
-    assert {i.key: i.value for i in vm.metadata.items} == {"startup-script": SCRIPT}
+    assert {i.key: i.value for i in vm.metadata.items} == {"startup-script": SCRIPT, "enable-guest-attributes": "TRUE"}
     assert set(vm.tags.items) == {cluster_tag("c"), "pm-c-controller"}  # the cluster's internal rule, its own
     assert vm.network_interfaces[0].network.endswith("/global/networks/default")
     assert len(vm.network_interfaces[0].access_configs) == 1  # reachable from the laptop

@@ -6,7 +6,8 @@ with the one firewall rule that lets the caller reach its channel. Not used by `
   `cloud-platform` scope (it calls Cloud TPU, Compute Engine, Secret Manager and Cloud Storage);
   an external IP (the laptop reaches it); labelled as the TPU nodes are (`podmanager-cluster`)
   plus `podmanager-role: controller`; the cluster's network tag (its internal rule lets the
-  hosts and the head reach each other) and its own; the startup script given.
+  hosts and the head reach each other) and its own; the startup script given, and guest
+  attributes turned on (`enable-guest-attributes`: its boot and channel are reported through them).
 - **Its zone**: `controller.zone`, else the first of the spec's zones, then of the other zones
   of their region (by name), that offers the machine type: the controller shares the slices'
   regional subnetwork. A zone that does not offer it, or that the project lacks, is refused
@@ -125,7 +126,9 @@ def controller_instance(spec: ClusterSpec, zone: str, startup_script: str) -> In
         network_project="" if in_project == spec.project else in_project,
         external_ip=True,  # the laptop reaches its channel from outside the VPC
         service_account=(network.service_account if network and network.service_account else "default"),
-        scopes=[CLOUD_PLATFORM_SCOPE], metadata={"startup-script": startup_script},
+        scopes=[CLOUD_PLATFORM_SCOPE],
+        # Google takes guest attributes (how the VM reports its boot and its channel) only with this on.
+        metadata={"startup-script": startup_script, "enable-guest-attributes": "TRUE"},
         tags=list(dict.fromkeys([*(network.tags if network else []), cluster_tag(spec.name),
                                  controller_tag(spec.name)])),
         disk_gb=spec.controller.disk_gb)
