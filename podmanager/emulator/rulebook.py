@@ -73,3 +73,13 @@ class GuestAttributeRate:
                 return False
             self._times.append(now)
             return True
+
+
+# ---------------------------------------------------------------------- Compute Engine: operations
+
+# compute.v1's definition of zoneOperations.wait (and the region and global ones), also at
+# https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait
+# It returns when the operation is DONE or when the request nears its 2-minute deadline, whichever
+# is first, with the operation as it is then (maybe not DONE: "be prepared to retry"); under load
+# it may return sooner, even at once.
+OPERATION_WAIT_DEADLINE_S = 120.0
