@@ -136,5 +136,6 @@ class ComputeInstances(ComputeClients):
         self._wait(operation, zone, what, timeout_s)
 
     def _wait(self, operation: compute_v1.Operation, zone: str, what: str, timeout_s: float) -> None:
-        self._wait_done(operation, lambda: self._call(f"wait for {what}", self._operations.wait, project=self.project,
-                                                      zone=zone, operation=operation.name), what, timeout_s)
+        self._wait_done(operation, lambda: self._wait_call(f"wait for {what}", self._operations.wait,
+                                                           project=self.project, zone=zone, operation=operation.name),
+                        what, timeout_s)
