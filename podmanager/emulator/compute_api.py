@@ -6,7 +6,8 @@ Served (`compute_calls.py`): the project (its default service account), networks
 delete, setPrivateIpGoogleAccess), firewalls (get, list, insert, delete), routers (get, list per
 region, insert, delete) and global, region and zone operations (get, wait); (`instance_calls.py`)
 zones (get, list), machine types (get) and instances (insert, get, list per zone or aggregated
-with a label filter, delete, getGuestAttributes: what the VM PUT on its metadata server). Bodies and answers are
+with a label filter, delete, getGuestAttributes: what the VM PUT on its metadata server; start,
+resume, stop, suspend). Bodies and answers are
 the client library's own types (`compute_v1`), read and written as their JSON, so a field the
 client sends or expects by another name fails here as it would on Google. Every call is logged
 in the emulator's request log (`TpuEmulator.requests`, as `compute.<collection>.<verb>` with the
@@ -34,7 +35,7 @@ from podmanager.emulator.sim.cloud import SimCloud
 _PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/"
                    r"(?:global/|regions/(?P<region>[^/]+)/|zones/(?P<zone>[^/]+)/|aggregated/)?"
                    r"(?P<collection>networks|subnetworks|firewalls|routers|operations|instances|machineTypes|zones)"
-                   r"(?:/(?P<name>[^/]+)(?:/(?P<verb>wait|setPrivateIpGoogleAccess|getGuestAttributes))?)?$")
+                   r"(?:/(?P<name>[^/]+)(?:/(?P<verb>wait|setPrivateIpGoogleAccess|getGuestAttributes|start|resume|stop|suspend))?)?$")
 _PROJECT = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)$")
 _HTTP = {cloud_errors.NotFoundError: (404, "NOT_FOUND"), cloud_errors.AlreadyExistsError: (409, "ALREADY_EXISTS"),
          cloud_errors.PermissionDeniedError: (403, "PERMISSION_DENIED"),

@@ -145,6 +145,20 @@ def _delete_instance(call: Call) -> Any:
     return operation_message(call, SimInstances(call.project).delete(call.zone, call.resource))
 
 
+def _halt_instance(verb: str, request: Any, state: str) -> Callable[[Call], Any]:
+    def halt(call: Call) -> Any:
+        call.log(f"compute.instances.{verb}", request(project=call.name, zone=call.zone, instance=call.resource))
+        return operation_message(call, SimInstances(call.project).halt(call.zone, call.resource, state))
+    return halt
+
+
+def _start_instance(verb: str, request: Any) -> Callable[[Call], Any]:
+    def start(call: Call) -> Any:
+        call.log(f"compute.instances.{verb}", request(project=call.name, zone=call.zone, instance=call.resource))
+        return operation_message(call, SimInstances(call.project).start(call.zone, call.resource, verb))
+    return start
+
+
 def _get_guest_attributes(call: Call) -> Any:
     """instances.getGuestAttributes: what the VM PUT on its metadata server under `queryPath`."""
     query_path = call.query.get("queryPath", [""])[0]
@@ -167,4 +181,9 @@ ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Any]] = {
     ("GET", "instances", False, None): _list_instances,
     ("DELETE", "instances", True, None): _delete_instance,
     ("GET", "instances", True, "getGuestAttributes"): _get_guest_attributes,
+    ("POST", "instances", True, "stop"): _halt_instance("stop", compute_v1.StopInstanceRequest, rulebook.TERMINATED),
+    ("POST", "instances", True, "suspend"): _halt_instance("suspend", compute_v1.SuspendInstanceRequest,
+                                                           rulebook.SUSPENDED),
+    ("POST", "instances", True, "start"): _start_instance("start", compute_v1.StartInstanceRequest),
+    ("POST", "instances", True, "resume"): _start_instance("resume", compute_v1.ResumeInstanceRequest),
 }

@@ -83,3 +83,25 @@ class GuestAttributeRate:
 # is first, with the operation as it is then (maybe not DONE: "be prepared to retry"); under load
 # it may return sooner, even at once.
 OPERATION_WAIT_DEADLINE_S = 120.0
+
+
+# ---------------------------------------------------------------------- Compute Engine: an instance's life
+
+# https://cloud.google.com/compute/docs/instances/instance-life-cycle
+# https://cloud.google.com/compute/docs/instances/stop-start-instance
+# https://cloud.google.com/compute/docs/instances/suspend-resume-instance
+# A stopped instance is TERMINATED and is started again with instances.start (its startup script
+# runs again, on the same disk); a suspended one is SUSPENDED and is resumed with
+# instances.resume (its memory restored: nothing runs again). Either may be deleted. What the API
+# answers to a call in another state (start of a SUSPENDED instance, resume of a TERMINATED one,
+# stop of one already stopped) the pages do not say: the stricter answer, a 400, is given.
+TERMINATED, SUSPENDED = "TERMINATED", "SUSPENDED"
+_ALLOWED_FROM = {"start": (TERMINATED,), "resume": (SUSPENDED,), "stop": ("RUNNING", "PROVISIONING"),
+                 "suspend": ("RUNNING",)}
+
+
+def instance_may(name: str, status: str, verb: str) -> None:
+    """400 unless an instance in `status` may be `verb`ed (start, resume, stop, suspend)."""
+    if status not in _ALLOWED_FROM[verb]:
+        raise cloud_errors.InvalidRequestError(
+            f"The instance '{name}' is {status}: instances.{verb} needs it {' or '.join(_ALLOWED_FROM[verb])}.")

@@ -178,3 +178,21 @@ def test_the_controller_vm_up_makes_may_report_its_boot(emulator, instances):
             booted(instances, "c-controller-1")
         finally:
             delete_controller_vm(cluster_spec, instances=instances, networks=networks, timeout_s=30)
+
+
+@pytest.mark.parametrize("state, restart", [("TERMINATED", "start"), ("SUSPENDED", "resume")])
+def test_a_stopped_controller_vm_ends_keeps_its_disk_and_boots_again_when_started(emulator, instances, state, restart):
+    instances.create(controller(), timeout_s=30)
+    booted(instances, "c-controller-1")
+    first = record()
+    with EmulatorControl(f"127.0.0.1:{emulator.grpc_port}") as control:
+        assert control.halt_controller_vm("other", state) is None
+        assert control.halt_controller_vm("c", state) == "c-controller"
+    assert instances.get(ZONE, "c-controller").status == state
+    poll_until(lambda: not procs.alive(first["machine_id"]), timeout_s=30, interval_s=0.05,
+               what="the stopped VM's processes gone")
+    assert Path(first["temp_dir"], "root/boots").read_text().strip() == "1"  # its disk kept
+    getattr(instances, restart)(ZONE, "c-controller", timeout_s=30)
+    booted(instances, "c-controller-2")  # the same disk: its counter went on
+    assert record()["temp_dir"] == first["temp_dir"]
+    instances.delete(ZONE, "c-controller", timeout_s=30)
