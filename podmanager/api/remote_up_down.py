@@ -18,6 +18,10 @@ from podmanager.api.remote import (
 )
 from podmanager.api.status import ClusterStatus
 from podmanager.channel import pinned, records
+from podmanager.channel.errors import ChannelError
+from podmanager.channel.patience import patiently
+from podmanager.core.errors import PodmanagerError
+from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec, load_spec
 
 
@@ -36,14 +40,29 @@ class RemoteSpec:
 
         # The pointer first: an `up` interrupted from here on is finished by `up` or removed by `down`.
         pinned.save_spec(self.name, json.dumps(self.raw))
-        ControllerMachine(self.spec, say_here(self.name, on_event)).bring_up(timeout_s=timeout_s)
+        say = say_here(self.name, on_event)
+        ControllerMachine(self.spec, say).bring_up(timeout_s=timeout_s)
         with RemoteCluster(self.name) as remote:
+            # A controller VM started again still shows its last boot's `serving` until its daemon
+            # writes anew: its channel is waited for before the spec is sent.
+            patiently(lambda: _answers(remote), lambda why: say(EventKind.CONTROLLER_BOOT, why), wait_s=timeout_s)
             job = remote.client.start_up(records.UpRequest(
                 cluster=self.name, spec_yaml=yaml.safe_dump(self.raw), timeout_s=timeout_s, force=force,
                 delete_on_failure=delete_on_failure))
             done = remote.follow_job(job, on_event, on_plan=on_plan, after_event=remote.last_event_id_before(job))
         assert done.status is not None
         return as_status(done.status)
+
+
+def _answers(remote: RemoteCluster) -> bool:
+    """Whether the controller answers its channel (a refusal is an answer)."""
+    try:
+        remote.client.events(remote.name)
+    except ChannelError:
+        raise
+    except PodmanagerError:
+        pass
+    return True
 
 
 def open_spec(path: str | Path, *, dry_run: bool = False) -> RemoteSpec | None:

@@ -7,6 +7,7 @@ create and delete; a bad machine type or zone refused naming its field, with not
 from __future__ import annotations
 
 import pytest
+from google.api_core import exceptions as google_exceptions
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
@@ -21,6 +22,7 @@ from podmanager.cloud.gcp.controller_vm import (
     find_controller_vm,
 )
 from podmanager.cloud.gcp.instances import ComputeInstances, instance_message
+from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.network_names import cluster_tag
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE, parse_spec
@@ -172,3 +174,38 @@ def test_the_label_filter_is_one_compute_s_grammar_takes(emulator, clients):
     assert find_controller_vm(spec(), clients["instances"]).name == "c-controller"
     sent = [r.filter for r in emulator.api.requests_of("compute.instances.aggregatedList")]
     assert sent and set(sent) == {'(labels.podmanager-cluster = "c") (labels.podmanager-role = "controller")'}
+
+
+@pytest.mark.parametrize("halt, restart", [("stop", "start"), ("suspend", "resume")])
+def test_a_stopped_or_suspended_controller_is_started_again_by_create(emulator, clients, halt, restart):
+    create(spec(), clients)
+    instances = raw(compute_v1.InstancesClient, emulator)
+    getattr(instances, f"{halt}_unary")(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    assert find_controller_vm(spec(), clients["instances"]).status in ("TERMINATED", "SUSPENDED")
+    made = create_controller_vm(spec(), caller=CALLER, port=PORT, startup_script=SCRIPT, timeout_s=5, **clients)
+    assert made.status == "RUNNING"
+    assert [r.instance for r in emulator.api.requests_of(f"compute.instances.{restart}")] == ["c-controller"]
+    assert len(emulator.api.requests_of("compute.instances.insert")) == 1  # the same VM, its disk kept
+
+
+@pytest.mark.parametrize("halt", ["stop", "suspend"])
+def test_a_stopped_or_suspended_controller_is_deleted(emulator, clients, halt):
+    create(spec(), clients)
+    getattr(raw(compute_v1.InstancesClient, emulator), f"{halt}_unary")(project=PROJECT, zone="sim-zone-a",
+                                                                         instance="c-controller")
+    assert delete_controller_vm(spec(), timeout_s=5, **clients).instance == "c-controller"
+    assert listed_instances(emulator) == []
+
+
+def test_the_emulator_refuses_a_start_of_a_suspended_vm_as_compute_engine_may(emulator, clients):
+    create(spec(), clients)
+    instances = raw(compute_v1.InstancesClient, emulator)
+    instances.suspend_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    with pytest.raises(google_exceptions.BadRequest, match="instances.start needs it TERMINATED"):
+        instances.start_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    instances.resume_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    poll_until(lambda: instances.get(project=PROJECT, zone="sim-zone-a", instance="c-controller").status == "RUNNING",
+               timeout_s=10, interval_s=0.05)
+    instances.stop_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    with pytest.raises(google_exceptions.BadRequest, match="instances.resume needs it SUSPENDED"):
+        instances.resume_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")

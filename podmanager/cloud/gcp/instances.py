@@ -1,6 +1,6 @@
 """Compute Engine VMs through `google-cloud-compute`, as typed records (`cloud/instances.py`):
 the zones of a region, whether a zone offers a machine type, instances created, read, found by
-label and deleted (each change waited for through its zone operation), and the guest attributes
+label, started or resumed, and deleted (each change waited for through its zone operation), and the guest attributes
 a VM wrote. What the controller VM (`controller_vm.py`) is made of.
 
 Calls, retries, errors and the endpoint (Google's or a dry run's emulator) as `compute.py`'s.
@@ -133,6 +133,18 @@ class ComputeInstances(ComputeClients):
     def delete(self, zone: str, name: str, *, timeout_s: float = 300.0) -> None:
         what = f"delete instance {name} in {zone}"
         operation = self._call(what, self._instances.delete_unary, project=self.project, zone=zone, instance=name)
+        self._wait(operation, zone, what, timeout_s)
+
+    def start(self, zone: str, name: str, *, timeout_s: float = 300.0) -> None:
+        """A stopped (TERMINATED) instance started again: it boots, its startup script runs again."""
+        what = f"start instance {name} in {zone}"
+        operation = self._call(what, self._instances.start_unary, project=self.project, zone=zone, instance=name)
+        self._wait(operation, zone, what, timeout_s)
+
+    def resume(self, zone: str, name: str, *, timeout_s: float = 300.0) -> None:
+        """A SUSPENDED instance resumed: its memory restored, what ran runs on."""
+        what = f"resume instance {name} in {zone}"
+        operation = self._call(what, self._instances.resume_unary, project=self.project, zone=zone, instance=name)
         self._wait(operation, zone, what, timeout_s)
 
     def _wait(self, operation: compute_v1.Operation, zone: str, what: str, timeout_s: float) -> None:
