@@ -454,7 +454,10 @@ def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback 
     except (ChannelError, ChannelCredentialError) as unreachable:
         say(EventKind.WARNING, f"the controller cannot be reached ({unreachable.message}); deleting the slices by "
                                "their label from here")
-        # The VM first: a controller coming back from a reboot would bring the slices up again.
+        # The slices first, so they stop billing whatever befalls the VM's delete (a stopped VM's
+        # included); then the VM; then the slices once more: a controller that was only out of
+        # reach may have made one again meanwhile.
+        down_by_label(name, dry_run=spec.simulated, project=spec.project, zones=spec.zones, timeout_s=timeout_s)
         ControllerMachine(spec, say).tear_down(timeout_s=timeout_s)
         down_by_label(name, dry_run=spec.simulated, project=spec.project, zones=spec.zones, timeout_s=timeout_s)
         return

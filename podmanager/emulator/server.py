@@ -71,7 +71,8 @@ class Emulator:
         secrets = SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER},
                                         saved_at=state_file.secrets_path(project) if persist else None)
         self.api = TpuEmulator(self.sim, secrets,
-                               controls={"crash_controller_vm": self.instance_vms.crash_controller})
+                               controls={"crash_controller_vm": self.instance_vms.crash_controller,
+                                         "halt_controller_vm": self.instance_vms.halt_controller})
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
         self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self.stopped = threading.Event()

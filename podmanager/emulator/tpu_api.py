@@ -231,7 +231,7 @@ class TpuEmulator:
     def __init__(self, sim: SimCloud, secrets: SecretManagerEmulator | None = None, *,
                  controls: dict[str, Callable[..., Any]] | None = None):
         """`controls`: control calls served beside the simulator's own, by name (the emulator's
-        VMs: `crash_controller_vm`)."""
+        VMs: `crash_controller_vm`, `halt_controller_vm`)."""
         self.sim = sim
         self.controls = dict(controls or {})
         # Always served: the real path creates the token secret wherever it creates nodes.
