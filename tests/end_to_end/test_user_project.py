@@ -173,3 +173,23 @@ def test_attaching_to_one_run_shows_none_of_anothers_events(cluster, project):
     attached = podmanager(project, "attach", "-c", NAME, first)
     assert attached.returncode == 0, attached.stdout + attached.stderr
     assert first in attached.stdout and second not in attached.stdout + attached.stderr
+
+
+def test_links_leaving_the_project_are_not_shipped_and_a_link_to_its_parent_does_not_hang_the_run(
+        cluster, project, tmp_path):
+    """`up -> ..` once made a local run walk the parent again and again, in `starting` with its
+    slice until killed; a file link to outside shipped the file it pointed to."""
+    (tmp_path / "outside.txt").write_text("not the project's\n")
+    (project / "up").symlink_to("..")
+    (project / "outside.txt").symlink_to(tmp_path / "outside.txt")
+    (project / "look.py").write_text(textwrap.dedent('''
+        import json, os
+        print("RESULT " + json.dumps({name: os.path.exists(name) for name in ("up", "outside.txt", "mypkg/model.py")}),
+              flush=True)
+    '''))
+    done = podmanager(project, "run", "-c", NAME, "--slices", "1", "--json", "look.py", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for link in ("up", "outside.txt"):
+        assert f"{project}/{link} is a link that is not shipped: it leads outside the folder" in done.stderr
+    assert results(cluster, json.loads(done.stdout)["run_id"]) == [
+        {"up": False, "outside.txt": False, "mypkg/model.py": True}]
