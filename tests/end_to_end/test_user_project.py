@@ -193,3 +193,16 @@ def test_links_leaving_the_project_are_not_shipped_and_a_link_to_its_parent_does
         assert f"{project}/{link} is a link that is not shipped: it leads outside the folder" in done.stderr
     assert results(cluster, json.loads(done.stdout)["run_id"]) == [
         {"up": False, "outside.txt": False, "mypkg/model.py": True}]
+
+
+def test_a_working_dir_too_large_unpacked_is_refused_before_anything_is_sent(cluster, project):
+    """A file of zeros zips to almost nothing, yet every host would unpack all of it."""
+    with open(project / "zeros.bin", "wb") as sparse:
+        sparse.truncate(300 << 20)  # 300 MiB that take no disk here
+    runs_before = len(RunStore().list(NAME))
+    done = podmanager(project, "run", "-c", NAME, "--slices", "1", "train.py", timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "more than the 256 MiB unpacked on every host; the biggest: zeros.bin (300 MiB)" in said
+    assert ".gitignore" in said
+    assert len(RunStore().list(NAME)) == runs_before
