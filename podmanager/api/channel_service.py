@@ -7,30 +7,29 @@ follows them by the cluster's events and `job`. A cluster's jobs take turns (two
 or a client's `up` and the one the controller runs after a crash): the second records a
 `waiting` event naming the first, waits for it, and then finds its work done. The process has
 one Ray connection (Ray's driver is one per process), which every request and job shares; only
-`down` ends it. A working dir arrives as a zip, is kept by its content's digest under
-`$PODMANAGER_HOME/uploads/`, and a run is submitted from its unpacked copy, exactly as a run
-submitted on the controller itself."""
+`down` ends it. A working dir arrives as the zip the client packed, is kept by its content's
+digest until its submit (`api/uploads.py`), and the run is submitted with that zip as its code,
+never unpacked or packed again here."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import itertools
 import json
 import threading
 import time
-import zipfile
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 import yaml
 
+from podmanager.api import uploads
 from podmanager.api.cluster import Cluster
 from podmanager.api.history import cluster_events, service_history
 from podmanager.api.status import ClusterStatus
 from podmanager.attempts import logs
+from podmanager.attempts.code_zip import PackedCode
 from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
 from podmanager.channel.private_files import write_private
@@ -43,8 +42,6 @@ from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceStore
-
-UPLOADS = "uploads"
 
 
 class ControllerChannelApi:
@@ -134,24 +131,11 @@ class ControllerChannelApi:
     # ------------------------------------------------------------------ runs
 
     def keep_code(self, zipped: bytes) -> records.CodeReply:
-        digest = hashlib.sha256(zipped).hexdigest()
-        folder = uploads_dir() / digest
-        if not folder.is_dir():
-            try:
-                with zipfile.ZipFile(io.BytesIO(zipped)) as archive:
-                    unpacked = folder.with_name(f".{digest}.partial")
-                    for entry in archive.infolist():  # nothing may land outside the folder
-                        if Path(entry.filename).is_absolute() or ".." in Path(entry.filename).parts:
-                            raise SpecError(f"--working-dir: the code's zip holds {entry.filename!r}, outside its folder")
-                    archive.extractall(unpacked)
-                    unpacked.rename(folder)
-            except zipfile.BadZipFile:
-                raise SpecError("--working-dir: the controller received no readable zip of the working dir") from None
-        return records.CodeReply(digest=digest)
+        return records.CodeReply(digest=uploads.keep(zipped).digest)
 
     def submit(self, request: records.SubmitRequest) -> records.RunReply:
-        workload = unpacked(request.workload, request.code)
-        handle = self._cluster(request.cluster).submit(workload, budgets=request.budgets)
+        workload, code = uploaded(request.workload, request.code)
+        handle = self._cluster(request.cluster).submit(workload, budgets=request.budgets, code=code)
         return records.RunReply(run=handle.status())
 
     def cancel(self, request: records.RunRequest) -> records.RunReply:
@@ -167,8 +151,8 @@ class ControllerChannelApi:
 
         options = ServeOptions(replicas=request.replicas, host="127.0.0.1", port=0,
                                queue_timeout_s=request.queue_timeout_s, follow_checkpoints=request.follow_checkpoints)
-        handle = self._cluster(request.cluster).serve(unpacked(request.workload, request.code), options,
-                                                      budgets=request.budgets)
+        workload, code = uploaded(request.workload, request.code)
+        handle = self._cluster(request.cluster).serve(workload, options, budgets=request.budgets, code=code)
         return records.ServiceReply(service=service_summary(handle.summary()))
 
     def service(self, request: records.ServiceRequest) -> records.ServiceReply:
@@ -317,15 +301,13 @@ class ControllerChannelApi:
             self._jobs[job_id] = self._jobs[job_id].model_copy(update=changes)
 
 
-def unpacked(workload: Workload, code: str | None) -> Workload:
-    """The workload with its working dir as the code the client sent, unpacked here."""
-    if code is None:
-        return workload
-    folder = uploads_dir() / code
-    if not folder.is_dir():
-        raise PodmanagerError(f"--working-dir: the controller holds no code {code[:12]}",
-                              hint="Send it again: the client uploads its working dir first.")
-    return workload.model_copy(update={"working_dir": str(folder)})
+def uploaded(workload: Workload, digest: str | None) -> tuple[Workload, PackedCode | None]:
+    """The workload and the code the client sent for it; its working dir names the upload (the
+    client's folder is on the client's machine, where it was checked)."""
+    if digest is None:
+        return workload, None
+    code, path = uploads.take(digest)
+    return workload.model_copy(update={"working_dir": str(path)}), code
 
 
 def service_summary(summary: dict[str, object]) -> records.ServiceSummary:
@@ -334,10 +316,6 @@ def service_summary(summary: dict[str, object]) -> records.ServiceSummary:
 
 def client_spec_path(cluster: str) -> Path:
     return paths.cluster_path(cluster) / "client_spec.json"
-
-
-def uploads_dir() -> Path:
-    return paths.private_dir(paths.home() / UPLOADS)
 
 
 def status_reply(status: ClusterStatus) -> records.StatusReply:

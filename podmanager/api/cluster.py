@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.api.remote_up_down import RemoteSpec
     from podmanager.api.run_handle import InterruptCallback, RunHandle
     from podmanager.api.service_handle import ServiceHandle
+    from podmanager.attempts.code_zip import PackedCode
     from podmanager.attempts.results import OutputPrinter
     from podmanager.serving.options import ServeOptions
     from podmanager.state.run_results import RunResult
@@ -208,15 +209,18 @@ class Cluster:
                 stop_idle_emulator(self.spec, self.runtime.record)
                 self.runs_store.set_spares(self.name, [])
 
-    def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RunHandle:
+    def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None,
+               code: PackedCode | None = None) -> RunHandle:
         """Start a run and return at once: its supervisor runs on the cluster's side (a Ray
         actor next to the head) and outlives this process. One run at a time per slice.
 
         The working dir and a requirements file are taken from this process's current
-        folder and shipped with the run: nothing later depends on where this process ran."""
+        folder and shipped with the run: nothing later depends on where this process ran.
+        `code`: the working dir already packed where the user ran podmanager (a run sent to
+        the controller over the channel)."""
         from podmanager.api.submit import submit_run
 
-        return self.run_handle(submit_run(self.runtime, self.runs_store, workload, budgets or {}))
+        return self.run_handle(submit_run(self.runtime, self.runs_store, workload, budgets or {}, code))
 
     def run(self, workload: Workload, *, printer: OutputPrinter | None = None,
             budgets: dict[str, int] | None = None, down_on_exit: bool = False,
@@ -242,16 +246,16 @@ class Cluster:
                               down=self.down if down_on_exit else None)
 
     def serve(self, workload: Workload, options: ServeOptions | None = None, *,
-              budgets: dict[str, int] | None = None) -> ServiceHandle:
+              budgets: dict[str, int] | None = None, code: PackedCode | None = None) -> ServiceHandle:
         """Start a service of `workload` (a program calling `runtime.serve`) and return once its
         router listens at `ServiceHandle.endpoint` and every replica is submitted: one replica
         per slice (or `options.replicas`), each a run of its own that is recovered like any
-        run; the router sends requests to the ready ones."""
+        run; the router sends requests to the ready ones. `code`: as for `submit`."""
         from podmanager.api.serve import ServeOptions, start_service
         from podmanager.api.service_handle import ServiceHandle
 
         service_id = start_service(self.runtime, self.runs_store, self.services_store, workload,
-                                   options or ServeOptions(), budgets or {})
+                                   options or ServeOptions(), budgets or {}, code)
         return ServiceHandle(self.name, service_id, services=self.services_store, runs=self.runs_store)
 
     def service_handle(self, service_id: str) -> ServiceHandle:

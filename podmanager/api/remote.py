@@ -18,9 +18,9 @@ from podmanager.api.remote_service import RemoteServiceHandle, as_seen_here, rea
 from podmanager.api.run_to_end import run_to_end
 from podmanager.api.run_view import RunView
 from podmanager.api.status import ClusterStatus
+from podmanager.attempts import code_zip
 from podmanager.channel import pinned, records
 from podmanager.channel.client import ChannelClient
-from podmanager.channel.code_zip import zip_working_dir
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
 from podmanager.channel.forward import Forward
 from podmanager.channel.patience import patiently
@@ -258,14 +258,17 @@ class RemoteCluster:
         return RemoteRunHandle(self.client, self.name, reply.run.run_id)
 
     def _ship(self, workload: Workload) -> tuple[Workload, str | None]:
-        """The working dir packed here and sent (a typo in the program said before anything is
-        sent): the workload as the controller unpacks it, and its code's digest."""
+        """The working dir packed here, checked against this folder and sent (a typo in the
+        program, or a folder too large, said before anything is sent): the workload as the
+        controller gets it, and its code's digest."""
         workload = workload.submitted(Path.cwd())
         if workload.working_dir is None:
             return workload, None
         workload.check_program()
-        code = self.client.send_code(zip_working_dir(workload.working_dir)).digest
-        return workload.model_copy(update={"working_dir": "."}), code
+        code = code_zip.pack(workload.working_dir)
+        workload.check_program(code.files)  # .gitignore may leave the program out
+        digest = self.client.send_code(code.data).digest
+        return workload.model_copy(update={"working_dir": "."}), digest
 
     def run(self, workload: Workload, *, printer: Printer | None = None, budgets: dict[str, int] | None = None,
             down_on_exit: bool = False, on_interrupt: Callable[[RemoteRunHandle], bool] | None = None,
@@ -454,7 +457,10 @@ def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback 
     except (ChannelError, ChannelCredentialError) as unreachable:
         say(EventKind.WARNING, f"the controller cannot be reached ({unreachable.message}); deleting the slices by "
                                "their label from here")
-        # The VM first: a controller coming back from a reboot would bring the slices up again.
+        # The slices first, so they stop billing whatever befalls the VM's delete (a stopped VM's
+        # included); then the VM; then the slices once more: a controller that was only out of
+        # reach may have made one again meanwhile.
+        down_by_label(name, dry_run=spec.simulated, project=spec.project, zones=spec.zones, timeout_s=timeout_s)
         ControllerMachine(spec, say).tear_down(timeout_s=timeout_s)
         down_by_label(name, dry_run=spec.simulated, project=spec.project, zones=spec.zones, timeout_s=timeout_s)
         return

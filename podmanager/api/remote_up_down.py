@@ -21,6 +21,10 @@ from podmanager.api.remote import (
 )
 from podmanager.api.status import ClusterStatus
 from podmanager.channel import pinned, records
+from podmanager.channel.errors import ChannelError
+from podmanager.channel.patience import patiently
+from podmanager.core.errors import PodmanagerError
+from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec, load_spec
 
 
@@ -46,8 +50,12 @@ class RemoteSpec(RemoteCluster):
         on_event = self._told(on_event)
         # The pointer first: an `up` interrupted from here on is finished by `up` or removed by `down`.
         pinned.save_spec(self.name, json.dumps(self.raw))
-        ControllerMachine(self.spec, say_here(self.name, on_event)).bring_up(timeout_s=timeout_s)
+        say = say_here(self.name, on_event)
+        ControllerMachine(self.spec, say).bring_up(timeout_s=timeout_s)
         self.close()  # the controller's certificate was pinned again: the channel opens with it
+        # A controller VM started again still shows its last boot's `serving` until its daemon
+        # writes anew: its channel is waited for before the spec is sent.
+        patiently(lambda: _answers(self), lambda why: say(EventKind.CONTROLLER_BOOT, why), wait_s=timeout_s)
         job = self.client.start_up(records.UpRequest(
             cluster=self.name, spec_yaml=yaml.safe_dump(self.raw), timeout_s=timeout_s, force=force,
             delete_on_failure=delete_on_failure))
@@ -60,6 +68,17 @@ class RemoteSpec(RemoteCluster):
         controller served)."""
         self.close()
         down_remote(self.name, timeout_s=timeout_s, on_event=self._told(on_event), spec=self.spec)
+
+
+def _answers(remote: RemoteCluster) -> bool:
+    """Whether the controller answers its channel (a refusal is an answer)."""
+    try:
+        remote.client.events(remote.name)
+    except ChannelError:
+        raise
+    except PodmanagerError:
+        pass
+    return True
 
 
 def open_spec(path: str | Path, *, dry_run: bool = False, **options: Any) -> RemoteSpec | None:

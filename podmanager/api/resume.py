@@ -4,7 +4,7 @@ A supervisor is a detached actor on the head node, so a head that crashed (or wh
 died) takes every supervisor with it, while the runs' records still say `running` and hold
 their slices. `up` brings a new head and the hosts rejoin; then each such run gets its
 supervisor again, which carries on from the run's record (its last checkpoint) with the code
-kept on the controller at submit (`running.package.kept_folder`). A run whose code copy is
+kept on the controller at submit (`attempts/package.py`). A run whose code copy is
 gone ends `failed`, saying why.
 """
 
@@ -56,10 +56,10 @@ def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[st
     for run in runs.active(runtime.name):
         if not _actor_lost(run):
             continue
-        code_uri = None
+        code = None
         if run.workload.working_dir is not None:
-            code_uri = package.restore(package.kept_folder(runtime.name, run.run_id))
-            if code_uri is None:
+            code = package.kept_digest(runtime.name, run.run_id)
+            if code is None:
                 message = (f"run {run.run_id} failed: its supervisor was lost with the Ray head, and the copy of "
                            f"its code kept on the controller is gone; submit it again")
                 end_run(runs, run.run_id, message)
@@ -67,7 +67,7 @@ def restart_lost_supervisors(runtime: ClusterRuntime, runs: RunStore) -> list[st
                 continue
         runtime.record(EventKind.SUPERVISOR_RESTARTING, f"run {run.run_id}: its supervisor was lost with the Ray head; "
                        "starting it again on the new head", run_id=run.run_id)
-        start_supervisor(runtime.name, run.run_id, code_uri)
+        start_supervisor(runtime.name, run.run_id, code)
         resumed.append(run.run_id)
     return resumed
 

@@ -10,11 +10,13 @@ replaces its slice after a preemption exactly as for training, and the program's
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from podmanager.api.cancel import cancel_run
 from podmanager.api.service_handle import open_service
 from podmanager.api.submission import run_slices
-from podmanager.api.submit import submit_run
+from podmanager.api.submit import packed, submit_run
+from podmanager.attempts.code_zip import PackedCode
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.events import EventKind
@@ -56,7 +58,7 @@ class ServeInterrupted(KeyboardInterrupt):
 
 
 def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStore, workload: Workload,
-                  options: ServeOptions, budgets: dict[str, int]) -> str:
+                  options: ServeOptions, budgets: dict[str, int], code: PackedCode | None = None) -> str:
     """Start a service of `workload` and return its id once its router listens and every
     replica's run is submitted (the replicas become ready as they load and warm up). Bad
     input starts nothing. The service's record is written before anything starts, so `runs`
@@ -68,7 +70,10 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
     if options.follow_checkpoints and not (workload.checkpoint_dir or workload.env.get(ENV_CHECKPOINT_DIR)):
         raise SpecError("--follow-checkpoints: the service has no checkpoint dir to follow",
                         hint="Give --checkpoint-dir DIR, the training run's.")
-    slices = replica_slices(run_slices(runtime.spec, workload, runs.spares(runtime.name)), options.replicas)
+    workload = workload.submitted(Path.cwd())
+    code = packed(workload, code)  # once for every replica
+    slices = replica_slices(run_slices(runtime.spec, workload, runs.spares(runtime.name),
+                                       shipped=code.files if code else None), options.replicas)
     if runtime.hosts is None:
         raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to serve on")
     busy = [r for r in runs.active(runtime.name) if set(r.slices) & set(slices)]
@@ -97,7 +102,7 @@ def start_service(runtime: ClusterRuntime, runs: RunStore, services: ServiceStor
             if options.follow_checkpoints:
                 env[protocol.ENV_FOLLOW_CHECKPOINTS] = "1"
             replica = workload.model_copy(update={"slices": [index], "env": env})
-            services.add_replica_run(service_id, submit_run(runtime, runs, replica, budgets))
+            services.add_replica_run(service_id, submit_run(runtime, runs, replica, budgets, code))
     except BaseException as error:
         undone = _undo(runs, services, service_id, runtime.name, error)
         if isinstance(error, KeyboardInterrupt):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # core.faults loads pydantic, which the CLI does not load on 
     from podmanager.cluster.cluster_runtime import ClusterRuntime
     from podmanager.core.faults import FaultKind
 
-__all__ = ["arm_scripted_faults", "controller_crash", "hang", "head_crash", "inject", "parse_duration", "preempt"]
+__all__ = ["arm_scripted_faults", "controller_crash", "controller_stop", "hang", "head_crash", "inject", "parse_duration", "preempt"]
 
 
 def inject(cluster: "ClusterRuntime", fault: "FaultKind") -> str:
@@ -86,6 +86,23 @@ def controller_crash(cluster: "ClusterRuntime") -> str:
                              "not up yet: 'podmanager status' shows it.")
     cluster.record(EventKind.FAULT_INJECTED, f"simulated crash of the controller VM {name}")
     return f"killed the controller VM {name} of {cluster.name}; it boots again from its disk"
+
+
+def controller_stop(cluster: "ClusterRuntime", *, suspend: bool = False) -> str:
+    """The cluster's controller VM stopped (TERMINATED) or suspended by Compute Engine, as a host
+    error or a maintenance may: its processes end, its disk stays; `up` starts (resumes) it again."""
+    from podmanager.cluster.backends import halt_controller_vm
+
+    cluster.simulator  # dry-run clusters only; starts the project's emulator if it is not running
+    state = "SUSPENDED" if suspend else "TERMINATED"
+    name = halt_controller_vm(cluster.spec, state)
+    if name is None:
+        raise SpecError(f"--cluster: {cluster.name} has no controller VM running in its simulated project",
+                        hint="Its controller is the machine running podmanager (controller.local), or its VM is "
+                             "not up yet: 'podmanager status' shows it.")
+    cluster.record(EventKind.FAULT_INJECTED, f"simulated {'suspension' if suspend else 'stop'} of the controller "
+                                             f"VM {name} ({state})")
+    return f"the controller VM {name} of {cluster.name} is {state}; 'podmanager up' starts it again"
 
 
 def arm_scripted_faults(cluster: "ClusterRuntime") -> None:

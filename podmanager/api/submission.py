@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from typing import Collection
 
 from podmanager.core import paths, spares
 from podmanager.core.errors import SpecError
@@ -17,10 +18,12 @@ NO_CHECKPOINTS_WARNING = ("no checkpoint dir: a preemption restarts this run fro
                           "pass --checkpoint-dir gs://... or set checkpoints: in the spec")
 
 
-def run_slices(spec: ClusterSpec, workload: Workload, spare_slices: list[int] | None = None) -> list[int]:
+def run_slices(spec: ClusterSpec, workload: Workload, spare_slices: list[int] | None = None, *,
+               shipped: Collection[str] | None = None) -> list[int]:
     """The run's slices, after every check that needs no Ray (the slices exist and are no hot
-    spares, the mesh fits their chips, the program is there): bad input starts nothing. Without
-    `--slices` a run gets every working slice (`spare_slices`: the cluster's spares now)."""
+    spares, the mesh fits their chips, the program is there and shipped: `shipped`, the names
+    of the files packed): bad input starts nothing. Without `--slices` a run gets every working
+    slice (`spare_slices`: the cluster's spares now)."""
     known = [s.index for s in spec.slice_list()]
     slices = workload.slices if workload.slices is not None else spares.working(spec, spare_slices or [])
     unknown = sorted(set(slices) - set(known))
@@ -37,7 +40,7 @@ def run_slices(spec: ClusterSpec, workload: Workload, spare_slices: list[int] | 
                              "one is made again.")
     if workload.parallelism:
         check_parallelism(workload.parallelism, sum(s.accelerator.chips for s in spec.slice_list() if s.index in slices))
-    workload.check_program()
+    workload.check_program(shipped)
     return sorted(slices)
 
 

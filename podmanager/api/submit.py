@@ -1,4 +1,4 @@
-"""Starting a run: check it, claim its slices, upload its code, start its supervisor."""
+"""Starting a run: pack its code, check it, claim its slices, keep its code, start its supervisor."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import shutil
 from pathlib import Path
 
 from podmanager.api.submission import check_bucket, run_checkpoints, run_slices
-from podmanager.attempts import package
+from podmanager.attempts import code_zip, package
 from podmanager.attempts.attempt import new_run_id
+from podmanager.attempts.code_zip import PackedCode
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.events import EventKind
@@ -20,14 +21,25 @@ from podmanager.supervision.supervisor import new_run
 BUDGETS = ("max_preemptions", "max_failures", "max_hangs")
 
 
-def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budgets: dict[str, int]) -> str:
+def packed(workload: Workload, code: PackedCode | None = None) -> PackedCode | None:
+    """The run's code: `code` if it came packed (sent over the channel), else the workload's
+    working dir packed here; None for a run that ships nothing."""
+    if code is not None or workload.working_dir is None:
+        return code
+    return code_zip.pack(workload.working_dir)
+
+
+def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budgets: dict[str, int],
+               code: PackedCode | None = None) -> str:
     """Start a run of `workload` on `runtime`'s cluster and return its id at once. Bad input
     starts nothing and spends nothing: every check comes before the slices are claimed, and
-    a failure after the claim gives them back."""
+    a failure after the claim gives them back. `code`: the working dir already packed where
+    the user ran podmanager (see `packed`)."""
     if runtime.hosts is None:
         raise SpecError("simulation.boot_hosts is false: this dry-run cluster has no hosts to run on")
     workload = workload.submitted(Path.cwd())
-    slices = run_slices(runtime.spec, workload, runs.spares(runtime.name))
+    code = packed(workload, code)
+    slices = run_slices(runtime.spec, workload, runs.spares(runtime.name), shipped=code.files if code else None)
     checkpoints = run_checkpoints(runtime.spec, workload, slices)
     unknown = set(budgets) - set(BUDGETS)
     if unknown:
@@ -55,15 +67,14 @@ def submit_run(runtime: ClusterRuntime, runs: RunStore, workload: Workload, budg
     submitted = False
     try:
         run_secrets.save(runtime.name, run_id, workload.env)
-        keep = package.kept_folder(runtime.name, run_id)  # for a supervisor started again on a new head
-        code = package.upload(workload.working_dir, keep) if workload.working_dir is not None else None
-        workload.check_program(code.files if code else None)
+        if code is not None:
+            package.keep(code, runtime.name, run_id)
         runtime.record(EventKind.RUN_SUBMITTED, f"run {run_id}: {workload.display_name} submitted on slice(s) {slices}",
                        run_id=run_id)
         submitted = True
         for warning in warnings:
             runtime.record(EventKind.WARNING, f"run {run_id}: {warning}", run_id=run_id)
-        supervisor_actor.start_supervisor(runtime.name, run_id, code.uri if code else None)
+        supervisor_actor.start_supervisor(runtime.name, run_id, code.digest if code else None)
     except BaseException as error:
         # Nothing started: the slices are free again and nothing is spent (a typo costs nothing).
         runs.release(run_id)

@@ -19,7 +19,6 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from podmanager.attempts.gang import Gang, HostState
 from podmanager.attempts.launch import launch_envs
 from podmanager.attempts.logs import RunFolder
-from podmanager.attempts.package import zip_folder
 from podmanager.attempts.progress import combine
 from podmanager.attempts.remote import RAY, Remote
 from podmanager.attempts.results import OutputPrinter
@@ -45,7 +44,7 @@ class AttemptRunner:
     """Runs attempts of one workload on a fixed set of host agents."""
 
     def __init__(self, cluster: str, workload: Workload, run_id: str, *, simulated: bool,
-                 checkpoint_dir: str | None, code_dir: Path | None = None, printer: OutputPrinter | None = None,
+                 checkpoint_dir: str | None, code_zip: Path | None = None, printer: OutputPrinter | None = None,
                  poll_interval_s: float = 0.25, stop_grace_s: float = 10.0, failure_grace_s: float = 2.0,
                  remote: Remote = RAY, clock: Clock | None = None, secret_env: dict[str, str] | None = None):
         """`clock`: what attempts are timed and paced by (tests pass a fake one). `secret_env`:
@@ -68,15 +67,15 @@ class AttemptRunner:
         # lost or failed peer: they only need a moment to exit, not the user's grace period.
         self.failure_grace_s = failure_grace_s
         self.logs = RunFolder(cluster, run_id)
-        # The run's code as the supervisor holds it (its runtime environment's working dir, on
-        # the head node): zipped once and handed to every host through Ray's object store.
-        self.code_dir = code_dir
+        # The run's code as the controller keeps it (`attempts/package.py`): the zip packed where
+        # the user ran podmanager, handed as it is to every host through Ray's object store.
+        self.code_zip = code_zip
         self._code_ref = None
         self.workload_json = workload.model_dump_json()
 
     def code(self) -> Any:
-        if self._code_ref is None and self.code_dir is not None:
-            self._code_ref = self.remote.put(zip_folder(self.code_dir))
+        if self._code_ref is None and self.code_zip is not None:
+            self._code_ref = self.remote.put(self.code_zip.read_bytes())
         return self._code_ref
 
     def run_attempt(self, agents: list[tuple[HostSlot, Any]], attempt: int,

@@ -133,6 +133,17 @@ def project(
     console.print_json(json.dumps(changed))
 
 
+def controller_stop(cluster: Optional[str] = CLUSTER_OPTION,
+                    suspend: bool = typer.Option(False, "--suspend", help="suspend it (SUSPENDED) instead of "
+                                                                           "stopping it (TERMINATED)")) -> None:
+    """Stop the cluster's controller VM (TERMINATED), as Compute Engine may; 'up' starts it again."""
+    target = api.resolve_cluster(cluster)
+    try:
+        console.print(simulation.controller_stop(target.runtime, suspend=suspend))
+    finally:
+        target.close()
+
+
 def register(app: typer.Typer, *, group: type, command: type) -> None:
     sim_app = typer.Typer(cls=group, help="Inject faults into a dry-run cluster (preemptions, failed creates, hangs).",
                           no_args_is_help=True)
@@ -140,6 +151,7 @@ def register(app: typer.Typer, *, group: type, command: type) -> None:
     sim_app.command("fail-create", cls=command)(fail_create)
     sim_app.command("head-crash", cls=command)(head_crash)
     sim_app.command("controller-crash", cls=command)(controller_crash)
+    sim_app.command("controller-stop", cls=command)(controller_stop)
     sim_app.command("hang", cls=command)(hang)
     sim_app.command("inject", cls=command)(inject)
     sim_app.command("project", cls=command)(project)

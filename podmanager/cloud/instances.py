@@ -16,6 +16,9 @@ ROLE_LABEL = "podmanager-role"
 CONTROLLER_ROLE = "controller"
 # Compute Engine's states of an instance on its way out (or out).
 LEAVING_STATES = ("STOPPING", "TERMINATED", "SUSPENDING", "SUSPENDED")
+# On the way to TERMINATED (a stop, or a delete's first step) or SUSPENDED: wait for what comes.
+SETTLING_STATES = ("STOPPING", "SUSPENDING")
+STOPPED, SUSPENDED = "TERMINATED", "SUSPENDED"  # started again with instances.start, resumed with .resume
 
 
 class Instance(BaseModel):

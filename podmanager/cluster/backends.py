@@ -185,6 +185,19 @@ def change_simulated_project(project: str, **changes: object) -> dict[str, objec
         return control.call("project", **{key: value for key, value in changes.items() if value})
 
 
+def halt_controller_vm(spec: ClusterSpec, state: str) -> str | None:
+    """Stop (TERMINATED) or suspend (SUSPENDED) a dry-run cluster's controller VM (the project's
+    emulator does); its name, None when the project's emulator runs no controller VM of the cluster."""
+    from podmanager.emulator import launcher
+    from podmanager.emulator.control import EmulatorControl
+
+    found = launcher.running(spec.project or "")
+    if found is None:
+        return None
+    with EmulatorControl(found.address) as control:
+        return control.halt_controller_vm(spec.name, state)
+
+
 def standalone_emulator(project: str, create_latency_s: float) -> Emulator:
     """An in-memory emulator for `podmanager emulator`, not yet serving."""
     from podmanager.emulator.server import (

@@ -44,6 +44,12 @@ def template_text() -> str:
     return resources.files("podmanager.controller").joinpath("templates", TEMPLATE_NAME).read_text()
 
 
+def guest_attributes_code() -> str:
+    """The source of `vm/guest_attributes.py`, the VM's one writer of guest attributes, which the
+    script runs with the image's `python3` (before podmanager is installed)."""
+    return resources.files("podmanager.vm").joinpath("guest_attributes.py").read_text()
+
+
 def uv_settings_code() -> str:
     """The source of `vm/uv_settings.py`, which the script runs to set uv up as a run's
     installs are (before podmanager is installed on the VM)."""
@@ -97,6 +103,7 @@ def render_startup_script(cluster: str, software: Software, token_secret: str, *
         "lock": shlex.quote(software.lock),
         "pip_conf": shlex.quote(pip_conf(software.index_url, list(software.extra_index_urls))),
         "uv_settings": shlex.quote(uv_settings_code()),
+        "guest_attributes": shlex.quote(guest_attributes_code()),
         "connect_timeout_s": str(CONNECT_TIMEOUT_S),
         "tries": str(TRIES),
         "index_timeout_s": str(INDEX_TIMEOUT_S),

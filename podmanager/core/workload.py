@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 from shlex import quote
+from typing import Collection
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -97,7 +98,7 @@ class Workload(BaseModel):
             requirements = read_requirements(cwd / requirements)
         return self.model_copy(update={"working_dir": working_dir, "requirements": requirements or None})
 
-    def check_program(self, shipped: set[str] | None = None) -> None:
+    def check_program(self, shipped: Collection[str] | None = None) -> None:
         """Fail before anything starts when the program is not where it will run: a typo must
         not cost an attempt, let alone a slice. A `.py` entrypoint must be a file of the
         working dir that is shipped (`shipped`: the package's file names; .gitignore can leave
@@ -105,6 +106,13 @@ class Workload(BaseModel):
         (a folder, a data file, a package without `__main__.py`) is refused too; one that is
         not there is checked on the hosts, after their setup (it may be installed there)."""
         root = Path(self.working_dir or ".")
+        if shipped is not None and not root.is_dir():
+            # Packed on the machine that sent the run, and checked there against its folder:
+            # here only what was shipped is known.
+            if self.command is None and self.module is None and Path(str(self.entrypoint)).as_posix() not in shipped:
+                raise SpecError(f"run: {self.entrypoint} is not among the files of the working dir shipped to the hosts",
+                                hint="Check the path, or pass --working-dir to the folder that holds it.")
+            return
         # Without a working dir nothing of this folder is shipped: the hosts run what they have.
         if self.command is not None:
             if self.working_dir is not None:

@@ -223,8 +223,7 @@ def _get_operation(call: Call) -> Any:
 
 
 def _wait_operation(call: Call) -> Any:
-    # Answers at once with the operation as it is, as the API may before its deadline: the
-    # client polls again (the emulator holds the simulated cloud's lock while it answers).
+    # The operation as it is now: `compute_api` asks again until it is DONE or the wait's deadline.
     call.log(*_operation_request(call, "wait"))
     return operation_message(call, call.project.operation(call.resource, call.region or None, call.zone or None))
 

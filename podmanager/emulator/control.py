@@ -137,6 +137,11 @@ class EmulatorControl:
         instance name, None when the cluster has no running controller VM."""
         return self.call("crash_controller_vm", cluster=cluster)
 
+    def halt_controller_vm(self, cluster: str, state: str) -> str | None:
+        """Stop (TERMINATED) or suspend (SUSPENDED) `cluster`'s controller VM, as Compute Engine may;
+        its instance name, None when the cluster has no running controller VM."""
+        return self.call("halt_controller_vm", cluster=cluster, state=state)
+
     def all_nodes(self) -> list[Node]:
         """Every node in every zone, read without a Cloud TPU API call (no injected fault hits it)."""
         return _NODES.validate_python(self.call("all_nodes"))

@@ -10,10 +10,13 @@ from typing import Any, Callable
 
 from google.cloud import compute_v1
 
+from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.instances import Instance
 from podmanager.cloud.network import short_name
+from podmanager.emulator import rulebook
 from podmanager.emulator.compute_calls import ROOT, Call, operation_message
-from podmanager.emulator.sim.instances import SimInstances, label_filter
+from podmanager.emulator.list_filter import UnsupportedFilter
+from podmanager.emulator.sim.instances import SimInstances
 
 
 def _zone_url(call: Call, zone: str) -> str:
@@ -101,19 +104,36 @@ def _get_instance(call: Call) -> Any:
     return instance_message(call, SimInstances(call.project).instance(call.zone, call.resource))
 
 
+def _fields(instance: Instance) -> Callable[[str], str | None]:
+    """An instance's fields as a list filter names them (`labels.KEY`, `name`, `status`)."""
+    def lookup(field: str) -> str | None:
+        if field.startswith("labels."):
+            return instance.labels.get(field[len("labels."):])
+        if field in ("name", "status"):
+            return getattr(instance, field)
+        raise UnsupportedFilter(f"the emulator filters instances on name, status and labels only, not {field!r}")
+    return lookup
+
+
+def _filtered(call: Call, zone: str | None, asked: str) -> list[Instance]:
+    wanted = rulebook.compute_list_filter(asked)
+    try:
+        return [i for i in SimInstances(call.project).instances(zone, {}) if wanted.matches(_fields(i))]
+    except UnsupportedFilter as limit:
+        raise cloud_errors.InvalidRequestError(f"Invalid value for field 'filter': '{asked}'. {limit}.") from limit
+
+
 def _list_instances(call: Call) -> Any:
     """One zone's (instances.list) or every zone's (instances.aggregatedList), by the path."""
     asked = call.query.get("filter", [""])[0]
-    instances = SimInstances(call.project)
     if call.zone:
         call.log("compute.instances.list", compute_v1.ListInstancesRequest(project=call.name, zone=call.zone,
                                                                          filter=asked))
-        return compute_v1.InstanceList(items=[instance_message(call, i)
-                                              for i in instances.instances(call.zone, label_filter(asked))])
+        return compute_v1.InstanceList(items=[instance_message(call, i) for i in _filtered(call, call.zone, asked)])
     call.log("compute.instances.aggregatedList", compute_v1.AggregatedListInstancesRequest(project=call.name,
                                                                                           filter=asked))
     by_zone: dict[str, list[compute_v1.Instance]] = {}
-    for instance in instances.instances(None, label_filter(asked)):
+    for instance in _filtered(call, None, asked):
         by_zone.setdefault(f"zones/{instance.zone}", []).append(instance_message(call, instance))
     return compute_v1.InstanceAggregatedList(
         items={zone: compute_v1.InstancesScopedList(instances=found) for zone, found in by_zone.items()})
@@ -123,6 +143,20 @@ def _delete_instance(call: Call) -> Any:
     call.log("compute.instances.delete", compute_v1.DeleteInstanceRequest(
         project=call.name, zone=call.zone, instance=call.resource))
     return operation_message(call, SimInstances(call.project).delete(call.zone, call.resource))
+
+
+def _halt_instance(verb: str, request: Any, state: str) -> Callable[[Call], Any]:
+    def halt(call: Call) -> Any:
+        call.log(f"compute.instances.{verb}", request(project=call.name, zone=call.zone, instance=call.resource))
+        return operation_message(call, SimInstances(call.project).halt(call.zone, call.resource, state))
+    return halt
+
+
+def _start_instance(verb: str, request: Any) -> Callable[[Call], Any]:
+    def start(call: Call) -> Any:
+        call.log(f"compute.instances.{verb}", request(project=call.name, zone=call.zone, instance=call.resource))
+        return operation_message(call, SimInstances(call.project).start(call.zone, call.resource, verb))
+    return start
 
 
 def _get_guest_attributes(call: Call) -> Any:
@@ -147,4 +181,9 @@ ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Any]] = {
     ("GET", "instances", False, None): _list_instances,
     ("DELETE", "instances", True, None): _delete_instance,
     ("GET", "instances", True, "getGuestAttributes"): _get_guest_attributes,
+    ("POST", "instances", True, "stop"): _halt_instance("stop", compute_v1.StopInstanceRequest, rulebook.TERMINATED),
+    ("POST", "instances", True, "suspend"): _halt_instance("suspend", compute_v1.SuspendInstanceRequest,
+                                                           rulebook.SUSPENDED),
+    ("POST", "instances", True, "start"): _start_instance("start", compute_v1.StartInstanceRequest),
+    ("POST", "instances", True, "resume"): _start_instance("resume", compute_v1.ResumeInstanceRequest),
 }

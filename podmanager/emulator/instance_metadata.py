@@ -10,6 +10,7 @@ import hashlib
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.instances import Instance
+from podmanager.emulator import rulebook
 from podmanager.emulator.metadata import (
     ATTRIBUTES,
     GUEST_ATTRIBUTES,
@@ -80,3 +81,8 @@ class InstanceFacts:
         """`PUT instance/guest-attributes/NAMESPACE/KEY` (`path`); CloudError for a bad path."""
         with self.sim.compute() as project:
             SimInstances(project).set_guest_attribute(self.zone, self.name, path, value)
+
+    def guest_attributes_enabled(self) -> bool:
+        """The instance's metadata turns them on (the simulated project has no project-wide metadata)."""
+        instance = self._instance()
+        return rulebook.guest_attributes_enabled(instance.metadata if instance else {}, {})

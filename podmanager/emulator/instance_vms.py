@@ -11,7 +11,9 @@ root, all one `procs` machine holding a lease on its record
 STOPPING) its processes are SIGKILLed, everything it launched with them, and its root folder is
 removed. After an emulator restart, `reattach` serves a running VM its metadata again on the port
 it knows. `crash_controller` kills a cluster's controller VM and boots it again on the same root
-folder, as GCE's automatic restart re-runs the startup script on the same disk.
+folder, as GCE's automatic restart re-runs the startup script on the same disk. A stopped or
+suspended instance's VM ends but keeps its root folder (`halt_controller`: the `sim
+controller-stop` fault); started or resumed, it boots again on it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.instances import CONTROLLER_ROLE, ROLE_LABEL, RUNNING, Instance
 from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core import paths
+from podmanager.emulator import rulebook
 from podmanager.emulator.instance_metadata import InstanceFacts
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.sim.cloud import SimCloud
@@ -70,21 +73,29 @@ class InstanceVms:
         self._booted: dict[str, Instance] = {}
         self._lock = threading.Lock()
 
-    def _bootable(self) -> tuple[dict[str, Instance], float | None]:
-        """The instances that should be running a VM now, and when the next one turns RUNNING or goes."""
+    def _bootable(self) -> tuple[dict[str, Instance], set[str], float | None]:
+        """The instances that should be running a VM now, those stopped or suspended (their disks
+        kept), and when the next one turns RUNNING or goes."""
         with self.sim.compute() as project:
             instances = SimInstances(project)
-            found = {f"{i.zone}/{i.name}": i for i in instances.instances(None, {})
-                     if i.status == RUNNING and STARTUP_SCRIPT_KEY in i.metadata}
-            return found, instances.next_change()
+            listed = instances.instances(None, {})
+            found = {f"{i.zone}/{i.name}": i for i in listed if i.status == RUNNING and STARTUP_SCRIPT_KEY in i.metadata}
+            halted = {f"{i.zone}/{i.name}" for i in listed if i.status in (rulebook.TERMINATED, rulebook.SUSPENDED)}
+            return found, halted, instances.next_change()
 
     def reconcile(self) -> float | None:
         """Boot what should run and does not, stop what runs and should not; returns the simulated
         time of the next instance change (None: none pending)."""
-        wanted, due = self._bootable()
+        wanted, halted, due = self._bootable()
         with self._lock:
             for key in [key for key in self._booted if key not in wanted]:
-                self._halt(self._booted.pop(key))
+                instance = self._booted.pop(key)
+                if key in halted:  # stopped or suspended: its processes end, its disk stays
+                    self.metadata.stop_vm(key)
+                    self._kill(procs.read_record(record_path(self.sim.project, instance.zone, instance.name)) or {})
+                    log.info("instance %s halted", key)
+                else:
+                    self._halt(instance)
             for key, instance in wanted.items():
                 if key not in self._booted:
                     self._boot(instance)
@@ -94,14 +105,16 @@ class InstanceVms:
     def reattach(self) -> None:
         """After an emulator restart: serve each recorded VM that still runs its metadata again, on
         its port; a VM whose instance is gone is stopped (`reconcile` boots the rest)."""
-        wanted, _ = self._bootable()
+        wanted, halted, _ = self._bootable()
         live = procs.machines()
         with self._lock:
             for path in sorted(instances_dir(self.sim.project).glob("*/*.json")):
                 record = procs.read_record(path) or {}
                 key = f"{record.get('zone')}/{record.get('name')}"
                 instance = wanted.get(key)
-                if instance is None:
+                if instance is None and key in halted:
+                    self._kill(record)  # its disk stays for its start
+                elif instance is None:
                     self._forget(path, record)
                 elif record.get("machine_id") in live:
                     self.metadata.serve_vm(key, InstanceFacts(sim=self.sim, zone=instance.zone, name=instance.name),
@@ -118,6 +131,20 @@ class InstanceVms:
                     self._boot(instance)
                     return instance.name
         return None
+
+    def halt_controller(self, cluster: str, state: str) -> str | None:
+        """`cluster`'s controller VM stopped (TERMINATED) or SUSPENDED by Compute Engine itself, as a
+        host error or a maintenance may: its processes end, its disk stays; its name, None when the
+        cluster has no running controller VM."""
+        with self._lock:
+            found = [i for i in self._booted.values()
+                     if i.labels.get(CLUSTER_LABEL) == cluster and i.labels.get(ROLE_LABEL) == CONTROLLER_ROLE]
+        if not found:
+            return None
+        with self.sim.compute() as project:
+            SimInstances(project).halt(found[0].zone, found[0].name, state)
+        self.reconcile()
+        return found[0].name
 
     def stop_all(self) -> None:
         """Stop every VM (an in-memory project's, which vanish with it)."""

@@ -7,13 +7,16 @@ The emulator serves one of these per simulated host on loopback (the host's proc
 it through `GCE_METADATA_IP`), from its own memory: preemption and maintenance are the
 simulated cloud's state as it is now, and a long poll (`wait_for_change`) wakes when that
 state changes. `MetadataServers` starts one per VM when the VM boots, stops it when the VM
-goes, and serves a VM again on its recorded port when the emulator restarts.
+goes, and serves a VM again on its recorded port when the emulator restarts. Guest attributes
+follow Google's rules (`rulebook.py`): a write is refused (403) unless the VM's metadata turns them
+on, and writes beyond the rate are dropped (logged here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -26,10 +29,13 @@ from urllib.parse import parse_qs, urlparse
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.errors import CloudError
 from podmanager.core.peer import OwnerOnlyRequests
+from podmanager.emulator import rulebook
 from podmanager.emulator.iam import tokens
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.emulator.sim.records import NodeRecord
 from podmanager.vm.loopback import LOOPBACK_IP
+
+log = logging.getLogger(__name__)
 
 PREFIX = "/computeMetadata/v1/"
 GUEST_ATTRIBUTES = "instance/guest-attributes/"
@@ -142,6 +148,11 @@ class SimulatedVm:
         """`PUT instance/guest-attributes/NAMESPACE/KEY` (`path`); CloudError for a bad path."""
         self.sim.set_guest_attribute(self.zone, self.node, self.worker, path, value)
 
+    def guest_attributes_enabled(self) -> bool:
+        """The node's metadata turns them on (the simulated project has no project-wide metadata)."""
+        record = self._record()
+        return rulebook.guest_attributes_enabled(record.metadata if record else {}, {})
+
 
 def default_service_account() -> str:
     """The project's default compute service account, which a VM asked for without one runs as."""
@@ -164,8 +175,12 @@ class MetadataFacts(Protocol):
 
     def put_guest_attribute(self, path: str, value: str) -> None: ...
 
+    def guest_attributes_enabled(self) -> bool: ...
+
 
 def handler_for(vm: MetadataFacts) -> type[BaseHTTPRequestHandler]:
+    rate = rulebook.GuestAttributeRate()  # this VM's writes
+
     class Handler(OwnerOnlyRequests):  # only the owner's processes: the token it serves reads the Ray token
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             url = urlparse(self.path)
@@ -192,6 +207,12 @@ def handler_for(vm: MetadataFacts) -> type[BaseHTTPRequestHandler]:
             if not where.startswith(GUEST_ATTRIBUTES):
                 return self._send(405, "only guest attributes can be written\n")
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            if not vm.guest_attributes_enabled():
+                return self._send(403, f"{rulebook.GUEST_ATTRIBUTES_DISABLED}\n")
+            if not rate.admit(vm.sim.clock.now()):  # dropped as Google may, and said so here
+                log.warning("guest attribute write %s dropped: over the rate of %d a minute, %d a second per VM",
+                            where, rulebook.GUEST_ATTRIBUTE_WRITES_PER_MINUTE, rulebook.GUEST_ATTRIBUTE_WRITES_PER_SECOND)
+                return self._send(200, "")
             try:
                 vm.put_guest_attribute(where[len(GUEST_ATTRIBUTES):], body)
             except CloudError as bad:

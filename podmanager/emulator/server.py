@@ -77,6 +77,7 @@ class Emulator:
                                         saved_at=state_file.secrets_path(project) if persist else None)
         self.api = TpuEmulator(self.sim, secrets,
                                controls={"crash_controller_vm": self.instance_vms.crash_controller,
+                                         "halt_controller_vm": self.instance_vms.halt_controller,
                                          "project": self.change_project})
         # Every call is someone's, checked against the project's IAM and enabled APIs (issue 45).
         self.iam = ProjectIam.load(project, SIMULATED_PROJECT_NUMBER, persist=persist)

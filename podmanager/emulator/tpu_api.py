@@ -231,7 +231,7 @@ class TpuEmulator:
     def __init__(self, sim: SimCloud, secrets: SecretManagerEmulator | None = None, *,
                  controls: dict[str, Callable[..., Any]] | None = None):
         """`controls`: control calls served beside the simulator's own, by name (the emulator's
-        VMs: `crash_controller_vm`)."""
+        VMs: `crash_controller_vm`, `halt_controller_vm`)."""
         self.sim = sim
         self.controls = dict(controls or {})
         self.interceptors: list[grpc.ServerInterceptor] = []  # after the owner's check: the project's IAM

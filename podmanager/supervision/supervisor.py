@@ -73,10 +73,10 @@ BRING_BACK_RETRY_S = 60.0  # after a failed background replacement, the next try
 
 
 class RunSupervisor:
-    def __init__(self, cluster: SupervisedCluster, runs: RunStore, run_id: str, *, code_dir: Path | None = None,
+    def __init__(self, cluster: SupervisedCluster, runs: RunStore, run_id: str, *, code_zip: Path | None = None,
                  printer: OutputPrinter | None = None, poll_interval_s: float = 0.25, remote: Remote = RAY):
-        """`code_dir`: the run's working dir as shipped (where the supervisor's runtime
-        environment unpacked it); None ships nothing."""
+        """`code_zip`: the run's working dir as kept on the controller (`attempts/package.py`);
+        None ships nothing."""
         run = runs.get(run_id)
         if run is None:
             raise PodmanagerError(f"--run: no run {run_id!r}")
@@ -92,7 +92,7 @@ class RunSupervisor:
         self.workload = run.workload.model_copy(update={"env": env})
         self.policy = RecoveryPolicy.from_spec(cluster.spec.recovery.model_copy(update=run.budgets))
         self.runner = AttemptRunner(cluster.name, self.workload, run_id, simulated=cluster.spec.simulated,
-                                    checkpoint_dir=run.checkpoint_dir, code_dir=code_dir, printer=printer,
+                                    checkpoint_dir=run.checkpoint_dir, code_zip=code_zip, printer=printer,
                                     poll_interval_s=poll_interval_s, remote=remote, clock=self.clock,
                                     secret_env=service_tokens.replica_env(cluster.name, self.workload.env))
         self.ledger = run.ledger  # filled in as the run goes, saved with the record

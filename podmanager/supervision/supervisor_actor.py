@@ -13,8 +13,8 @@ import logging
 import os
 import threading
 import traceback
-from pathlib import Path
 
+from podmanager.attempts import package
 from podmanager.controller import head_actors
 from podmanager.state.run_records import RunStore
 
@@ -28,12 +28,12 @@ def actor_name(run_id: str) -> str:
 class SupervisorActor:
     """Plain class; `start_supervisor` wraps it with `ray.remote` and its options."""
 
-    def __init__(self, home: str, cluster: str, run_id: str, code_uri: str | None) -> None:
+    def __init__(self, home: str, cluster: str, run_id: str, code: str | None) -> None:
         head_actors.enter_home(home)
         self.cluster = cluster
         self.run_id = run_id
-        # Ray unpacked the run's code package here, as this actor's working dir (see start_supervisor).
-        self.code_dir = Path.cwd() if code_uri else None
+        # The run's code, kept on this machine by its digest at submit (see start_supervisor).
+        self.code_zip = package.kept_zip(cluster, run_id, code) if code else None
         self._thread = threading.Thread(target=self._supervise, name=f"supervise-{run_id}", daemon=True)
         self._thread.start()
 
@@ -55,7 +55,7 @@ class SupervisorActor:
             first_start = run is not None and run.supervisor.starts == 0
             timers = arm_hangs(cluster) if first_start and cluster.spec.simulated else []
             try:
-                RunSupervisor(cluster, runs, self.run_id, code_dir=self.code_dir).supervise()
+                RunSupervisor(cluster, runs, self.run_id, code_zip=self.code_zip).supervise()
             finally:
                 for timer in timers:
                     timer.cancel()
@@ -99,16 +99,15 @@ def end_run(runs: RunStore, run_id: str, message: str, status: str = "failed") -
     return True
 
 
-def start_supervisor(cluster: str, run_id: str, code_uri: str | None) -> None:
+def start_supervisor(cluster: str, run_id: str, code: str | None) -> None:
     """Create the run's supervisor actor (the caller is connected to the cluster's Ray);
     it builds its own `ClusterRuntime` from the cluster's stored spec.
 
-    `code_uri` (the run's working dir, uploaded by `running.package.upload`) becomes the
-    actor's runtime-environment working dir: a detached actor that names a package keeps it
-    in the cluster for as long as the actor lives (restarts included), and Ray deletes it
-    once the run is over. The supervisor hands it on to the hosts."""
-    head_actors.start(SupervisorActor, actor_name(run_id), cluster, run_id, code_uri, runtime_env={
-        **({"working_dir": code_uri} if code_uri else {}), "env_vars": {
+    `code`: the digest of the run's code, kept in the run's folder on this machine by
+    `attempts/package.keep` until the run ends (restarts of the actor included); the
+    supervisor hands the zip on to the hosts."""
+    head_actors.start(SupervisorActor, actor_name(run_id), cluster, run_id, code, runtime_env={
+        "env_vars": {
             # Hosts of replaced simulated slices are children of this process; they must outlive it.
             "RAY_kill_child_processes_on_worker_exit": "false",
             # The supervisor (and the simulated hosts it boots when it replaces a slice) must not

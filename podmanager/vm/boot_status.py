@@ -1,6 +1,7 @@
 """A host's boot, as it tells it: guest attributes under `podmanager/` on its metadata server.
 
-The startup script and the join write them (`PUT .../instance/guest-attributes/podmanager/KEY`);
+The startup script and the join write them (`PUT .../instance/guest-attributes/podmanager/KEY`,
+through `guest_attributes.py`: a value only when it changed, within Google's rate);
 `up` and `status` read them through the Cloud TPU API (`GetGuestAttributes`), so why a host
 never joined is visible without SSH. Keys: `boot` (installing, token, joining, joined, error),
 `boot-detail` (the error and the last lines of what failed), `versions` (what the host runs:
@@ -15,9 +16,11 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from podmanager.vm import guest_attributes
+
 log = logging.getLogger(__name__)
 
-NAMESPACE = "podmanager"
+NAMESPACE = guest_attributes.NAMESPACE
 STAGE_KEY, DETAIL_KEY, VERSIONS_KEY = "boot", "boot-detail", "versions"
 ERROR = "error"
 JOINED = "joined"
@@ -48,16 +51,13 @@ def report(stage: str, detail: str = "") -> None:
 
 
 def put_attribute(key: str, value: str) -> bool:
-    """The guest attribute podmanager/KEY of this VM; whether the metadata server took it."""
-    request = urllib.request.Request(
-        f"{metadata_root()}/instance/guest-attributes/{NAMESPACE}/{key}", data=value.encode(), method="PUT",
-        headers={"Metadata-Flavor": "Google"})
+    """The guest attribute podmanager/KEY of this VM, written only when it changed and within
+    Google's rate (`guest_attributes.py`); whether it is there."""
     try:
-        urllib.request.urlopen(request, timeout=5.0).close()
-    except (OSError, urllib.error.URLError) as error:
+        return guest_attributes.publish(key, value)
+    except OSError as error:
         log.warning("could not report %s: %s", key, error)
         return False
-    return True
 
 
 @dataclass(frozen=True)

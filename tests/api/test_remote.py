@@ -17,7 +17,6 @@ import pytest
 
 from podmanager.api.remote import RemoteCluster
 from podmanager.channel import identity, pinned, records
-from podmanager.channel.code_zip import shipped_files
 from podmanager.channel.forward import Forward
 from podmanager.channel.server import ChannelServer
 from podmanager.core.errors import PodmanagerError, SpecError
@@ -235,16 +234,6 @@ def test_a_job_on_the_controller_is_followed_and_its_error_raised_here(remote) -
                            None, on_plan=plans.append)
     assert (failed.value.message, failed.value.hint) == ("up failed there", "its fix")
     assert [p.describe() for p in plans] == ["create 1"]
-
-
-def test_packing_honours_nested_ignore_files(tmp_path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "keep.py").write_text("")
-    (tmp_path / "a" / "skip.log").write_text("")
-    (tmp_path / "a" / ".rayignore").write_text("*.log\n")
-    (tmp_path / "__pycache__").mkdir()
-    (tmp_path / "__pycache__" / "x.pyc").write_text("")
-    assert [p.relative_to(tmp_path).as_posix() for p in shipped_files(tmp_path)] == ["a/.rayignore", "a/keep.py"]
 
 
 def test_the_remote_verbs_load_neither_ray_nor_jax() -> None:

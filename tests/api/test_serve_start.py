@@ -37,7 +37,7 @@ class FakeRuns:
 @pytest.fixture
 def started(monkeypatch):
     """What start_service started: the router (service ids) and the replica runs, and what it stopped."""
-    seen = SimpleNamespace(routers=[], stopped=[], submitted=[], interrupt_at=None)
+    seen = SimpleNamespace(routers=[], stopped=[], submitted=[], interrupt_at=None, codes=[])
 
     def start_router(cluster, service_id, config, place):
         assert ServiceStore().get(service_id) is not None  # the record came first
@@ -46,16 +46,18 @@ def started(monkeypatch):
         if seen.interrupt_at == "router":
             raise KeyboardInterrupt
 
-    def submit_run(runtime, runs, workload, budgets):
+    def submit_run(runtime, runs, workload, budgets, code=None):
         if seen.interrupt_at == len(seen.submitted):
             raise KeyboardInterrupt
         seen.submitted.append(f"replica-run-{len(seen.submitted)}")
+        seen.codes.append(code)
         return seen.submitted[-1]
 
     monkeypatch.setattr(serve, "start_router", start_router)
     monkeypatch.setattr(serve, "stop_router", seen.stopped.append)
     monkeypatch.setattr(serve, "submit_run", submit_run)
-    monkeypatch.setattr(serve, "run_slices", lambda spec, workload, spares=None: [0, 1])
+    monkeypatch.setattr(serve, "run_slices", lambda spec, workload, spares=None, shipped=None: [0, 1])
+    monkeypatch.setattr(serve, "packed", lambda workload, code=None: None)  # packing: its own test below
     monkeypatch.setattr(serve, "_router_place", lambda runtime, options: RouterPlace("127.0.0.1", 1, "127.0.0.1", 2))
     return seen
 
@@ -102,3 +104,15 @@ def test_serve_interrupted_says_what_became_of_the_service_not_ups_message(monke
     assert result.exit_code == 130, result.output
     assert "service svc-1 was not started; its router and replica runs were stopped" in result.output
     assert "podmanager down" not in result.output
+
+
+def test_the_services_code_is_packed_once_for_every_replica(started, monkeypatch, tmp_path) -> None:
+    from podmanager.api import submit
+
+    (tmp_path / "doubler.py").write_text("print(2)\n")
+    packs = []
+    monkeypatch.setattr(serve, "packed", lambda workload, code=None: packs.append(1) or submit.packed(workload, code))
+    start_service(RUNTIME, FakeRuns(), ServiceStore(), Workload(entrypoint="doubler.py", working_dir=str(tmp_path)),
+                  ServeOptions(), {})
+    [code, again] = started.codes
+    assert packs == [1] and code is again and code.files == {"doubler.py"}

@@ -5,8 +5,9 @@ import zipfile
 
 import pytest
 
+from podmanager.attempts.attempt import AttemptRunner
+from podmanager.attempts.code_zip import pack
 from podmanager.attempts.launch import launch_envs
-from podmanager.attempts.package import zip_folder
 from podmanager.core.errors import SpecError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism, expand
@@ -68,11 +69,24 @@ def test_workload_argv_and_expansion():
         Workload(entrypoint="a.py", command=["b"])
 
 
-def test_the_code_the_supervisor_holds_reaches_the_hosts_whole(tmp_path):
-    """Filtered once, at submit (attempts/package.upload): the supervisor's copy is shipped as it is."""
-    (tmp_path / "code.py").write_text("print(1)")
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "m.py").write_text("x = 1")
-    zipped = zipfile.ZipFile(io.BytesIO(zip_folder(tmp_path)))
+def test_the_kept_zip_reaches_the_hosts_as_it_is(tmp_path, podmanager_home):
+    """Packed once, where the run was submitted: the supervisor hands those very bytes on."""
+    (tmp_path / "project" / "pkg").mkdir(parents=True)
+    (tmp_path / "project" / "code.py").write_text("print(1)")
+    (tmp_path / "project" / "pkg" / "m.py").write_text("x = 1")
+    code = pack(tmp_path / "project")
+    kept = tmp_path / f"{code.digest}.zip"
+    kept.write_bytes(code.data)
+    put: list[bytes] = []
+
+    class Remote:
+        def put(self, value):
+            put.append(value)
+            return "ref"
+
+    runner = AttemptRunner("c", Workload(entrypoint="code.py"), "r", simulated=True, checkpoint_dir=None,
+                           code_zip=kept, remote=Remote())  # type: ignore[arg-type]
+    assert runner.code() == "ref" and runner.code() == "ref" and put == [code.data]  # put once
+    zipped = zipfile.ZipFile(io.BytesIO(put[0]))
     assert sorted(zipped.namelist()) == ["code.py", "pkg/m.py"]
     assert zipped.read("pkg/m.py") == b"x = 1"

@@ -57,7 +57,7 @@ def test_controller_crash_reboots_the_controller_vm_and_refuses_a_cluster_withou
     with ComputeInstances(project, endpoint=found.compute_api, retry_deadline_s=5, retry_initial_s=0.05,
                           poll_interval_s=0.05) as instances:
         instances.create(Instance(name=f"{cluster}-controller", zone=ZONE, machine_type="e2-standard-2",
-                                  metadata={"startup-script": SCRIPT},
+                                  metadata={"startup-script": SCRIPT, "enable-guest-attributes": "TRUE"},
                                   labels={CLUSTER_LABEL: cluster, ROLE_LABEL: CONTROLLER_ROLE}), timeout_s=30)
         try:
             def boots(expected):

@@ -7,6 +7,7 @@ create and delete; a bad machine type or zone refused naming its field, with not
 from __future__ import annotations
 
 import pytest
+from google.api_core import exceptions as google_exceptions
 from google.api_core.client_options import ClientOptions
 from google.cloud import compute_v1
 
@@ -21,6 +22,7 @@ from podmanager.cloud.gcp.controller_vm import (
     find_controller_vm,
 )
 from podmanager.cloud.gcp.instances import ComputeInstances, instance_message
+from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.network_names import cluster_tag
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE, parse_spec
@@ -85,7 +87,7 @@ def test_create_makes_the_vm_and_a_rule_that_admits_the_caller_alone(emulator, c
     assert vm.zone.endswith("/zones/sim-zone-a")  # the first of the spec's zones that offers the machine type
     assert vm.machine_type.endswith("/machineTypes/e2-standard-4")
     assert [list(a.scopes) for a in vm.service_accounts] == [[CLOUD_PLATFORM_SCOPE]]
-    assert {i.key: i.value for i in vm.metadata.items} == {"startup-script": SCRIPT}
+    assert {i.key: i.value for i in vm.metadata.items} == {"startup-script": SCRIPT, "enable-guest-attributes": "TRUE"}
     assert set(vm.tags.items) == {cluster_tag("c"), "pm-c-controller"}  # the cluster's internal rule, its own
     assert vm.network_interfaces[0].network.endswith("/global/networks/default")
     assert len(vm.network_interfaces[0].access_configs) == 1  # reachable from the laptop
@@ -165,3 +167,45 @@ def test_a_caller_that_is_not_one_address_is_refused_before_any_call(emulator, c
         create(spec(), clients, caller=caller)
     assert refused.value.exit_code == 2
     assert list(emulator.api.requests) == []
+
+
+def test_the_label_filter_is_one_compute_s_grammar_takes(emulator, clients):
+    create(spec(), clients)
+    assert find_controller_vm(spec(), clients["instances"]).name == "c-controller"
+    sent = [r.filter for r in emulator.api.requests_of("compute.instances.aggregatedList")]
+    assert sent and set(sent) == {'(labels.podmanager-cluster = "c") (labels.podmanager-role = "controller")'}
+
+
+@pytest.mark.parametrize("halt, restart", [("stop", "start"), ("suspend", "resume")])
+def test_a_stopped_or_suspended_controller_is_started_again_by_create(emulator, clients, halt, restart):
+    create(spec(), clients)
+    instances = raw(compute_v1.InstancesClient, emulator)
+    getattr(instances, f"{halt}_unary")(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    assert find_controller_vm(spec(), clients["instances"]).status in ("TERMINATED", "SUSPENDED")
+    made = create_controller_vm(spec(), caller=CALLER, port=PORT, startup_script=SCRIPT, timeout_s=5, **clients)
+    assert made.status == "RUNNING"
+    assert [r.instance for r in emulator.api.requests_of(f"compute.instances.{restart}")] == ["c-controller"]
+    assert len(emulator.api.requests_of("compute.instances.insert")) == 1  # the same VM, its disk kept
+
+
+@pytest.mark.parametrize("halt", ["stop", "suspend"])
+def test_a_stopped_or_suspended_controller_is_deleted(emulator, clients, halt):
+    create(spec(), clients)
+    getattr(raw(compute_v1.InstancesClient, emulator), f"{halt}_unary")(project=PROJECT, zone="sim-zone-a",
+                                                                         instance="c-controller")
+    assert delete_controller_vm(spec(), timeout_s=5, **clients).instance == "c-controller"
+    assert listed_instances(emulator) == []
+
+
+def test_the_emulator_refuses_a_start_of_a_suspended_vm_as_compute_engine_may(emulator, clients):
+    create(spec(), clients)
+    instances = raw(compute_v1.InstancesClient, emulator)
+    instances.suspend_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    with pytest.raises(google_exceptions.BadRequest, match="instances.start needs it TERMINATED"):
+        instances.start_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    instances.resume_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    poll_until(lambda: instances.get(project=PROJECT, zone="sim-zone-a", instance="c-controller").status == "RUNNING",
+               timeout_s=10, interval_s=0.05)
+    instances.stop_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")
+    with pytest.raises(google_exceptions.BadRequest, match="instances.resume needs it SUSPENDED"):
+        instances.resume_unary(project=PROJECT, zone="sim-zone-a", instance="c-controller")

@@ -4,6 +4,7 @@ Every dry-run host boots by running it (tests/end_to_end/test_vm_boot.py); these
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -73,3 +74,47 @@ def test_bad_values_are_refused(cluster: str, secret: str, fields: dict[str, obj
 def test_values_are_shell_quoted() -> None:
     script = render(podmanager_source="https://example.com/podmanager-0.1.0-py3-none-any.whl?x=1&y=2")
     assert "PODMANAGER_SOURCE='https://example.com/podmanager-0.1.0-py3-none-any.whl?x=1&y=2'" in script
+
+
+# A stand-in for systemd: `enable`/`disable` mark a unit to start at boot, `restart` starts it.
+FAKE_SYSTEMCTL = """#!/bin/bash
+case "$1" in
+  daemon-reload) ;;
+  enable) touch "$STATE/enabled-$2" ;;
+  disable) rm -f "$STATE/enabled-${@: -1}" ;;
+  restart | start) echo "$2" >>"$STATE/starts" ;;
+esac
+"""
+
+
+def test_after_a_reboot_the_daemon_is_started_once(tmp_path) -> None:
+    """At every boot Google's guest agent runs the startup script, and systemd starts the units
+    that are enabled: the script's unit must be started by one of the two, never by both."""
+    script = render_startup_script("demo", software(), "demo-channel-token", role="controller", channel_port=8443)
+    keep_running = re.search(r"^keep_running\(\) \{.*?^\}$", script, re.DOTALL | re.MULTILINE)
+    assert keep_running is not None
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/systemctl").write_text(FAKE_SYSTEMCTL)
+    (tmp_path / "bin/systemctl").chmod(0o755)
+    (tmp_path / "units").mkdir()
+    boots = f"""
+log() {{ :; }}
+ROOT=""
+{keep_running.group(0)}
+boot() {{
+  for enabled in "$STATE"/enabled-*; do  # systemd, at boot
+    [[ -e "$enabled" ]] && echo "${{enabled##*/enabled-}}" >>"$STATE/starts"
+  done
+  keep_running podmanager-controller "the daemon" /bin/true  # the startup script, at boot
+}}
+boot
+echo reboot >>"$STATE/starts"
+boot
+"""
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "STATE": str(tmp_path), "HOME": str(tmp_path),
+           "PODMANAGER_SYSTEMD_UNITS": str(tmp_path / "units")}
+    subprocess.run(["bash", "-c", boots], env=env, check=True)
+    first, second = (tmp_path / "starts").read_text().split("reboot\n")
+    assert first.split() == ["podmanager-controller.service"]
+    assert second.split() == ["podmanager-controller.service"]  # once after the reboot too
+    assert "Restart=always" in (tmp_path / "units/podmanager-controller.service").read_text()

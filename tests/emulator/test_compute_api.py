@@ -160,8 +160,11 @@ def test_instances_through_the_client_library_with_zone_operations(emulator):
         "project": PROJECT, "zone": "sim-zone-b", "filter": 'labels.podmanager-cluster = "c"'})] == ["c-controller"]
     assert list(instances.list(request={"project": PROJECT, "zone": "sim-zone-b",
                                        "filter": "labels.podmanager-cluster = other"})) == []
-    with pytest.raises(google_exceptions.BadRequest, match="filter"):
-        list(instances.list(request={"project": PROJECT, "zone": "sim-zone-b", "filter": "name eq c-.*"}))
+    assert [i.name for i in instances.list(request={"project": PROJECT, "zone": "sim-zone-b",
+                                                    "filter": "name eq c-.*"})] == ["c-controller"]
+    with pytest.raises(google_exceptions.BadRequest, match="Invalid list filter expression"):
+        list(instances.list(request={"project": PROJECT, "zone": "sim-zone-b",
+                                     "filter": 'labels.podmanager-cluster = "c" AND name = "c-controller"'}))
     with pytest.raises(google_exceptions.Conflict):
         instances.insert_unary(project=PROJECT, zone="sim-zone-b", instance_resource=vm)
     instances.delete_unary(project=PROJECT, zone="sim-zone-b", instance="c-controller")

@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.instances import Instance
 from podmanager.core.clock import FakeClock
 from podmanager.emulator.iam import tokens
@@ -19,18 +20,30 @@ from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.emulator.sim.instances import LATENCY_S, SimInstances
 
 
-@pytest.fixture
-def instance_vm():
+def served_instance(metadata: dict[str, str]):
     clock = FakeClock()
     sim = SimCloud("p-meta", clock=clock)
     with sim.compute() as project:
         SimInstances(project).insert(Instance(name="c-controller", zone="sim-zone-a", machine_type="e2-standard-2",
-                                              metadata={"startup-script": "echo hi", "k": "v"}))
+                                              metadata=metadata))
     clock.advance(LATENCY_S)
     servers = MetadataServers(sim)
     port = servers.serve_vm("instances/sim-zone-a/c-controller", InstanceFacts(sim=sim, zone="sim-zone-a",
                                                                                name="c-controller"))
-    yield sim, f"http://127.0.0.1:{port}/computeMetadata/v1/"
+    return sim, servers, f"http://127.0.0.1:{port}/computeMetadata/v1/"
+
+
+@pytest.fixture
+def instance_vm():
+    sim, servers, base = served_instance({"startup-script": "echo hi", "k": "v", "enable-guest-attributes": "TRUE"})
+    yield sim, base
+    servers.stop_all()
+
+
+@pytest.fixture
+def without_guest_attributes():
+    sim, servers, base = served_instance({"startup-script": "echo hi"})
+    yield sim, base
     servers.stop_all()
 
 
@@ -78,3 +91,31 @@ def test_guest_attributes_put_then_read_and_gone_with_the_instance(instance_vm):
         SimInstances(project).delete("sim-zone-a", "c-controller")
     sim.clock.advance(LATENCY_S)
     assert call(base + "instance/name")[0] == 404  # a deleted instance's server knows nothing
+
+
+def test_a_write_without_enable_guest_attributes_is_refused_as_gce_refuses_it(without_guest_attributes):
+    sim, base = without_guest_attributes
+    assert call(base + "instance/guest-attributes/podmanager/stage", data="ready") == (
+        403, "Guest attributes endpoint access is disabled.\n")
+    with sim.compute() as project, pytest.raises(cloud_errors.NotFoundError):
+        SimInstances(project).guest_attributes("sim-zone-a", "c-controller", "podmanager/")
+
+
+def test_writes_beyond_three_a_second_or_ten_a_minute_are_dropped(instance_vm, caplog):
+    sim, base = instance_vm
+    url = base + "instance/guest-attributes/podmanager/stage"
+
+    def stored() -> str:
+        with sim.compute() as project:
+            return SimInstances(project).guest_attributes("sim-zone-a", "c-controller", "podmanager/stage")[0][2]
+
+    for n in range(4):  # at one instant: the fourth is over the burst
+        assert call(url, data=f"w{n}")[0] == 200  # dropped silently, as Google may
+    assert stored() == "w2" and "dropped" in caplog.text
+    for n in range(4, 12):  # one a second: seven more make the minute's ten, the next is dropped
+        sim.clock.advance(1.0)
+        call(url, data=f"w{n}")
+    assert stored() == "w10"
+    sim.clock.advance(60.0)
+    call(url, data="later")
+    assert stored() == "later"

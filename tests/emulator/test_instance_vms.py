@@ -15,9 +15,15 @@ import psutil
 import pytest
 
 from podmanager.cloud.base import CLUSTER_LABEL
+from podmanager.cloud.gcp.compute import ComputeNetworks
+from podmanager.cloud.gcp.controller_vm import (
+    create_controller_vm,
+    delete_controller_vm,
+)
 from podmanager.cloud.gcp.instances import ComputeInstances
 from podmanager.cloud.instances import CONTROLLER_ROLE, ROLE_LABEL, Instance
 from podmanager.core.clock import poll_until
+from podmanager.core.spec import parse_spec
 from podmanager.emulator import instance_vms
 from podmanager.emulator.control import EmulatorControl
 from podmanager.emulator.server import Emulator
@@ -67,7 +73,8 @@ def instances(emulator):
 
 
 def controller(name="c-controller", script=SCRIPT):
-    metadata = {"startup-script": script} if script else {}
+    # Guest attributes on, as Google requires for the script's PUT (the controller VM `up` makes sets it too).
+    metadata = {"startup-script": script, "enable-guest-attributes": "TRUE"} if script else {}
     return Instance(name=name, zone=ZONE, machine_type="e2-standard-2", metadata=metadata,
                     labels={CLUSTER_LABEL: "c", ROLE_LABEL: CONTROLLER_ROLE})
 
@@ -158,3 +165,35 @@ def test_a_restarted_emulator_serves_a_running_vm_its_metadata_again(sim_home):
                    what="the deleted VM's processes gone")
     finally:
         second.stop()
+
+
+def test_the_controller_vm_up_makes_may_report_its_boot(emulator, instances):
+    """Google drops guest attributes unless the VM's metadata turns them on: the VM
+    `create_controller_vm` makes reports its boot (without the key, the PUT is a 403)."""
+    cluster_spec = parse_spec({"name": "c", "slices": [{"accelerator": "v4-8"}], "zones": [ZONE]}, dry_run=True)
+    with ComputeNetworks(PROJECT, endpoint=f"http://127.0.0.1:{emulator.rest_port}", retry_deadline_s=5,
+                         retry_initial_s=0.05, poll_interval_s=0.05) as networks:
+        create_controller_vm(cluster_spec, instances=instances, networks=networks, caller="203.0.113.7/32",
+                             port=8443, startup_script=SCRIPT, timeout_s=30)
+        try:
+            booted(instances, "c-controller-1")
+        finally:
+            delete_controller_vm(cluster_spec, instances=instances, networks=networks, timeout_s=30)
+
+
+@pytest.mark.parametrize("state, restart", [("TERMINATED", "start"), ("SUSPENDED", "resume")])
+def test_a_stopped_controller_vm_ends_keeps_its_disk_and_boots_again_when_started(emulator, instances, state, restart):
+    instances.create(controller(), timeout_s=30)
+    booted(instances, "c-controller-1")
+    first = record()
+    with EmulatorControl(f"127.0.0.1:{emulator.grpc_port}") as control:
+        assert control.halt_controller_vm("other", state) is None
+        assert control.halt_controller_vm("c", state) == "c-controller"
+    assert instances.get(ZONE, "c-controller").status == state
+    poll_until(lambda: not procs.alive(first["machine_id"]), timeout_s=30, interval_s=0.05,
+               what="the stopped VM's processes gone")
+    assert Path(first["temp_dir"], "root/boots").read_text().strip() == "1"  # its disk kept
+    getattr(instances, restart)(ZONE, "c-controller", timeout_s=30)
+    booted(instances, "c-controller-2")  # the same disk: its counter went on
+    assert record()["temp_dir"] == first["temp_dir"]
+    instances.delete(ZONE, "c-controller", timeout_s=30)

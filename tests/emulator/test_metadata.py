@@ -24,7 +24,7 @@ from podmanager.vm import notices
 @pytest.fixture
 def vm(tmp_path):
     sim = SimCloud(clock=FakeClock(), create_latency_s=0.0)
-    sim.create_node("z", "c-s0", NodeRequest("v4-16", "rt", Capacity.SPOT))
+    sim.create_node("z", "c-s0", NodeRequest("v4-16", "rt", Capacity.SPOT, metadata={"enable-guest-attributes": "TRUE"}))
     megascale = tmp_path / "megascale.json"
     servers = MetadataServers(sim)
     port = servers.start(zone="z", node="c-s0", worker=1, accelerator="v4-16", endpoints=["10.0.0.1", "10.0.0.2"],
@@ -188,5 +188,23 @@ def test_it_serves_the_nodes_metadata_the_project_and_a_service_account_token(tm
         assert tokens.principal_of(issued) == f"serviceAccount:{email}"  # the emulator knows the VM by it
         sim.update_node_metadata("z", "c-s0", {"startup-script": "#!/bin/bash\n", "podmanager-head": "h:2"})
         assert get(base + "instance/attributes/podmanager-head") == (200, "h:2")
+    finally:
+        servers.stop_all()
+
+
+def test_a_tpu_vm_without_enable_guest_attributes_may_not_write_them(tmp_path):
+    sim = SimCloud(clock=FakeClock(), create_latency_s=0.0)
+    sim.create_node("z", "c-s0", NodeRequest("v4-8", "rt", Capacity.SPOT))
+    servers = MetadataServers(sim)
+    port = servers.start(zone="z", node="c-s0", worker=0, accelerator="v4-8", endpoints=["10.0.0.1"],
+                         megascale_file=tmp_path / "megascale.json")
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/computeMetadata/v1/instance/guest-attributes/"
+                                         "podmanager/boot", data=b"joined", method="PUT",
+                                         headers={"Metadata-Flavor": "Google"})
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(request, timeout=10)
+        assert (error.value.code, error.value.read().decode()) == (403, "Guest attributes endpoint access is disabled.\n")
+        assert sim.guest_attributes("z", "c-s0", "podmanager/") == []
     finally:
         servers.stop_all()

@@ -173,3 +173,36 @@ def test_attaching_to_one_run_shows_none_of_anothers_events(cluster, project):
     attached = podmanager(project, "attach", "-c", NAME, first)
     assert attached.returncode == 0, attached.stdout + attached.stderr
     assert first in attached.stdout and second not in attached.stdout + attached.stderr
+
+
+def test_links_leaving_the_project_are_not_shipped_and_a_link_to_its_parent_does_not_hang_the_run(
+        cluster, project, tmp_path):
+    """`up -> ..` once made a local run walk the parent again and again, in `starting` with its
+    slice until killed; a file link to outside shipped the file it pointed to."""
+    (tmp_path / "outside.txt").write_text("not the project's\n")
+    (project / "up").symlink_to("..")
+    (project / "outside.txt").symlink_to(tmp_path / "outside.txt")
+    (project / "look.py").write_text(textwrap.dedent('''
+        import json, os
+        print("RESULT " + json.dumps({name: os.path.exists(name) for name in ("up", "outside.txt", "mypkg/model.py")}),
+              flush=True)
+    '''))
+    done = podmanager(project, "run", "-c", NAME, "--slices", "1", "--json", "look.py", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for link in ("up", "outside.txt"):
+        assert f"{project}/{link} is a link that is not shipped: it leads outside the folder" in done.stderr
+    assert results(cluster, json.loads(done.stdout)["run_id"]) == [
+        {"up": False, "outside.txt": False, "mypkg/model.py": True}]
+
+
+def test_a_working_dir_too_large_unpacked_is_refused_before_anything_is_sent(cluster, project):
+    """A file of zeros zips to almost nothing, yet every host would unpack all of it."""
+    with open(project / "zeros.bin", "wb") as sparse:
+        sparse.truncate(300 << 20)  # 300 MiB that take no disk here
+    runs_before = len(RunStore().list(NAME))
+    done = podmanager(project, "run", "-c", NAME, "--slices", "1", "train.py", timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "more than the 256 MiB unpacked on every host; the biggest: zeros.bin (300 MiB)" in said
+    assert ".gitignore" in said
+    assert len(RunStore().list(NAME)) == runs_before

@@ -1,7 +1,7 @@
 """One run per slice, however many are submitted at once: "slices free? then they are this
 run's" is one transaction (RunStore.claim), used by Cluster.submit; a submit that fails
 after its claim frees the slices. No Ray: the run store from several processes, and
-`Cluster.submit` from several threads with its Ray steps (connect, upload, supervisor) faked."""
+`Cluster.submit` from several threads with its Ray steps (connect, keeping the code, supervisor) faked."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 from race_workers import SPAWN, claim_rounds, start, stop_all
 
 from podmanager.api import Cluster
-from podmanager.attempts.package import CodePackage
 from podmanager.core.errors import SpecError
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunStore
@@ -56,7 +55,7 @@ class _Hosts:
 
 
 class _Gate:
-    """Holds every submit in its upload until all submits have either got there or ended,
+    """Holds every submit in keeping its code until all submits have either got there or ended,
     so a check-then-insert submit lets them all past its check."""
 
     def __init__(self, parties: int):
@@ -76,22 +75,21 @@ class _Gate:
 
 @pytest.fixture
 def faked_ray(monkeypatch, tmp_path):
-    """Cluster.submit without Ray: `gate` paces the uploads, `started` lists the supervisors started."""
+    """Cluster.submit without Ray: `gate` paces the keeping of the code, `started` lists the supervisors started."""
     state: dict = {"gate": None, "started": [], "fail_start": None}
     ids = itertools.count()
 
-    def upload(folder, keep=None):  # type: ignore[no-untyped-def]
+    def keep(code, cluster, run_id):  # type: ignore[no-untyped-def]
         if state["gate"] is not None:
             state["gate"].arrive()
             state["gate"].wait_for_all()
-        return CodePackage("gcs://_ray_pkg_test.zip", frozenset({"train.py"}), 1)
 
-    def start_supervisor(cluster, run_id, code_uri):  # type: ignore[no-untyped-def]
+    def start_supervisor(cluster, run_id, code):  # type: ignore[no-untyped-def]
         if state["fail_start"] is not None:
             raise state["fail_start"]
         state["started"].append(run_id)
 
-    monkeypatch.setattr("podmanager.attempts.package.upload", upload)
+    monkeypatch.setattr("podmanager.attempts.package.keep", keep)
     monkeypatch.setattr("podmanager.supervision.supervisor_actor.start_supervisor", start_supervisor)
     monkeypatch.setattr("podmanager.api.submit.new_run_id", lambda workload: f"run-{next(ids)}")
     return state
@@ -147,9 +145,10 @@ def test_a_submit_that_fails_after_its_claim_frees_the_slices(faked_ray, tmp_pat
     assert [r.run_id for r in RunStore().active("claims")] == [handle.run_id]
 
 
-def test_a_program_left_out_of_the_package_is_refused_after_the_claim_and_frees_the_slice(faked_ray, tmp_path):
-    # There, but not in the package (as when .gitignore leaves it out): found out only after the upload.
+def test_a_program_left_out_of_the_package_is_refused_and_claims_no_slice(faked_ray, tmp_path):
+    # There, but not in the package: .gitignore leaves it out (the code is packed before the claim).
     (tmp_path / "secret.py").write_text("print('never shipped')\n")
+    (tmp_path / ".gitignore").write_text("secret.py\n")
     target = cluster()
     with pytest.raises(SpecError, match="secret.py is left out of what is shipped"):
         target.submit(Workload(entrypoint="secret.py", working_dir=str(tmp_path), slices=[0]))

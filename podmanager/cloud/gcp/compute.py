@@ -39,6 +39,9 @@ from podmanager.core.errors import TimeoutExceededError
 T = TypeVar("T")
 C = TypeVar("C", bound="ComputeClients")
 SERVICE = "the Compute Engine API"
+# An operation's `wait` returns when it is DONE or near its 2-minute deadline (compute.v1's
+# zoneOperations.wait): its call's timeout is that, with a margin.
+WAIT_CALL_TIMEOUT_S = 150.0
 _BY_STATUS: dict[int, type[cloud_errors.CloudError]] = {
     400: cloud_errors.InvalidRequestError, 401: cloud_errors.AuthenticationError,
     403: cloud_errors.PermissionDeniedError, 404: cloud_errors.NotFoundError, 409: cloud_errors.AlreadyExistsError,
@@ -131,13 +134,21 @@ class ComputeClients:
         return call_google(what, _rest_call(method), request, service=SERVICE, clock=self.clock,
                            map_error=lambda error: map_rest_error(error, self.caller), **self.timing)
 
+    def _wait_call(self, what: str, method: Callable[..., T], **request: Any) -> T:
+        """An operation's `wait`, which Google holds up to its 2-minute deadline: given longer
+        than that, not the ordinary call timeout (which would end every long wait as an error)."""
+        timing = {**self.timing, "call_timeout_s": max(self.timing["call_timeout_s"], WAIT_CALL_TIMEOUT_S)}
+        return call_google(what, _rest_call(method), request, service=SERVICE, clock=self.clock,
+                           map_error=map_rest_error, **timing)
+
     @staticmethod
     def _all_pages(method: Callable[..., Any]) -> Callable[..., list[Any]]:
         return lambda **call: list(method(**call))
 
     def _wait_done(self, operation: compute_v1.Operation, poll: Callable[[], compute_v1.Operation], what: str,
                    timeout_s: float) -> None:
-        """Until the operation is DONE (`poll`: it as it is now); its error as the taxonomy's."""
+        """Until the operation is DONE or `timeout_s` passes (`poll`: an operation's `wait`, which
+        may return it not DONE, at its deadline or at once); its error as the taxonomy's."""
         def finished() -> compute_v1.Operation | None:
             current = poll()
             return current if current.status == compute_v1.Operation.Status.DONE else None
@@ -229,5 +240,6 @@ class ComputeNetworks(ComputeClients):
 
     def _wait(self, operation: compute_v1.Operation, what: str, timeout_s: float) -> None:
         """Until the (global) operation is DONE."""
-        self._wait_done(operation, lambda: self._call(f"wait for {what}", self._operations.wait, project=self.project,
-                                                      operation=operation.name), what, timeout_s)
+        self._wait_done(operation, lambda: self._wait_call(f"wait for {what}", self._operations.wait,
+                                                           project=self.project, operation=operation.name),
+                        what, timeout_s)

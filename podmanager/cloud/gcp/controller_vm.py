@@ -6,7 +6,8 @@ with the one firewall rule that lets the caller reach its channel. Not used by `
   `cloud-platform` scope (it calls Cloud TPU, Compute Engine, Secret Manager and Cloud Storage);
   an external IP (the laptop reaches it); labelled as the TPU nodes are (`podmanager-cluster`)
   plus `podmanager-role: controller`; the cluster's network tag (its internal rule lets the
-  hosts and the head reach each other) and its own; the startup script given.
+  hosts and the head reach each other) and its own; the startup script given, and guest
+  attributes turned on (`enable-guest-attributes`: its boot and channel are reported through them).
 - **Its zone**: `controller.zone`, else the first of the spec's zones, then of the other zones
   of their region (by name), that offers the machine type: the controller shares the slices'
   regional subnetwork. A zone that does not offer it, or that the project lacks, is refused
@@ -16,8 +17,9 @@ with the one firewall rule that lets the caller reach its channel. Not used by `
   (a /32), to the controller's tag alone. A rule that admits anything else is replaced.
 
 Idempotent: `create_controller_vm` finds what an interrupted call left (the rule, the VM still
-provisioning) and finishes it; a second call changes nothing. `delete_controller_vm` of nothing
-is fine.
+provisioning) and finishes it, and starts a stopped VM (resumes a suspended one) again; a second
+call changes nothing. `delete_controller_vm` deletes the VM in
+whichever state (stopped and suspended too); of nothing is fine.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from podmanager.cloud.instances import (
     LEAVING_STATES,
     ROLE_LABEL,
     RUNNING,
+    SETTLING_STATES,
+    STOPPED,
+    SUSPENDED,
     Instance,
 )
 from podmanager.cloud.network import Allowed, FirewallRule, region_of, short_name
@@ -125,7 +130,9 @@ def controller_instance(spec: ClusterSpec, zone: str, startup_script: str) -> In
         network_project="" if in_project == spec.project else in_project,
         external_ip=True,  # the laptop reaches its channel from outside the VPC
         service_account=(network.service_account if network and network.service_account else "default"),
-        scopes=[CLOUD_PLATFORM_SCOPE], metadata={"startup-script": startup_script},
+        scopes=[CLOUD_PLATFORM_SCOPE],
+        # Google takes guest attributes (how the VM reports its boot and its channel) only with this on.
+        metadata={"startup-script": startup_script, "enable-guest-attributes": "TRUE"},
         tags=list(dict.fromkeys([*(network.tags if network else []), cluster_tag(spec.name),
                                  controller_tag(spec.name)])),
         disk_gb=spec.controller.disk_gb)
@@ -149,10 +156,7 @@ def create_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, netw
                          caller: str, port: int, startup_script: str, timeout_s: float = 300.0) -> Instance:
     """The controller VM, RUNNING, and its channel rule admitting `caller` alone (module docstring)."""
     rule = channel_rule(spec, caller, port)  # a bad caller is refused before any call
-    existing = find_controller_vm(spec, instances)
-    if existing is not None and existing.status in LEAVING_STATES:  # a delete under way: let it finish
-        _wait_gone(spec, instances, timeout_s)
-        existing = None
+    existing = _settled(spec, instances, timeout_s)
     zone = existing.zone if existing is not None else choose_zone(spec, instances)
     _ensure_rule(rule, networks.in_project(network_project(spec)))
     if existing is None:
@@ -160,6 +164,10 @@ def create_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, netw
             instances.create(controller_instance(spec, zone, startup_script), timeout_s=timeout_s)
         except cloud_errors.AlreadyExistsError:
             pass  # made meanwhile (another create): wait for it below
+    elif existing.status == STOPPED:  # stopped (by someone, or a host error): it boots again on its disk
+        instances.start(zone, existing.name, timeout_s=timeout_s)
+    elif existing.status == SUSPENDED:
+        instances.resume(zone, existing.name, timeout_s=timeout_s)
     return _wait_running(instances, zone, controller_vm_name(spec.name), timeout_s)
 
 
@@ -167,9 +175,10 @@ def delete_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, netw
                          timeout_s: float = 300.0) -> ControllerVmDeleted:
     """The controller VM and its channel rule deleted, whichever exist; waits until the VM is gone."""
     found = find_controller_vm(spec, instances)
-    if found is not None and found.status not in LEAVING_STATES:
+    settled = _settled(spec, instances, timeout_s) if found is not None else None
+    if settled is not None:  # running, stopped or suspended alike: deleted
         try:
-            instances.delete(found.zone, found.name, timeout_s=timeout_s)
+            instances.delete(settled.zone, settled.name, timeout_s=timeout_s)
         except cloud_errors.NotFoundError:
             pass
     if found is not None:
@@ -207,6 +216,17 @@ def _wait_running(instances: ComputeInstances, zone: str, name: str, timeout_s: 
     return poll_until(running, timeout_s=timeout_s, interval_s=instances.poll_interval_s, clock=instances.clock,
                       on_timeout=lambda: TimeoutExceededError(f"controller VM {name} in {zone} is not RUNNING after "
                                                               f"{timeout_s:g}s"))
+
+
+def _settled(spec: ClusterSpec, instances: ComputeInstances, timeout_s: float) -> Instance | None:
+    """The controller VM once it is past STOPPING or SUSPENDING (a stop, a suspension, or a
+    delete under way), None when there is none (or a delete took it)."""
+    def settled() -> tuple[Instance | None] | None:
+        vm = find_controller_vm(spec, instances)
+        return (vm,) if vm is None or vm.status not in SETTLING_STATES else None
+
+    return poll_until(settled, timeout_s=timeout_s, interval_s=instances.poll_interval_s, clock=instances.clock,
+                      what=f"controller VM {controller_vm_name(spec.name)} to stop, suspend or go")[0]
 
 
 def _wait_gone(spec: ClusterSpec, instances: ComputeInstances, timeout_s: float) -> None:

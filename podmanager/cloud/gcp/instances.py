@@ -1,6 +1,6 @@
 """Compute Engine VMs through `google-cloud-compute`, as typed records (`cloud/instances.py`):
 the zones of a region, whether a zone offers a machine type, instances created, read, found by
-label and deleted (each change waited for through its zone operation), and the guest attributes
+label, started or resumed, and deleted (each change waited for through its zone operation), and the guest attributes
 a VM wrote. What the controller VM (`controller_vm.py`) is made of.
 
 Calls, retries, errors and the endpoint (Google's or a dry run's emulator) as `compute.py`'s.
@@ -63,6 +63,12 @@ def instance_record(message: compute_v1.Instance) -> Instance:
         external_address=nic.access_configs[0].nat_i_p if nic.access_configs else "")
 
 
+def label_filter(labels: dict[str, str]) -> str:
+    """A list's `filter` for instances carrying all of `labels`: with several expressions Compute's
+    grammar wants each within parentheses (its own definition of `filter`), so always parenthesized."""
+    return " ".join(f'(labels.{key} = "{value}")' for key, value in sorted(labels.items()))
+
+
 class ComputeInstances(ComputeClients):
     """One project's VMs through the Compute Engine API (see `ComputeClients` for the endpoint)."""
 
@@ -103,7 +109,7 @@ class ComputeInstances(ComputeClients):
 
     def labelled(self, labels: dict[str, str]) -> list[Instance]:
         """Every instance of the project, in any zone, that carries all of `labels`."""
-        query = " AND ".join(f'labels.{key} = "{value}"' for key, value in sorted(labels.items()))
+        query = label_filter(labels)
         scoped = self._call("list instances by label", self._all_pages(self._instances.aggregated_list),
                             project=self.project, filter=query)
         return [instance_record(m) for _, in_zone in scoped for m in in_zone.instances]
@@ -129,6 +135,19 @@ class ComputeInstances(ComputeClients):
         operation = self._call(what, self._instances.delete_unary, project=self.project, zone=zone, instance=name)
         self._wait(operation, zone, what, timeout_s)
 
+    def start(self, zone: str, name: str, *, timeout_s: float = 300.0) -> None:
+        """A stopped (TERMINATED) instance started again: it boots, its startup script runs again."""
+        what = f"start instance {name} in {zone}"
+        operation = self._call(what, self._instances.start_unary, project=self.project, zone=zone, instance=name)
+        self._wait(operation, zone, what, timeout_s)
+
+    def resume(self, zone: str, name: str, *, timeout_s: float = 300.0) -> None:
+        """A SUSPENDED instance resumed: its memory restored, what ran runs on."""
+        what = f"resume instance {name} in {zone}"
+        operation = self._call(what, self._instances.resume_unary, project=self.project, zone=zone, instance=name)
+        self._wait(operation, zone, what, timeout_s)
+
     def _wait(self, operation: compute_v1.Operation, zone: str, what: str, timeout_s: float) -> None:
-        self._wait_done(operation, lambda: self._call(f"wait for {what}", self._operations.wait, project=self.project,
-                                                      zone=zone, operation=operation.name), what, timeout_s)
+        self._wait_done(operation, lambda: self._wait_call(f"wait for {what}", self._operations.wait,
+                                                           project=self.project, zone=zone, operation=operation.name),
+                        what, timeout_s)

@@ -101,6 +101,11 @@ METHODS: dict[str, Method] = {
     "compute.instances.aggregatedList": Method(COMPUTE, ("compute.instances.list",)),
     "compute.instances.delete": Method(COMPUTE, ("compute.instances.delete",)),
     "compute.instances.getGuestAttributes": Method(COMPUTE, ("compute.instances.getGuestAttributes",)),
+    # https://docs.cloud.google.com/compute/docs/reference/rest/v1/instances/stop (and start, suspend, resume)
+    "compute.instances.start": Method(COMPUTE, ("compute.instances.start",)),
+    "compute.instances.stop": Method(COMPUTE, ("compute.instances.stop",)),
+    "compute.instances.suspend": Method(COMPUTE, ("compute.instances.suspend",)),
+    "compute.instances.resume": Method(COMPUTE, ("compute.instances.resume",)),
     "storage.buckets.get": Method(STORAGE, ("storage.buckets.get",)),
     "storage.buckets.getIamPolicy": Method(STORAGE, ("storage.buckets.getIamPolicy",)),
     "storage.buckets.setIamPolicy": Method(STORAGE, ("storage.buckets.setIamPolicy",)),

@@ -5,7 +5,9 @@ machine types, and instances inserted, read, listed by label and deleted, over t
 Zones: the simulated ones. `sim-zone-a` and `-b` offer general-purpose machine types (e2, n2,
 n1); `sim-zone-c` offers TPUs only, as some TPU zones offer few or no general-purpose VMs, so a
 test sees a controller's zone chosen past it. An instance is PROVISIONING for `LATENCY_S` (its
-insert operation is RUNNING), then RUNNING; a deleted one is STOPPING for `LATENCY_S`, then gone.
+insert operation is RUNNING), then RUNNING; a deleted one is STOPPING for `LATENCY_S`, then gone. A stopped one is TERMINATED, a
+suspended one SUSPENDED, until started (resumed) again: which calls each state allows is the
+rulebook's (`rulebook.instance_may`); a delete is allowed in any.
 Errors have the API's wording and kind: an unknown zone and a machine type the zone lacks are
 400s in an insert; a machine type the zone lacks is a 404 of its own get.
 """
@@ -13,12 +15,13 @@ Errors have the API's wording and kind: an unknown zone and a machine type the z
 from __future__ import annotations
 
 import ipaddress
-import re
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.instances import Instance
 from podmanager.cloud.network import region_of
 from podmanager.core.spec import SIMULATED_ZONES
+from podmanager.emulator import rulebook
+from podmanager.emulator.rulebook import TERMINATED
 from podmanager.emulator.sim.compute import SimCompute
 from podmanager.emulator.sim.records import ComputeOperation, InstanceRecord
 
@@ -37,20 +40,6 @@ MACHINE_TYPES: dict[str, dict[str, tuple[int, int]]] = {
 MIN_DISK_GB = 10
 # The simulated VM runs on this machine: what reaches it from "outside" is loopback.
 EXTERNAL_ADDRESS = "127.0.0.1"
-_LABEL_TERM = re.compile(r'\(?\s*labels\.(?P<key>[a-z0-9_-]+)\s*=\s*"?(?P<value>[a-z0-9_-]*)"?\s*\)?')
-
-
-def label_filter(text: str) -> dict[str, str]:
-    """The labels a list's `filter` asks for: `labels.K = V` terms, joined by AND or a space
-    (the forms podmanager sends); any other filter is refused as the API refuses one it cannot parse."""
-    labels: dict[str, str] = {}
-    for term in re.split(r"\s+AND\s+|\)\s+\(", text.strip()) if text.strip() else []:
-        found = _LABEL_TERM.fullmatch(term.strip())
-        if found is None:
-            raise cloud_errors.InvalidRequestError(f"Invalid value for field 'filter': '{text}'. Invalid list filter "
-                                                   "expression (the emulator reads labels.KEY = VALUE terms only).")
-        labels[found["key"]] = found["value"]
-    return labels
 
 
 class SimInstances:
@@ -112,8 +101,8 @@ class SimInstances:
                 and all(record.instance.labels.get(key) == value for key, value in labels.items())]
 
     def _as_reported(self, record: InstanceRecord) -> Instance:
-        status = ("STOPPING" if record.gone_at is not None
-                  else "RUNNING" if self.compute.now >= record.running_at else "PROVISIONING")
+        status = ("STOPPING" if record.gone_at is not None else record.halted
+                  or ("RUNNING" if self.compute.now >= record.running_at else "PROVISIONING"))
         return record.instance.model_copy(update={"status": status})
 
     def insert(self, asked: Instance) -> ComputeOperation:
@@ -179,6 +168,31 @@ class SimInstances:
             raise cloud_errors.NotFoundError(f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}"
                                              f"/guestAttributes/{query_path}' was not found")
         return found
+
+    # ------------------------------------------------------------------ stopped, suspended, started
+
+    def halt(self, zone: str, name: str, state: str) -> ComputeOperation:
+        """The instance stopped (TERMINATED) or SUSPENDED: by instances.stop or .suspend, or by
+        Compute Engine itself (a host error, a preemption; the `sim controller-stop` fault)."""
+        self.instance(zone, name)
+        record = self.state.instances[f"{zone}/{name}"]
+        rulebook.instance_may(record.instance.name, self._as_reported(record).status,
+                              "stop" if state == TERMINATED else "suspend")
+        record.halted = state
+        self.compute.changed = True
+        return self.compute.start_operation("stop" if state == TERMINATED else "suspend",
+                                            f"zones/{zone}/instances/{name}", zone=zone, latency_s=LATENCY_S)
+
+    def start(self, zone: str, name: str, verb: str) -> ComputeOperation:
+        """instances.start of a TERMINATED instance, or .resume (`verb`) of a SUSPENDED one: it boots
+        again (a start runs its startup script again, on the same disk)."""
+        self.instance(zone, name)
+        record = self.state.instances[f"{zone}/{name}"]
+        rulebook.instance_may(record.instance.name, self._as_reported(record).status, verb)
+        record.halted = ""
+        record.running_at = self.compute.now + LATENCY_S
+        self.compute.changed = True
+        return self.compute.start_operation(verb, f"zones/{zone}/instances/{name}", zone=zone, latency_s=LATENCY_S)
 
     def delete(self, zone: str, name: str) -> ComputeOperation:
         self.instance(zone, name)

@@ -164,6 +164,7 @@ class InstanceRecord(BaseModel):
     instance: Instance
     running_at: float
     gone_at: float | None = None  # set by a delete
+    halted: str = ""  # TERMINATED (stopped) or SUSPENDED; "": running (or on its way)
     guest_attributes: dict[str, str] = Field(default_factory=dict)  # "NAMESPACE/KEY" -> what the VM PUT
 
 

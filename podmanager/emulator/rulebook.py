@@ -1,0 +1,107 @@
+"""Google Cloud's rules the emulator enforces, each from the page that documents it: the emulator
+answers as Google Cloud does, never from what podmanager happens to send. One rule a function or
+constant with its source and a one-line summary; the REST and metadata handlers call into these.
+Where the documentation is silent the comment says so and the stricter answer is chosen.
+
+(What a request's body and parameters may hold, by the discovery documents' schemas, is checked
+elsewhere; these are the rules that schema cannot state.)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from podmanager.cloud import errors as cloud_errors
+from podmanager.emulator import list_filter
+
+# ---------------------------------------------------------------------- Compute Engine: list filters
+
+# compute.v1's own definition of every list's `filter` parameter (the discovery document shipped in
+# google-api-python-client, revision 20261106), also at
+# https://cloud.google.com/compute/docs/reference/rest/v1/instances/list#query-parameters
+# Several expressions each within parentheses; `=`-style and `eq`/`ne` never mixed. The wording of
+# the refusal is as users report it ("Invalid list filter expression"), not in Google's pages.
+
+
+def compute_list_filter(text: str) -> list_filter.ListFilter:
+    """A list's `filter` by Compute's grammar (`list_filter.py`); 400 "Invalid list filter expression"."""
+    try:
+        return list_filter.parse(text)
+    except list_filter.InvalidFilter as bad:
+        raise cloud_errors.InvalidRequestError(
+            f"Invalid value for field 'filter': '{text}'. Invalid list filter expression: {bad}.") from bad
+
+
+# ---------------------------------------------------------------------- Compute Engine: guest attributes
+
+# https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
+# Guest attributes are off unless `enable-guest-attributes` is TRUE in the instance's or the
+# project's metadata; a write to them from inside a VM where they are off is refused. The 403's
+# wording is as users report it. The page shows the value TRUE; any other value counts as off
+# (the documentation says no more: the stricter reading).
+GUEST_ATTRIBUTES_KEY = "enable-guest-attributes"
+GUEST_ATTRIBUTES_DISABLED = "Guest attributes endpoint access is disabled."
+
+
+def guest_attributes_enabled(instance_metadata: dict[str, str], project_metadata: dict[str, str]) -> bool:
+    """Whether the VM may write guest attributes: the key TRUE on the instance or the project."""
+    return "TRUE" in (instance_metadata.get(GUEST_ATTRIBUTES_KEY), project_metadata.get(GUEST_ATTRIBUTES_KEY))
+
+
+# The same page: at most 10 queries a minute per VM, in bursts of at most 3 a second; beyond
+# that, writes may be dropped without an error. "May": the emulator always drops them (the
+# stricter choice) and logs each one it drops, so a test sees the writer overran.
+GUEST_ATTRIBUTE_WRITES_PER_MINUTE = 10
+GUEST_ATTRIBUTE_WRITES_PER_SECOND = 3
+
+
+class GuestAttributeRate:
+    """One VM's guest-attribute writes over the last minute: whether the next is within the rate."""
+
+    def __init__(self) -> None:
+        self._times: deque[float] = deque()
+        self._lock = threading.Lock()
+
+    def admit(self, now: float) -> bool:
+        """Whether a write at `now` (seconds) is taken; a taken one counts toward the next."""
+        with self._lock:
+            while self._times and self._times[0] <= now - 60.0:
+                self._times.popleft()
+            last_second = sum(1 for t in self._times if t > now - 1.0)
+            if len(self._times) >= GUEST_ATTRIBUTE_WRITES_PER_MINUTE or last_second >= GUEST_ATTRIBUTE_WRITES_PER_SECOND:
+                return False
+            self._times.append(now)
+            return True
+
+
+# ---------------------------------------------------------------------- Compute Engine: operations
+
+# compute.v1's definition of zoneOperations.wait (and the region and global ones), also at
+# https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait
+# It returns when the operation is DONE or when the request nears its 2-minute deadline, whichever
+# is first, with the operation as it is then (maybe not DONE: "be prepared to retry"); under load
+# it may return sooner, even at once.
+OPERATION_WAIT_DEADLINE_S = 120.0
+
+
+# ---------------------------------------------------------------------- Compute Engine: an instance's life
+
+# https://cloud.google.com/compute/docs/instances/instance-life-cycle
+# https://cloud.google.com/compute/docs/instances/stop-start-instance
+# https://cloud.google.com/compute/docs/instances/suspend-resume-instance
+# A stopped instance is TERMINATED and is started again with instances.start (its startup script
+# runs again, on the same disk); a suspended one is SUSPENDED and is resumed with
+# instances.resume (its memory restored: nothing runs again). Either may be deleted. What the API
+# answers to a call in another state (start of a SUSPENDED instance, resume of a TERMINATED one,
+# stop of one already stopped) the pages do not say: the stricter answer, a 400, is given.
+TERMINATED, SUSPENDED = "TERMINATED", "SUSPENDED"
+_ALLOWED_FROM = {"start": (TERMINATED,), "resume": (SUSPENDED,), "stop": ("RUNNING", "PROVISIONING"),
+                 "suspend": ("RUNNING",)}
+
+
+def instance_may(name: str, status: str, verb: str) -> None:
+    """400 unless an instance in `status` may be `verb`ed (start, resume, stop, suspend)."""
+    if status not in _ALLOWED_FROM[verb]:
+        raise cloud_errors.InvalidRequestError(
+            f"The instance '{name}' is {status}: instances.{verb} needs it {' or '.join(_ALLOWED_FROM[verb])}.")
