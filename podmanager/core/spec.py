@@ -306,9 +306,10 @@ class ControllerSpec(_Model):
     # 4 vCPUs and 16 GB: the controller runs the Ray head (GCS, raylet, dashboard) and one Ray actor
     # process per run's supervisor and service router; a few dozen of them need the memory, and the
     # head must keep answering its hosts while they poll. SkyPilot's jobs controller asks for 4+ CPUs
-    # for the same job; e2 is general-purpose, offered in every zone that has TPUs.
+    # for the same job; e2 is general-purpose, offered in most zones (not us-central2's, a TPU region).
     machine_type: str = Field("e2-standard-4", description="the controller VM's Compute Engine machine type")
-    zone: str | None = Field(None, description="the controller VM's zone; null: chosen in the slices' region")
+    zone: str | None = Field(None, description="the controller VM's zone; null: the nearest to the slices' "
+                                                 "that offers machine_type (their region, then their continent's)")
     # The software (Python, Ray, JAX: a few GB), the state store, runs' logs and code packages.
     disk_gb: int = Field(50, ge=10, le=65536, strict=True,
                          description="the controller VM's boot disk")  # 10: a Debian image's smallest disk
