@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_index import serve_index
 from sim_view import sim_control, sim_nodes
 from typer.testing import CliRunner
 
@@ -230,6 +231,22 @@ def test_an_edit_of_boot_packages_makes_the_next_up_replace_the_ready_slices(tmp
     assert all("boot settings changed" in c["reason"] for c in report["plan"]["changes"])
     again = {n.name: n.create_time for n in sim_nodes("podmanager-sim")}
     assert sorted(again) == sorted(made) and all(again[name] != made[name] for name in made)
+
+
+def test_a_typo_in_boot_packages_is_refused_before_up_changes_anything(tmp_path):
+    assert up(tmp_path, count=1).exit_code == 0
+    made = {n.name: n.create_time for n in sim_nodes("podmanager-sim")}
+    # Hosts that boot, from the controller's image: they would install boot.packages, so up resolves
+    # them first, here against an index without the misspelt package (no network in a test).
+    with serve_index(tmp_path / "index") as index:
+        path = tmp_path / "typo.yaml"
+        path.write_text(spec_text(1, boot=f"{{packages: [numpyy], index_url: '{index.url}'}}").replace(
+            "boot_hosts: false", "boot_hosts: true"))
+        typo = runner.invoke(app, ["up", "-f", str(path), "--dry-run"], prog_name="podmanager")
+    assert typo.exit_code == 2, typo.output
+    assert "boot.packages" in typo.output and "numpyy" in typo.output
+    assert "up_plan" not in typo.output  # refused before the plan: nothing recorded, deleted or made
+    assert {n.name: n.create_time for n in sim_nodes("podmanager-sim")} == made
 
 
 def test_the_api_refuses_with_a_spec_error(tmp_path):
