@@ -34,9 +34,11 @@ class RemoteSpec:
         """The controller VM made (or found) and serving, then `up` of the spec run there."""
         from podmanager.api.controller_machine import ControllerMachine
 
+        machine = ControllerMachine(self.spec, say_here(self.name, on_event))
+        plan = machine.plan()  # a controller VM that differs is refused before anything changes, the pointer too
         # The pointer first: an `up` interrupted from here on is finished by `up` or removed by `down`.
         pinned.save_spec(self.name, json.dumps(self.raw))
-        ControllerMachine(self.spec, say_here(self.name, on_event)).bring_up(timeout_s=timeout_s)
+        machine.bring_up(timeout_s=timeout_s, plan=plan)
         with RemoteCluster(self.name) as remote:
             job = remote.client.start_up(records.UpRequest(
                 cluster=self.name, spec_yaml=yaml.safe_dump(self.raw), timeout_s=timeout_s, force=force,
