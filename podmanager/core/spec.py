@@ -570,6 +570,12 @@ class ClusterSpec(_Model):
     boot: BootSpec = Field(default_factory=BootSpec, description="what every TPU VM installs at boot")
     controller: ControllerSpec = Field(default_factory=ControllerSpec, description="where the Ray head, the "
                                        "supervisors and the state store run")
+    # Kept by `up`, not written by hand: when fewer spares leave a run's slice past its group's
+    # last index (it took a spare's place), `up` drops an idle slice of the group instead, and
+    # numbering passes over its index from then on (provisioning/slice_layout.py).
+    retired_slices: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, description="slice indexes the cluster no longer uses, passed over in numbering (kept "
+                                          "by up when it drops an idle slice in place of a run's; leave it out)")
     checkpoints: str | None = Field(None, description="gs://bucket/prefix (or an absolute path) every run "
                                                       "checkpoints under, in <prefix>/<cluster>/<program>, unless "
                                                       "it passes --checkpoint-dir")
@@ -668,11 +674,16 @@ class ClusterSpec(_Model):
 
     def slice_list(self) -> list["SliceInstance"]:
         """The slices one by one, `count` and `spares` expanded, with their stable index (which
-        of them are spares at the moment is recorded apart: core/spares.py)."""
+        of them are spares at the moment is recorded apart: core/spares.py), numbered in order
+        past `retired_slices`."""
         out: list[SliceInstance] = []
+        retired, index = set(self.retired_slices), 0
         for group in self.slices:
             for _ in range(group.count + group.spares):
-                out.append(SliceInstance(index=len(out), spec=group, accelerator=catalog.lookup(group.accelerator)))
+                while index in retired:
+                    index += 1
+                out.append(SliceInstance(index=index, spec=group, accelerator=catalog.lookup(group.accelerator)))
+                index += 1
         return out
 
 

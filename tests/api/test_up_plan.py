@@ -249,6 +249,26 @@ def test_a_typo_in_boot_packages_is_refused_before_up_changes_anything(tmp_path)
     assert {n.name: n.create_time for n in sim_nodes("podmanager-sim")} == made
 
 
+def test_dropping_the_spare_after_a_swap_deletes_the_idle_slice_not_the_runs(tmp_path):
+    def with_spares(spares: int):
+        path = tmp_path / f"spares-{spares}.yaml"
+        path.write_text(spec_text(2).replace("    count: 2\n", f"    count: 2\n    spares: {spares}\n"))
+        return runner.invoke(app, ["up", "-f", str(path), "--dry-run"], prog_name="podmanager")
+
+    assert with_spares(1).exit_code == 0
+    assert RunStore().spares("edits") == [2]
+    run = active_run("train-1", [0, 1])
+    assert RunStore().swap_spare(run, lost=0, spare=2)  # slice 0 was lost: the run goes on on 1 and 2
+
+    dropped = with_spares(0)
+    assert dropped.exit_code == 0, dropped.output  # before: refused, as it deleted the run's slice 2
+    assert "plan for edits: delete slice 0 (v4-8, not in the spec); keep slices 1-2 (v4-8, READY)" in dropped.output
+    assert nodes() == ["edits-s1", "edits-s2"]
+    assert RunStore().get("train-1").status == "running" and RunStore().spares("edits") == []
+    again = with_spares(0)  # the same file again: the numbering the last up left
+    assert "plan for edits: keep slices 1-2 (v4-8, READY)" in again.output
+
+
 def test_the_api_refuses_with_a_spec_error(tmp_path):
     assert up(tmp_path, count=2).exit_code == 0
     active_run("train-1", [1])
