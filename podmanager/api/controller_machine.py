@@ -26,6 +26,7 @@ from podmanager.api.controller_plan import ControllerPlan, plan_controller
 from podmanager.channel import pinned
 from podmanager.cloud.gcp.controller_vm import (
     ControllerVmDeleted,
+    choose_zone,
     controller_vm_name,
     create_controller_vm,
     delete_controller_vm,
@@ -82,8 +83,9 @@ class ControllerMachine:
             if existing is not None and existing.status in LEAVING_STATES:  # being deleted: made anew
                 existing = None
             reported = instances.guest_attributes(existing.zone, existing.name).get(VERSIONS_KEY, "") if existing else ""
+            zone = existing.zone if existing else choose_zone(spec, instances)  # a bad zone or type: refused here
         plan = plan_controller(spec, controller_vm_name(spec.name), existing, Versions.parse(reported),
-                               wanted_versions(spec))
+                               wanted_versions(spec), zone)
         self.say(EventKind.CONTROLLER_PLAN, f"plan for the controller: {plan.describe()}")
         return plan
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from podmanager.cloud.instances import Instance
+from podmanager.cloud.network import region_of
 from podmanager.controller.software import Versions
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import ClusterSpec
@@ -27,13 +28,15 @@ class ControllerPlan:
     vm: str
     machine_type: str
     disk_gb: int
-    zone: str | None  # where it is (keep) or is asked to be (create; None: chosen then)
+    zone: str  # where it is (keep) or will be (create)
     status: str = ""  # keep: what the API reports
+    note: str = ""  # create: why that zone, when it is not the slices' region's
 
     def describe(self) -> str:
-        where = f"in {self.zone}" if self.zone else "in the nearest zone that offers it"
         state = f", {self.status}" if self.status else ""
-        return f"{self.kind} the controller VM {self.vm} ({self.machine_type}, {self.disk_gb} GB, {where}{state})"
+        note = f": {self.note}" if self.note else ""
+        return (f"{self.kind} the controller VM {self.vm} ({self.machine_type}, {self.disk_gb} GB, in "
+                f"{self.zone}{state}){note}")
 
 
 def drift(spec: ClusterSpec, existing: Instance, running: Versions | None, wanted: Versions) -> list[str]:
@@ -58,11 +61,15 @@ def drift(spec: ClusterSpec, existing: Instance, running: Versions | None, wante
 
 
 def plan_controller(spec: ClusterSpec, vm: str, existing: Instance | None, running: Versions | None,
-                    wanted: Versions) -> ControllerPlan:
-    """Create the controller VM, or keep `existing`; SpecError (exit 2) naming what differs."""
+                    wanted: Versions, zone: str) -> ControllerPlan:
+    """Create the controller VM in `zone` (`cloud/gcp/controller_vm.py::choose_zone`), or keep
+    `existing`; SpecError (exit 2) naming what differs."""
     controller = spec.controller
     if existing is None:
-        return ControllerPlan("create", vm, controller.machine_type, controller.disk_gb, controller.zone)
+        slices_region = region_of((spec.zones or [zone])[0])
+        note = "" if controller.zone or region_of(zone) == slices_region else (
+            f"no zone of {slices_region} offers {controller.machine_type}; the nearest that does")
+        return ControllerPlan("create", vm, controller.machine_type, controller.disk_gb, zone, note=note)
     differs = drift(spec, existing, running, wanted)
     if differs:
         raise SpecError(

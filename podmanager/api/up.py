@@ -40,7 +40,7 @@ def bring_up(runtime: ClusterRuntime, runs: RunStore, *, timeout_s: float, force
     runtime.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
     check_before_up(runtime)  # the network: checked (exit 2 naming the fix), the cluster's rule made
     with runtime.lock("up", timeout_s):
-        # Fewer spares (or slices) that would drop an active run's slice drop an idle one instead.
+        # Fewer spares that would drop an active run's slice drop an idle one instead.
         busy = [i for run in runs.active(runtime.name) for i in run.slices]
         retired = retire_idle(runtime.spec, runtime.stored_spec(), busy, runs.spares(runtime.name))
         if retired != runtime.spec.retired_slices:

@@ -34,12 +34,16 @@ def vm(**fields) -> Instance:
 
 
 def test_a_controller_vm_like_the_spec_is_kept_and_none_is_created():
-    kept = plan_controller(spec(), "lap-controller", vm(), WANTED, WANTED)
+    kept = plan_controller(spec(), "lap-controller", vm(), WANTED, WANTED, "sim-zone-a")
     assert kept.kind == "keep"
     assert kept.describe() == "keep the controller VM lap-controller (e2-standard-4, 50 GB, in sim-zone-a, RUNNING)"
-    made = plan_controller(spec(), "lap-controller", None, None, WANTED)
-    assert made.describe() == ("create the controller VM lap-controller (e2-standard-4, 50 GB, in the nearest zone "
-                               "that offers it)")
+    made = plan_controller(spec(), "lap-controller", None, None, WANTED, "sim-zone-b")
+    assert made.describe() == "create the controller VM lap-controller (e2-standard-4, 50 GB, in sim-zone-b)"
+    tpu_region = parse_spec({"name": "lap", "project": "p-123456", "zones": ["us-central2-b"],
+                             "slices": [{"accelerator": "v4-8"}], "controller": {"local": False}})
+    assert plan_controller(tpu_region, "lap-controller", None, None, WANTED, "us-central1-a").describe() == (
+        "create the controller VM lap-controller (e2-standard-4, 50 GB, in us-central1-a): no zone of us-central2 "
+        "offers e2-standard-4; the nearest that does")
     # A VM that reported no versions yet (still booting) is not judged by them.
     assert drift(spec(), vm(), None, WANTED) == []
 
@@ -55,7 +59,7 @@ def test_a_controller_vm_like_the_spec_is_kept_and_none_is_created():
 ])
 def test_each_difference_is_named_by_its_field_and_refused_with_exit_2(controller, existing, running, field):
     with pytest.raises(SpecError) as refused:
-        plan_controller(spec(**controller), "lap-controller", vm(**existing), running, WANTED)
+        plan_controller(spec(**controller), "lap-controller", vm(**existing), running, WANTED, "sim-zone-a")
     assert refused.value.exit_code == 2
     assert field in refused.value.message.splitlines()[1:][0]
     assert "podmanager down -c lap" in refused.value.hint and "boot disk" in refused.value.hint
