@@ -2,7 +2,8 @@
 false`): what `up` does before it hands the spec to the controller, and what `down` does after.
 
 `plan`: create the VM, or keep the one there (`controller_plan.py`: one that differs from what
-`up` would make is refused, exit 2, before anything changes). `bring_up`, after it:
+`up` would make is refused, exit 2, before anything changes, as is software that cannot be
+resolved). `bring_up`, after it:
 1. the channel's token: this machine's for the cluster if it has one, else a new one, kept in
    Secret Manager (`channel_secret_id`) and granted to the VMs' account, as the Ray token is;
 2. the software every VM of the cluster installs (`controller/staging.py`: the wheel staged, the
@@ -76,8 +77,10 @@ class ControllerMachine:
 
     def plan(self) -> ControllerPlan:
         """What `bring_up` will do to the controller VM, said; SpecError (exit 2) if the one there
-        differs from what it would make now. Changes nothing."""
+        differs from what it would make now, or if the VMs' software cannot be resolved (a typo
+        in `boot.packages`). Changes nothing."""
         spec = self.spec
+        resolve_software(spec, stage=False)  # the lock is kept: bring_up's resolve reuses it
         with backends.make_instances(spec) as instances:
             existing = find_controller_vm(spec, instances)
             if existing is not None and existing.status in LEAVING_STATES:  # being deleted: made anew
