@@ -6,13 +6,19 @@ the VM there is made directly, with a startup script that serves nothing)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from podmanager.api.controller_machine import ControllerMachine
 from podmanager.api.controller_plan import drift, plan_controller
 from podmanager.api.remote_up_down import RemoteSpec
 from podmanager.channel import pinned
-from podmanager.cloud.gcp.controller_vm import create_controller_vm, find_controller_vm
+from podmanager.cloud.gcp.controller_vm import (
+    create_controller_vm,
+    delete_controller_vm,
+    find_controller_vm,
+)
 from podmanager.cloud.instances import Instance
 from podmanager.cluster import backends
 from podmanager.controller.software import Versions
@@ -65,15 +71,19 @@ def test_each_difference_is_named_by_its_field_and_refused_with_exit_2(controlle
     assert "podmanager down -c lap" in refused.value.hint and "boot disk" in refused.value.hint
 
 
-def made_controller(**controller) -> Instance:
-    """The cluster's controller VM in the dry run's Compute Engine, as an earlier `up` made it."""
-    with backends.make_instances(spec(**controller)) as instances, backends.make_networks(spec()) as networks:
-        return create_controller_vm(spec(**controller), instances=instances, networks=networks,
-                                    caller="127.0.0.1/32", port=8443, startup_script="#!/bin/bash\n", timeout_s=30)
+@pytest.fixture
+def made_controller() -> Iterator[Instance]:
+    """The cluster's controller VM in the dry run's Compute Engine, as an earlier `up` made it;
+    deleted after the test (its simulated VM lives while its record does)."""
+    with backends.make_instances(spec()) as instances, backends.make_networks(spec()) as networks:
+        yield create_controller_vm(spec(), instances=instances, networks=networks, caller="127.0.0.1/32",
+                                   port=8443, startup_script="#!/bin/bash\n", timeout_s=30)
+        delete_controller_vm(spec(), instances=instances, networks=networks, timeout_s=30)
 
 
-def test_up_refuses_a_controller_vm_of_another_machine_type_changing_nothing_and_keeps_one_like_the_spec():
-    before = made_controller()
+def test_up_refuses_a_controller_vm_of_another_machine_type_changing_nothing_and_keeps_one_like_the_spec(
+        made_controller):
+    before = made_controller
     said: list[tuple[str, str]] = []
     edited = spec(machine_type="e2-standard-8")
     with pytest.raises(SpecError) as refused:
