@@ -4,11 +4,18 @@ own (tests/support/lanes.py)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from lanes import RayLaneScheduling, settle_lane
 
 from podmanager.core.clock import FakeClock
+from podmanager.emulator import schema_gate
 from podmanager.emulator.sim.cloud import SimCloud
+
+# Every emulator the tests start (in this process, or in the background: it inherits this) also
+# checks its answers against Google's API definitions, and fails loudly on one that breaks them.
+os.environ[schema_gate.STRICT_ENV] = "1"
 
 
 @pytest.hookimpl(optionalhook=True)
