@@ -32,7 +32,7 @@ from google.longrunning import operations_pb2
 
 from podmanager.core.clock import FakeClock
 from podmanager.emulator import discovery, grpc_validation, validation
-from podmanager.emulator.schema_gate import Gate
+from podmanager.emulator.schema_gate import Checked, Gate
 from podmanager.emulator.server import Emulator
 from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.tpu_api import TpuEmulator
@@ -147,7 +147,7 @@ class bypassed:  # noqa: N801 - used as a statement
 
     def __enter__(self) -> None:
         self.saved = (Gate.rest_request, grpc_validation.check_message)
-        Gate.rest_request = lambda self, verb, url, body: (discovery.find(verb, url.split("?")[0]), None)
+        Gate.rest_request = lambda self, verb, url, body: Checked(discovery.find(verb, url.split("?")[0]), url, None, 0.0)
         grpc_validation.check_message = lambda name, request: (discovery.method(grpc_validation.GRPC_METHODS[name][0]),
                                                                None)
 

@@ -14,6 +14,7 @@ answer is checked against the response schema and replaced by INTERNAL if it bre
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import grpc
@@ -160,17 +161,20 @@ class SchemaInterceptor(grpc.ServerInterceptor):
         gate = self.gate
 
         def checked(request: Any, context: grpc.ServicerContext) -> Any:
+            started = time.thread_time()
             method, refused = check_message(name, request)
+            spent = time.thread_time() - started
             if refused is not None:
-                gate.record("grpc", method, name, refused)
+                gate.record("grpc", method, name, refused, spent_s=spent)
                 context.abort_with_status(_status(refused, code_pb2.INVALID_ARGUMENT))
             answer = inner(request, context)
             if not gate.strict:
-                gate.record("grpc", method, name, None)
+                gate.record("grpc", method, name, None, spent_s=spent)
                 return answer
+            started = time.thread_time()
             problem = gate.answer_problem(method, _raw(answer).SerializeToString(deterministic=True),
                                           lambda: validation.message_problem(method, message_json(answer)))
-            gate.record("grpc", method, name, None, problem)
+            gate.record("grpc", method, name, None, problem, spent + time.thread_time() - started)
             if problem is not None:
                 failed = Refusal(500, "INTERNAL", gate.answer_failed(method, name, problem))
                 context.abort_with_status(_status(failed, code_pb2.INTERNAL))

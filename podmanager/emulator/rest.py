@@ -103,9 +103,9 @@ def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...]
             headers = {key.lower(): value for key, value in self.headers.items()}
             length = int(headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
-            method, refused = gate.rest_request(self.command, self.path, body)
-            if refused is not None:
-                self._send(json_answer(refused["error"]["code"], refused))
+            checked = gate.rest_request(self.command, self.path, body)
+            if checked.refused is not None:
+                self._send(json_answer(checked.refused["error"]["code"], checked.refused))
                 return
             answer = None
             if self.command == "GET":
@@ -115,7 +115,7 @@ def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...]
                 answer = next(filter(None, (route(request) for route in request_routes)), None)
             if answer is None:
                 answer = error_answer(404, "NOT_FOUND", f"no such route: {self.command} {self.path}")
-            broken = gate.rest_answer(method, self.command, self.path, answer.status, answer.body, answer.content_type)
+            broken = gate.rest_answer(checked, answer.status, answer.body, answer.content_type)
             self._send(answer if broken is None else json_answer(500, broken))
 
         def _send(self, answer: Answer) -> None:

@@ -7,8 +7,8 @@ in the environment of the process that starts the emulator (a background emulato
   against the method's response schema; one that breaks it is logged and replaced by an
   INTERNAL error naming the problem, so the client fails loudly.
 - `PODMANAGER_EMULATOR_SCHEMA_LOG=FILE`: one JSON line per request checked, appended
-  (`{"protocol", "method", "call", "refused", "answer"}`): what a test reads to see every
-  request a dry run made and that none was refused.
+  (`{"protocol", "method", "call", "refused", "answer", "check_us"}`): what a test reads to see
+  every request a dry run made and that none was refused, and what the checks cost.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,11 +50,14 @@ class Gate:
         return cls(strict=os.environ.get(STRICT_ENV, "") not in ("", "0"), record_to=Path(record) if record else None)
 
     def record(self, protocol: str, method: Method | None, call: str, refused: Refusal | None,
-               answer: str | None = None) -> None:
+               answer: str | None = None, spent_s: float = 0.0) -> None:
+        """One line of the record (if it is kept): the call, what was refused or wrong with its
+        answer, and the CPU time its checks took on the serving thread (waits left out), in µs."""
         if self.record_to is None:
             return
         line = json.dumps({"protocol": protocol, "method": method.id if method else None, "call": call,
-                           "refused": refused.message if refused else None, "answer": answer})
+                           "refused": refused.message if refused else None, "answer": answer,
+                           "check_us": round(spent_s * 1e6)})
         with self._lock, self.record_to.open("a", encoding="utf-8") as out:
             out.write(line + "\n")
 
@@ -81,26 +86,40 @@ class Gate:
 
     # ------------------------------------------------------------------ REST (rest.py's one door)
 
-    def rest_request(self, verb: str, url: str, body: bytes) -> tuple[Method | None, dict[str, Any] | None]:
-        """The request's method, and Google's error body if it is refused (None: it is not)."""
+    def rest_request(self, verb: str, url: str, body: bytes) -> Checked:
+        """The request checked: its method, and Google's error body if it is refused."""
+        started = time.thread_time()
         method, refused = validation.rest_call(verb, url, body)
+        checked = Checked(method, f"{verb} {url}", refused.error_body() if refused else None,
+                          time.thread_time() - started)
         if refused is not None:
-            self.record("rest", method, f"{verb} {url}", refused)
-            return method, refused.error_body()
-        if not self.strict:
-            self.record("rest", method, f"{verb} {url}", None)
-        return method, None
+            self.record("rest", method, checked.call, refused, spent_s=checked.spent_s)
+        return checked
 
-    def rest_answer(self, method: Method, verb: str, url: str, status: int, body: bytes,
-                    content_type: str) -> dict[str, Any] | None:
-        """Strict mode: the answer checked; Google's error body replacing it if it breaks the schema."""
+    def rest_answer(self, checked: Checked, status: int, body: bytes, content_type: str) -> dict[str, Any] | None:
+        """The answer to a request let through, recorded; in strict mode checked first, and
+        Google's error body returned to replace it if it breaks the schema."""
+        method = checked.method
+        assert method is not None  # a request without a method is refused
         if not self.strict:
+            self.record("rest", method, checked.call, None, spent_s=checked.spent_s)
             return None
+        started = time.thread_time()
         problem = (self.answer_problem(method, b"%d\0%s" % (status, body),
                                        lambda: validation.answer_problem(method, status, body, content_type))
                    if content_type.startswith("application/json")
                    else validation.answer_problem(method, status, body, content_type))  # bytes: nothing to walk
-        self.record("rest", method, f"{verb} {url}", None, problem)
+        self.record("rest", method, checked.call, None, problem, checked.spent_s + time.thread_time() - started)
         if problem is None:
             return None
-        return Refusal(500, "INTERNAL", self.answer_failed(method, f"{verb} {url}", problem)).error_body()
+        return Refusal(500, "INTERNAL", self.answer_failed(method, checked.call, problem)).error_body()
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A REST request as the gate let it through or refused it."""
+
+    method: Method | None
+    call: str  # "VERB /path?query", for the record and the log
+    refused: dict[str, Any] | None  # Google's error body, to answer instead
+    spent_s: float  # the CPU time checking it took
