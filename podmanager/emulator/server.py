@@ -35,8 +35,8 @@ import psutil
 from podmanager.cloud.base import Node, NodeState
 from podmanager.core.clock import Clock
 from podmanager.core.files import write_atomic
+from podmanager.emulator import discovery, rest, state_file, storage
 from podmanager.emulator import record as emulator_record
-from podmanager.emulator import rest, state_file, storage
 from podmanager.emulator.compute_api import ComputeApi
 from podmanager.emulator.instance_vms import InstanceVms
 from podmanager.emulator.metadata import MetadataServers
@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
         _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}")
         emulator.compute.warm()  # once it serves: the import takes seconds, a first preflight waits less
+        discovery.warm()  # Google's API definitions, which every request is checked against
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):
             if not _still_ours(opts.project):
