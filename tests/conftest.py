@@ -20,7 +20,12 @@ from lanes import (
 )
 
 from podmanager.core.clock import FakeClock
+from podmanager.emulator import schema_gate
 from podmanager.emulator.sim.cloud import SimCloud
+
+# Every emulator the tests start (in this process, or in the background: it inherits this) also
+# checks its answers against Google's API definitions, and fails loudly on one that breaks them.
+os.environ[schema_gate.STRICT_ENV] = "1"
 
 
 def pytest_configure(config):

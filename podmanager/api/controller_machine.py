@@ -1,7 +1,9 @@
 """The cluster's controller VM as the user's machine makes and removes it (`controller.local:
 false`): what `up` does before it hands the spec to the controller, and what `down` does after.
 
-`bring_up`:
+`plan`: create the VM, or keep the one there (`controller_plan.py`: one that differs from what
+`up` would make is refused, exit 2, before anything changes, as is software that cannot be
+resolved). `bring_up`, after it:
 1. the channel's token: this machine's for the cluster if it has one, else a new one, kept in
    Secret Manager (`channel_secret_id`) and granted to the VMs' account, and the Ray token
    likewise (`make_secrets`: by the user, never by a VM's account, which may not grant);
@@ -22,12 +24,15 @@ import secrets
 import shutil
 from typing import Callable
 
+from podmanager.api.controller_plan import ControllerPlan, plan_controller
 from podmanager.channel import pinned
 from podmanager.cloud.gcp.controller_vm import (
     ControllerVmDeleted,
+    choose_zone,
     controller_vm_name,
     create_controller_vm,
     delete_controller_vm,
+    find_controller_vm,
 )
 from podmanager.cloud.gcp.instances import ComputeInstances
 from podmanager.cloud.gcp.secrets import (
@@ -35,9 +40,11 @@ from podmanager.cloud.gcp.secrets import (
     channel_secret_id,
     token_secret_id,
 )
+from podmanager.cloud.instances import LEAVING_STATES
 from podmanager.cluster import backends
 from podmanager.cluster.teardown import stop_idle_emulator
-from podmanager.controller.staging import resolve_software
+from podmanager.controller.software import Versions
+from podmanager.controller.staging import resolve_software, wanted_versions
 from podmanager.controller.startup import CONTROLLER_ROLE, render_startup_script
 from podmanager.core.cadence import Cadence
 from podmanager.core.clock import poll_until
@@ -50,6 +57,7 @@ from podmanager.vm.ray_node import free_port
 
 CHANNEL_PORT = 8443  # on Google Cloud; a dry run's controller takes a free loopback port
 CERT_KEY, ADDRESS_KEY, STAGE_KEY, DETAIL_KEY = "channel-cert", "channel-address", "boot", "boot-detail"
+VERSIONS_KEY = "versions"  # what the VM's software reports after its install (the startup script)
 SERVING, ERROR = "serving", "error"
 Say = Callable[[EventKind, str], None]
 
@@ -89,8 +97,26 @@ class ControllerMachine:
         self.spec = spec
         self.say = say
 
-    def bring_up(self, *, timeout_s: float) -> pinned.ClientCredentials:
+    def plan(self) -> ControllerPlan:
+        """What `bring_up` will do to the controller VM, said; SpecError (exit 2) if the one there
+        differs from what it would make now, or if the VMs' software cannot be resolved (a typo
+        in `boot.packages`). Changes nothing."""
         spec = self.spec
+        resolve_software(spec, stage=False)  # the lock is kept: bring_up's resolve reuses it
+        with backends.make_instances(spec) as instances:
+            existing = find_controller_vm(spec, instances)
+            if existing is not None and existing.status in LEAVING_STATES:  # being deleted: made anew
+                existing = None
+            reported = instances.guest_attributes(existing.zone, existing.name).get(VERSIONS_KEY, "") if existing else ""
+            zone = existing.zone if existing else choose_zone(spec, instances)  # a bad zone or type: refused here
+        plan = plan_controller(spec, controller_vm_name(spec.name), existing, Versions.parse(reported),
+                               wanted_versions(spec), zone)
+        self.say(EventKind.CONTROLLER_PLAN, f"plan for the controller: {plan.describe()}")
+        return plan
+
+    def bring_up(self, *, timeout_s: float, plan: ControllerPlan | None = None) -> pinned.ClientCredentials:
+        spec = self.spec
+        plan = plan or self.plan()
         token = self._token()
         pinned.save_token(spec.name, token)
         make_secrets(spec, channel_token=token)
@@ -99,8 +125,9 @@ class ControllerMachine:
             free_port(LOOPBACK_IP) if spec.simulated else CHANNEL_PORT)
         script = render_startup_script(spec.name, software, channel_secret_id(spec.name), role=CONTROLLER_ROLE,
                                        channel_port=port)
-        self.say(EventKind.CONTROLLER_CREATING, f"creating the controller VM {controller_vm_name(spec.name)} "
-                                                f"({spec.controller.machine_type}), reachable from {caller_address(spec)} only")
+        if plan.kind == "create":
+            self.say(EventKind.CONTROLLER_CREATING, f"creating the controller VM {plan.vm} ({plan.machine_type}), "
+                                                    f"reachable from {caller_address(spec)} only")
         with backends.make_instances(spec) as instances, backends.make_networks(spec) as networks:
             vm = create_controller_vm(spec, instances=instances, networks=networks, caller=caller_address(spec),
                                       port=port, startup_script=script, timeout_s=timeout_s)
@@ -165,7 +192,6 @@ def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCr
     guest attributes, the token from Secret Manager (with this user's credentials), and the
     spec from the controller itself. Nothing of the cluster changes."""
     from podmanager.channel.client import ChannelClient
-    from podmanager.cloud.gcp.controller_vm import find_controller_vm
     from podmanager.core.errors import ClusterNotFoundError, SpecError
     from podmanager.core.spec import parse_spec
 

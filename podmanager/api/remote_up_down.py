@@ -48,10 +48,12 @@ class RemoteSpec(RemoteCluster):
         from podmanager.api.controller_machine import ControllerMachine
 
         on_event = self._told(on_event)
+        say = say_here(self.name, on_event)
+        machine = ControllerMachine(self.spec, say)
+        plan = machine.plan()  # a controller VM that differs is refused before anything changes, the pointer too
         # The pointer first: an `up` interrupted from here on is finished by `up` or removed by `down`.
         pinned.save_spec(self.name, json.dumps(self.raw))
-        say = say_here(self.name, on_event)
-        ControllerMachine(self.spec, say).bring_up(timeout_s=timeout_s)
+        machine.bring_up(timeout_s=timeout_s, plan=plan)
         self.close()  # the controller's certificate was pinned again: the channel opens with it
         # A controller VM started again still shows its last boot's `serving` until its daemon
         # writes anew: its channel is waited for before the spec is sent.

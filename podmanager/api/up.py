@@ -14,6 +14,7 @@ from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.cluster.preflight import check_before_up
 from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.provisioning.slice_layout import retire_idle
 from podmanager.state.run_records import RunStore
 
 
@@ -39,6 +40,11 @@ def bring_up(runtime: ClusterRuntime, runs: RunStore, *, timeout_s: float, force
     runtime.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
     check_before_up(runtime)  # the network: checked (exit 2 naming the fix), the cluster's rule made
     with runtime.lock("up", timeout_s):
+        # Fewer spares that would drop an active run's slice drop an idle one instead.
+        busy = [i for run in runs.active(runtime.name) for i in run.slices]
+        retired = retire_idle(runtime.spec, runtime.stored_spec(), busy, runs.spares(runtime.name))
+        if retired != runtime.spec.retired_slices:
+            runtime.use_spec(runtime.spec.model_copy(update={"retired_slices": retired}))
         plan = plan_up(runtime)
         blocked = runs_in_the_way(plan, runs.active(runtime.name))
         if blocked and not force:

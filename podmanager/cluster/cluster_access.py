@@ -178,6 +178,17 @@ class ClusterAccess:
         """The cluster's nodes and queued resources as the cloud has them now."""
         return self.provisioner().observe()
 
+    def use_spec(self, spec: ClusterSpec) -> None:
+        """Act on `spec` from now on (`up`'s, with the slices it retires): the Ray side is built
+        again from it."""
+        self.spec = spec
+        self._hosts, self._hosts_built = None, False
+
+    def stored_spec(self) -> ClusterSpec | None:
+        """The spec the last `up` stored; None before the first."""
+        record = self.store.get_cluster(self.name)
+        return parse_spec(record.spec, source=f"stored spec of {self.name}") if record is not None else None
+
     def refresh_spec(self) -> None:
         """Take the spec the last `up` stored. A run's supervisor holds the spec of when it
         started; its recovery must converge to the cluster as it is now, or it would

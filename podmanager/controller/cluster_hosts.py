@@ -81,13 +81,14 @@ class ClusterHosts:
         return cls(spec, machines, secrets_host)
 
     def check(self) -> None:
-        """Refuse a `boot:` section the VMs could not boot with, and a dry run with more hosts than
-        this machine holds, before anything is recorded or created."""
-        from podmanager.controller.staging import check_boot
+        """Refuse a `boot:` section the VMs could not boot with (a package that cannot be
+        resolved too: the lock is resolved here, and kept for `start`), and a dry run with more
+        hosts than this machine holds, before anything is recorded or created."""
+        from podmanager.controller.staging import resolve_software
 
         if self.machines is not None:
             self.machines.check_room(self.spec)
-        check_boot(self.spec)
+        resolve_software(self.spec, stage=False)
 
     # ------------------------------------------------------------ head
 

@@ -52,10 +52,15 @@ def stage_root(spec: ClusterSpec) -> str:
              "your package index or a wheel's URL")
 
 
+def staged_url(spec: ClusterSpec, wheel: Path) -> str:
+    """The gs:// URL `wheel` has in the spec's stage folder (uploaded or not)."""
+    return f"{stage_root(spec)}/{wheel.name}"
+
+
 def stage_wheel(spec: ClusterSpec, wheel: Path) -> str:
     """The gs:// URL of `wheel` in the spec's stage folder, uploaded unless an object of its
     name is there already (a wheel's name carries its version, a built one's its content hash)."""
-    url = f"{stage_root(spec)}/{wheel.name}"
+    url = staged_url(spec, wheel)
     if spec.simulated:
         _stage_simulated(url, wheel)
     else:
@@ -76,10 +81,12 @@ def check_boot(spec: ClusterSpec) -> None:
                         hint="build the wheel first, or leave boot.podmanager out to ship the podmanager running here")
 
 
-def resolve_software(spec: ClusterSpec) -> Software:
+def resolve_software(spec: ClusterSpec, *, stage: bool = True) -> Software:
     """What every VM of the spec's cluster installs: the controller's Python, Ray, JAX and uv,
     the podmanager `boot.podmanager` names (a wheel of the running one, built and staged, if
-    it names none) and `boot.packages`."""
+    it names none) and `boot.packages`, locked where the VMs install them. The wheel is staged
+    last, so a package that cannot be resolved uploads nothing; `stage=False` stages nothing
+    (`up`'s check before it changes the cloud: the lock is kept, so the real resolve reuses it)."""
     check_boot(spec)
     boot = spec.boot
     wheel: Path | None = None
@@ -90,16 +97,18 @@ def resolve_software(spec: ClusterSpec) -> Software:
             version, source = boot.podmanager_version() or "", boot.podmanager or ""
         case PodmanagerSource.LOCAL_WHEEL:
             wheel = Path(boot.podmanager or "")
-            version, source = wheel_version(wheel), stage_wheel(spec, wheel)
+            version, source = wheel_version(wheel), staged_url(spec, wheel)
         case PodmanagerSource.BUILT:
             wheel = build_wheel(paths.wheels_dir())
-            version, source = wheel_version(wheel), stage_wheel(spec, wheel)
+            version, source = wheel_version(wheel), staged_url(spec, wheel)
     software = Software.pinned_to_controller(podmanager=version, podmanager_source=source, packages=boot.packages,
                                              tpu=not spec.simulated, index_url=boot.index_url or "",
                                              extra_index_urls=boot.extra_index_urls)
-    if not vms_install(spec):
-        return software
-    return replace(software, lock=lock_for(software, wheel, simulated=spec.simulated))
+    if vms_install(spec) or boot.packages:  # boot.packages: even a controller-image VM installs them
+        software = replace(software, lock=lock_for(software, wheel, simulated=spec.simulated))
+    if stage and wheel is not None:
+        stage_wheel(spec, wheel)
+    return software
 
 
 def wanted_versions(spec: ClusterSpec) -> Versions:

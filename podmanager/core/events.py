@@ -20,6 +20,7 @@ class EventKind(StrEnum):
     FIREWALL_EXISTING = "firewall_existing"
     BUCKET_GRANTED = "bucket_granted"  # the VMs' account given access to a bucket they use
     # the controller VM (`controller.local: false`), as the user's machine makes and removes it
+    CONTROLLER_PLAN = "controller_plan"  # create it, or keep the one there
     CONTROLLER_CREATING = "controller_creating"
     CONTROLLER_BOOT = "controller_boot"
     CONTROLLER_READY = "controller_ready"

@@ -29,12 +29,14 @@ class SpareGroup:
 
 
 def groups(spec: ClusterSpec) -> list[SpareGroup]:
-    """The groups in spec order, their indexes numbered as `ClusterSpec.slice_list` numbers them."""
+    """The groups in spec order, their indexes numbered as `ClusterSpec.slice_list` numbers them
+    (past its retired slices)."""
+    instances = spec.slice_list()
     out: list[SpareGroup] = []
     start = 0
     for group in spec.slices:
         size = group.count + group.spares
-        out.append(SpareGroup(group.accelerator, tuple(range(start, start + size)), group.spares))
+        out.append(SpareGroup(group.accelerator, tuple(s.index for s in instances[start:start + size]), group.spares))
         start += size
     return out
 

@@ -306,9 +306,10 @@ class ControllerSpec(_Model):
     # 4 vCPUs and 16 GB: the controller runs the Ray head (GCS, raylet, dashboard) and one Ray actor
     # process per run's supervisor and service router; a few dozen of them need the memory, and the
     # head must keep answering its hosts while they poll. SkyPilot's jobs controller asks for 4+ CPUs
-    # for the same job; e2 is general-purpose, offered in every zone that has TPUs.
+    # for the same job; e2 is general-purpose, offered in most zones (not us-central2's, a TPU region).
     machine_type: str = Field("e2-standard-4", description="the controller VM's Compute Engine machine type")
-    zone: str | None = Field(None, description="the controller VM's zone; null: chosen in the slices' region")
+    zone: str | None = Field(None, description="the controller VM's zone; null: the nearest to the slices' "
+                                                 "that offers machine_type (their region, then their continent's)")
     # The software (Python, Ray, JAX: a few GB), the state store, runs' logs and code packages.
     disk_gb: int = Field(50, ge=10, le=65536, strict=True,
                          description="the controller VM's boot disk")  # 10: a Debian image's smallest disk
@@ -569,6 +570,12 @@ class ClusterSpec(_Model):
     boot: BootSpec = Field(default_factory=BootSpec, description="what every TPU VM installs at boot")
     controller: ControllerSpec = Field(default_factory=ControllerSpec, description="where the Ray head, the "
                                        "supervisors and the state store run")
+    # Kept by `up`, not written by hand: when fewer spares leave a run's slice past its group's
+    # last index (it took a spare's place), `up` drops an idle slice of the group instead, and
+    # numbering passes over its index from then on (provisioning/slice_layout.py).
+    retired_slices: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, description="slice indexes the cluster no longer uses, passed over in numbering (kept "
+                                          "by up when it drops an idle slice in place of a run's; leave it out)")
     checkpoints: str | None = Field(None, description="gs://bucket/prefix (or an absolute path) every run "
                                                       "checkpoints under, in <prefix>/<cluster>/<program>, unless "
                                                       "it passes --checkpoint-dir")
@@ -667,11 +674,16 @@ class ClusterSpec(_Model):
 
     def slice_list(self) -> list["SliceInstance"]:
         """The slices one by one, `count` and `spares` expanded, with their stable index (which
-        of them are spares at the moment is recorded apart: core/spares.py)."""
+        of them are spares at the moment is recorded apart: core/spares.py), numbered in order
+        past `retired_slices`."""
         out: list[SliceInstance] = []
+        retired, index = set(self.retired_slices), 0
         for group in self.slices:
             for _ in range(group.count + group.spares):
-                out.append(SliceInstance(index=len(out), spec=group, accelerator=catalog.lookup(group.accelerator)))
+                while index in retired:
+                    index += 1
+                out.append(SliceInstance(index=index, spec=group, accelerator=catalog.lookup(group.accelerator)))
+                index += 1
         return out
 
 

@@ -4,7 +4,8 @@ curl: routes that each answer the GETs they know, served on one port from a back
 A route is a function of the request's path (with its query) and headers (names in lower
 case: HTTP's are case-insensitive) that returns the `Answer`, or None for a path that is not
 its own; the server asks each in turn, and answers 404 when none knows the path. Errors carry
-Google's JSON error body.
+Google's JSON error body. Every request is first checked against Google's API definitions
+(`schema_gate.Gate`: refused as Google refuses it; in strict mode the answer is checked too).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping, Sequence
 
 from podmanager.core.peer import OwnerOnlyRequests
+from podmanager.emulator.schema_gate import Gate
 
 JSON = "application/json; charset=UTF-8"
 
@@ -63,12 +65,14 @@ def unauthenticated(headers: Mapping[str, str]) -> Answer | None:
 
 def serve(routes: Sequence[Route], host: str = "127.0.0.1", port: int = 0,
           name: str = "emulator-rest", request_routes: Sequence[RequestRoute] = (),
-          gate: RequestRoute | None = None) -> tuple[ThreadingHTTPServer, int]:
+          gate: Gate | None = None, iam: RequestRoute | None = None) -> tuple[ThreadingHTTPServer, int]:
     """Serve `routes` (GETs) and `request_routes` (any method, asked after `routes`) on host:port
-    (0: any free port) from a background thread; returns (server, port). `gate`, asked first
-    about every request, refuses it with its answer (the project's IAM: `emulator/iam/gate.py`).
-    Stop it with `server.shutdown()` and `server.server_close()`."""
-    server = ThreadingHTTPServer((host, port), _handler(tuple(routes), tuple(request_routes), gate))
+    (0: any free port) from a background thread, each request checked by `gate` (default: as
+    the environment says) and first by `iam`, whose answer refuses it (the project's IAM:
+    `emulator/iam/gate.py`); returns (server, port). Stop it with `server.shutdown()` and
+    `server.server_close()`."""
+    server = ThreadingHTTPServer((host, port), _handler(tuple(routes), tuple(request_routes),
+                                                        gate or Gate.from_environment(), iam))
     server.daemon_threads = True
     # Polls for a shutdown every 0.05 s (http.server's default 0.5 s would slow every stop).
     threading.Thread(target=server.serve_forever, args=(0.05,), name=name, daemon=True).start()
@@ -76,7 +80,7 @@ def serve(routes: Sequence[Route], host: str = "127.0.0.1", port: int = 0,
 
 
 def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...],
-             gate: RequestRoute | None) -> type[BaseHTTPRequestHandler]:
+             gate: Gate, iam: RequestRoute | None = None) -> type[BaseHTTPRequestHandler]:
     class Handler(OwnerOnlyRequests):  # only the owner's processes: it serves the Ray token
         def refuse(self, reason: str) -> None:
             self._send(error_answer(403, "PERMISSION_DENIED", reason))
@@ -99,15 +103,24 @@ def _handler(routes: tuple[Route, ...], request_routes: tuple[RequestRoute, ...]
         def _answer(self) -> None:
             headers = {key.lower(): value for key, value in self.headers.items()}
             length = int(headers.get("content-length") or 0)
-            request = Request(self.command, self.path, headers, self.rfile.read(length) if length else b"")
-            answer = gate(request) if gate is not None else None
-            if answer is None and self.command == "GET":
+            body = self.rfile.read(length) if length else b""
+            request = Request(self.command, self.path, headers, body)
+            answer = iam(request) if iam is not None else None  # who calls, before what they send
+            if answer is not None:
+                self._send(answer)
+                return
+            checked = gate.rest_request(self.command, self.path, body)
+            if checked.refused is not None:
+                self._send(json_answer(checked.refused["error"]["code"], checked.refused))
+                return
+            if self.command == "GET":
                 answer = next(filter(None, (route(self.path, headers) for route in routes)), None)
             if answer is None and request_routes:
                 answer = next(filter(None, (route(request) for route in request_routes)), None)
             if answer is None:
                 answer = error_answer(404, "NOT_FOUND", f"no such route: {self.command} {self.path}")
-            self._send(answer)
+            broken = gate.rest_answer(checked, answer.status, answer.body, answer.content_type)
+            self._send(answer if broken is None else json_answer(500, broken))
 
         def _send(self, answer: Answer) -> None:
             self.send_response(answer.status)

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict
 from podmanager.cloud.checksum import crc32c
 from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
 from podmanager.emulator import rest
+from podmanager.emulator.grpc_validation import SchemaInterceptor
 from podmanager.emulator.iam import tokens
 from podmanager.emulator.sim.refusal import Refused
 
@@ -200,7 +201,7 @@ class SecretManagerEmulator:
         """Secret Manager alone on host:port (0: any free port); the TPU emulator serves it with itself."""
         interceptor = OwnerOnlyInterceptor()  # only the owner's processes, as the emulator's
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="secret-manager-emulator"),
-                             interceptors=[interceptor])
+                             interceptors=[interceptor, SchemaInterceptor()])  # Google's definitions checked
         server.add_generic_rpc_handlers(self.handlers())
         bound = server.add_insecure_port(f"{host}:{port}")
         interceptor.server = listening_address(host, bound)

@@ -36,8 +36,8 @@ from podmanager.cloud.base import Node, NodeState
 from podmanager.cloud.errors import NotFoundError
 from podmanager.core.clock import Clock
 from podmanager.core.files import write_atomic
+from podmanager.emulator import discovery, rest, state_file, storage
 from podmanager.emulator import record as emulator_record
-from podmanager.emulator import rest, state_file, storage
 from podmanager.emulator.compute_api import ComputeApi
 from podmanager.emulator.iam import tokens
 from podmanager.emulator.iam.api import IamApi
@@ -123,7 +123,7 @@ class Emulator:
         (`compute_api`, `storage_api`: its root)."""
         self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
                                                 request_routes=[self.compute, storage.BucketApi(self.sim),
-                                                                IamApi(self.gate)], gate=self._checked)
+                                                                IamApi(self.gate)], iam=self._checked)
         self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
         self.instance_vms.rest_api = self.booter.rest_api
         return self.rest_port
@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
         _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}")
         emulator.compute.warm()  # once it serves: the import takes seconds, a first preflight waits less
+        discovery.warm()  # Google's API definitions, which every request is checked against
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):
             if not _still_ours(opts.project):

@@ -64,6 +64,7 @@ from podmanager.emulator.control import (
     EmulatorControl,
     apply_fault,
 )
+from podmanager.emulator.grpc_validation import SchemaInterceptor
 from podmanager.emulator.secret_manager import SecretManagerEmulator
 from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.sim.records import Faults
@@ -251,7 +252,7 @@ class TpuEmulator:
         """Start serving on host:port (0 picks a free port); returns the started server and its port."""
         interceptor = OwnerOnlyInterceptor()  # only the owner's processes: Secret Manager holds the Ray token
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tpu-emulator"),
-                             interceptors=[interceptor, *self.interceptors])
+                             interceptors=[interceptor, *self.interceptors, SchemaInterceptor()])  # IAM, then Google's definitions
         server.add_generic_rpc_handlers(self.handlers())
         try:
             bound = server.add_insecure_port(f"{host}:{port}")

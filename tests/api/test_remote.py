@@ -375,10 +375,11 @@ def vm_controller(monkeypatch):
     fake, torn = JobController(), []
     made = identity.load_or_create(CLUSTER, "127.0.0.1")
     with ChannelServer(fake, made) as server:  # type: ignore[arg-type]
-        def bring_up(machine: ControllerMachine, *, timeout_s: float) -> pinned.ClientCredentials:
+        def bring_up(machine: ControllerMachine, *, timeout_s: float, plan: object = None) -> pinned.ClientCredentials:
             return pinned.install(CLUSTER, pinned.ControllerAddress(host=server.host, port=server.port),
                                   made.cert_pem(), made.token())
 
+        monkeypatch.setattr(ControllerMachine, "plan", lambda machine: None)  # the VM "there" is as the spec says
         monkeypatch.setattr(ControllerMachine, "bring_up", bring_up)
         monkeypatch.setattr(ControllerMachine, "tear_down", lambda machine, **_: torn.append(machine.spec.name))
         monkeypatch.setattr(cluster_module, "bring_up",

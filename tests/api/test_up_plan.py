@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_index import serve_index
 from sim_view import sim_control, sim_nodes
 from typer.testing import CliRunner
 
@@ -230,6 +231,42 @@ def test_an_edit_of_boot_packages_makes_the_next_up_replace_the_ready_slices(tmp
     assert all("boot settings changed" in c["reason"] for c in report["plan"]["changes"])
     again = {n.name: n.create_time for n in sim_nodes("podmanager-sim")}
     assert sorted(again) == sorted(made) and all(again[name] != made[name] for name in made)
+
+
+def test_a_typo_in_boot_packages_is_refused_before_up_changes_anything(tmp_path):
+    assert up(tmp_path, count=1).exit_code == 0
+    made = {n.name: n.create_time for n in sim_nodes("podmanager-sim")}
+    # Hosts that boot, from the controller's image: they would install boot.packages, so up resolves
+    # them first, here against an index without the misspelt package (no network in a test).
+    with serve_index(tmp_path / "index") as index:
+        path = tmp_path / "typo.yaml"
+        path.write_text(spec_text(1, boot=f"{{packages: [numpyy], index_url: '{index.url}'}}").replace(
+            "boot_hosts: false", "boot_hosts: true"))
+        typo = runner.invoke(app, ["up", "-f", str(path), "--dry-run"], prog_name="podmanager")
+    assert typo.exit_code == 2, typo.output
+    assert "boot.packages" in typo.output and "numpyy" in typo.output
+    assert "up_plan" not in typo.output  # refused before the plan: nothing recorded, deleted or made
+    assert {n.name: n.create_time for n in sim_nodes("podmanager-sim")} == made
+
+
+def test_dropping_the_spare_after_a_swap_deletes_the_idle_slice_not_the_runs(tmp_path):
+    def with_spares(spares: int):
+        path = tmp_path / f"spares-{spares}.yaml"
+        path.write_text(spec_text(2).replace("    count: 2\n", f"    count: 2\n    spares: {spares}\n"))
+        return runner.invoke(app, ["up", "-f", str(path), "--dry-run"], prog_name="podmanager")
+
+    assert with_spares(1).exit_code == 0
+    assert RunStore().spares("edits") == [2]
+    run = active_run("train-1", [0, 1])
+    assert RunStore().swap_spare(run, lost=0, spare=2)  # slice 0 was lost: the run goes on on 1 and 2
+
+    dropped = with_spares(0)
+    assert dropped.exit_code == 0, dropped.output  # before: refused, as it deleted the run's slice 2
+    assert "plan for edits: delete slice 0 (v4-8, not in the spec); keep slices 1-2 (v4-8, READY)" in dropped.output
+    assert nodes() == ["edits-s1", "edits-s2"]
+    assert RunStore().get("train-1").status == "running" and RunStore().spares("edits") == []
+    again = with_spares(0)  # the same file again: the numbering the last up left
+    assert "plan for edits: keep slices 1-2 (v4-8, READY)" in again.output
 
 
 def test_the_api_refuses_with_a_spec_error(tmp_path):

@@ -20,6 +20,7 @@ from podmanager.cloud.gcp.controller_vm import (
     create_controller_vm,
     delete_controller_vm,
     find_controller_vm,
+    nearest_zones,
 )
 from podmanager.cloud.gcp.instances import ComputeInstances, instance_message
 from podmanager.core.clock import poll_until
@@ -145,6 +146,37 @@ def test_delete_removes_the_vm_and_the_rule_and_a_second_delete_is_fine(emulator
 def test_the_default_zone_passes_zones_that_lack_the_machine_type(emulator, clients):
     made = create(spec(zones=["sim-zone-c", "sim-zone-b"]), clients)  # sim-zone-c offers TPUs only
     assert made.zone == "sim-zone-b"
+
+
+def test_a_tpu_region_without_general_purpose_vms_puts_the_controller_in_the_nearest_region(emulator, clients):
+    # The examples' v4 zone: us-central2 offers TPUs only; the VPC spans regions, so us-central1.
+    made = create(spec(zones=["us-central2-b"]), clients)
+    assert made.zone == "us-central1-a"
+    assert made.subnetwork == "default"  # the auto-mode network's subnetwork of us-central1
+
+
+def test_nearest_zones_go_from_the_slices_region_to_its_continents_regions_closest_name_first():
+    by_region = {"us-central2": ["us-central2-b"], "us-east1": ["us-east1-c", "us-east1-b"],
+                 "us-central1": ["us-central1-f", "us-central1-a"], "europe-west4": ["europe-west4-a"],
+                 "us-west4": ["us-west4-a"]}
+    assert nearest_zones(["us-central2-b"], by_region, in_region_only=False) == [
+        "us-central2-b", "us-central1-a", "us-central1-f", "us-east1-b", "us-east1-c", "us-west4-a"]
+    assert nearest_zones(["us-central2-b"], by_region, in_region_only=True) == ["us-central2-b"]
+    # The spec's zones of the first one's region in the spec's order; the continent's others by name
+    # when no region shares more of its name than "us-".
+    assert nearest_zones(["us-east1-c", "us-central2-b"], by_region, in_region_only=False) == [
+        "us-east1-c", "us-east1-b", "us-central1-a", "us-central1-f", "us-central2-b", "us-west4-a"]
+
+
+def test_a_named_subnetwork_keeps_the_controller_in_its_region_and_the_refusal_names_controller_zone(emulator,
+                                                                                                     clients):
+    named = parse_spec({"name": "c", "slices": [{"accelerator": "v4-8"}], "zones": ["us-central2-b"],
+                        "network": {"subnetwork": "projects/podmanager-sim/regions/us-central2/subnetworks/default"}},
+                       dry_run=True)
+    with pytest.raises(SpecError) as refused:
+        create(named, clients)
+    assert refused.value.exit_code == 2 and "controller.zone" in refused.value.hint
+    assert changes(emulator) == []
 
 
 @pytest.mark.parametrize("controller, field", [

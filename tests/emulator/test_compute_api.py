@@ -187,4 +187,10 @@ def test_zones_without_general_purpose_vms_and_unknown_zones_are_refused(emulato
                 name="vm", machine_type=f"zones/{zone}/machineTypes/{machine_type}"))
     assert list(instances.aggregated_list(project=PROJECT)) == []
     zones = {z.name: z.region.rsplit("/", 1)[-1] for z in client(compute_v1.ZonesClient, emulator).list(project=PROJECT)}
-    assert zones == {"sim-zone-a": "sim-zone", "sim-zone-b": "sim-zone", "sim-zone-c": "sim-zone"}
+    assert {z: r for z, r in zones.items() if r == "sim-zone"} == {
+        "sim-zone-a": "sim-zone", "sim-zone-b": "sim-zone", "sim-zone-c": "sim-zone"}
+    # Google's zones too: us-central2-b (a TPU region) offers no general-purpose VM, us-central1's do.
+    assert zones["us-central2-b"] == "us-central2" and zones["us-central1-a"] == "us-central1"
+    with pytest.raises(google_exceptions.NotFound):
+        machine_types.get(project=PROJECT, zone="us-central2-b", machine_type="e2-standard-4")
+    assert machine_types.get(project=PROJECT, zone="us-central1-a", machine_type="e2-standard-4").guest_cpus == 4

@@ -105,7 +105,7 @@ def test_secret_managers_route_is_served_on_the_same_port(emulator: str) -> None
     status, body, _ = get(f"{emulator}/v1/projects/p/secrets/none/versions/latest:access", user())
     assert (status, json.loads(body)["error"]["status"]) == (404, "NOT_FOUND")  # Secret Manager's own 404
     status, body, _ = get(f"{emulator}/nowhere", user())
-    assert (status, json.loads(body)["error"]["message"]) == (404, "no such route: GET /nowhere")
+    assert (status, json.loads(body)["error"]["message"]) == (404, "The requested URL /nowhere was not found on this server.")
 
 
 def test_the_record_names_both_rest_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,11 +8,18 @@ with the one firewall rule that lets the caller reach its channel. Not used by `
   plus `podmanager-role: controller`; the cluster's network tag (its internal rule lets the
   hosts and the head reach each other) and its own; the startup script given, and guest
   attributes turned on (`enable-guest-attributes`: its boot and channel are reported through them).
-- **Its zone**: `controller.zone`, else the first of the spec's zones, then of the other zones
-  of their region (by name), that offers the machine type: the controller shares the slices'
-  regional subnetwork. A zone that does not offer it, or that the project lacks, is refused
-  naming `controller.zone`; a machine type no zone of the region offers, naming
-  `controller.machine_type`; both before anything is created (exit 2).
+- **Its zone**: `controller.zone`, else the nearest zone that offers the machine type
+  (`nearest_zones`): the spec's zones, the other zones of their region, then the zones of the
+  other regions of the same continent (the region name's first part, `us` of `us-central2`),
+  regions sharing the longest name with the slices' first (us-central2: us-central1, then
+  us-east1, ...). A region that offers TPUs may offer no general-purpose VM (us-central2), and
+  the VPC spans regions: the controller reaches the hosts over it (the cluster's rule admits
+  its tag, whatever its address). Not beyond the continent (every call of the head to its
+  hosts would cross an ocean), nor beyond the region when `network.subnetwork` names the
+  slices' subnetwork (a subnetwork is regional). A zone that does not offer it, or that the
+  project lacks, is refused naming `controller.zone`; a machine type no candidate offers,
+  naming `controller.machine_type` with `controller.zone` as the other fix; both before
+  anything is created (exit 2).
 - **The rule** `pm-<cluster>-channel`: TCP on the channel's port, from the caller's one address
   (a /32), to the controller's tag alone. A rule that admits anything else is replaced.
 
@@ -25,6 +32,7 @@ whichever state (stopped and suspended too); of nothing is fine.
 from __future__ import annotations
 
 import ipaddress
+import os
 
 from pydantic import BaseModel, ConfigDict
 
@@ -87,13 +95,37 @@ def caller_range(caller: str) -> str:
     return str(network)
 
 
+def continent(region: str) -> str:
+    """The continent part of a region's name: `us` of us-central2, `europe` of europe-west4."""
+    return region.split("-", 1)[0]
+
+
+def nearest_zones(slice_zones: list[str], zones_by_region: dict[str, list[str]], *, in_region_only: bool) -> list[str]:
+    """The zones a controller may take, nearest the slices first (pure; see the module's
+    docstring): the slices' zones of their region, that region's other zones, then the other
+    regions of its continent, those sharing the longest name with it first, then by name."""
+    region = region_of(slice_zones[0])
+    ordered = [zone for zone in slice_zones if region_of(zone) == region]
+    ordered += [zone for zone in sorted(zones_by_region.get(region, [])) if zone not in ordered]
+    if in_region_only:
+        return ordered
+
+    def shared(other: str) -> int:
+        return len(os.path.commonprefix([region, other]))
+
+    others = sorted((r for r in zones_by_region if r != region and continent(r) == continent(region)),
+                    key=lambda r: (-shared(r), r))
+    return ordered + [zone for other in others for zone in sorted(zones_by_region[other])]
+
+
 def choose_zone(spec: ClusterSpec, instances: ComputeInstances) -> str:
     """The controller's zone (see the module's docstring); SpecError naming the field to fix."""
     wanted, machine_type = spec.controller.zone, spec.controller.machine_type
     slice_zones = list(spec.zones or [])
-    region = region_of(wanted or slice_zones[0])
-    in_region = instances.zones(region)
+    by_region = instances.zones_by_region()
     if wanted:
+        region = region_of(wanted)
+        in_region = sorted(by_region.get(region, []))
         if wanted not in in_region:
             raise SpecError(f"controller.zone: project {instances.project} has no zone {wanted}",
                             hint=f"Name a zone of region {region} ({', '.join(in_region) or 'none found'}), or leave "
@@ -106,16 +138,19 @@ def choose_zone(spec: ClusterSpec, instances: ComputeInstances) -> str:
                             "(controller.machine_type)",
                             hint=f"Set controller.zone to a zone of {region} that does ({', '.join(offering)}), or "
                                  "leave it out: up chooses one.")
+        where = f"region {region}"
     else:
-        candidates = [zone for zone in slice_zones if region_of(zone) == region]
-        candidates += [zone for zone in in_region if zone not in candidates]
-        for zone in candidates:
+        region = region_of(slice_zones[0])
+        in_region_only = bool(spec.network and spec.network.subnetwork)
+        for zone in nearest_zones(slice_zones, by_region, in_region_only=in_region_only):
             if instances.offers(zone, machine_type):
                 return zone
-    raise SpecError(f"controller.machine_type: no zone of region {region} offers machine type {machine_type}",
-                    hint=f"Choose a general-purpose machine type offered there (the default is e2-standard-4); "
-                         f"list them with: gcloud compute machine-types list --filter=zone~{region} "
-                         f"--project {instances.project}")
+        where = (f"region {region} (network.subnetwork is there)" if in_region_only
+                 else f"region {region} or the other {continent(region)}- regions")
+    raise SpecError(f"controller.machine_type: no zone of {where} offers machine type {machine_type}",
+                    hint=f"Choose a general-purpose machine type offered there (the default is e2-standard-4), or set "
+                         f"controller.zone to a zone that offers it; list them with: gcloud compute machine-types "
+                         f"list --filter=name={machine_type} --project {instances.project}")
 
 
 def controller_instance(spec: ClusterSpec, zone: str, startup_script: str) -> Instance:

@@ -84,10 +84,13 @@ class ComputeInstances(ComputeClients):
 
     # ------------------------------------------------------------------ where
 
-    def zones(self, region: str) -> list[str]:
-        """The project's zones in `region`, by name."""
+    def zones_by_region(self) -> dict[str, list[str]]:
+        """The project's zones, by region, each region's by name (one paged list)."""
         messages = self._call("list zones", self._all_pages(self._zones.list), project=self.project)
-        return sorted(m.name for m in messages if short_name(m.region) == region)
+        by_region: dict[str, list[str]] = {}
+        for message in sorted(messages, key=lambda m: m.name):
+            by_region.setdefault(short_name(message.region), []).append(message.name)
+        return by_region
 
     def offers(self, zone: str, machine_type: str) -> bool:
         """Whether `zone` offers `machine_type` (False too for a zone the project does not have)."""

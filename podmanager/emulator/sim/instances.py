@@ -2,9 +2,14 @@
 machine types, and instances inserted, read, listed by label and deleted, over the same
 `ComputeState` as the network (`sim/compute.py`), in the caller's hold of the simulated cloud.
 
-Zones: the simulated ones. `sim-zone-a` and `-b` offer general-purpose machine types (e2, n2,
-n1); `sim-zone-c` offers TPUs only, as some TPU zones offer few or no general-purpose VMs, so a
-test sees a controller's zone chosen past it. An instance is PROVISIONING for `LATENCY_S` (its
+Zones: the simulated ones, and a few of Google's (those of the Cloud TPU regions, so a dry run of
+a spec written for Google Cloud finds its controller a zone as it would there). `sim-zone-a` and
+`-b` and every Google zone listed offer the same general-purpose machine types (e2, n2, n1: a
+simplification; each zone's real list is longer); `sim-zone-c` and `us-central2-b` offer TPUs
+only: us-central2 is a Cloud TPU region (https://cloud.google.com/tpu/docs/regions-zones) that
+Compute Engine's list of regions and their machine types
+(https://cloud.google.com/compute/docs/regions-zones) does not name, so the stricter answer is
+that it offers none, and a controller's zone is chosen past it. An instance is PROVISIONING for `LATENCY_S` (its
 insert operation is RUNNING), then RUNNING; a deleted one is STOPPING for `LATENCY_S`, then gone. A stopped one is TERMINATED, a
 suspended one SUSPENDED, until started (resumed) again: which calls each state allows is the
 rulebook's (`rulebook.instance_may`); a delete is allowed in any.
@@ -35,8 +40,17 @@ _GENERAL_PURPOSE = {
     **{f"n2-highmem-{n}": (n, n * 8192) for n in (2, 4, 8, 16)},
     **{f"n1-standard-{n}": (n, n * 3840) for n in (1, 2, 4, 8, 16)},
 }
+# Google's zones the simulated project has besides its own: region -> zone letters.
+_GOOGLE_ZONES = {
+    "us-central1": "abcf", "us-east1": "bcd", "us-east4": "abc", "us-east5": "abc", "us-west1": "abc",
+    "us-west4": "abc", "europe-west4": "abc", "asia-east1": "abc", "asia-northeast1": "abc",
+}
+TPU_ONLY_ZONES = [SIMULATED_ZONES[2], "us-central2-b"]
 MACHINE_TYPES: dict[str, dict[str, tuple[int, int]]] = {
-    SIMULATED_ZONES[0]: _GENERAL_PURPOSE, SIMULATED_ZONES[1]: _GENERAL_PURPOSE, SIMULATED_ZONES[2]: {}}
+    **{zone: _GENERAL_PURPOSE for zone in SIMULATED_ZONES if zone not in TPU_ONLY_ZONES},
+    **{f"{region}-{letter}": _GENERAL_PURPOSE for region, letters in _GOOGLE_ZONES.items() for letter in letters},
+    **{zone: {} for zone in TPU_ONLY_ZONES},
+}
 MIN_DISK_GB = 10
 # The simulated VM runs on this machine: what reaches it from "outside" is loopback.
 EXTERNAL_ADDRESS = "127.0.0.1"
