@@ -242,7 +242,7 @@ def test_two_ups_at_once_take_turns_on_the_controller(laptop):
 
 
 def test_the_dashboard_is_forwarded_with_its_job_api(laptop):
-    forward = laptop.start("dashboard", "-c", NAME)
+    forward = laptop.start("dashboard", "-c", NAME, "--ray")
     try:
         line = forward.stdout.readline()
         url = line.rsplit(" ", 1)[-1].strip()
