@@ -79,8 +79,8 @@ def prometheus_text(given: MetricsInput, *, now: float) -> str:
         out.family("podmanager_slices", "gauge", "Slices by state and role (work or spare).")
         for (state, role), count in sorted(slices.items()):
             out.sample("podmanager_slices", count, state=state, role=role)
-        hosts: Counter[str] = Counter("healthy" if h.healthy else (h.state or "unhealthy").lower() for h in status.hosts)
-        out.family("podmanager_hosts", "gauge", "Hosts by their agent's health.")
+        hosts: Counter[str] = Counter(h.state for h in status.hosts)
+        out.family("podmanager_hosts", "gauge", "Hosts by their agent's health (controller/host_info.py's states).")
         for health, count in sorted(hosts.items()):
             out.sample("podmanager_hosts", count, health=health)
 
