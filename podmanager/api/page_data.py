@@ -53,6 +53,7 @@ class PageData:
         self.ray_link = ray_link
         self._cached: tuple[float, ClusterStatus | None, str | None] | None = None
         self._lock = threading.Lock()
+        self._records: dict[str, tuple[float, RunRecord]] = {}  # run id -> (its stamp, its record), for metrics
 
     # ------------------------------------------------------------------ the cluster
 
@@ -126,6 +127,8 @@ class PageData:
     def logs(self, run_id: str, host: str, offset: int) -> dict[str, Any]:
         """A host's output from `offset`: whole lines, at most LOG_BUDGET bytes (the newest)."""
         run = self._run(run_id)
+        if not run.finished:
+            RunFolder(self.name, run_id).mark_watched()  # its hosts' output is fetched sooner while shown
         path = self.log_path(run_id, host)
         if path is None:
             return {"text": "", "offset": 0, "skipped": 0, "finished": run.finished}
@@ -181,8 +184,23 @@ class PageData:
 
     def metrics(self) -> str:
         status, _ = self.status()
-        return prometheus_text(MetricsInput(cluster=self.name, runs=self.runs.list(self.name), status=status,
+        return prometheus_text(MetricsInput(cluster=self.name, runs=self._every_run(), status=status,
                                             services=self.services.list(self.name)), now=time.time())
+
+    def _every_run(self) -> list[RunRecord]:
+        """Every run's record, read again only when written since the last read (a scrape of a
+        cluster with a thousand finished runs parses none of them again)."""
+        stamps = self.runs.stamps(self.name)
+        with self._lock:
+            kept = {run_id: held for run_id, held in self._records.items() if run_id in stamps}
+        for run_id, stamp in stamps.items():
+            if run_id not in kept or kept[run_id][0] != stamp:
+                found = self.runs.get(run_id)
+                if found is not None:
+                    kept[run_id] = (stamp, found)
+        with self._lock:
+            self._records = kept
+        return sorted((record for _, record in kept.values()), key=lambda r: r.created_at)
 
 
 def _run_row(run: RunRecord, now: float) -> dict[str, Any]:

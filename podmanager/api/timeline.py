@@ -11,7 +11,7 @@ from podmanager.channel import page_files
 from podmanager.core.errors import SpecError
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_timeline import RunTimeline, of_record
+from podmanager.state.run_timeline import MARK_KINDS, RunTimeline, of_record
 
 # A slice's notice names no run: the events of the run's time, any run's, are read and the
 # timeline keeps those of its own slices.
@@ -37,7 +37,8 @@ def local_timeline(store: StateStore, run: RunRecord, *, now: float) -> RunTimel
     first = run.ledger.attempts[0] if run.ledger.attempts else None
     since = min(run.created_at, first.started - first.setup_s if first else run.created_at) - _MARGIN_S
     until = None if not run.finished else run.updated_at + _MARGIN_S
-    events = store.events_page(run.cluster, since=since, until=until, limit=50_000, newest_first=False)
+    events = store.events_page(run.cluster, kinds=tuple(MARK_KINDS), since=since, until=until, limit=10_000,
+                               newest_first=False)
     return of_record(run, events, now=now)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -23,6 +24,7 @@ from podmanager.state.run_results import RunResult
 
 RUNS = "runs"
 RESULT_FILE = "result.json"
+WATCHED_FILE = ".watched"  # touched while someone follows the output live (its mtime is the last time)
 _LOG_NAME = re.compile(r"slice-(\d+)-host-(\d+)\.log")
 
 
@@ -71,6 +73,20 @@ class RunFolder:
         """`result.json`, for a person reading the folder (the record has the result too)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         write_atomic(self.folder / RESULT_FILE, result.model_dump_json(indent=2))
+
+    # -------------------------------------------------------------- followed live
+
+    def mark_watched(self) -> None:
+        """Someone follows this run's output live (the dashboard): its hosts' output is fetched
+        more often for a while (`watched`), at the cost of more calls to each host's agent."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / WATCHED_FILE).touch()
+
+    def watched(self, within_s: float) -> bool:
+        try:
+            return time.time() - (self.folder / WATCHED_FILE).stat().st_mtime <= within_s
+        except FileNotFoundError:
+            return False
 
     # -------------------------------------------------------------- reading
 

@@ -218,7 +218,14 @@ class RunStore:
         return int(total), found
 
     def active(self, cluster: str) -> list[RunRecord]:
-        return [r for r in self.list(cluster) if r.active]
+        return self._rows(f"SELECT * FROM runs WHERE cluster=? AND status IN ({', '.join('?' * len(ACTIVE))}) "
+                          "ORDER BY created_at", (cluster, *ACTIVE))
+
+    def stamps(self, cluster: str) -> dict[str, float]:
+        """Each run of the cluster -> when its record was last written: what a reader that keeps
+        records between reads (the dashboard's metrics) re-reads only when it changed."""
+        return {row[0]: row[1] for row in self._db.rows("SELECT run_id, updated_at FROM runs WHERE cluster=?",
+                                                         (cluster,))}
 
     def request_cancel(self, run_id: str) -> None:
         self._db.rows("UPDATE runs SET cancel_requested=1, updated_at=? WHERE run_id=?", (time.time(), run_id))

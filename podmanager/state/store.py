@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_cluster ON events (cluster, id);
+-- the dashboard reads a run's events by its time (state/store.py::events_page)
+CREATE INDEX IF NOT EXISTS events_by_time ON events (cluster, time);
 """
 
 

@@ -67,6 +67,7 @@ def test_a_hosts_output_is_read_on_from_its_offset_within_the_budget():
     data = page(store)
     first = data.logs("r1", "2/0", 0)
     assert first["text"] == "one\ntwo\n"  # the unfinished line waits for its end
+    assert folder.watched(within_s=5.0)  # shown live: its hosts' output is fetched sooner
     folder.append(HostRef(2, 0), b"ial\n")
     assert data.logs("r1", "slice-2/0", first["offset"])["text"] == "partial\n"
     folder.append(HostRef(2, 0), b"x" * 100 + b"\n" + (b"y" * 1000 + b"\n") * (LOG_BUDGET // 1000 + 10))

@@ -151,11 +151,10 @@
     const setDownload = () => {
       document.getElementById("download").href = `api/run/${encodeURIComponent(runId)}/log?host=${encodeURIComponent(out.host || "")}`;
     };
-    let lastTimeline = 0, finished = false;
-    show(LOG_POLL_MS, async (mine) => {
-      const now = Date.now();
-      if (!finished && now - lastTimeline >= POLL_MS || lastTimeline === 0) {
-        lastTimeline = now;
+    let lastTimeline = 0, finished = false, drawing = false;
+    const refresh = async (mine) => {  // the timeline, once a second: never holding up the output's reads
+      drawing = true;
+      try {
         const r = await getJSON(`api/run/${encodeURIComponent(runId)}`);
         if (mine !== generation) return;
         finished = !r.timeline.live;
@@ -166,6 +165,17 @@
           if (out.host == null && r.hosts.length) { out.host = r.hosts[0]; setDownload(); }
           if (out.host) hostSel.value = out.host;
         }
+      } catch (error) {
+        live.textContent = "not reachable: " + error.message;
+      } finally {
+        drawing = false;
+      }
+    };
+    show(LOG_POLL_MS, async (mine) => {
+      const now = Date.now();
+      if (!drawing && (lastTimeline === 0 || (!finished && now - lastTimeline >= POLL_MS))) {
+        lastTimeline = now;
+        refresh(mine);
       }
       if (!out.host) return;
       const asked = out.host;
