@@ -4,6 +4,10 @@ hosts and services)."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 from dashboard_records import CLUSTER, preempted_run
 from prometheus_client.parser import text_string_to_metric_families
@@ -80,3 +84,15 @@ def test_a_cluster_that_is_down_still_has_its_runs_figures():
     found = samples(prometheus_text(MetricsInput(cluster=CLUSTER, runs=RunStore().list(CLUSTER)), now=3_000_000.0))
     assert value(found, "podmanager_incidents_total", kind="preemption") == 1
     assert not any(name == "podmanager_slices" for name, _ in found)
+
+
+def test_the_grafana_dashboard_graphs_only_metrics_the_endpoint_serves():
+    board = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    asked = {name for panel in board["panels"] for target in panel["targets"]
+             for name in re.findall(r"\b(podmanager_[a-z_]+)\{", target["expr"])}
+    preempted_run()
+    served = {sample.name for family in text_string_to_metric_families(prometheus_text(
+        MetricsInput(cluster=CLUSTER, runs=RunStore().list(CLUSTER), status=status(), services=[ServiceRecord(
+            service_id="s", cluster=CLUSTER, program="p", slices=[1], endpoint="http://x:1", replica_url="ws://x:1",
+            counters=ServiceCounters(p50_ms=1.0, p99_ms=2.0))]), now=3_000_000.0)) for sample in family.samples}
+    assert asked and asked <= served, asked - served
