@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import re
 
+from browser import chromium, page_errors
 from dashboard_records import CLUSTER, preempted_run
+from selenium.webdriver.common.by import By
 from typer.testing import CliRunner
 
 from podmanager.cli import app
@@ -57,3 +59,17 @@ def test_an_unknown_run_or_folder_exits_2_and_writes_nothing(tmp_path):
     assert missing.exit_code == 2 and "--html" in missing.output
     folder = invoke("timeline", "r1", "--html", str(tmp_path), "-c", CLUSTER)
     assert folder.exit_code == 2 and "is a folder" in folder.output
+
+
+def test_the_file_draws_in_a_browser_with_no_network(tmp_path):
+    preempted_run()
+    out = tmp_path / "r1.html"
+    assert invoke("timeline", "r1", "--html", str(out), "-c", CLUSTER).exit_code == 0
+    with chromium() as driver:
+        driver.get(out.as_uri())
+        bars = driver.find_elements(By.CSS_SELECTOR, "svg g.attempt")
+        assert [b.get_attribute("data-attempt") for b in bars] == ["1", "2"]
+        seconds = [float(r.get_attribute("data-seconds")) for r in driver.find_elements(By.CSS_SELECTOR, "tr[data-bucket]")]
+        assert sum(seconds) == 44.0
+        assert driver.find_element(By.CSS_SELECTOR, "tr.incident-row").get_attribute("data-recover-s") == "14"
+        assert page_errors(driver) == []
