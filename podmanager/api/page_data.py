@@ -208,7 +208,7 @@ def _run_row(run: RunRecord, now: float) -> dict[str, Any]:
     if step is None and run.result is not None:
         step = run.result.metrics.last_step
     service = run.workload.env.get(ENV_SERVICE_ID)
-    return {"run_id": run.run_id, "kind": f"replica of {service}" if service else "run", "status": run.status,
+    return {"run_id": run.run_id, "kind": "replica" if service else "run", "service": service, "status": run.status,
             "attempt": run.attempt, "step": step, "goodput": run.result.goodput if run.result else None,
             "slices": run.slices, "started": run.created_at,
             "elapsed_s": (run.updated_at if run.finished else now) - run.created_at, "program": _program(run)}

@@ -118,8 +118,8 @@
       document.getElementById("next").disabled = r.offset + r.runs.length >= r.total;
       document.getElementById("prev").disabled = page === 0;
       document.getElementById("r").innerHTML = table(["run", "kind", "status", "attempt", "step", "goodput", "slices", "started", "elapsed", "program"],
-        r.runs.map((x) => `<tr data-run="${esc(x.run_id)}"><td><a href="#/${x.kind === "service" ? "service" : "run"}/${encodeURIComponent(x.run_id)}">${esc(x.run_id)}</a></td>` +
-          `<td>${esc(x.kind)}</td><td class="status-${esc(x.status)}">${esc(x.status)}</td><td>${x.attempt}</td>` +
+        r.runs.map((x) => `<tr data-run="${esc(x.run_id)}"><td><a href="#/run/${encodeURIComponent(x.run_id)}">${esc(x.run_id)}</a></td>` +
+          `<td>${x.service ? `replica of <a href="#/service/${encodeURIComponent(x.service)}">${esc(x.service)}</a>` : "run"}</td><td class="status-${esc(x.status)}">${esc(x.status)}</td><td>${x.attempt}</td>` +
           `<td>${x.step == null ? "–" : x.step}</td><td>${x.goodput == null ? "–" : (100 * x.goodput).toFixed(1) + " %"}</td>` +
           `<td>${x.slices.join(", ")}</td><td>${fmtTime(x.started)}</td><td>${fmtS(x.elapsed_s)}</td><td class="muted">${esc(x.program)}</td></tr>`),
         'id="runs"');
