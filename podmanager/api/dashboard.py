@@ -28,23 +28,45 @@ def local_page(name: str, *, store: StateStore | None = None) -> PageData:
     return PageData(name, store=store, runs=RunStore(store.path), services=ServiceStore(store.path), status=status)
 
 
-def open_page(name: str, *, port: int = 0) -> LoopServer:
+class _Both:
+    """The page's proxy and the Ray dashboard's forward, stopped together."""
+
+    def __init__(self, proxy: "LoopServer", ray: "LoopServer"):
+        self.proxy, self.ray = proxy, ray
+        self.url: str = proxy.url  # type: ignore[attr-defined]
+        self.port = proxy.port
+
+    def stop(self) -> None:
+        try:
+            self.proxy.stop()
+        finally:
+            self.ray.stop()
+
+
+def open_page(name: str, *, port: int = 0) -> "LoopServer | _Both":
     """The page of cluster `name` on 127.0.0.1:`port` (0: any free one), started; its `url`
     says where; the caller stops it. A cluster known here only by its history (after `down`)
     is shown from its records."""
     from podmanager.api.remote import is_remote
 
     if is_remote(name):
-        from podmanager.channel import pinned
+        from podmanager.channel import pinned, records
         from podmanager.channel.client import ChannelClient
+        from podmanager.channel.forward import Forward
         from podmanager.channel.page_proxy import PageProxy
 
         credentials = pinned.load(name)
         with ChannelClient(credentials) as client:
             client.status(name)  # a refused token or an unreachable controller is said now, not in the browser
-        proxy = PageProxy(credentials, port=port)
-        proxy.start()
-        return proxy
+        ray = Forward(credentials, records.DASHBOARD)  # the Ray dashboard, one link away on the page
+        ray.start()
+        try:
+            proxy = PageProxy(credentials, port=port, ray_url=f"http://127.0.0.1:{ray.port}/")
+            proxy.start()
+        except BaseException:
+            ray.stop()
+            raise
+        return _Both(proxy, ray)
     from podmanager.channel.page_server import LocalPageServer
 
     page = local_page(name)

@@ -15,18 +15,22 @@ import aiohttp
 from aiohttp import web
 
 from podmanager.channel.loop_thread import STOP_TIMEOUT_S, LoopServer
-from podmanager.channel.page_server import LOCAL, PAGE_PREFIX, front_routes, local_guard
+from podmanager.channel.page_server import LOCAL, PAGE_PREFIX, SECURITY_HEADERS, front_routes, local_guard
 from podmanager.channel.pinned import ClientCredentials
 
 # What the controller's reply keeps on its way to the browser.
 _KEPT_HEADERS = ("Content-Type", "Content-Disposition", "Cache-Control", "X-Content-Type-Options", "X-Frame-Options",
                  "Referrer-Policy", "Content-Security-Policy", "Location")
 _TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
+LOCAL_RAY_PATH = "/_local/ray"  # answered here, not relayed: where this machine reaches the Ray dashboard
 
 
 class PageProxy(LoopServer):
-    def __init__(self, credentials: ClientCredentials, *, port: int = 0):
+    def __init__(self, credentials: ClientCredentials, *, port: int = 0, ray_url: str | None = None):
+        """`ray_url`: where this machine reaches the cluster's Ray dashboard (a forward of its
+        own), which the page links to."""
         super().__init__("podmanager-page-proxy", port)
+        self.ray_url = ray_url
         self.credentials = credentials
         self.cluster = credentials.cluster
         address = credentials.address
@@ -35,6 +39,7 @@ class PageProxy(LoopServer):
         self._session: aiohttp.ClientSession | None = None
         self._app = web.Application(middlewares=[local_guard(lambda: self.port)])
         front_routes(self._app, self.cluster)
+        self._app.router.add_get(LOCAL_RAY_PATH, self._ray)
         self._app.router.add_get("/{path:.*}", self._relay)
         self._runner: web.AppRunner | None = None
 
@@ -48,6 +53,9 @@ class PageProxy(LoopServer):
         await self._runner.setup()
         await web.TCPSite(self._runner, LOCAL, self.port).start()
         return int(self._runner.addresses[0][1])
+
+    async def _ray(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"url": self.ray_url}, headers=SECURITY_HEADERS)
 
     async def _relay(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None

@@ -44,7 +44,7 @@ def proxy():
     with ChannelServer(PageApi(store), made) as server:
         credentials = pinned.install(CLUSTER, pinned.ControllerAddress(host=server.host, port=server.port),
                                      made.cert_pem(), made.token())
-        with PageProxy(credentials) as started:
+        with PageProxy(credentials, ray_url="http://127.0.0.1:8265/") as started:
             yield started, server, made
 
 
@@ -74,6 +74,8 @@ def test_the_page_its_replies_and_metrics_come_through_the_proxy(proxy):
     for path in ("", "app.js", "timeline.js", "api/cluster", "api/events"):
         bodies.append(get(f"{page.url}{CLUSTER}/{path}")[2])
     assert not any(made.token() in b for b in bodies)  # the browser never sees the token
+    status, _, body = get(f"{page.url}_local/ray")  # answered by the proxy: its own forward of the Ray dashboard
+    assert status == 200 and json.loads(body) == {"url": "http://127.0.0.1:8265/"}
 
 
 def test_the_controller_refuses_the_page_without_the_token(proxy):

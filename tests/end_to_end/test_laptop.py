@@ -283,6 +283,7 @@ def test_podmanagers_page_is_the_controllers_reached_through_the_channel(laptop)
         cluster = json.loads(get(f"{NAME}/api/cluster"))
         assert cluster["controller"] == "the controller VM" and [s["state"] for s in cluster["slices"]] == ["READY"]
         assert f'podmanager_runs{{cluster="{NAME}",status="succeeded"}}' in get("metrics").decode()
+        assert json.loads(get("_local/ray"))["url"].startswith("http://127.0.0.1:")  # the page's Ray link
     finally:
         os.killpg(page.pid, signal.SIGINT)
         out, err = page.communicate(timeout=30)

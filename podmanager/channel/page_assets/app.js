@@ -65,7 +65,11 @@
       const c = await getJSON("api/cluster");
       if (mine !== generation) return;
       const ray = document.getElementById("ray-link");
-      ray.innerHTML = c.ray_dashboard_url ? `<a href="${esc(c.ray_dashboard_url)}" target="_blank" rel="noopener">Ray dashboard</a>`
+      let rayUrl = c.ray_dashboard_url;
+      if (!rayUrl && c.ray_hint) {  // a controller VM's: the laptop forwards it, and says where
+        try { rayUrl = (await getJSON("/_local/ray")).url; } catch (e) { /* served without the laptop's proxy */ }
+      }
+      ray.innerHTML = rayUrl ? `<a href="${esc(rayUrl)}" target="_blank" rel="noopener">Ray dashboard</a>`
         : c.ray_hint ? `<span class="muted" title="${esc(c.ray_hint)}">Ray dashboard: ${esc(c.ray_hint)}</span>` : "";
       const slices = c.slices.map((s) => `<tr data-slice="${s.index}" data-role="${s.spare ? "spare" : "work"}">` +
         `<td>${s.index}</td><td>${esc(s.name)}</td><td>${s.spare ? "spare" : "work"}</td>` +
