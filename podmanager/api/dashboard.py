@@ -5,6 +5,7 @@ channel (`channel/page_proxy.py`). Either way a local address, 127.0.0.1 only.""
 from __future__ import annotations
 
 from podmanager.api.page_data import PageData
+from podmanager.api.status import ClusterStatus
 from podmanager.channel.loop_thread import LoopServer
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunStore
@@ -18,7 +19,7 @@ def local_page(name: str, *, store: StateStore | None = None) -> PageData:
     store = store or StateStore()
     cluster: list[Cluster] = []
 
-    def status():  # type: ignore[no-untyped-def]
+    def status() -> ClusterStatus:
         if not cluster:
             found = Cluster.from_name(name, store=store)  # a cluster that is down: its clear error
             assert isinstance(found, Cluster)

@@ -4,7 +4,6 @@ timeline file made of the same pieces."""
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from importlib import resources
 
@@ -51,6 +50,3 @@ document.getElementById("summary").innerHTML = `<h2>run ${PM.esc(t.run_id)} of $
 PM.drawTimeline(document.getElementById("timeline"), t);
 """
 
-
-def dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
