@@ -30,6 +30,7 @@ from podmanager.state.run_timeline import of_record
 from podmanager.state.services import ServiceStore
 
 MAX_PAGE = 200
+MAX_POINTS = 2000  # of a metric's series per reply (about 100 KB)
 LOG_BUDGET = 256 << 10  # bytes of output per reply: a long log is read in pieces
 STATUS_TTL_S = 1.0  # many pages polling share one `status` per second
 KINDS = sorted(k.value for k in EventKind)
@@ -134,6 +135,13 @@ class PageData:
             return {"text": "", "offset": 0, "skipped": 0, "finished": run.finished}
         new = read_new_lines(path, max(0, offset), final=run.finished, budget=LOG_BUDGET)
         return {"text": new.text, "offset": new.offset, "skipped": new.skipped, "finished": run.finished}
+
+    def metric_points(self, run_id: str, offset: int) -> dict[str, Any]:
+        """The run's metrics (loss and whatever else the program reports) from byte `offset` of its
+        series on: at most MAX_POINTS points, evenly thinned."""
+        self._run(run_id)
+        points, end = RunFolder(self.name, run_id).read_progress(max(0, offset), max_points=MAX_POINTS)
+        return {"points": points, "offset": end}
 
     def log_path(self, run_id: str, host: str) -> Path | None:
         self._run(run_id)

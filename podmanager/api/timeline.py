@@ -4,9 +4,11 @@ report or a post-mortem (`podmanager timeline RUN --html FILE`)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
+from podmanager.attempts.logs import RunFolder
 from podmanager.channel import page_files
 from podmanager.core.errors import SpecError
 from podmanager.state import StateStore
@@ -16,6 +18,7 @@ from podmanager.state.run_timeline import MARK_KINDS, RunTimeline, of_record
 # A slice's notice names no run: the events of the run's time, any run's, are read and the
 # timeline keeps those of its own slices.
 _MARGIN_S = 60.0
+MAX_SERIES_POINTS = 2000
 
 
 def run_timeline(cluster: str, run_id: str) -> RunTimeline:
@@ -53,8 +56,14 @@ def _local_run(cluster: str, run_id: str) -> RunRecord:
 
 
 def timeline_html(cluster: str, run_id: str) -> str:
+    """The standalone file: the timeline, and the run's metric series when its folder is here."""
+    from podmanager.api.remote import is_remote
+
     timeline = run_timeline(cluster, run_id)
-    return page_files.standalone_timeline(timeline.model_dump_json(), f"run {timeline.run_id} of {cluster}")
+    data = timeline.model_dump(mode="json")
+    if not is_remote(cluster):
+        data["series"], _ = RunFolder(cluster, run_id).read_progress(0, max_points=MAX_SERIES_POINTS)
+    return page_files.standalone_timeline(json.dumps(data), f"run {timeline.run_id} of {cluster}")
 
 
 def write_timeline_html(cluster: str, run_id: str, path: Path) -> Path:

@@ -49,6 +49,8 @@ class ClusterPage(Protocol):
 
     def logs(self, run_id: str, host: str, offset: int) -> dict[str, Any]: ...
 
+    def metric_points(self, run_id: str, offset: int) -> dict[str, Any]: ...
+
     def log_path(self, run_id: str, host: str) -> Path | None: ...
 
     def events(self, *, before: int | None, kind: str | None, slice_index: int | None, run_id: str | None,
@@ -120,6 +122,10 @@ def add_page_routes(app: web.Application, pages: Pages) -> None:
         return await answer(request, lambda page: page.logs(request.match_info["run"], request.query.get("host", ""),
                                                              number(request, "offset", 0) or 0))
 
+    async def metric_points(request: web.Request) -> web.StreamResponse:
+        return await answer(request, lambda page: page.metric_points(request.match_info["run"],
+                                                                      number(request, "offset", 0) or 0))
+
     async def log_file(request: web.Request) -> web.StreamResponse:
         run_id, host = request.match_info["run"], request.query.get("host", "")
 
@@ -158,6 +164,7 @@ def add_page_routes(app: web.Application, pages: Pages) -> None:
     app.router.add_get("/{cluster}/api/run/{run}", run)
     app.router.add_get("/{cluster}/api/run/{run}/logs", logs)
     app.router.add_get("/{cluster}/api/run/{run}/log", log_file)
+    app.router.add_get("/{cluster}/api/run/{run}/metrics", metric_points)
     app.router.add_get("/{cluster}/api/events", events)
     app.router.add_get("/{cluster}/api/service/{service}", service)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from dashboard_records import CLUSTER, preempted_run
 
-from podmanager.api.page_data import LOG_BUDGET, PageData
+from podmanager.api.page_data import LOG_BUDGET, MAX_POINTS, PageData
 from podmanager.attempts.logs import RunFolder
 from podmanager.core.errors import SpecError
 from podmanager.core.events import EventKind
@@ -75,3 +75,17 @@ def test_a_hosts_output_is_read_on_from_its_offset_within_the_budget():
     assert len(big["text"]) <= LOG_BUDGET and big["skipped"] > 0
     assert data.run("r1")["hosts"] == ["slice-2/host-0"]
     assert data.logs("r1", "5/0", 0)["text"] == ""  # no output from that host (yet)
+
+
+def test_a_runs_metric_series_is_thinned_to_a_bounded_reply_and_read_on_from_its_offset():
+    store = StateStore()
+    preempted_run(store=store)
+    folder = RunFolder(CLUSTER, "r1")
+    for step in range(1, 5001):
+        folder.append_progress(0 if step < 3000 else 1, step, 1000.0 + step, 1.0 / step, {"accuracy": step / 5000})
+    data = page(store)
+    first = data.metric_points("r1", 0)
+    assert len(first["points"]) == MAX_POINTS and first["points"][-1]["step"] == 5000
+    assert first["points"][0] == {"attempt": 0, "step": 1, "time": 1001.0, "loss": 1.0, "accuracy": 0.0002}
+    folder.append_progress(1, 5001, 6001.0, None, {})
+    assert data.metric_points("r1", first["offset"])["points"] == [{"attempt": 1, "step": 5001, "time": 6001.0}]

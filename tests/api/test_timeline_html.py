@@ -11,6 +11,7 @@ from dashboard_records import CLUSTER, preempted_run
 from selenium.webdriver.common.by import By
 from typer.testing import CliRunner
 
+from podmanager.attempts.logs import RunFolder
 from podmanager.cli import app
 from podmanager.state.run_records import RunStore
 
@@ -63,6 +64,9 @@ def test_an_unknown_run_or_folder_exits_2_and_writes_nothing(tmp_path):
 
 def test_the_file_draws_in_a_browser_with_no_network(tmp_path):
     preempted_run()
+    series = RunFolder(CLUSTER, "r1")  # the metrics the supervisor kept while the run ran
+    for step in range(0, 21):
+        series.append_progress(0 if step <= 10 else 1, step, 1000.0 + step, 2.0 / (step + 1), {"accuracy": step / 20})
     out = tmp_path / "r1.html"
     assert invoke("timeline", "r1", "--html", str(out), "-c", CLUSTER).exit_code == 0
     with chromium() as driver:
@@ -72,4 +76,7 @@ def test_the_file_draws_in_a_browser_with_no_network(tmp_path):
         seconds = [float(r.get_attribute("data-seconds")) for r in driver.find_elements(By.CSS_SELECTOR, "tr[data-bucket]")]
         assert sum(seconds) == 44.0
         assert driver.find_element(By.CSS_SELECTOR, "tr.incident-row").get_attribute("data-recover-s") == "14"
+        charts = driver.find_elements(By.CSS_SELECTOR, "svg.metric")
+        assert [c.get_attribute("data-metric") for c in charts] == ["loss", "accuracy"]
+        assert len(charts[0].find_elements(By.CSS_SELECTOR, "line.attempt-start")) == 1  # attempt 1 begins
         assert page_errors(driver) == []

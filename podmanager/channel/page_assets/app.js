@@ -133,7 +133,7 @@
   // ---------------------------------------------------------------- one run
   function runView(runId) {
     nav("runs");
-    view.innerHTML = `<h2>Run ${esc(runId)} <span id="st" class="muted"></span></h2><div id="tl"></div>` +
+    view.innerHTML = `<h2>Run ${esc(runId)} <span id="st" class="muted"></span></h2><div id="tl"></div><div id="charts"></div>` +
       `<h3>Output</h3><div class="filters"><select id="host"></select><input id="find" placeholder="search the output">` +
       `<label><input type="checkbox" id="follow" checked> follow</label><a id="download" href="#">download</a></div>` +
       `<pre class="log" id="log"></pre>`;
@@ -156,6 +156,7 @@
       document.getElementById("download").href = `api/run/${encodeURIComponent(runId)}/log?host=${encodeURIComponent(out.host || "")}`;
     };
     let lastTimeline = 0, finished = false, drawing = false;
+    const series = { points: [], offset: 0 };  // the program's metrics, read on from where the last read ended
     const refresh = async (mine) => {  // the timeline, once a second: never holding up the output's reads
       drawing = true;
       try {
@@ -164,6 +165,14 @@
         finished = !r.timeline.live;
         document.getElementById("st").textContent = `${r.timeline.status} · attempt ${r.attempt} · ${r.program}`;
         PM.drawTimeline(document.getElementById("tl"), r.timeline);
+        const m = await getJSON(`api/run/${encodeURIComponent(runId)}/metrics?offset=${series.offset}`);
+        if (mine !== generation) return;
+        if (m.points.length) {
+          series.points = series.points.concat(m.points);
+          if (series.points.length > 4000) series.points = series.points.filter((p, i) => i % 2 === 0 || i === series.points.length - 1);
+          series.offset = m.offset;
+          PM.drawMetrics(document.getElementById("charts"), series.points);
+        }
         if (hostSel.options.length !== r.hosts.length) {
           hostSel.innerHTML = r.hosts.map((h) => `<option>${esc(h)}</option>`).join("");
           if (out.host == null && r.hosts.length) { out.host = r.hosts[0]; setDownload(); }

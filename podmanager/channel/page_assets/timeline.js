@@ -141,8 +141,54 @@
     root.appendChild(breakdown(t));
     root.appendChild(incidentTable(t));
     if (t.marks.length) root.appendChild(markTable(t));
-    const chart = lossChart(t);
-    if (chart) root.appendChild(chart);
+    if (t.series && t.series.length >= 2) {
+      const box = document.createElement("div");
+      root.appendChild(box);
+      drawMetrics(box, t.series);
+    } else {
+      const chart = lossChart(t);
+      if (chart) root.appendChild(chart);
+    }
+  }
+
+  // The metrics the program reported (loss and its own), one chart each, by step; each attempt's
+  // start marked. `points`: the run folder's series ({attempt, step, time, loss?, ...}).
+  function drawMetrics(box, points) {
+    box.innerHTML = "";
+    box.className = "metrics";
+    const names = [];
+    for (const p of points) for (const k of Object.keys(p)) {
+      if (!["attempt", "step", "time"].includes(k) && !names.includes(k)) names.push(k);
+    }
+    names.sort((a, b) => (a === "loss" ? -1 : b === "loss" ? 1 : a.localeCompare(b)));
+    for (const name of names.slice(0, 8)) {
+      const pts = points.filter((p) => typeof p[name] === "number");
+      if (pts.length < 2) continue;
+      const head = document.createElement("h3");
+      head.textContent = `${name} by step (${pts.length} points)`;
+      box.appendChild(head);
+      const w = 640, h = 170, left = 60, pad = 22;
+      const xs = pts.map((p) => p.step), ys = pts.map((p) => p[name]);
+      const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+      const px = (v) => left + ((v - x0) / (x1 - x0 || 1)) * (w - left - pad);
+      const py = (v) => h - pad - ((v - y0) / (y1 - y0 || 1)) * (h - 2 * pad);
+      const svg = node("svg", { width: w, height: h, viewBox: `0 0 ${w} ${h}`, class: "metric", "data-metric": name }, box);
+      node("text", { x: 2, y: pad, class: "tick" }, svg).textContent = y1.toPrecision(4);
+      node("text", { x: 2, y: h - pad, class: "tick" }, svg).textContent = y0.toPrecision(4);
+      node("text", { x: left, y: h - 4, class: "tick" }, svg).textContent = "step " + x0;
+      node("text", { x: w - pad, y: h - 4, class: "tick", "text-anchor": "end" }, svg).textContent = "step " + x1;
+      let d = "", attempt = null;
+      for (const p of pts) {
+        const jump = attempt !== null && p.attempt !== attempt;
+        if (jump) {
+          node("line", { x1: px(p.step), x2: px(p.step), y1: pad / 2, y2: h - pad, class: "attempt-start" }, svg,
+            `attempt ${p.attempt} starts at step ${p.step}`);
+        }
+        d += (d === "" || jump ? "M" : "L") + px(p.step) + "," + py(p[name]) + " ";
+        attempt = p.attempt;
+      }
+      node("path", { d, class: "loss-line" }, svg);
+    }
   }
 
   function breakdown(t) {
@@ -210,5 +256,5 @@
     return box;
   }
 
-  window.PM = Object.assign(window.PM || {}, { drawTimeline, esc, fmtS, fmtTime, COLORS, node });
+  window.PM = Object.assign(window.PM || {}, { drawTimeline, drawMetrics, esc, fmtS, fmtTime, COLORS, node });
 })();
