@@ -1,5 +1,5 @@
 """podmanager's page under load: a cluster with 1,000 runs (each preempted once: two attempts and
-an incident in its ledger) and 100,000 events, served by the page's server on 127.0.0.1 and
+an incident in its ledger; the newest with a day of metrics, 86,400 points) and 100,000 events, served by the page's server on 127.0.0.1 and
 loaded by headless Chromium (Debian's `chromium` and `chromium-driver`).
 
     python benchmarks/dashboard.py [--runs 1000] [--events 100000] [--repeats 5]
@@ -39,6 +39,7 @@ def populate(runs: int, events: int) -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
     from dashboard_records import CLUSTER, preempted_run
 
+    from podmanager.attempts.logs import RunFolder
     from podmanager.state import StateStore
     from podmanager.state.run_records import RunStore
 
@@ -51,6 +52,9 @@ def populate(runs: int, events: int) -> str:
     run = RunStore().get(newest)
     run.status = "running"
     RunStore().save(run)
+    series = RunFolder(CLUSTER, newest)  # a day's metrics at the supervisor's cadence: one point a second
+    for step in range(86_400):
+        series.append_progress(step // 43_200, step, t0 + step, 1.0 / (step + 1), {"accuracy": step / 86_400})
     kinds = ["slice_ready", "attempt_started", "incident", "spare_swapped", "setup_done", "hosts_joined"]
     rows = [(CLUSTER, t0 + i * 0.8, kinds[i % len(kinds)], i % 8, f"event {i} of the benchmark",
              json.dumps({"run_id": f"run-{(i // 100):05d}"})) for i in range(events)]
@@ -63,7 +67,8 @@ def populate(runs: int, events: int) -> str:
 def reply_figures(base: str, run_id: str, repeats: int) -> list[tuple[str, int, float]]:
     paths = ["api/cluster", "api/runs?offset=0&limit=50", "api/runs?offset=950&limit=50&q=run-00",
              "api/runs?limit=200", "api/events?limit=200", "api/events?kind=incident&limit=200",
-             f"api/run/{run_id}", f"api/run/{run_id}/logs?host=slice-2/host-0&offset=0", "metrics"]
+             f"api/run/{run_id}", f"api/run/{run_id}/logs?host=slice-2/host-0&offset=0",
+             f"api/run/{run_id}/metrics?offset=0", "metrics"]
     figures = []
     for path in paths:
         times, size = [], 0

@@ -3,7 +3,8 @@ dry-run cluster of real local Ray hosts with hot spares, its programs written to
 outside the clone:
 
 - a run preempted once shows two attempt bars, its incident with the ledger's detect and
-  recover times, and badput buckets that sum to its wall time; the cluster page shows the swap;
+  recover times, badput buckets that sum to its wall time, and its loss by step; the cluster
+  page shows the swap;
 - a service whose replica's slice is preempted under load shows the preemption and no failed
   request;
 - a line a host prints is on the run's page in under a second.
@@ -95,6 +96,8 @@ def test_a_preempted_run_shows_two_attempts_its_incident_and_where_its_time_went
     assert browser.find_elements(By.CSS_SELECTOR, 'svg g.incident[data-kind="preemption"]')
     buckets = [float(r.get_attribute("data-seconds")) for r in browser.find_elements(By.CSS_SELECTOR, "tr[data-bucket]")]
     assert sum(buckets) == pytest.approx(result.wall_s, rel=0.01)
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'svg.metric[data-metric="loss"] line.attempt-start'),
+         "the loss by step, the second attempt's start marked")
     assert page_errors(browser) == []
     screenshot(browser, "dashboard-run.png", tmp_path)
 
