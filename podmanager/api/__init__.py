@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, resolve_cluster
     from podmanager.api.cluster_down import DownReport, down
     from podmanager.api.controller_machine import connect
+    from podmanager.api.dashboard import open_page
     from podmanager.api.history import cluster_events, run_history, service_history
     from podmanager.api.remote import RemoteCluster, forward, ray_token_file
     from podmanager.api.remote_service import RemoteServiceHandle
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     )
     from podmanager.api.service_handle import ServiceHandle
     from podmanager.api.status import ClusterStatus, SliceStatus
+    from podmanager.api.timeline import run_timeline, write_timeline_html
     from podmanager.api.up_plan import UpPlan
     from podmanager.cluster.teardown import LabelDownReport, down_by_label, teardown
     from podmanager.core.events import EventKind
@@ -42,11 +44,13 @@ _WHERE = {
     "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.api.remote_up_down",
     "RemoteCluster": "podmanager.api.remote", "RemoteServiceHandle": "podmanager.api.remote_service", "connect": "podmanager.api.controller_machine",
     "forward": "podmanager.api.remote", "ray_token_file": "podmanager.api.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
+    "open_page": "podmanager.api.dashboard", "run_timeline": "podmanager.api.timeline", "write_timeline_html": "podmanager.api.timeline",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RemoteServiceHandle", "RunHandle",
-           "ServiceHandle", "SliceStatus", "connect", "forward", "open_spec", "ray_token_file",
+           "ServiceHandle", "SliceStatus", "connect", "forward", "open_page", "open_spec", "ray_token_file",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
-           "run_history", "run_log_lines", "run_summary", "service_history", "teardown"]
+           "run_history", "run_log_lines", "run_summary", "run_timeline", "service_history", "teardown",
+           "write_timeline_html"]
 
 
 def __getattr__(name: str) -> Any:

@@ -27,6 +27,7 @@ import yaml
 from podmanager.api import uploads
 from podmanager.api.cluster import Cluster
 from podmanager.api.history import cluster_events, service_history
+from podmanager.api.page_data import PageData
 from podmanager.api.status import ClusterStatus
 from podmanager.attempts import logs
 from podmanager.attempts.code_zip import PackedCode
@@ -56,6 +57,7 @@ class ControllerChannelApi:
         self._turns: dict[str, threading.Lock] = {}  # per cluster: held by the job running now
         self._running: dict[str, str] = {}  # cluster -> the id of the job that holds its turn
         self._mutex = threading.Lock()
+        self._pages: dict[str, PageData] = {}
 
     def close(self) -> None:
         with self._mutex:
@@ -74,6 +76,18 @@ class ControllerChannelApi:
         if not found and after_id == 0:
             cluster_events(cluster, store=self.store)  # a name that never had a cluster: its clear error
         return records.EventsReply(events=[event_record(e) for e in found])
+
+    def page(self, cluster: str) -> PageData:
+        """The page's data of `cluster`, kept per cluster (its `status` is read once a second at most)."""
+        with self._mutex:
+            found = self._pages.get(cluster)
+        if found is None:
+            found = PageData(cluster, store=self.store, runs=self.runs_store, services=ServiceStore(self.store.path),
+                             status=lambda: self._cluster(cluster).status(), controller="the controller VM",
+                             ray_hint=f"podmanager dashboard -c {cluster} --ray", ray_link=False)
+            with self._mutex:
+                found = self._pages.setdefault(cluster, found)
+        return found
 
     def spec(self, cluster: str) -> records.SpecReply:
         path = client_spec_path(cluster)

@@ -339,10 +339,10 @@ class RemoteCluster:
         return ClusterRuntime(self.spec, store=StateStore.in_memory())
 
     def ray_access(self) -> None:
-        """Ray's own tools reach a VM controller's head through `podmanager dashboard`, which
+        """Ray's own tools reach a VM controller's head through `podmanager dashboard --ray`, which
         prints the exports; here is no address this machine could use."""
         raise SpecError(f"--cluster {self.name}: its Ray head is on its controller VM",
-                        hint=f"'podmanager dashboard -c {self.name}' forwards it here and prints the exports for "
+                        hint=f"'podmanager dashboard -c {self.name} --ray' forwards it here and prints the exports for "
                              "ray job submit and the dashboard.")
 
     # ------------------------------------------------------------------ services

@@ -40,6 +40,10 @@ def new_run_id(workload: Workload) -> str:
     return f"{workload.display_name}-{time.strftime('%Y%m%d-%H%M%S')}-{int(time.time() * 1000) % 1000:03d}"
 
 
+WATCHED_HOLD_S = 0.2  # each agent's long poll while the output is followed live
+WATCHED_FOR_S = 5.0  # a follower's mark lasts this long (the dashboard renews it with each read)
+
+
 class AttemptRunner:
     """Runs attempts of one workload on a fixed set of host agents."""
 
@@ -157,8 +161,12 @@ class AttemptRunner:
 
     def _watch(self, gang: Gang, should_abort: Callable[[], str | None] | None) -> tuple[HostState | None, str | None]:
         """Poll until every process has exited 0, one failed (returned), or abort is asked."""
+        held = gang.hold_s
         while True:
             started = self.clock.now()
+            # Followed live (the dashboard marks it): a line printed on a host is here within about
+            # a poll interval, not a whole hold; only while followed, as short holds slow a program.
+            gang.hold_s = min(held, WATCHED_HOLD_S) if self.logs.watched(within_s=WATCHED_FOR_S) else held
             hosts = gang.poll(self._output, wait_s=self.poll_interval_s)
             failed = next((h for h in hosts if h.lost or (not h.running and h.exit_code != 0)), None)
             if failed is not None:

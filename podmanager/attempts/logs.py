@@ -9,8 +9,10 @@ result for a person looking in the folder; no code reads it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -23,6 +25,8 @@ from podmanager.state.run_results import RunResult
 
 RUNS = "runs"
 RESULT_FILE = "result.json"
+PROGRESS_FILE = "progress.jsonl"  # the run's steps and metrics over time, as its supervisor saw them
+WATCHED_FILE = ".watched"  # touched while someone follows the output live (its mtime is the last time)
 _LOG_NAME = re.compile(r"slice-(\d+)-host-(\d+)\.log")
 
 
@@ -71,6 +75,44 @@ class RunFolder:
         """`result.json`, for a person reading the folder (the record has the result too)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         write_atomic(self.folder / RESULT_FILE, result.model_dump_json(indent=2))
+
+    def append_progress(self, attempt: int, step: int, at: float, loss: float | None,
+                        metrics: dict[str, float]) -> None:
+        """One point of the run's metrics (its supervisor's latest step, at most once a second)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        point = {"attempt": attempt, "step": step, "time": at, **({"loss": loss} if loss is not None else {}), **metrics}
+        with open(self.folder / PROGRESS_FILE, "a") as handle:
+            handle.write(json.dumps(point) + "\n")
+
+    def read_progress(self, offset: int, *, max_points: int) -> tuple[list[dict[str, float]], int]:
+        """The points written from byte `offset` on, thinned evenly to at most `max_points` (the
+        last one always kept), and the offset after them."""
+        try:
+            with open(self.folder / PROGRESS_FILE, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return [], 0
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        lines = data[:end].splitlines()
+        if len(lines) > max_points:
+            stride = len(lines) / max_points
+            lines = [lines[int(i * stride)] for i in range(max_points - 1)] + [lines[-1]]
+        return [json.loads(line) for line in lines if line.strip()], offset + end
+
+    # -------------------------------------------------------------- followed live
+
+    def mark_watched(self) -> None:
+        """Someone follows this run's output live (the dashboard): its hosts' output is fetched
+        more often for a while (`watched`), at the cost of more calls to each host's agent."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / WATCHED_FILE).touch()
+
+    def watched(self, within_s: float) -> bool:
+        try:
+            return time.time() - (self.folder / WATCHED_FILE).stat().st_mtime <= within_s
+        except FileNotFoundError:
+            return False
 
     # -------------------------------------------------------------- reading
 

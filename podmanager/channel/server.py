@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from podmanager.channel import records
 from podmanager.channel.identity import ControllerIdentity
 from podmanager.channel.loop_thread import STOP_TIMEOUT_S, LoopServer
+from podmanager.channel.page_server import PAGE_PREFIX, ClusterPage, page_app
 from podmanager.channel.ws_pipe import pipe
 from podmanager.core import peer
 from podmanager.core.errors import PodmanagerError
@@ -70,6 +71,10 @@ class ControllerApi(Protocol):
     def cancel_service(self, request: records.ServiceRequest) -> records.ServiceReply: ...
 
     def services(self, cluster: str) -> records.ServicesReply: ...
+
+    def page(self, cluster: str) -> ClusterPage:
+        """What podmanager's page shows of `cluster` (served under PAGE_PREFIX, token required)."""
+        ...
 
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
@@ -166,6 +171,8 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
     for path, handler in verbs.items():
         app.router.add_post(path, handler)
     app.router.add_get(records.FORWARD_PATH, forward)
+    # The page: GETs only, behind the same two middlewares (a parent's apply to its sub-apps).
+    app.add_subapp(PAGE_PREFIX, page_app(lambda cluster: api.page(cluster)))
     app.on_shutdown.append(close_forwards)
     return app
 

@@ -164,12 +164,13 @@ from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     serve,
     sim,
     status,
+    timeline,
     up,
 )
 
 for command in (up.up, status.status, down.down, events.events, demo.demo, logs.logs, runs.runs, runs.attach,
                 runs.cancel, ray_env.ray_env, connect.connect,
-                dashboard.dashboard):
+                dashboard.dashboard, timeline.timeline):
     app.command(cls=PodmanagerCommand)(command)
 app.command(cls=ProgramCommand)(run.run)
 app.command(cls=ProgramCommand)(serve.serve)

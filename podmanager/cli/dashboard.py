@@ -1,9 +1,11 @@
-"""`podmanager dashboard`: the Ray dashboard (and `ray job submit`), or a service's endpoint, on
-this machine, for a cluster whose controller is a VM; the address of either otherwise."""
+"""`podmanager dashboard`: podmanager's page of a cluster on this machine (served here, or relayed
+from its controller VM over the channel); with `--ray` the Ray dashboard (and `ray job submit`),
+with `--service` a service's endpoint, forwarded the same way."""
 
 from __future__ import annotations
 
 import threading
+import webbrowser
 from typing import Optional
 
 import typer
@@ -15,10 +17,30 @@ from podmanager.cli.render import console
 
 def dashboard(
     cluster: Optional[str] = CLUSTER_OPTION,
-    service: Optional[str] = typer.Option(None, "--service", metavar="SERVICE", help="A service's endpoint instead of the dashboard."),
+    ray: bool = typer.Option(False, "--ray", help="The Ray dashboard instead of podmanager's page."),
+    service: Optional[str] = typer.Option(None, "--service", metavar="SERVICE", help="A service's endpoint instead of the page."),
     port: int = typer.Option(0, "--port", metavar="PORT", min=0, max=65535, help="The local port (default: any free one)."),
+    no_browser: bool = typer.Option(False, "--no-browser", help="Print the page's address; open no browser."),
 ) -> None:
-    """Forward the Ray dashboard (its job API too), or a service's endpoint, to a local port until Ctrl-C."""
+    """Open podmanager's page of a cluster (its slices, hosts, runs, timelines, services, events, /metrics) on a local port until Ctrl-C."""
+    if ray and service is not None:
+        raise typer.BadParameter("give --ray or --service, not both", param_hint="--ray")
+    if ray or service is not None:
+        _forward(cluster, service, port)
+        return
+    name = cluster or api.resolve_cluster(None).name
+    page = api.open_page(name, port=port)
+    try:
+        url = page.url  # type: ignore[attr-defined]
+        console.print(f"podmanager's page of {name}: {url}\nits metrics: {url}metrics\nCtrl-C stops it.", markup=False)
+        if not no_browser:
+            webbrowser.open(url)
+        threading.Event().wait()  # until Ctrl-C
+    finally:
+        page.stop()
+
+
+def _forward(cluster: Optional[str], service: Optional[str], port: int) -> None:
     target = api.resolve_cluster(cluster)
     if not isinstance(target, api.RemoteCluster):  # this machine is the controller: nothing to forward
         status = target.status()

@@ -165,16 +165,16 @@ class SchemaInterceptor(grpc.ServerInterceptor):
             method, refused = check_message(name, request)
             spent = time.thread_time() - started
             if refused is not None:
-                gate.record("grpc", method, name, refused, spent_s=spent)
+                gate.log_check("grpc", method, name, refused, spent_s=spent)
                 context.abort_with_status(_status(refused, code_pb2.INVALID_ARGUMENT))
             answer = inner(request, context)
             if not gate.strict:
-                gate.record("grpc", method, name, None, spent_s=spent)
+                gate.log_check("grpc", method, name, None, spent_s=spent)
                 return answer
             started = time.thread_time()
             problem = gate.answer_problem(method, _raw(answer).SerializeToString(deterministic=True),
                                           lambda: validation.message_problem(method, message_json(answer)))
-            gate.record("grpc", method, name, None, problem, spent + time.thread_time() - started)
+            gate.log_check("grpc", method, name, None, problem, spent + time.thread_time() - started)
             if problem is not None:
                 failed = Refusal(500, "INTERNAL", gate.answer_failed(method, name, problem))
                 context.abort_with_status(_status(failed, code_pb2.INTERNAL))

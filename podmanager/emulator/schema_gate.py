@@ -49,7 +49,7 @@ class Gate:
         record = os.environ.get(LOG_ENV)
         return cls(strict=os.environ.get(STRICT_ENV, "") not in ("", "0"), record_to=Path(record) if record else None)
 
-    def record(self, protocol: str, method: Method | None, call: str, refused: Refusal | None,
+    def log_check(self, protocol: str, method: Method | None, call: str, refused: Refusal | None,
                answer: str | None = None, spent_s: float = 0.0) -> None:
         """One line of the record (if it is kept): the call, what was refused or wrong with its
         answer, and the CPU time its checks took on the serving thread (waits left out), in µs."""
@@ -93,7 +93,7 @@ class Gate:
         checked = Checked(method, f"{verb} {url}", refused.error_body() if refused else None,
                           time.thread_time() - started)
         if refused is not None:
-            self.record("rest", method, checked.call, refused, spent_s=checked.spent_s)
+            self.log_check("rest", method, checked.call, refused, spent_s=checked.spent_s)
         return checked
 
     def rest_answer(self, checked: Checked, status: int, body: bytes, content_type: str) -> dict[str, Any] | None:
@@ -102,14 +102,14 @@ class Gate:
         method = checked.method
         assert method is not None  # a request without a method is refused
         if not self.strict:
-            self.record("rest", method, checked.call, None, spent_s=checked.spent_s)
+            self.log_check("rest", method, checked.call, None, spent_s=checked.spent_s)
             return None
         started = time.thread_time()
         problem = (self.answer_problem(method, b"%d\0%s" % (status, body),
                                        lambda: validation.answer_problem(method, status, body, content_type))
                    if content_type.startswith("application/json")
                    else validation.answer_problem(method, status, body, content_type))  # bytes: nothing to walk
-        self.record("rest", method, checked.call, None, problem, checked.spent_s + time.thread_time() - started)
+        self.log_check("rest", method, checked.call, None, problem, checked.spent_s + time.thread_time() - started)
         if problem is None:
             return None
         return Refusal(500, "INTERNAL", self.answer_failed(method, checked.call, problem)).error_body()

@@ -200,8 +200,32 @@ class RunStore:
             return self._rows("SELECT * FROM runs ORDER BY created_at")
         return self._rows("SELECT * FROM runs WHERE cluster=? ORDER BY created_at", (cluster,))
 
+    def page(self, cluster: str, *, offset: int = 0, limit: int = 50, status: str | None = None,
+             text: str | None = None) -> tuple[int, list[RunRecord]]:
+        """(how many match, at most `limit` of them from `offset`, newest first): a page of the
+        dashboard's runs, read without parsing the others. `text`: in the run's id or workload."""
+        where, args = "cluster=?", [cluster]
+        if status:
+            where += " AND status=?"
+            args.append(status)
+        if text:
+            pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where += " AND (run_id LIKE ? ESCAPE '\\' OR workload LIKE ? ESCAPE '\\')"
+            args += [pattern, pattern]
+        total = self._db.rows(f"SELECT COUNT(*) FROM runs WHERE {where}", tuple(args))[0][0]
+        found = self._rows(f"SELECT * FROM runs WHERE {where} ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?",
+                           (*args, limit, offset))
+        return int(total), found
+
     def active(self, cluster: str) -> list[RunRecord]:
-        return [r for r in self.list(cluster) if r.active]
+        return self._rows(f"SELECT * FROM runs WHERE cluster=? AND status IN ({', '.join('?' * len(ACTIVE))}) "
+                          "ORDER BY created_at", (cluster, *ACTIVE))
+
+    def stamps(self, cluster: str) -> dict[str, float]:
+        """Each run of the cluster -> when its record was last written: what a reader that keeps
+        records between reads (the dashboard's metrics) re-reads only when it changed."""
+        return {row[0]: row[1] for row in self._db.rows("SELECT run_id, updated_at FROM runs WHERE cluster=?",
+                                                         (cluster,))}
 
     def request_cancel(self, run_id: str) -> None:
         self._db.rows("UPDATE runs SET cancel_requested=1, updated_at=? WHERE run_id=?", (time.time(), run_id))

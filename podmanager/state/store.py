@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_cluster ON events (cluster, id);
+-- the dashboard reads a run's events by its time (state/store.py::events_page)
+CREATE INDEX IF NOT EXISTS events_by_time ON events (cluster, time);
 """
 
 
@@ -164,6 +166,39 @@ class StateStore:
             args += (run_id,)
         rows = self._execute(sql + " ORDER BY id", args)
         return [Event(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+    def events_page(self, cluster: str, *, before_id: int | None = None, after_id: int = 0,
+                    kinds: tuple[str, ...] = (), slice_index: int | None = None, run_id: str | None = None,
+                    since: float | None = None, until: float | None = None, limit: int = 200,
+                    newest_first: bool = True) -> list[Event]:
+        """At most `limit` of the cluster's events that match every filter given, newest first
+        (a page of the dashboard's ledger; `before_id` pages back) or oldest first."""
+        sql = "SELECT * FROM events WHERE cluster=? AND id>?"
+        args: tuple[Any, ...] = (cluster, after_id)
+        if before_id is not None:
+            sql += " AND id<?"
+            args += (before_id,)
+        if kinds:
+            sql += f" AND kind IN ({', '.join('?' * len(kinds))})"
+            args += tuple(kinds)
+        if slice_index is not None:
+            sql += " AND slice_index=?"
+            args += (slice_index,)
+        if run_id:
+            sql += " AND json_extract(data, '$.run_id')=?"
+            args += (run_id,)
+        if since is not None:
+            sql += " AND time>=?"
+            args += (since,)
+        if until is not None:
+            sql += " AND time<=?"
+            args += (until,)
+        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
+        rows = self._execute(sql, args + (limit,))
+        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+    def count_events(self, cluster: str) -> int:
+        return int(self._execute("SELECT COUNT(*) FROM events WHERE cluster=?", (cluster,))[0][0])
 
 
 def _cluster(row: tuple[Any, ...]) -> ClusterRecord:

@@ -98,6 +98,7 @@ class RunSupervisor:
         self.ledger = run.ledger  # filled in as the run goes, saved with the record
         self.spare_preparer = SparePreparer(cluster, runs, run_id, self.runner, self.record)
         self._progress_saved = 0.0
+        self._series_last: tuple[int, int] | None = None  # (attempt, step) of the series' last point
         # An elastic run shrunk: the thread making its lost slices again while it goes on.
         self._bringing_back: threading.Thread | None = None
         self._brought_back = False  # the last background replacement ended with every slice made
@@ -226,6 +227,7 @@ class RunSupervisor:
                                          on_launched=launched, on_setup=set_up, on_setup_done=setup_done,
                                          reattach=reattach, started=None if reattach is None else started)
         result.degraded = on_slices is not None
+        self._end_series(result)
         self.ledger.attempts.append(result)
         pending = self._pending_incident()
         if pending is not None:
@@ -576,6 +578,13 @@ class RunSupervisor:
     def record(self, kind: EventKind, message: str, **data: Any) -> None:
         self.cluster.record(kind, message, run_id=self.run_id, **data)
 
+    def _end_series(self, result: AttemptResult) -> None:
+        """The attempt's last step ends its part of the metrics' series (a poll after the last save saw it)."""
+        if result.last_step is not None and result.last_step_time is not None \
+                and self._series_last != (result.attempt, result.last_step):
+            self.runner.logs.append_progress(result.attempt, result.last_step, result.last_step_time, result.last_loss, {})
+            self._series_last = (result.attempt, result.last_step)
+
     def save_progress(self, gang: Gang) -> None:
         """The attempt's latest step (as its result will count it), at most once per
         PROGRESS_EVERY_S."""
@@ -587,6 +596,10 @@ class RunSupervisor:
         latest = progress.latest
         if latest is None:
             return
+        if self._series_last != (self.run.attempt, latest.step):
+            # The run's metrics over time, for the dashboard's charts (the record keeps the latest only).
+            self.runner.logs.append_progress(self.run.attempt, latest.step, latest.time, latest.loss, latest.metrics)
+            self._series_last = (self.run.attempt, latest.step)
         self.run.progress = RunProgress(step=latest.step, time=latest.time, loss=latest.loss,
                                         steps_per_s=progress.steps_per_s)
         self._save()

@@ -214,3 +214,15 @@ def test_a_follower_skips_what_it_cannot_show_and_says_where_it_all_is(tmp_path)
     assert [line.removeprefix("[slice-0/host-1] ") for line in shown[1:-2]] == \
         [f"step {i:05d}" for i in range(20_000 - (len(shown) - 3), 20_000)]
 
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_output_followed_live_is_fetched_on_a_short_hold_only_while_followed(remote, watched):
+    hosts = agents(lambda s, attempt: Behaviour(polls=6, lines=["one", "two"]), slices=1)
+    runner = AttemptRunner("c", Workload(command=["train"], working_dir=None), "run-1", simulated=True,
+                           checkpoint_dir=None, poll_interval_s=0.0, remote=remote)
+    if watched:
+        runner.logs.mark_watched()  # as the dashboard does while it shows the run's output
+    runner.run_attempt(hosts, 0)
+    held = [h for h in hosts[0][1].holds if h > 0]  # a running host's polls (an exited one's hold nothing)
+    assert held and set(held) == ({0.2} if watched else {1.0})

@@ -242,7 +242,7 @@ def test_two_ups_at_once_take_turns_on_the_controller(laptop):
 
 
 def test_the_dashboard_is_forwarded_with_its_job_api(laptop):
-    forward = laptop.start("dashboard", "-c", NAME)
+    forward = laptop.start("dashboard", "-c", NAME, "--ray")
     try:
         line = forward.stdout.readline()
         url = line.rsplit(" ", 1)[-1].strip()
@@ -258,6 +258,39 @@ def test_the_dashboard_is_forwarded_with_its_job_api(laptop):
     finally:
         os.killpg(forward.pid, signal.SIGINT)
         forward.communicate(timeout=30)
+
+
+def test_podmanagers_page_is_the_controllers_reached_through_the_channel(laptop):
+    done = laptop.ok("run", "-c", NAME, "-r", "requirements.txt", "hello.py")
+    run_id = next(line.split()[1] for line in done.splitlines() if line.startswith("run ") and "succeeded" in line)
+    laptop.audit.write_text("")
+    page = laptop.start("dashboard", "-c", NAME, "--no-browser")
+    try:
+        line = page.stdout.readline()
+        assert line.startswith(f"podmanager's page of {NAME}: http://127.0.0.1:"), line
+        url = line.rsplit(" ", 1)[-1].strip()
+
+        def get(path: str) -> bytes:
+            with urllib.request.urlopen(url + path, timeout=30) as answer:
+                return answer.read()
+
+        assert b"app.js" in get("")
+        runs = json.loads(get(f"{NAME}/api/runs?q=hello"))["runs"]
+        assert run_id in [r["run_id"] for r in runs]
+        timeline = json.loads(get(f"{NAME}/api/run/{run_id}"))["timeline"]
+        assert timeline["status"] == "succeeded" and len(timeline["attempts"]) == 1
+        assert "hello 2 tiny" in json.loads(get(f"{NAME}/api/run/{run_id}/logs?host=0/0&offset=0"))["text"]
+        cluster = json.loads(get(f"{NAME}/api/cluster"))
+        assert cluster["controller"] == "the controller VM" and [s["state"] for s in cluster["slices"]] == ["READY"]
+        assert f'podmanager_runs{{cluster="{NAME}",status="succeeded"}}' in get("metrics").decode()
+        assert json.loads(get("_local/ray"))["url"].startswith("http://127.0.0.1:")  # the page's Ray link
+    finally:
+        os.killpg(page.pid, signal.SIGINT)
+        out, err = page.communicate(timeout=30)
+    assert page.returncode == 130, out + err
+    controller = str(laptop.controller_root())
+    opened = laptop.audit.read_text().splitlines()
+    assert opened and not [p for p in opened if p.startswith(controller)]  # all of it came through the channel
 
 
 def test_serve_prints_an_address_of_this_machine_that_reaches_the_service(laptop):

@@ -472,3 +472,15 @@ def test_a_degraded_slice_is_waited_for_then_replaced_as_an_infrastructure_incid
     assert incident.cause == "infrastructure" and incident.slices == [1]
     assert cluster.deleted == [[1]] and cluster.kinds().count("slice_unwell") == 1
     assert BOUNDED_WAIT_S <= cluster.clock.now() - started < BOUNDED_WAIT_S + 60
+
+
+def test_the_runs_metrics_over_time_are_kept_in_its_folder_for_the_dashboard(tmp_path, runs, monkeypatch):
+    from podmanager.supervision import supervisor
+
+    monkeypatch.setattr(supervisor, "PROGRESS_EVERY_S", 0.0)  # each poll's step, not one a second
+    cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=6, first_step=1))
+    result = supervise(cluster, runs, submit(cluster, runs))
+    points, _ = RunFolder("c", "run-1").read_progress(0, max_points=100)
+    steps = [p["step"] for p in points]
+    assert len(steps) >= 3 and steps == sorted(set(steps)) and steps[-1] == result.metrics.last_step
+    assert all(p["attempt"] == 0 and p["loss"] == pytest.approx(1.0 / p["step"]) for p in points)

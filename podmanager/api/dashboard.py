@@ -1,0 +1,85 @@
+"""podmanager's page for a cluster, opened on this machine (`podmanager dashboard`): served here
+when this machine is the cluster's controller, else relayed from the controller VM over the
+channel (`channel/page_proxy.py`). Either way a local address, 127.0.0.1 only."""
+
+from __future__ import annotations
+
+from podmanager.api.page_data import PageData
+from podmanager.api.status import ClusterStatus
+from podmanager.channel.loop_thread import LoopServer
+from podmanager.state import StateStore
+from podmanager.state.run_records import RunStore
+from podmanager.state.services import ServiceStore
+
+
+def local_page(name: str, *, store: StateStore | None = None) -> PageData:
+    """The page's data of a cluster whose records are on this machine (up, or down: its history)."""
+    from podmanager.api.cluster import Cluster
+
+    store = store or StateStore()
+    cluster: list[Cluster] = []
+
+    def status() -> ClusterStatus:
+        if not cluster:
+            found = Cluster.from_name(name, store=store)  # a cluster that is down: its clear error
+            assert isinstance(found, Cluster)
+            cluster.append(found)
+        return cluster[0].status()
+
+    return PageData(name, store=store, runs=RunStore(store.path), services=ServiceStore(store.path), status=status)
+
+
+class _Both:
+    """The page's proxy and the Ray dashboard's forward, stopped together."""
+
+    def __init__(self, proxy: "LoopServer", ray: "LoopServer"):
+        self.proxy, self.ray = proxy, ray
+        self.url: str = proxy.url  # type: ignore[attr-defined]
+        self.port = proxy.port
+
+    def stop(self) -> None:
+        try:
+            self.proxy.stop()
+        finally:
+            self.ray.stop()
+
+
+def open_page(name: str, *, port: int = 0) -> "LoopServer | _Both":
+    """The page of cluster `name` on 127.0.0.1:`port` (0: any free one), started; its `url`
+    says where; the caller stops it. A cluster known here only by its history (after `down`)
+    is shown from its records."""
+    from podmanager.api.remote import is_remote
+
+    if is_remote(name):
+        from podmanager.channel import pinned, records
+        from podmanager.channel.client import ChannelClient
+        from podmanager.channel.forward import Forward
+        from podmanager.channel.page_proxy import PageProxy
+
+        credentials = pinned.load(name)
+        with ChannelClient(credentials) as client:
+            client.status(name)  # a refused token or an unreachable controller is said now, not in the browser
+        ray = Forward(credentials, records.DASHBOARD)  # the Ray dashboard, one link away on the page
+        ray.start()
+        try:
+            proxy = PageProxy(credentials, port=port, ray_url=f"http://127.0.0.1:{ray.port}/")
+            proxy.start()
+        except BaseException:
+            ray.stop()
+            raise
+        return _Both(proxy, ray)
+    from podmanager.channel.page_server import LocalPageServer
+
+    page = local_page(name)
+    page.cluster()  # a name that never had a cluster: its clear error (exit 2), before any port opens
+    server = LocalPageServer(name, lambda cluster: _only(name, cluster, page), port=port)
+    server.start()
+    return server
+
+
+def _only(name: str, asked: str, page: PageData) -> PageData:
+    from podmanager.core.errors import SpecError
+
+    if asked != name:
+        raise SpecError(f"this page serves cluster {name}, not {asked!r}")
+    return page
