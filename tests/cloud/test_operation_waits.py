@@ -11,9 +11,9 @@ import time
 
 import pytest
 from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.gcp.instances import ComputeInstances
 from podmanager.cloud.instances import Instance
 from podmanager.emulator.server import Emulator
@@ -40,7 +40,7 @@ def vm(name: str) -> Instance:
 
 
 def test_a_wait_returns_the_operation_undone_at_its_deadline(emulator):
-    options = {"credentials": AnonymousCredentials(),
+    options = {"credentials": emulator_identity.credentials(),
                "client_options": ClientOptions(api_endpoint=f"http://127.0.0.1:{emulator.rest_port}")}
     instances, operations = compute_v1.InstancesClient(**options), compute_v1.ZoneOperationsClient(**options)
     started = instances.insert_unary(project=PROJECT, zone=ZONE, instance_resource=compute_v1.Instance(

@@ -15,7 +15,6 @@ import grpc
 import pytest
 from google.api_core import exceptions as google_exceptions
 from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
@@ -24,6 +23,7 @@ from google.longrunning import operations_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from podmanager.cloud.gcp import emulator_identity
 from podmanager.core.clock import FakeClock
 from podmanager.emulator import discovery, grpc_validation, rest, validation
 from podmanager.emulator.schema_gate import STRICT_ENV, Gate
@@ -47,7 +47,7 @@ def emulator() -> Iterator[Emulator]:
 def call(emulator: Emulator, method: str, path: str, body: object = None) -> tuple[int, dict]:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(f"http://127.0.0.1:{emulator.rest_port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json", "Authorization": "Bearer t"})
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {emulator_identity.token()}"})
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, json.loads(answer.read())
@@ -84,7 +84,7 @@ def test_a_path_parameter_off_its_pattern_is_refused_through_the_client_too(emul
     path = f"/compute/v1/projects/{PROJECT}/zones/Bad_Zone/instances"
     refused_with(call(emulator, "GET", path),
                  f"Invalid value for field 'zone': 'Bad_Zone'. Must be a match of regex '{ZONE_PATTERN}'", "zone")
-    instances = compute_v1.InstancesClient(credentials=AnonymousCredentials(), client_options=ClientOptions(
+    instances = compute_v1.InstancesClient(credentials=emulator_identity.credentials(), client_options=ClientOptions(
         api_endpoint=f"http://127.0.0.1:{emulator.rest_port}"))
     with pytest.raises(google_exceptions.BadRequest, match="Must be a match of regex"):
         list(instances.list(project=PROJECT, zone="Bad_Zone"))
