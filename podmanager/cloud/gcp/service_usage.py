@@ -21,6 +21,7 @@ import requests
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.gcp.errors import AUTH_HINT
+from podmanager.cloud.gcp.json_session import json_api_session
 
 GOOGLE_ROOT = "https://serviceusage.googleapis.com"
 
@@ -44,19 +45,7 @@ class ServiceUsage:
         self.project = project
         self.root = endpoint or GOOGLE_ROOT
         self.timeout_s = timeout_s
-        if endpoint:
-            from podmanager.cloud.gcp.emulator_identity import token
-
-            self._session = requests.Session()
-            bearer = token()
-            if bearer:
-                self._session.headers["Authorization"] = f"Bearer {bearer}"
-        else:
-            from google.auth.credentials import with_scopes_if_required
-            from google.auth.transport.requests import AuthorizedSession
-
-            self._session = AuthorizedSession(with_scopes_if_required(
-                credentials, ["https://www.googleapis.com/auth/cloud-platform"]))
+        self._session = json_api_session(endpoint, credentials)
 
     def close(self) -> None:
         self._session.close()

@@ -19,6 +19,7 @@ import requests
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.buckets import SET_POLICY_PERMISSION, BucketPolicy
 from podmanager.cloud.gcp.errors import AUTH_HINT
+from podmanager.cloud.gcp.json_session import json_api_session
 
 GOOGLE_ROOT = "https://storage.googleapis.com"
 _TRIES = 3
@@ -44,19 +45,7 @@ class BucketIam:
         self.root = endpoint or GOOGLE_ROOT
         self.timeout_s = timeout_s
         self.retry_delay_s = retry_delay_s
-        if endpoint:
-            self._session = requests.Session()
-            from podmanager.cloud.gcp.emulator_identity import token
-
-            bearer = token()  # the caller's emulator token (none: the emulator answers 401)
-            if bearer:
-                self._session.headers["Authorization"] = f"Bearer {bearer}"
-        else:
-            from google.auth.credentials import with_scopes_if_required
-            from google.auth.transport.requests import AuthorizedSession
-
-            self._session = AuthorizedSession(with_scopes_if_required(
-                credentials, ["https://www.googleapis.com/auth/cloud-platform"]))
+        self._session = json_api_session(endpoint, credentials)
 
     def close(self) -> None:
         self._session.close()
