@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import Any, Callable
 
 Check = Callable[[Any], None]
@@ -120,22 +121,38 @@ def is_number(value: Any) -> bool:
 # ---------------------------------------------------------------------- compiling a schema
 
 
-_CACHE: dict[tuple[int, str, bool], Check] = {}
+_CACHE: dict[tuple[int, str, bool], Check] = {}  # published checks: any thread may use them
+# Checks compiled in the current compilation, and stand-ins for the schemas still compiling (a
+# schema that holds itself reaches its own check through one). Seen only under the lock, and
+# published together when the outermost schema is done: the emulator serves each call on its own
+# thread, and CI saw two first CreateNode calls at once fail on another thread's stand-in.
+_STAGED: dict[tuple[int, str, bool], Check] = {}
+_COMPILING = threading.RLock()  # reentrant: compiling recurses
 
 
 def _compiled(schemas: dict[str, dict[str, Any]], name: str, output: bool) -> Check:
-    """The check of the named schema, compiled once (a schema that holds itself, as Status's
-    details or a folder's children may, reaches its own check through the cache)."""
+    """The check of the named schema, compiled once."""
     key = (id(schemas), name, output)
     found = _CACHE.get(key)
     if found is not None:
         return found
-    compiled: list[Check] = []
-    _CACHE[key] = lambda value: compiled[0](value)  # until compiled: for a schema that refers to itself
-    check = _compile(schemas, schemas[name], output)
-    compiled.append(check)
-    _CACHE[key] = check
-    return check
+    with _COMPILING:
+        found = _CACHE.get(key) or _STAGED.get(key)
+        if found is not None:
+            return found
+        outermost = not _STAGED
+        compiled: list[Check] = []
+        _STAGED[key] = lambda value: compiled[0](value)
+        try:
+            check = _compile(schemas, schemas[name], output)
+            compiled.append(check)
+            _STAGED[key] = check
+            if outermost:
+                _CACHE.update(_STAGED)
+        finally:
+            if outermost:
+                _STAGED.clear()
+        return check
 
 
 def _compile(schemas: dict[str, dict[str, Any]], spec: dict[str, Any], output: bool) -> Check:
