@@ -14,6 +14,7 @@ import hmac
 import json
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from podmanager.cloud.gcp.emulator_identity import adc_path
@@ -29,15 +30,20 @@ def _key_path() -> Path:
 
 
 def _key() -> bytes:
-    """The signing key, made once (0600)."""
+    """The signing key, made once (0600). Written whole before it appears: the emulator and
+    the laptop's processes may make it at the same moment, and none may read it half written."""
     where = _key_path()
     paths.private_dir(where.parent)
-    try:
-        descriptor = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return where.read_bytes()
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(secrets.token_bytes(32))
+    if not where.exists():
+        handle, draft = tempfile.mkstemp(dir=where.parent, prefix=".token.key.")  # 0600
+        try:
+            os.write(handle, secrets.token_bytes(32))
+            os.close(handle)
+            os.link(draft, where)  # fails if another made it first: theirs is the key
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(draft)
     return where.read_bytes()
 
 
