@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from podmanager.attempts.remote import RAY, Remote
 from podmanager.core.records import HostSlot
@@ -129,6 +129,9 @@ class Gang:
             except RayActorError as error:
                 host.lost = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
                 host.running = False
+                continue
+            except RayTaskError as error:  # the agent answered with an error: it cannot say how its process is
+                host.lost, host.running = f"the host's agent failed to poll: {error.cause}", False
                 continue
             self._heard(host, report, on_output)
         return self.hosts

@@ -183,7 +183,10 @@ class HostRuns:
         `hold_s`, answer when the process exits or `hold_s` has passed, whichever is first (a
         long poll: exits are reported at once, with one call per `hold_s` instead of a stream
         of short ones)."""
-        process = self.processes[run_id]
+        process = self.processes.get(run_id)
+        if process is None:  # the caller polls a process an earlier agent of this host started
+            raise LookupError(f"this host's agent holds no process of run {run_id}: it started afresh "
+                              "since the attempt began (its host restarted or was replaced)")
         if hold_s > 0:
             process.wait(hold_s)
         status = process.status()  # before the read, so output written up to an exit is in it

@@ -57,6 +57,19 @@ def test_a_dead_agent_is_lost_with_the_reason_and_skipped_when_stopping(remote):
     assert gang.hosts[1].exit_code == -15 and not gang.hosts[1].running
 
 
+def test_an_agent_that_answers_a_poll_with_an_error_loses_its_host_not_the_gang(remote):
+    # A host's agent started afresh (its host restarted) holds no process of the run: the host is
+    # lost with the agent's reason, and the gang's supervisor goes on to recover (CI once saw a
+    # supervisor stop with the agent's KeyError).
+    hosts = agents(lambda s, attempt: Behaviour(polls=5, forgot_after=1 if s.slice_index == 0 else None))
+    gang = Gang(hosts, "run-1", remote=remote)
+    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0"}] * 2)
+    gang.poll(wait_s=0)
+    gang.poll(wait_s=0)
+    assert gang.hosts[0].lost == "the host's agent failed to poll: this host's agent holds no process of run run-1"
+    assert not gang.hosts[0].running and gang.hosts[1].running and not gang.hosts[1].lost
+
+
 def test_any_notice_asks_the_hosts_of_that_slice_only(remote):
     hosts = agents(lambda s, attempt: Behaviour())
     gang = Gang(hosts, "run-1", remote=remote)

@@ -12,7 +12,7 @@ import signal
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from podmanager.core.records import HostSlot
 from podmanager.runtime.contract import ProgressRecord
@@ -29,6 +29,7 @@ class Behaviour:
     lines: list[str] = field(default_factory=list)  # output, one line per poll
     lost_after: int | None = None  # from this poll on, the agent's node is dead (RayActorError)
     silent: bool = False  # the agent never answers a poll
+    forgot_after: int | None = None  # from this poll on, the agent is a new one that never started the run
     reply_bytes: int | None = None  # output sent per reply at most (the agent's chunk)
     on_stop: list[str] = field(default_factory=list)  # printed when stopped (a SIGTERM handler)
     on_sigterm: int | None = None  # a SIGTERM (a notice's) ends it with this code; None: it runs on
@@ -135,6 +136,9 @@ class FakeAgent:
             return FakeRef(ready=False)
         if behaviour.lost_after is not None and run["polls"] >= behaviour.lost_after:
             return FakeRef(error=RayActorError())
+        if behaviour.forgot_after is not None and run["polls"] >= behaviour.forgot_after:
+            cause = LookupError("this host's agent holds no process of run run-1")
+            return FakeRef(error=RayTaskError("poll_workload", f"Traceback ...\nLookupError: {cause}", cause))
         if run["running"]:
             if run["polls"] < len(behaviour.lines):
                 run["output"] += behaviour.lines[run["polls"]] + "\n"

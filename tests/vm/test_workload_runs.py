@@ -50,6 +50,8 @@ def test_an_agent_started_again_reads_an_earlier_agents_attempt_output_from_its_
     assert again.left_output("r", 2, 4) == b"two\nthree"  # from the offset on, the unterminated end too
     assert again.left_output("r", 2, 13) == b""
     assert again.left_output("r", 1, 0) == b"" and again.left_output("other", 2, 0) == b""
+    with pytest.raises(LookupError, match="holds no process of run r: it started afresh"):
+        again.poll("r", 0)  # said as the reason the host is lost, not a bare KeyError
 
 
 def test_progress_is_reported(tmp_path):
