@@ -300,9 +300,10 @@ class ControllerSpec(_Model):
     or tests that need no split); `local: false`: `up` makes a controller VM of the fields below,
     and every verb reaches it over the channel (docs/channel.md)."""
 
-    local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller; "
-                                                       "false: `up` makes a controller VM and every verb reaches it "
-                                                       "over the channel")  # strict: `local: "no"` is a typo
+    local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller (on "
+                                                       "Google Cloud only a VM in the cluster's network may be: `up` "
+                                                       "refuses it elsewhere); false: `up` makes a controller VM and "
+                                                       "every verb reaches it over the channel")  # strict: `local: "no"` is a typo
     # 4 vCPUs and 16 GB: the controller runs the Ray head (GCS, raylet, dashboard) and one Ray actor
     # process per run's supervisor and service router; a few dozen of them need the memory, and the
     # head must keep answering its hosts while they poll. SkyPilot's jobs controller asks for 4+ CPUs
