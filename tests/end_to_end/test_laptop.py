@@ -351,11 +351,33 @@ def test_serve_prints_an_address_of_this_machine_that_reaches_the_service(laptop
     assert not [p for p in laptop.audit.read_text().splitlines() if p.startswith(controller)]
 
 
-def test_a_controller_crash_mid_run_loses_nothing(laptop):
-    # Long enough that the run cannot end while the controller reboots (its hosts train on meanwhile);
-    # a program of its own name, so that it starts from step 0, not from another test's checkpoints.
-    shutil.copy(laptop.project / "workloads" / "train_mlp.py", laptop.project / "workloads" / "train_through.py")
-    submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_through.py", "--steps", "2500",
+# train_mlp, held at a step until the test opens its gate (a file the simulated host can see): the
+# run cannot end while the controller reboots however slow this machine is.
+HELD_AT_STEP = """\
+import pathlib, sys, time
+
+from podmanager import runtime
+from workloads import train_mlp
+
+report_progress = runtime.report_progress
+
+
+def report_and_hold(step, **metrics):
+    report_progress(step, **metrics)
+    while step == {step} and not pathlib.Path({gate!r}).exists():
+        time.sleep(0.05)
+
+
+runtime.report_progress = report_and_hold
+sys.exit(train_mlp.run())
+"""
+
+
+def test_a_controller_crash_mid_run_loses_nothing(laptop, tmp_path):
+    # A program of its own name, so that it starts from step 0, not from another test's checkpoints.
+    gate = tmp_path / "gate"
+    (laptop.project / "train_through.py").write_text(HELD_AT_STEP.format(step=400, gate=str(gate)))
+    submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "train_through.py", "--steps", "2500",
                           "--checkpoint-every", "150")
     run_id = json.loads(submitted)["run_id"]
     poll_until(lambda: (laptop.run_record(run_id)["step"] or 0) >= 200, timeout_s=240, interval_s=1.0,
@@ -363,7 +385,16 @@ def test_a_controller_crash_mid_run_loses_nothing(laptop):
     at_crash = laptop.run_record(run_id)["step"]
     assert "boots again from its disk" in laptop.ok("sim", "controller-crash", "-c", NAME)
     started = time.monotonic()
-    result = json.loads(laptop.ok("attach", run_id, "--json", timeout=600))  # follows it through the crash
+
+    def restarted() -> bool:  # `runs` fails while the controller reboots: asked again
+        listed = laptop.cmd("runs", "-c", NAME, "--json")
+        return listed.returncode == 0 and any(r["run_id"] == run_id and r["last_incident"] == "supervisor-restart"
+                                              for r in json.loads(listed.stdout))
+
+    poll_until(restarted, timeout_s=480, interval_s=1.0,
+               what="the run's supervisor started again on the rebooted controller")
+    gate.touch()  # the program goes on past step 400
+    result = json.loads(laptop.ok("attach", run_id, "--json", timeout=600))  # follows it to its end
     assert result["status"] == "succeeded" and result["metrics"]["last_step"] == 2500
     assert time.monotonic() - started < 480
     causes = [i["cause"] for i in result["incidents"]]
