@@ -25,16 +25,16 @@ if TYPE_CHECKING:
         run_summary,
     )
     from podmanager.api.service_handle import ServiceHandle
-    from podmanager.api.status import ClusterStatus, SliceStatus
     from podmanager.api.timeline import run_timeline, write_timeline_html
     from podmanager.api.up_plan import UpPlan
+    from podmanager.channel.cluster_status import ClusterStatus, SliceStatus
     from podmanager.cluster.teardown import LabelDownReport, down_by_label, teardown
     from podmanager.core.events import EventKind
     from podmanager.state import StateStore
 
 _WHERE = {
-    "Cluster": "podmanager.api.cluster", "ClusterStatus": "podmanager.api.status",
-    "DownReport": "podmanager.api.cluster_down", "SliceStatus": "podmanager.api.status", "UpPlan": "podmanager.api.up_plan",
+    "Cluster": "podmanager.api.cluster", "ClusterStatus": "podmanager.channel.cluster_status",
+    "DownReport": "podmanager.api.cluster_down", "SliceStatus": "podmanager.channel.cluster_status", "UpPlan": "podmanager.api.up_plan",
     "down": "podmanager.api.cluster_down", "resolve_cluster": "podmanager.api.cluster",
     "RunHandle": "podmanager.api.run_handle", "run_log_lines": "podmanager.api.run_handle", "run_summary": "podmanager.api.run_handle",
     "ServiceHandle": "podmanager.api.service_handle",

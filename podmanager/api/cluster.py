@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from podmanager.api.cancel import cancel_run
 from podmanager.api.cluster_names import only_cluster, stored_spec
 from podmanager.api.run_to_end import run_to_end
-from podmanager.api.status import ClusterStatus, cluster_status
+from podmanager.api.status import cluster_status
 from podmanager.api.up import FirstUpFailed, bring_up, plan_up
 from podmanager.api.up_plan import UpPlan
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
 from podmanager.cluster.cluster_runtime import ClusterRuntime, EventCallback
 from podmanager.cluster.preflight import compute_for

@@ -5,7 +5,7 @@ channel (`channel/page_proxy.py`). Either way a local address, 127.0.0.1 only.""
 from __future__ import annotations
 
 from podmanager.api.page_data import PageData
-from podmanager.api.status import ClusterStatus
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.loop_thread import LoopServer
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunStore

@@ -17,7 +17,7 @@ from typing import Callable
 from podmanager.api import simulation
 from podmanager.api.remote import RemoteCluster, down_remote, is_remote, stored_spec
 from podmanager.api.remote_up_down import RemoteSpec
-from podmanager.api.status import ClusterStatus
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.spec import parse_spec

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from podmanager.api.remote_service import RemoteServiceHandle, as_seen_here, reach
 from podmanager.api.run_to_end import run_to_end
 from podmanager.api.run_view import RunView
-from podmanager.api.status import ClusterStatus
 from podmanager.attempts import code_zip
 from podmanager.channel import pinned, records
 from podmanager.channel.client import ChannelClient
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
 from podmanager.channel.forward import Forward
 from podmanager.channel.patience import patiently
@@ -77,12 +77,10 @@ def as_event(cluster: str, event: records.EventRecord) -> Event:
                  message=event.message, data=dict(event.data))
 
 
-def as_status(reply: records.StatusReply) -> ClusterStatus:
-    """The controller's status as `Cluster.status` returns it; Ray's address and the services'
-    endpoints are the controller's own loopback (`podmanager dashboard` forwards each to this
-    machine), so Ray's is left out and each service says how to reach it from here."""
-    status = ClusterStatus.model_validate(reply.model_dump(exclude={"ray"}))
-    services = [s.model_copy(update={"endpoint": reach(reply.name, s.service_id)}) for s in status.services]
+def as_seen_here_status(status: ClusterStatus) -> ClusterStatus:
+    """The controller's status with each service's endpoint as this machine reaches it: the
+    router listens on the controller's loopback (`podmanager dashboard` forwards it here)."""
+    services = [s.model_copy(update={"endpoint": reach(status.name, s.service_id)}) for s in status.services]
     return status.model_copy(update={"services": services})
 
 
@@ -227,7 +225,7 @@ class RemoteCluster:
     # ------------------------------------------------------------------ reading
 
     def status(self) -> ClusterStatus:
-        return as_status(self.client.status(self.name))
+        return as_seen_here_status(self.client.status(self.name))
 
     def events(self, *, after_id: int = 0) -> list[Event]:
         return [as_event(self.name, e) for e in self.client.events(self.name, after_id=after_id).events]
@@ -414,7 +412,7 @@ def forward(name: str, target: str, *, port: int = 0) -> Forward:
     `status`), so a refused token is said at once rather than as closed connections."""
     credentials = pinned.load(name)
     with ChannelClient(credentials) as client:
-        status = as_status(client.status(name))
+        status = as_seen_here_status(client.status(name))
     if target != records.DASHBOARD:
         status.service(target)  # an unknown id: its clear error, before any port is opened
     started = Forward(credentials, target, port=port)

@@ -14,13 +14,13 @@ from podmanager.api.remote import (
     EventCallback,
     RemoteCluster,
     RemotePlan,
-    as_status,
+    as_seen_here_status,
     down_remote,
     remote_options,
     say_here,
 )
-from podmanager.api.status import ClusterStatus
 from podmanager.channel import pinned, records
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelError
 from podmanager.channel.patience import patiently
 from podmanager.core.errors import PodmanagerError
@@ -63,7 +63,7 @@ class RemoteSpec(RemoteCluster):
             delete_on_failure=delete_on_failure))
         done = self.follow_job(job, on_event, on_plan=on_plan, after_event=self.last_event_id_before(job))
         assert done.status is not None
-        return as_status(done.status)
+        return as_seen_here_status(done.status)
 
     def down(self, *, timeout_s: float = 600.0, on_event: EventCallback | None = None) -> None:
         """As `RemoteCluster.down`, by this spec (also of an `up` cut short before the

@@ -13,6 +13,7 @@ import urllib3
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import pinned, records
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
 
 ReplyT = TypeVar("ReplyT", bound=BaseModel)
@@ -44,8 +45,8 @@ class ChannelClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def status(self, cluster: str) -> records.StatusReply:
-        return self._ask(records.STATUS_PATH, records.StatusRequest(cluster=cluster), records.StatusReply)
+    def status(self, cluster: str) -> ClusterStatus:
+        return self._ask(records.STATUS_PATH, records.StatusRequest(cluster=cluster), ClusterStatus)
 
     def events(self, cluster: str, *, after_id: int = 0) -> records.EventsReply:
         return self._ask(records.EVENTS_PATH, records.EventsRequest(cluster=cluster, after_id=after_id),

@@ -21,6 +21,7 @@ from aiohttp import WSCloseCode, web
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.identity import ControllerIdentity
 from podmanager.channel.loop_thread import STOP_TIMEOUT_S, LoopServer
 from podmanager.channel.page_server import PAGE_PREFIX, ClusterPage, page_app
@@ -36,7 +37,7 @@ class ControllerApi(Protocol):
     """What the channel serves: the API on the controller, answering in the channel's records.
     It raises PodmanagerError for what the user must hear (an unknown cluster, ...)."""
 
-    def status(self, cluster: str) -> records.StatusReply: ...
+    def status(self, cluster: str) -> ClusterStatus: ...
 
     def events(self, cluster: str, after_id: int) -> records.EventsReply: ...
 

@@ -17,6 +17,7 @@ import pytest
 
 from podmanager.api.remote import RemoteCluster
 from podmanager.channel import identity, pinned, records
+from podmanager.channel.cluster_status import ClusterStatus, ServiceEndpoint
 from podmanager.channel.forward import Forward
 from podmanager.channel.server import ChannelServer
 from podmanager.core.errors import PodmanagerError, SpecError
@@ -124,9 +125,9 @@ class FakeController:
                                            state="ready" if self.service_reads >= 2 * i + 2 else "starting")
                       for i in listed])
 
-    def status(self, cluster: str) -> records.StatusReply:
-        return records.StatusReply(name=CLUSTER, backend="simulated", project="demo", slices=[], services=[
-            records.ServiceEndpointState(service_id=SERVICE, endpoint="http://127.0.0.1:1", slices=[0])])
+    def status(self, cluster: str) -> ClusterStatus:
+        return ClusterStatus(name=CLUSTER, backend="simulated", project="demo", slices=[], services=[
+            ServiceEndpoint(service_id=SERVICE, endpoint="http://127.0.0.1:1", slices=[0])])
 
     def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
         if target not in (records.DASHBOARD, SERVICE):
@@ -358,8 +359,8 @@ class JobController(FakeController):
         return records.JobReply(job_id=job_id, verb=verb, done=True,
                                 status=self.status(CLUSTER) if verb == "up" else None)
 
-    def status(self, cluster: str) -> records.StatusReply:
-        return records.StatusReply(name=cluster, backend="simulated", project="podmanager-sim", slices=[])
+    def status(self, cluster: str) -> ClusterStatus:
+        return ClusterStatus(name=cluster, backend="simulated", project="podmanager-sim", slices=[])
 
 
 VM_SPEC = {"name": CLUSTER, "controller": {"local": False}, "slices": [{"accelerator": "v4-8"}]}

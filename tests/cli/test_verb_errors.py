@@ -71,7 +71,7 @@ def test_a_read_only_verb_on_an_unknown_cluster_makes_no_folder(verb, podmanager
 
 
 def test_dashboard_of_a_service_the_cluster_does_not_serve_exits_2_naming_the_flag_and_the_list(monkeypatch):
-    from podmanager.api.status import ClusterStatus, ServiceEndpoint
+    from podmanager.channel.cluster_status import ClusterStatus, ServiceEndpoint
 
     status = ClusterStatus(name="demo", backend="simulated", project="p", slices=[], services=[
         ServiceEndpoint(service_id="model-svc-1", endpoint="http://127.0.0.1:8123", slices=[0])])
