@@ -12,12 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from podmanager.api.cluster import Cluster, resolve_cluster
     from podmanager.api.cluster_down import DownReport, down
-    from podmanager.api.controller_machine import connect
     from podmanager.api.dashboard import open_page
     from podmanager.api.history import cluster_events, run_history, service_history
-    from podmanager.api.remote import RemoteCluster, forward, ray_token_file
-    from podmanager.api.remote_service import RemoteServiceHandle
-    from podmanager.api.remote_up_down import open_spec
     from podmanager.api.run_handle import (
         RunHandle,
         latest_run_id,
@@ -28,6 +24,10 @@ if TYPE_CHECKING:
     from podmanager.api.timeline import run_timeline, write_timeline_html
     from podmanager.api.up_plan import UpPlan
     from podmanager.channel.cluster_status import ClusterStatus, SliceStatus
+    from podmanager.client.controller_machine import connect
+    from podmanager.client.remote import RemoteCluster, forward, ray_token_file
+    from podmanager.client.remote_service import RemoteServiceHandle
+    from podmanager.client.remote_up_down import open_spec
     from podmanager.cluster.teardown import LabelDownReport, down_by_label, teardown
     from podmanager.core.events import EventKind
     from podmanager.state import StateStore
@@ -41,9 +41,9 @@ _WHERE = {
     "latest_run_id": "podmanager.api.run_handle", "cluster_events": "podmanager.api.history",
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
-    "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.api.remote_up_down",
-    "RemoteCluster": "podmanager.api.remote", "RemoteServiceHandle": "podmanager.api.remote_service", "connect": "podmanager.api.controller_machine",
-    "forward": "podmanager.api.remote", "ray_token_file": "podmanager.api.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
+    "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.client.remote_up_down",
+    "RemoteCluster": "podmanager.client.remote", "RemoteServiceHandle": "podmanager.client.remote_service", "connect": "podmanager.client.controller_machine",
+    "forward": "podmanager.client.remote", "ray_token_file": "podmanager.client.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
     "open_page": "podmanager.api.dashboard", "run_timeline": "podmanager.api.timeline", "write_timeline_html": "podmanager.api.timeline",
 }
 __all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RemoteServiceHandle", "RunHandle",

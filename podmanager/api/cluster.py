@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.api.cancel import cancel_run
 from podmanager.api.cluster_names import only_cluster, stored_spec
-from podmanager.api.run_to_end import run_to_end
 from podmanager.api.status import cluster_status
 from podmanager.api.up import FirstUpFailed, bring_up, plan_up
 from podmanager.api.up_plan import UpPlan
 from podmanager.channel.cluster_status import ClusterStatus
+from podmanager.client.run_to_end import run_to_end
 from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
 from podmanager.cluster.cluster_runtime import ClusterRuntime, EventCallback
 from podmanager.cluster.preflight import compute_for
@@ -44,12 +44,12 @@ from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
-    from podmanager.api.remote import RemoteCluster
-    from podmanager.api.remote_up_down import RemoteSpec
     from podmanager.api.run_handle import InterruptCallback, RunHandle
     from podmanager.api.service_handle import ServiceHandle
     from podmanager.attempts.code_zip import PackedCode
     from podmanager.attempts.results import OutputPrinter
+    from podmanager.client.remote import RemoteCluster
+    from podmanager.client.remote_up_down import RemoteSpec
     from podmanager.serving.options import ServeOptions
     from podmanager.state.run_results import RunResult
 
@@ -94,14 +94,14 @@ class Cluster:
     def from_yaml(cls, path: str | Path, *, dry_run: bool = False, **kwargs: Any) -> Cluster | RemoteSpec:
         """The cluster of the spec at `path`. A spec whose controller is a VM (`controller.local:
         false`) gives a `RemoteSpec`: the same verbs, each reaching that VM as the CLI's do."""
-        from podmanager.api.remote_up_down import open_spec
+        from podmanager.client.remote_up_down import open_spec
 
         return open_spec(path, dry_run=dry_run, **kwargs) or cls(load_spec(path, dry_run=dry_run), **kwargs)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, dry_run: bool = False, **kwargs: Any) -> Cluster | RemoteSpec:
         """`from_yaml` of a spec given as a mapping."""
-        from podmanager.api.remote_up_down import remote_spec
+        from podmanager.client.remote_up_down import remote_spec
         spec = parse_spec(data, dry_run=dry_run)
         return cls(spec, **kwargs) if spec.controller.local else remote_spec(spec, data, dry_run=dry_run, **kwargs)
 
@@ -109,7 +109,7 @@ class Cluster:
     def from_name(cls, name: str, *, store: StateStore | None = None, **kwargs: Any) -> Cluster | RemoteCluster:
         """The cluster that `up` recorded under this name: a `RemoteCluster` when this machine
         reaches it through its controller VM's channel (it holds its pointer, and no record)."""
-        from podmanager.api.remote import RemoteCluster, is_remote, remote_options
+        from podmanager.client.remote import RemoteCluster, is_remote, remote_options
         store = store or StateStore()
         if is_remote(name) and store.get_cluster(name) is None:
             return RemoteCluster(name, **remote_options(name, kwargs))

@@ -10,8 +10,7 @@ import types
 import pytest
 
 from podmanager.api.channel_service import ControllerChannelApi
-from podmanager.channel import identity, pinned, records
-from podmanager.channel.client import ChannelClient
+from podmanager.channel import identity, records
 from podmanager.channel.cluster_status import (
     ClusterStatus,
     HostStatus,
@@ -20,6 +19,8 @@ from podmanager.channel.cluster_status import (
 )
 from podmanager.channel.errors import RemoteError
 from podmanager.channel.server import ChannelServer
+from podmanager.client import pinned
+from podmanager.client.channel_client import ChannelClient
 from podmanager.controller.host_info import HEALTHY, HostInfo
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.core.events import EventKind

@@ -11,8 +11,7 @@ import threading
 
 import pytest
 
-from podmanager.channel import identity, pinned, records
-from podmanager.channel.client import ChannelClient
+from podmanager.channel import identity, records
 from podmanager.channel.cluster_status import (
     ClusterStatus,
     HostStatus,
@@ -22,6 +21,8 @@ from podmanager.channel.cluster_status import (
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
 from podmanager.channel.private_files import write_private
 from podmanager.channel.server import ChannelServer
+from podmanager.client import pinned
+from podmanager.client.channel_client import ChannelClient
 from podmanager.core import peer
 from podmanager.core.errors import ClusterNotFoundError
 
@@ -292,7 +293,7 @@ def test_an_unreachable_controller_is_a_clear_error(controller) -> None:
 
 
 def test_the_client_imports_neither_ray_nor_jax() -> None:
-    code = ("import sys, podmanager.channel.client; "
+    code = ("import sys, podmanager.client.channel_client; "
             "print(sorted(m for m in ('ray', 'jax', 'podmanager.channel.server', 'podmanager.api') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", loaded

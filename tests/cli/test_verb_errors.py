@@ -84,7 +84,7 @@ def test_dashboard_of_a_service_the_cluster_does_not_serve_exits_2_naming_the_fl
 
 
 def test_an_unknown_name_lists_the_clusters_reached_through_a_controller_vm_too():
-    from podmanager.channel import pinned
+    from podmanager.client import pinned
 
     StateStore().save_cluster("here", parse_spec({**SPEC, "name": "here"}).model_dump(mode="json"), "simulated", "up")
     pinned.save_spec("lap", "{}")  # the pointer `up` and `connect` leave for a cluster whose controller is a VM

@@ -1,8 +1,8 @@
 """A cluster whose controller is a VM (`controller.local: false`), as the user's machine sees it:
-the same verbs as `Cluster`, each a request over the cluster's channel (`channel/client.py`).
+the same verbs as `Cluster`, each a request over the cluster's channel (`client/channel_client.py`).
 
 Nothing here reads the controller's files or loads Ray: the client holds only its pointer to
-the cluster (`channel/pinned.py`: the controller's address, its pinned certificate, the token).
+the cluster (`client/pinned.py`: the controller's address, its pinned certificate, the token).
 A run's working dir is packed here and shipped; its output and events come back through
 `watch`, so `run`, `attach`, `logs -F`, Ctrl-C (detach) and a second Ctrl-C (cancel) behave
 as they do next to the controller."""
@@ -14,16 +14,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from podmanager.api.remote_service import RemoteServiceHandle, as_seen_here, reach
-from podmanager.api.run_to_end import run_to_end
-from podmanager.api.run_view import RunView
 from podmanager.attempts import code_zip
-from podmanager.channel import pinned, records
-from podmanager.channel.client import ChannelClient
+from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
-from podmanager.channel.forward import Forward
-from podmanager.channel.patience import patiently
+from podmanager.client import pinned
+from podmanager.client.channel_client import ChannelClient
+from podmanager.client.forward import Forward
+from podmanager.client.patience import patiently
+from podmanager.client.remote_service import RemoteServiceHandle, as_seen_here, reach
+from podmanager.client.run_to_end import run_to_end
+from podmanager.client.run_view import RunView
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
@@ -443,7 +444,7 @@ def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback 
     cancelled, slices deleted), then this machine deletes the controller VM, its rule and the
     channel's secret. A controller that cannot be reached is no reason to keep anything: the
     slices are then found by their label from here."""
-    from podmanager.api.controller_machine import ControllerMachine
+    from podmanager.client.controller_machine import ControllerMachine
     from podmanager.cluster.teardown import down_by_label
 
     spec = spec or stored_spec(name)

@@ -10,7 +10,12 @@ from typing import Any, Callable
 
 import yaml
 
-from podmanager.api.remote import (
+from podmanager.channel import records
+from podmanager.channel.cluster_status import ClusterStatus
+from podmanager.channel.errors import ChannelError
+from podmanager.client import pinned
+from podmanager.client.patience import patiently
+from podmanager.client.remote import (
     EventCallback,
     RemoteCluster,
     RemotePlan,
@@ -19,10 +24,6 @@ from podmanager.api.remote import (
     remote_options,
     say_here,
 )
-from podmanager.channel import pinned, records
-from podmanager.channel.cluster_status import ClusterStatus
-from podmanager.channel.errors import ChannelError
-from podmanager.channel.patience import patiently
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec, load_spec
@@ -45,7 +46,7 @@ class RemoteSpec(RemoteCluster):
     def up(self, *, timeout_s: float = 1800.0, force: bool = False, on_plan: Callable[[RemotePlan], None] | None = None,
            on_event: EventCallback | None = None, delete_on_failure: bool = False) -> ClusterStatus:
         """The controller VM made (or found) and serving, then `up` of the spec run there."""
-        from podmanager.api.controller_machine import ControllerMachine
+        from podmanager.client.controller_machine import ControllerMachine
 
         on_event = self._told(on_event)
         say = say_here(self.name, on_event)

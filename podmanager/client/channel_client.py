@@ -12,9 +12,10 @@ from typing import Self, TypeVar
 import urllib3
 from pydantic import BaseModel, ValidationError
 
-from podmanager.channel import pinned, records
+from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+from podmanager.client import pinned
 
 ReplyT = TypeVar("ReplyT", bound=BaseModel)
 CONNECT_TIMEOUT_S = 10.0
