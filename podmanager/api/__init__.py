@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from podmanager.api.timeline import run_timeline, write_timeline_html
     from podmanager.api.up_plan import UpPlan
     from podmanager.channel.cluster_status import ClusterStatus, SliceStatus
+    from podmanager.client.cluster_client import ClusterClient
     from podmanager.client.controller_machine import connect
     from podmanager.client.remote import RemoteCluster, forward, ray_token_file
     from podmanager.client.remote_service import RemoteServiceHandle
@@ -42,11 +43,11 @@ _WHERE = {
     "run_history": "podmanager.api.history", "service_history": "podmanager.api.history",
     "LabelDownReport": "podmanager.cluster.teardown", "down_by_label": "podmanager.cluster.teardown",
     "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.client.remote_up_down",
-    "RemoteCluster": "podmanager.client.remote", "RemoteServiceHandle": "podmanager.client.remote_service", "connect": "podmanager.client.controller_machine",
+    "RemoteCluster": "podmanager.client.remote", "ClusterClient": "podmanager.client.cluster_client", "RemoteServiceHandle": "podmanager.client.remote_service", "connect": "podmanager.client.controller_machine",
     "forward": "podmanager.client.remote", "ray_token_file": "podmanager.client.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
     "open_page": "podmanager.api.dashboard", "run_timeline": "podmanager.api.timeline", "write_timeline_html": "podmanager.api.timeline",
 }
-__all__ = ["Cluster", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RemoteServiceHandle", "RunHandle",
+__all__ = ["Cluster", "ClusterClient", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RemoteServiceHandle", "RunHandle",
            "ServiceHandle", "SliceStatus", "connect", "forward", "open_page", "open_spec", "ray_token_file",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
            "run_history", "run_log_lines", "run_summary", "run_timeline", "service_history", "teardown",

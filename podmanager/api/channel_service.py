@@ -181,6 +181,11 @@ class ControllerChannelApi:
         return records.ServicesReply(services=[service_summary(s) for s in service_history(
             cluster, services=ServiceStore(self.store.path), runs=self.runs_store)])
 
+    # ------------------------------------------------------------------ a dry run's faults
+
+    def fault(self, request: records.FaultRequest) -> records.FaultReply:
+        return records.FaultReply(said=self._cluster(request.cluster).inject(request.fault))
+
     def _cluster(self, name: str) -> Cluster:
         """One `Cluster` per name for the process's life: one Ray connection for every request."""
         with self._mutex:

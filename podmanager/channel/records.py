@@ -10,6 +10,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from podmanager.channel.cluster_status import ClusterStatus
+from podmanager.core.faults import Fault
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord
 from podmanager.state.run_results import IncidentRecord
@@ -33,6 +34,7 @@ SERVE_PATH = f"{API_PREFIX}/serve"
 SERVICE_PATH = f"{API_PREFIX}/service"
 SERVICE_CANCEL_PATH = f"{API_PREFIX}/service/cancel"
 SERVICES_PATH = f"{API_PREFIX}/services"
+FAULT_PATH = f"{API_PREFIX}/fault"  # a dry run's fault, injected by the controller into its cluster
 
 
 class Record(BaseModel):
@@ -272,3 +274,17 @@ class ServiceReply(Record):
 
 class ServicesReply(Record):
     services: list[ServiceSummary]
+
+
+# ---------------------------------------------------------------------- a dry run's faults
+
+class FaultRequest(Record):
+    """`podmanager sim` of a cluster whose controller is a VM: the controller injects the fault
+    as `sim` next to it would (its cluster's Ray side, its event log)."""
+
+    cluster: str = Field(min_length=1)
+    fault: Fault
+
+
+class FaultReply(Record):
+    said: str  # what happened, for the user

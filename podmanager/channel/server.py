@@ -73,6 +73,8 @@ class ControllerApi(Protocol):
 
     def services(self, cluster: str) -> records.ServicesReply: ...
 
+    def fault(self, request: records.FaultRequest) -> records.FaultReply: ...
+
     def page(self, cluster: str) -> ClusterPage:
         """What podmanager's page shows of `cluster` (served under PAGE_PREFIX, token required)."""
         ...
@@ -137,6 +139,7 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
         records.SERVICE_PATH: verb(records.ServiceRequest, lambda asked: api.service(asked)),
         records.SERVICE_CANCEL_PATH: verb(records.ServiceRequest, lambda asked: api.cancel_service(asked)),
         records.SERVICES_PATH: verb(records.StatusRequest, lambda asked: api.services(asked.cluster)),
+        records.FAULT_PATH: verb(records.FaultRequest, lambda asked: api.fault(asked)),
     }
 
     async def forward(request: web.Request) -> web.StreamResponse:

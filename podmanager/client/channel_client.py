@@ -98,6 +98,9 @@ class ChannelClient:
     def services(self, cluster: str) -> records.ServicesReply:
         return self._ask(records.SERVICES_PATH, records.StatusRequest(cluster=cluster), records.ServicesReply)
 
+    def fault(self, request: records.FaultRequest) -> records.FaultReply:
+        return self._ask(records.FAULT_PATH, request, records.FaultReply)
+
     def _ask(self, path: str, request: BaseModel, reply: type[ReplyT]) -> ReplyT:
         return self._post(path, request.model_dump_json().encode(), "application/json", reply)
 

@@ -176,3 +176,30 @@ def test_an_up_that_waits_longer_than_its_timeout_says_which_job_it_waited_for(m
     assert "podmanager events -c c1" in (error.hint or "")
     poll_until(lambda: api.job(one.job_id).done, timeout_s=30, interval_s=0.01, what="the first up to end")
     assert api.job(one.job_id).error is None
+
+
+def test_a_fault_sent_over_the_channel_is_injected_by_the_controllers_own_cluster(monkeypatch) -> None:
+    """`podmanager sim` of a cluster whose controller is a VM: the controller injects it, as `sim`
+    next to it would (its hosts, its event log); the laptop builds no cluster of its own."""
+    from podmanager.api import channel_service
+    from podmanager.core import faults
+
+    injected: list[tuple[str, str]] = []
+
+    class Faulty:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @classmethod
+        def from_name(cls, name: str, *, store: StateStore) -> Faulty:
+            return cls(name)
+
+        def inject(self, fault: faults.FaultKind) -> str:
+            injected.append((self.name, fault.text()))
+            return "preempting c1-s0"
+
+    monkeypatch.setattr(channel_service, "Cluster", Faulty)
+    api = ControllerChannelApi(StateStore())
+    sent = records.FaultRequest(cluster="c1", fault=faults.parse("preempt:0"))
+    reply = api.fault(records.FaultRequest.model_validate_json(sent.model_dump_json()))  # as the channel carries it
+    assert reply.said == "preempting c1-s0" and injected == [("c1", "preempt:0:0:0")]

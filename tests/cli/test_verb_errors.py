@@ -75,7 +75,11 @@ def test_dashboard_of_a_service_the_cluster_does_not_serve_exits_2_naming_the_fl
 
     status = ClusterStatus(name="demo", backend="simulated", project="p", slices=[], services=[
         ServiceEndpoint(service_id="model-svc-1", endpoint="http://127.0.0.1:8123", slices=[0])])
-    monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: SimpleNamespace(name="demo", status=lambda: status))
+    from podmanager.api.cluster import Cluster
+
+    local = SimpleNamespace(name="demo", status=lambda: status)  # this machine is the controller
+    local.reach_here = lambda target, port=0: Cluster.reach_here(local, target, port=port)
+    monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: local)
     found = invoke("dashboard", "-c", "demo", "--service", "model-svc-1")
     assert found.exit_code == 0 and found.output.strip() == "http://127.0.0.1:8123"
     unknown = invoke("dashboard", "-c", "demo", "--service", "nope")

@@ -249,8 +249,8 @@ def test_the_remote_verbs_load_neither_ray_nor_jax() -> None:
 def test_a_follower_waits_for_a_controller_that_is_restarting(remote, monkeypatch) -> None:
     """A read that cannot reach the controller (it is rebooting) is tried again, the user told
     once; a controller that stays away is said after the wait."""
-    from podmanager.api import remote as remote_module
     from podmanager.channel.errors import ChannelError
+    from podmanager.client import remote as remote_module
 
     cluster, _ = remote
     calls = []
@@ -292,7 +292,7 @@ def test_an_up_interrupted_before_the_controller_served_is_removed_by_down(tmp_p
 
 
 def test_run_with_down_on_exit_downs_the_remote_cluster_at_the_end(remote, tmp_path, monkeypatch) -> None:
-    from podmanager.api import remote as remote_module
+    from podmanager.client import remote as remote_module
 
     cluster, _ = remote
     (tmp_path / "train.py").write_text("")
