@@ -11,6 +11,7 @@ from podmanager.api.resume import restart_lost_supervisors
 from podmanager.api.up_failure import left_running
 from podmanager.api.up_plan import UpPlan, in_the_way, runs_in_the_way
 from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.cluster.controller_place import check_local_controller
 from podmanager.cluster.preflight import check_before_up
 from podmanager.core import spares
 from podmanager.core.errors import PodmanagerError, SpecError
@@ -35,6 +36,8 @@ def bring_up(runtime: ClusterRuntime, runs: RunStore, *, timeout_s: float, force
              on_plan: Callable[[UpPlan], None] | None, delete_on_failure: bool) -> None:
     """`Cluster.up` up to its status. Raises FirstUpFailed when a first `up` failed with
     `delete_on_failure` (the caller runs `down`, which takes the lock this holds)."""
+    if runtime.backend_from_spec:
+        check_local_controller(runtime.spec)  # a laptop's head is one no TPU VM can reach
     if runtime.hosts:
         runtime.hosts.check()  # a boot: the VMs could not boot with costs nothing
     runtime.cloud  # opens the backend first: bad credentials fail before anything is recorded or created

@@ -82,8 +82,10 @@ def make_instances(spec: ClusterSpec) -> ComputeInstances:
 
     if spec.simulated:
         from podmanager.emulator import launcher
+        from podmanager.emulator.control import EmulatorControl
 
-        launcher.ensure(spec.project or "")
+        with EmulatorControl(launcher.ensure(spec.project or "")) as control:
+            configure_simulation(spec, control)  # how long its VMs take, before any is made
         found = launcher.running(spec.project or "")
         if found is None or not found.compute_api:
             raise PodmanagerError(f"the dry run's emulator of {spec.project} serves no Compute Engine API",
@@ -93,6 +95,15 @@ def make_instances(spec: ClusterSpec) -> ComputeInstances:
 
     return ComputeInstances(spec.project or "", credentials=check_credentials(spec.project or ""),
                             **asdict(GOOGLE_CLOUD.compute_api))
+
+
+def configure_simulation(spec: ClusterSpec, simulator: SimulatedCloud) -> None:
+    """Hand the spec's `simulation` (latencies, VM image, boot delay) to its simulated cloud."""
+    simulation = spec.simulation
+    simulator.configure_cluster(spec.name, simulation.create_latency_s, simulation.delete_latency_s,
+                                simulation.vm_image, boot_delay_s=simulation.boot_delay_s,
+                                instance_create_latency_s=simulation.instance_create_latency_s,
+                                instance_delete_latency_s=simulation.instance_delete_latency_s)
 
 
 def make_networks(spec: ClusterSpec) -> ComputeNetworks:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, ContextManager
 
 from podmanager.cloud.base import DEAD_STATES, Node, NodeState, Operation
+from podmanager.cluster.backends import configure_simulation
 from podmanager.cluster.boot_watch import BootWatch, failed_boots, ready_boots
 from podmanager.cluster.cluster_access import ClusterAccess, EventCallback
 from podmanager.cluster.shared_listing import SharedZoneListing
@@ -72,9 +73,7 @@ class ClusterRuntime(ClusterAccess):
         self.record(EventKind.UP_PLAN, f"plan for {self.name}: {describe_changes(changes)}" + (f"; {cost}" if cost else ""),
                     changes=[c.as_dict() for c in changes], spares=cost)
         if self.spec.simulated and self._backend_from_spec:
-            simulation = self.spec.simulation
-            self.simulator.configure_cluster(self.name, simulation.create_latency_s, simulation.delete_latency_s,
-                                             simulation.vm_image, boot_delay_s=simulation.boot_delay_s)
+            configure_simulation(self.spec, self.simulator)
         if before_converge is not None:
             before_converge()
         metadata = self._start_head() if self.hosts else {}

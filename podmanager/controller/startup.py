@@ -56,6 +56,12 @@ def uv_settings_code() -> str:
     return resources.files("podmanager.vm").joinpath("uv_settings.py").read_text()
 
 
+def uv_bootstrap_code() -> str:
+    """The source of `vm/uv_bootstrap.py`, which the script runs with the image's `python3` to
+    install uv from the package index without pip (Debian 12's Python has none)."""
+    return resources.files("podmanager.vm").joinpath("uv_bootstrap.py").read_text()
+
+
 def _check(name: str, value: str, pattern: re.Pattern[str] | None, what: str) -> None:
     if not value or any(ch in value for ch in "\n\r\0") or (pattern is not None and not pattern.match(value)):
         raise SpecError(f"startup script: {name}={value!r} is not {what}")
@@ -103,6 +109,7 @@ def render_startup_script(cluster: str, software: Software, token_secret: str, *
         "lock": shlex.quote(software.lock),
         "pip_conf": shlex.quote(pip_conf(software.index_url, list(software.extra_index_urls))),
         "uv_settings": shlex.quote(uv_settings_code()),
+        "uv_bootstrap": shlex.quote(uv_bootstrap_code()),
         "guest_attributes": shlex.quote(guest_attributes_code()),
         "connect_timeout_s": str(CONNECT_TIMEOUT_S),
         "tries": str(TRIES),

@@ -300,9 +300,10 @@ class ControllerSpec(_Model):
     or tests that need no split); `local: false`: `up` makes a controller VM of the fields below,
     and every verb reaches it over the channel (docs/channel.md)."""
 
-    local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller; "
-                                                       "false: `up` makes a controller VM and every verb reaches it "
-                                                       "over the channel")  # strict: `local: "no"` is a typo
+    local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller (on "
+                                                       "Google Cloud only a VM in the cluster's network may be: `up` "
+                                                       "refuses it elsewhere); false: `up` makes a controller VM and "
+                                                       "every verb reaches it over the channel")  # strict: `local: "no"` is a typo
     # 4 vCPUs and 16 GB: the controller runs the Ray head (GCS, raylet, dashboard) and one Ray actor
     # process per run's supervisor and service router; a few dozen of them need the memory, and the
     # head must keep answering its hosts while they poll. SkyPilot's jobs controller asks for 4+ CPUs
@@ -376,6 +377,12 @@ class SimulationSpec(_Model):
     # 0 keeps ordinary dry runs short). Benchmarks set it to measure at Google Cloud's latencies.
     boot_delay_s: float = Field(0.0, ge=0, le=A_DAY_S, description="seconds a new VM's image boots before its "
                                                                    "startup script runs")
+    # A Compute Engine VM's (the controller's) insert and delete, as Google Cloud takes them
+    # (emulator/rulebook.py says where the figures come from); tests that are not about them set less.
+    instance_create_latency_s: float = Field(20.0, ge=0, le=A_DAY_S, description="seconds a new Compute Engine VM "
+                                                                                   "(the controller) takes to run")
+    instance_delete_latency_s: float = Field(30.0, ge=0, le=A_DAY_S, description="seconds a Compute Engine VM "
+                                                                                   "takes to delete")
     boot_hosts: bool = Field(True, description="boot each READY slice's hosts as local Ray nodes (about 125 MiB "
                                                "and 1/16 of a core each; refused if this machine cannot hold "
                                                "them); false: control plane only, for large-scale runs")

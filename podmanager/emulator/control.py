@@ -29,6 +29,7 @@ from podmanager.core.fault_text import (
     FAULT_HELP,
 )
 from podmanager.core.faults import FaultKind, FaultTarget, parse
+from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 from podmanager.emulator.sim.records import Faults
 
 CONTROL_SERVICE = "podmanager.emulator.Control"
@@ -127,10 +128,15 @@ class EmulatorControl:
                   for_s=for_s)
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
-                          vm_image: str = "controller", boot_delay_s: float = 0.0) -> None:
-        """A cluster's simulated latencies, VM image and boot delay (its spec's `simulation`): `up` hands them over."""
+                          vm_image: str = "controller", boot_delay_s: float = 0.0,
+                          instance_create_latency_s: float = INSTANCE_CREATE_S,
+                          instance_delete_latency_s: float = INSTANCE_DELETE_S) -> None:
+        """A cluster's simulated latencies, VM image and boot delay (its spec's `simulation`): `up`
+        hands them over (the laptop's before it makes the controller VM, the controller's at its own)."""
         self.call("configure_cluster", cluster=cluster, create_latency_s=create_latency_s,
-                  delete_latency_s=delete_latency_s, vm_image=vm_image, boot_delay_s=boot_delay_s)
+                  delete_latency_s=delete_latency_s, vm_image=vm_image, boot_delay_s=boot_delay_s,
+                  instance_create_latency_s=instance_create_latency_s,
+                  instance_delete_latency_s=instance_delete_latency_s)
 
     def crash_controller_vm(self, cluster: str) -> str | None:
         """Kill every process of `cluster`'s controller VM and boot it again on the same disk; its

@@ -118,7 +118,7 @@ def guest_env(root: Path, metadata_port: int, rest_api: str) -> dict[str, str]:
     Google's APIs" when a VM runs podmanager itself (docs/dry-run.md)."""
     address = f"{LOOPBACK_IP}:{metadata_port}"
     return {
-        "PATH": system_path(),
+        "PATH": os.pathsep.join([str(root / IMAGE_BIN), system_path()]),  # the image's python3 first
         "LANG": "C.UTF-8",
         "TMPDIR": str(root / "tmp"),
         procs.ROOT_ENV: str(root),
@@ -141,12 +141,29 @@ def metadata_env(port: int, record: Path) -> dict[str, str]:
             MEGASCALE_FILE_ENV: str(record.with_suffix(".megascale"))}
 
 
+IMAGE_BIN = "usr/bin"  # in a VM's root: the image's own commands, first on its PATH
+
+
+def image_python() -> str:
+    """The interpreter that stands in for the images' `python3`: this machine's Debian Python
+    where there is one (the controller's image is Debian 12, whose 3.11.2 this is), else the
+    one running."""
+    system = Path("/usr/bin/python3")
+    return str(system) if system.exists() else getattr(sys, "_base_executable", sys.executable)
+
+
 def make_disk(root: Path, image: str) -> None:
-    """A simulated VM's root folder as its image has it: empty folders, and for the "controller"
-    image the controller's environment at /opt/podmanager/venv (a link)."""
+    """A simulated VM's root folder as its image has it: empty folders, the image's `python3`
+    (without pip: Debian 12's has none, https://wiki.debian.org/Python, so a boot that needs pip
+    fails here as it would there), and for the "controller" image the controller's environment
+    at /opt/podmanager/venv (a link)."""
     paths.private_dir(root.parent)  # the VMs' disks: only the owner may enter
-    for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log"):
+    for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log", IMAGE_BIN):
         (root / folder).mkdir(parents=True, exist_ok=True)
+    # No site-packages (-S): no pip, nothing installed on this machine; the standard library only.
+    python = root / IMAGE_BIN / "python3"
+    python.write_text(f"#!/bin/sh\nexec {shlex.quote(image_python())} -S \"$@\"\n")
+    python.chmod(0o755)
     venv = root / "opt/podmanager/venv"
     if image == CONTROLLER_IMAGE and not venv.is_symlink():
         venv.symlink_to(sys.prefix)

@@ -229,9 +229,15 @@ def remove_vms_folder(cluster: str) -> None:
 
 
 def remove_temp_dir(path: str | None) -> None:
-    """Remove one of podmanager's machine folders (never anything outside `paths.machines_dir()`)."""
+    """Remove one of podmanager's machine folders (never anything outside `paths.machines_dir()`),
+    and the folder of its cluster's machines with it once that holds nothing else: the last
+    simulated VM to go removes it, as `down` cannot while a VM is still removing itself."""
     if path and _ours(path):
         shutil.rmtree(path, ignore_errors=True)
+        parent = os.path.dirname(path.rstrip("/"))
+        if _ours(parent):  # a cluster's folder, never the machines folder itself
+            with contextlib.suppress(OSError):  # not empty: another machine of the cluster lives on
+                os.rmdir(parent)
 
 
 def _ours(path: str) -> bool:

@@ -12,9 +12,10 @@ from google.cloud import compute_v1
 from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.instances import Instance
 from podmanager.core.clock import FakeClock, poll_until
+from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 from podmanager.emulator.server import Emulator
 from podmanager.emulator.sim.cloud import SimCloud
-from podmanager.emulator.sim.instances import LATENCY_S, SimInstances
+from podmanager.emulator.sim.instances import SimInstances
 
 PROJECT = "p-net"
 
@@ -22,6 +23,8 @@ PROJECT = "p-net"
 @pytest.fixture
 def emulator():
     served = Emulator(PROJECT, persist=False)
+    # Cluster c's VMs insert and delete in 0.3 s, not Google Cloud's tens of seconds (the rulebook's).
+    served.sim.configure_cluster("c", 0.5, 0.1, instance_create_latency_s=0.3, instance_delete_latency_s=0.3)
     served.serve_rest()
     yield served
     served.stop()
@@ -130,16 +133,44 @@ def test_an_instance_is_up_after_its_latency_and_gone_after_its_delete():
     with sim.compute() as project:
         operation = SimInstances(project).insert(_vm())
         assert SimInstances(project).instance("sim-zone-a", "c-controller").status == "PROVISIONING"
-    clock.advance(LATENCY_S)
+    clock.advance(INSTANCE_CREATE_S)
     with sim.compute() as project:
         assert project.now >= project.operation(operation.name, zone="sim-zone-a").done_at
         up = SimInstances(project).instance("sim-zone-a", "c-controller")
         assert (up.status, up.subnetwork, up.internal_ip) == ("RUNNING", "default", "10.128.0.2")
         SimInstances(project).delete("sim-zone-a", "c-controller")
         assert SimInstances(project).instance("sim-zone-a", "c-controller").status == "STOPPING"
-    clock.advance(LATENCY_S)
+    clock.advance(INSTANCE_DELETE_S)
     with sim.compute() as project:
         assert SimInstances(project).instances(None, {}) == []
+
+
+def test_a_clusters_simulation_sets_how_long_its_vms_take_and_a_stop_or_start_takes_as_long():
+    clock = FakeClock()
+    sim = SimCloud(PROJECT, clock=clock)
+    sim.configure_cluster("c", 0.5, 0.1, instance_create_latency_s=4.0, instance_delete_latency_s=6.0)
+
+    def status() -> str:
+        with sim.compute() as project:
+            found = SimInstances(project).instances(None, {})
+            return found[0].status if found else "gone"
+
+    with sim.compute() as project:
+        SimInstances(project).insert(_vm())
+    clock.advance(3.9)
+    assert status() == "PROVISIONING"
+    clock.advance(0.1)
+    assert status() == "RUNNING"
+    with sim.compute() as project:
+        stopping = SimInstances(project).halt("sim-zone-a", "c-controller", "TERMINATED")
+        assert stopping.done_at == project.now + 6.0  # a stop takes a delete's time
+        started = SimInstances(project).start("sim-zone-a", "c-controller", "start")
+        assert started.done_at == project.now + 4.0  # a start an insert's
+        SimInstances(project).delete("sim-zone-a", "c-controller")
+    clock.advance(5.9)
+    assert status() == "STOPPING"
+    clock.advance(0.1)
+    assert status() == "gone"
 
 
 def test_instances_through_the_client_library_with_zone_operations(emulator):

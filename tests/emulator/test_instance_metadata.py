@@ -16,8 +16,9 @@ from podmanager.core.clock import FakeClock
 from podmanager.emulator.iam import tokens
 from podmanager.emulator.instance_metadata import InstanceFacts
 from podmanager.emulator.metadata import MetadataServers
+from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
-from podmanager.emulator.sim.instances import LATENCY_S, SimInstances
+from podmanager.emulator.sim.instances import SimInstances
 
 
 def served_instance(metadata: dict[str, str]):
@@ -26,7 +27,7 @@ def served_instance(metadata: dict[str, str]):
     with sim.compute() as project:
         SimInstances(project).insert(Instance(name="c-controller", zone="sim-zone-a", machine_type="e2-standard-2",
                                               metadata=metadata))
-    clock.advance(LATENCY_S)
+    clock.advance(INSTANCE_CREATE_S)
     servers = MetadataServers(sim)
     port = servers.serve_vm("instances/sim-zone-a/c-controller", InstanceFacts(sim=sim, zone="sim-zone-a",
                                                                                name="c-controller"))
@@ -89,7 +90,7 @@ def test_guest_attributes_put_then_read_and_gone_with_the_instance(instance_vm):
         assert SimInstances(project).guest_attributes("sim-zone-a", "c-controller", "podmanager/") == [
             ("podmanager", "stage", "ready")]
         SimInstances(project).delete("sim-zone-a", "c-controller")
-    sim.clock.advance(LATENCY_S)
+    sim.clock.advance(INSTANCE_DELETE_S)
     assert call(base + "instance/name")[0] == 404  # a deleted instance's server knows nothing
 
 

@@ -59,6 +59,8 @@ def sim_home(tmp_path, monkeypatch):
 @pytest.fixture
 def emulator(sim_home):
     served = Emulator(PROJECT, persist=False)
+    # Cluster c's VMs insert and delete in 0.3 s, not Google Cloud's tens of seconds (the rulebook's).
+    served.sim.configure_cluster("c", 0.5, 0.1, instance_create_latency_s=0.3, instance_delete_latency_s=0.3)
     served.serve_rest()
     served.grpc_port = served.start()
     yield served
@@ -106,7 +108,7 @@ def test_an_instance_boots_reports_crashes_back_and_goes(emulator, instances, si
     first = record()
     root = Path(first["temp_dir"])
     assert instance_vms.record_path(PROJECT, ZONE, "c-controller").is_relative_to(sim_home)
-    assert sorted(p.name for p in root.iterdir()) == ["etc", "opt", "root", "tmp", "var"]
+    assert sorted(p.name for p in root.iterdir()) == ["etc", "opt", "root", "tmp", "usr", "var"]
     env = environment(root)
     assert env["PODMANAGER_SIM_HOME"] == str(sim_home)  # it finds the project's emulator and hosts
     assert env.get("PODMANAGER_HOME") != str(podmanager_home)  # but nothing of whoever started it

@@ -35,7 +35,9 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC = textwrap.dedent(f"""
     name: {NAME}
     controller: {{local: false}}
-    simulation: {{create_latency_s: 0.0, delete_latency_s: 0.0}}
+    # The controller VM inserts and deletes in a second, not Google Cloud's tens (the demo keeps those).
+    simulation: {{create_latency_s: 0.0, delete_latency_s: 0.0, instance_create_latency_s: 1.0,
+                  instance_delete_latency_s: 1.0}}
     health: {{interval_s: 0.5}}
     recovery: {{backoff_s: 0.0}}
     slices:

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from podmanager.core import paths
 from podmanager.vm import procs
 
 # Starts a child with an empty environment (as if it had overwritten its own, the way
@@ -129,3 +130,19 @@ def test_down_removes_the_folder_of_the_clusters_simulated_vms_once_it_is_empty(
     (vms_folder / "0123abcd").rmdir()  # the VM went
     procs.stop_cluster("c")
     assert not vms_folder.exists()
+
+
+def test_the_last_vm_to_remove_its_root_removes_its_clusters_folder(tmp_path, monkeypatch):
+    """`down` kills the VMs, and each removes its own root a moment later (its lease lost): the
+    last one to go takes the cluster's folder with it, so none is left behind empty."""
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(tmp_path / "cloud"))
+    vms_folder = Path(procs.temp_dir_of(procs.sim_owner("c")))
+    first, last = vms_folder / "0123abcd", vms_folder / "4567ef01"
+    for root in (first, last):
+        (root / "tmp").mkdir(parents=True)
+    procs.stop_cluster("c")  # the VMs still remove themselves
+    procs.remove_temp_dir(str(first))
+    assert not first.exists() and vms_folder.is_dir()  # another VM lives on in it
+    procs.remove_temp_dir(str(last))
+    assert not vms_folder.exists()
+    assert Path(paths.machines_dir()).is_dir()  # the machines folder itself stays

@@ -43,6 +43,7 @@ from podmanager.core.fault_text import (
     DEGRADED_HEALTH,
 )
 from podmanager.core.spec import Capacity
+from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 from podmanager.emulator.sim.compute import SimCompute
 from podmanager.emulator.sim.instances import SimInstances
 from podmanager.emulator.sim.records import (
@@ -198,7 +199,8 @@ class SimCloud:
         """The project's network side (Compute Engine: `sim/compute.py`), held under the cloud's
         lock; what it changed is saved with the rest of the state."""
         with self._transaction() as state:
-            project = SimCompute(state.compute, self.project, now=self.clock.now())
+            project = SimCompute(state.compute, self.project, now=self.clock.now(),
+                                 instance_latency=self._instance_latency)
             try:
                 yield project
             finally:
@@ -399,6 +401,13 @@ class SimCloud:
         self._pending_changes.append((record.to_node(), None))
         if record.queued:
             self._due_at(self.clock.now(), "queued", f"{record.zone}/{record.queued}")
+
+    def _instance_latency(self, cluster: str) -> tuple[float, float]:
+        """(create, delete) seconds of a cluster's Compute Engine VMs: its own if `configure_cluster`
+        set them, else the rulebook's."""
+        timing = self._state.timings.get(cluster)
+        return (timing.instance_create_latency_s, timing.instance_delete_latency_s) if timing else (
+            INSTANCE_CREATE_S, INSTANCE_DELETE_S)
 
     def _latency(self, cluster: str | None) -> tuple[float, float]:
         """(create, delete) latency of a cluster's nodes: its own if `configure_cluster` set them."""
@@ -792,12 +801,16 @@ class SimCloud:
             self._changed_node(key, before)
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
-                          vm_image: str = "controller", boot_delay_s: float = 0.0) -> None:
-        """How long a cluster's nodes take to create and delete, what its VMs' disks hold and
-        how long they boot (its spec's `simulation`)."""
+                          vm_image: str = "controller", boot_delay_s: float = 0.0,
+                          instance_create_latency_s: float = INSTANCE_CREATE_S,
+                          instance_delete_latency_s: float = INSTANCE_DELETE_S) -> None:
+        """How long a cluster's nodes and Compute Engine VMs take to create and delete, what its
+        VMs' disks hold and how long they boot (its spec's `simulation`)."""
         with self._transaction() as state:
             timing = ClusterSimulation(create_latency_s=create_latency_s, delete_latency_s=delete_latency_s,
-                                       vm_image=vm_image, boot_delay_s=boot_delay_s)
+                                       vm_image=vm_image, boot_delay_s=boot_delay_s,
+                                       instance_create_latency_s=instance_create_latency_s,
+                                       instance_delete_latency_s=instance_delete_latency_s)
             if state.timings.get(cluster) != timing:
                 state.timings[cluster] = timing
                 self._touch()

@@ -15,9 +15,11 @@ Errors are the taxonomy's (`cloud/errors.py`); the emulator's route turns them i
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.network import Allowed, FirewallRule, Network, Router, Subnetwork
+from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 from podmanager.emulator.sim.records import ComputeOperation, ComputeState
 
 DEFAULT_NETWORK = "default"
@@ -45,10 +47,13 @@ class SimCompute:
     """Compute Engine's calls on one project's `ComputeState`; the caller holds the simulated
     cloud's lock (`SimCloud.compute`) and saves the state when `changed`."""
 
-    def __init__(self, state: ComputeState, project: str, now: float = 0.0):
+    def __init__(self, state: ComputeState, project: str, now: float = 0.0,
+                 instance_latency: Callable[[str], tuple[float, float]] | None = None):
         self.state = state
         self.project = project
         self.now = now  # the simulated cloud's time: an instance's operation is done when it comes
+        # (create, delete) seconds of a cluster's Compute Engine VMs (its `simulation`), by cluster name
+        self.instance_latency = instance_latency or (lambda cluster: (INSTANCE_CREATE_S, INSTANCE_DELETE_S))
         self.changed = False
         if not state.seeded:
             self._seed()

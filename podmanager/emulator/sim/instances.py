@@ -9,8 +9,9 @@ simplification; each zone's real list is longer); `sim-zone-c` and `us-central2-
 only: us-central2 is a Cloud TPU region (https://cloud.google.com/tpu/docs/regions-zones) that
 Compute Engine's list of regions and their machine types
 (https://cloud.google.com/compute/docs/regions-zones) does not name, so the stricter answer is
-that it offers none, and a controller's zone is chosen past it. An instance is PROVISIONING for `LATENCY_S` (its
-insert operation is RUNNING), then RUNNING; a deleted one is STOPPING for `LATENCY_S`, then gone. A stopped one is TERMINATED, a
+that it offers none, and a controller's zone is chosen past it. An instance is PROVISIONING for its cluster's
+create latency (its insert operation is RUNNING), then RUNNING; a deleted one is STOPPING for its
+delete latency, then gone (`simulation.instance_*_latency_s`; the rulebook's figures by default). A stopped one is TERMINATED, a
 suspended one SUSPENDED, until started (resumed) again: which calls each state allows is the
 rulebook's (`rulebook.instance_may`); a delete is allowed in any.
 Errors have the API's wording and kind: an unknown zone and a machine type the zone lacks are
@@ -22,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 
 from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.instances import Instance
 from podmanager.cloud.network import region_of
 from podmanager.core.spec import SIMULATED_ZONES
@@ -29,8 +31,6 @@ from podmanager.emulator import rulebook
 from podmanager.emulator.rulebook import TERMINATED
 from podmanager.emulator.sim.compute import SimCompute
 from podmanager.emulator.sim.records import ComputeOperation, InstanceRecord
-
-LATENCY_S = 0.3  # an insert's or delete's simulated time: short, but long enough to be seen running
 
 # name -> (vCPUs, memory in MB), as Compute Engine lists them
 _GENERAL_PURPOSE = {
@@ -146,9 +146,14 @@ class SimInstances:
         made = asked.model_copy(update={
             "subnetwork": subnetwork.name, "internal_ip": internal_ip, "status": "",
             "external_address": EXTERNAL_ADDRESS if asked.external_ip else ""})
-        self.state.instances[f"{zone}/{name}"] = InstanceRecord(instance=made, running_at=self.compute.now + LATENCY_S)
+        create_s, _ = self._latency(made)
+        self.state.instances[f"{zone}/{name}"] = InstanceRecord(instance=made, running_at=self.compute.now + create_s)
         return self.compute.start_operation("insert", f"zones/{zone}/instances/{name}", zone=zone,
-                                            latency_s=LATENCY_S)
+                                            latency_s=create_s)
+
+    def _latency(self, instance: Instance) -> tuple[float, float]:
+        """(create, delete) seconds of the instance, by its cluster's simulation."""
+        return self.compute.instance_latency(instance.labels.get(CLUSTER_LABEL, ""))
 
     def next_change(self) -> float | None:
         """The simulated time at which an instance next turns RUNNING or goes; None: nothing pending."""
@@ -195,7 +200,8 @@ class SimInstances:
         record.halted = state
         self.compute.changed = True
         return self.compute.start_operation("stop" if state == TERMINATED else "suspend",
-                                            f"zones/{zone}/instances/{name}", zone=zone, latency_s=LATENCY_S)
+                                            f"zones/{zone}/instances/{name}", zone=zone,
+                                            latency_s=self._latency(record.instance)[1])
 
     def start(self, zone: str, name: str, verb: str) -> ComputeOperation:
         """instances.start of a TERMINATED instance, or .resume (`verb`) of a SUSPENDED one: it boots
@@ -204,15 +210,17 @@ class SimInstances:
         record = self.state.instances[f"{zone}/{name}"]
         rulebook.instance_may(record.instance.name, self._as_reported(record).status, verb)
         record.halted = ""
-        record.running_at = self.compute.now + LATENCY_S
+        create_s, _ = self._latency(record.instance)
+        record.running_at = self.compute.now + create_s
         self.compute.changed = True
-        return self.compute.start_operation(verb, f"zones/{zone}/instances/{name}", zone=zone, latency_s=LATENCY_S)
+        return self.compute.start_operation(verb, f"zones/{zone}/instances/{name}", zone=zone, latency_s=create_s)
 
     def delete(self, zone: str, name: str) -> ComputeOperation:
         self.instance(zone, name)
         record = self.state.instances[f"{zone}/{name}"]
+        delete_s = self._latency(record.instance)[1]
         if record.gone_at is None:
-            record.gone_at = self.compute.now + LATENCY_S
+            record.gone_at = self.compute.now + delete_s
         self.compute.changed = True
         return self.compute.start_operation("delete", f"zones/{zone}/instances/{name}", zone=zone,
-                                            latency_s=LATENCY_S)
+                                            latency_s=delete_s)

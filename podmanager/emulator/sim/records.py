@@ -17,6 +17,7 @@ from podmanager.cloud.buckets import BucketPolicy
 from podmanager.cloud.instances import Instance
 from podmanager.cloud.network import FirewallRule, Network, Router, Subnetwork
 from podmanager.core.spec import Capacity
+from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 
 CLUSTER_LABEL = "podmanager-cluster"
 SLICE_LABEL = "podmanager-slice"
@@ -144,6 +145,8 @@ class ClusterSimulation(BaseModel):
     delete_latency_s: float
     vm_image: str = "controller"  # what a new VM's disk holds: the controller's environment, or nothing
     boot_delay_s: float = 0.0  # how long a new VM boots before it runs its startup script
+    instance_create_latency_s: float = INSTANCE_CREATE_S  # the cluster's Compute Engine VMs (its controller)
+    instance_delete_latency_s: float = INSTANCE_DELETE_S
 
 
 class ComputeOperation(BaseModel):
