@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "podmanager"
 
 # Lowest first. A module may import its own layer and the layers before it.
 LAYERS = ["runtime", "core", "state", "cloud", "provisioning", "vm", "controller", "emulator", "attempts",
-          "serving", "cluster", "supervision", "channel", "api", "cli"]
+          "serving", "cluster", "supervision", "channel", "client", "api", "cli"]
 # Folders inside a layer that the rest of that layer must not reach into: the cloud contract
 # knows no backend.
 PRIVATE = {"cloud.gcp": {"cloud.gcp"}}

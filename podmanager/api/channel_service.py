@@ -28,11 +28,11 @@ from podmanager.api import uploads
 from podmanager.api.cluster import Cluster
 from podmanager.api.history import cluster_events, service_history
 from podmanager.api.page_data import PageData
-from podmanager.api.status import ClusterStatus
 from podmanager.attempts import logs
 from podmanager.attempts.code_zip import PackedCode
 from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.private_files import write_private
 from podmanager.core import paths, selectors
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
@@ -67,9 +67,9 @@ class ControllerChannelApi:
 
     # ------------------------------------------------------------------ reading
 
-    def status(self, cluster: str) -> records.StatusReply:
+    def status(self, cluster: str) -> ClusterStatus:
         # The cached Cluster, never closed here: closing is Ray's shutdown, under a running `up`.
-        return status_reply(self._cluster(cluster).status())
+        return self._cluster(cluster).status().for_the_wire()
 
     def events(self, cluster: str, after_id: int) -> records.EventsReply:
         found = self.store.events(cluster, after_id=after_id)
@@ -181,6 +181,11 @@ class ControllerChannelApi:
         return records.ServicesReply(services=[service_summary(s) for s in service_history(
             cluster, services=ServiceStore(self.store.path), runs=self.runs_store)])
 
+    # ------------------------------------------------------------------ a dry run's faults
+
+    def fault(self, request: records.FaultRequest) -> records.FaultReply:
+        return records.FaultReply(said=self._cluster(request.cluster).inject(request.fault))
+
     def _cluster(self, name: str) -> Cluster:
         """One `Cluster` per name for the process's life: one Ray connection for every request."""
         with self._mutex:
@@ -210,7 +215,7 @@ class ControllerChannelApi:
             raise SpecError(f"name: the spec names {spec.name!r}, not {request.cluster!r}")
         write_private(client_spec_path(spec.name), json.dumps(data))  # for the user's other machines
 
-        def work(job_id: str) -> records.StatusReply:
+        def work(job_id: str) -> ClusterStatus:
             cluster = Cluster(spec, store=self.store)
             try:
                 status = cluster.up(timeout_s=request.timeout_s, force=request.force,
@@ -219,7 +224,7 @@ class ControllerChannelApi:
                                         cluster=plan.cluster, summary=plan.describe(), spares=plan.spares)))
             finally:
                 self._keep(cluster)
-            return status_reply(status)
+            return status.for_the_wire()
 
         return self._start("up", spec.name, request.timeout_s, work)
 
@@ -247,10 +252,10 @@ class ControllerChannelApi:
         spec = parse_spec(record.spec, source=f"stored spec of {cluster}")
         timeout_s = spec.head.join_timeout_s * 4
 
-        def work(job_id: str) -> records.StatusReply:
+        def work(job_id: str) -> ClusterStatus:
             found = Cluster(spec, store=self.store)
             try:
-                return status_reply(found.up(timeout_s=timeout_s))
+                return found.up(timeout_s=timeout_s).for_the_wire()
             finally:
                 self._keep(found)
 
@@ -265,7 +270,7 @@ class ControllerChannelApi:
         return found
 
     def _start(self, verb: str, cluster: str, timeout_s: float,
-               work: Callable[[str], records.StatusReply | None]) -> records.JobReply:
+               work: Callable[[str], ClusterStatus | None]) -> records.JobReply:
         job_id = f"{verb}-{next(self._job_ids)}"
         started = records.JobReply(job_id=job_id, verb=verb, started_at=time.time())
         with self._mutex:
@@ -330,17 +335,6 @@ def service_summary(summary: dict[str, object]) -> records.ServiceSummary:
 
 def client_spec_path(cluster: str) -> Path:
     return paths.cluster_path(cluster) / "client_spec.json"
-
-
-def status_reply(status: ClusterStatus) -> records.StatusReply:
-    ray = records.RayEndpoint(address=status.ray.address, dashboard_url=status.ray.dashboard_url) if status.ray else None
-    return records.StatusReply(
-        name=status.name, backend=status.backend, project=status.project,
-        slices=[records.SliceState.model_validate(s.model_dump()) for s in status.slices],
-        hosts=[records.HostState.model_validate(h.model_dump()) for h in status.hosts], ray=ray,
-        hosts_observed_at=status.hosts_observed_at,
-        services=[records.ServiceEndpointState.model_validate(s.model_dump()) for s in status.services],
-        slices_observed_at=status.slices_observed_at, head_problem=status.head_problem)
 
 
 def event_record(event: Event) -> records.EventRecord:

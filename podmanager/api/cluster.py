@@ -12,7 +12,8 @@ or, to have the cluster deleted however the block ends:
         cluster.run(workload)
 
 A spec whose controller is a VM (`controller.local: false`) gives the same verbs over that VM's
-channel (`remote_up_down.RemoteSpec`): nothing of the controller runs on this machine.
+channel (`client/remote_up_down.RemoteSpec`): nothing of the controller runs on this machine.
+Both are a `client/cluster_client.ClusterClient`, which is what `from_*` return.
 
 The machinery below the verbs (the backend, the Ray side, converging, replacing slices) is
 `cluster.cluster_runtime.ClusterRuntime`, which a run's supervisor drives too.
@@ -23,18 +24,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from podmanager.api import simulation
 from podmanager.api.cancel import cancel_run
 from podmanager.api.cluster_names import only_cluster, stored_spec
-from podmanager.api.run_to_end import run_to_end
-from podmanager.api.status import ClusterStatus, cluster_status
+from podmanager.api.status import cluster_status
 from podmanager.api.up import FirstUpFailed, bring_up, plan_up
 from podmanager.api.up_plan import UpPlan
+from podmanager.channel.cluster_status import ClusterStatus
+from podmanager.channel.records import DASHBOARD
+from podmanager.client.cluster_client import Reached
+from podmanager.client.run_to_end import run_to_end
 from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
 from podmanager.cluster.cluster_runtime import ClusterRuntime, EventCallback
 from podmanager.cluster.preflight import compute_for
 from podmanager.cluster.teardown import stop_idle_emulator, teardown
 from podmanager.core.clock import Clock
-from podmanager.core.errors import SpecError
+from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.records import RayAccess
 from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
@@ -43,12 +48,12 @@ from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
-    from podmanager.api.remote import RemoteCluster
-    from podmanager.api.remote_up_down import RemoteSpec
     from podmanager.api.run_handle import InterruptCallback, RunHandle
     from podmanager.api.service_handle import ServiceHandle
     from podmanager.attempts.code_zip import PackedCode
     from podmanager.attempts.results import OutputPrinter
+    from podmanager.client.cluster_client import ClusterClient
+    from podmanager.core.faults import FaultKind
     from podmanager.serving.options import ServeOptions
     from podmanager.state.run_results import RunResult
 
@@ -90,25 +95,25 @@ class Cluster:
             self.close()
 
     @classmethod
-    def from_yaml(cls, path: str | Path, *, dry_run: bool = False, **kwargs: Any) -> Cluster | RemoteSpec:
+    def from_yaml(cls, path: str | Path, *, dry_run: bool = False, **kwargs: Any) -> ClusterClient:
         """The cluster of the spec at `path`. A spec whose controller is a VM (`controller.local:
         false`) gives a `RemoteSpec`: the same verbs, each reaching that VM as the CLI's do."""
-        from podmanager.api.remote_up_down import open_spec
+        from podmanager.client.remote_up_down import open_spec
 
         return open_spec(path, dry_run=dry_run, **kwargs) or cls(load_spec(path, dry_run=dry_run), **kwargs)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, dry_run: bool = False, **kwargs: Any) -> Cluster | RemoteSpec:
+    def from_dict(cls, data: dict[str, Any], *, dry_run: bool = False, **kwargs: Any) -> ClusterClient:
         """`from_yaml` of a spec given as a mapping."""
-        from podmanager.api.remote_up_down import remote_spec
+        from podmanager.client.remote_up_down import remote_spec
         spec = parse_spec(data, dry_run=dry_run)
         return cls(spec, **kwargs) if spec.controller.local else remote_spec(spec, data, dry_run=dry_run, **kwargs)
 
     @classmethod
-    def from_name(cls, name: str, *, store: StateStore | None = None, **kwargs: Any) -> Cluster | RemoteCluster:
+    def from_name(cls, name: str, *, store: StateStore | None = None, **kwargs: Any) -> ClusterClient:
         """The cluster that `up` recorded under this name: a `RemoteCluster` when this machine
         reaches it through its controller VM's channel (it holds its pointer, and no record)."""
-        from podmanager.api.remote import RemoteCluster, is_remote, remote_options
+        from podmanager.client.remote import RemoteCluster, is_remote, remote_options
         store = store or StateStore()
         if is_remote(name) and store.get_cluster(name) is None:
             return RemoteCluster(name, **remote_options(name, kwargs))
@@ -188,10 +193,25 @@ class Cluster:
         now; hosts as the monitor probed them (`hosts_observed_at`), or probed now."""
         return cluster_status(self.runtime)
 
-    def ray_access(self) -> RayAccess | None:
+    def ray_access(self, *, required: bool = False) -> RayAccess | None:
         """The Ray address, dashboard URL and token path of the cluster's head, and the
-        exports that let `ray status`, `ray job submit` and `ray.init()` reach it."""
-        return self.runtime.hosts.ray_access() if self.runtime.hosts else None
+        exports that let `ray status`, `ray job submit` and `ray.init()` reach it; None, or with
+        `required` the error saying why, when there is no head."""
+        access = self.runtime.hosts.ray_access() if self.runtime.hosts else None
+        if access is None and required:
+            if self.runtime.hosts is None:
+                raise PodmanagerError(f"--cluster: {self.name} has no Ray side (its spec sets simulation.boot_hosts: "
+                                      "false)")
+            raise PodmanagerError(f"--cluster: {self.name} has no Ray head yet",
+                                  hint=f"Start it with 'podmanager up -f SPEC' for {self.name}.")
+        return access
+
+    def reach_here(self, target: str, *, port: int = 0) -> Reached:
+        """This machine is the controller: the dashboard's or the service's own address."""
+        status = self.status()
+        if target != DASHBOARD:
+            return Reached(status.service(target).endpoint)
+        return Reached(status.ray.dashboard_url if status.ray and status.ray.dashboard_url else None)
 
     def down(self, *, timeout_s: float = 600.0, on_event: EventCallback | None = None) -> None:
         """Cancel the cluster's running runs, then delete everything labelled with it; safe to
@@ -285,6 +305,20 @@ class Cluster:
         """Every run of this cluster, oldest first."""
         return self.runs_store.list(self.name)
 
+    # ------------------------------------------------------------------ a dry run's faults (`api/simulation.py`)
+
+    def inject(self, fault: FaultKind) -> str:
+        return simulation.inject(self.runtime, fault)
+
+    def head_crash(self) -> str:
+        return simulation.head_crash(self.runtime)
+
+    def controller_crash(self) -> str:
+        return simulation.controller_crash(self.runtime)
+
+    def controller_stop(self, *, suspend: bool = False) -> str:
+        return simulation.controller_stop(self.runtime, suspend=suspend)
+
     def hosts(self) -> list[Any]:
         return self.runtime.hosts.hosts() if self.runtime.hosts else []
 
@@ -296,7 +330,7 @@ class Cluster:
         self.runtime.close()
 
 
-def resolve_cluster(name: str | None, *, store: StateStore | None = None, **kwargs: Any) -> Cluster | RemoteCluster:
+def resolve_cluster(name: str | None, *, store: StateStore | None = None, **kwargs: Any) -> ClusterClient:
     """The named cluster, or the only one there is when no name is given (`Cluster.from_name`)."""
     store = store or StateStore()
     return Cluster.from_name(name if name is not None else only_cluster(store), store=store, **kwargs)

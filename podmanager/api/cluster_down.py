@@ -34,8 +34,8 @@ def down(name: str | None = None, *, spec_file: str | Path | None = None, dry_ru
     Google Cloud `project`) and its processes on this machine by their owner tag. Safe to
     repeat: nothing left is not an error. A missing or damaged state store never stops it:
     it then finds the cluster by label, as when the record is lost."""
-    from podmanager.api.remote import down_remote, is_remote
-    from podmanager.api.remote_up_down import open_spec
+    from podmanager.client.remote import down_remote, is_remote
+    from podmanager.client.remote_up_down import open_spec
 
     remote = open_spec(spec_file, dry_run=dry_run) if spec_file is not None else None
     if remote is not None or (name is not None and is_remote(name)):

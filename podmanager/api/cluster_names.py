@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podmanager.channel.pinned import remote_clusters
+from podmanager.client.pinned import remote_clusters
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.state import StateStore

@@ -1,11 +1,11 @@
 """podmanager's page for a cluster, opened on this machine (`podmanager dashboard`): served here
 when this machine is the cluster's controller, else relayed from the controller VM over the
-channel (`channel/page_proxy.py`). Either way a local address, 127.0.0.1 only."""
+channel (`client/page_proxy.py`). Either way a local address, 127.0.0.1 only."""
 
 from __future__ import annotations
 
 from podmanager.api.page_data import PageData
-from podmanager.api.status import ClusterStatus
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.loop_thread import LoopServer
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunStore
@@ -48,13 +48,14 @@ def open_page(name: str, *, port: int = 0) -> "LoopServer | _Both":
     """The page of cluster `name` on 127.0.0.1:`port` (0: any free one), started; its `url`
     says where; the caller stops it. A cluster known here only by its history (after `down`)
     is shown from its records."""
-    from podmanager.api.remote import is_remote
+    from podmanager.client.remote import is_remote
 
     if is_remote(name):
-        from podmanager.channel import pinned, records
-        from podmanager.channel.client import ChannelClient
-        from podmanager.channel.forward import Forward
-        from podmanager.channel.page_proxy import PageProxy
+        from podmanager.channel import records
+        from podmanager.client import pinned
+        from podmanager.client.channel_client import ChannelClient
+        from podmanager.client.forward import Forward
+        from podmanager.client.page_proxy import PageProxy
 
         credentials = pinned.load(name)
         with ChannelClient(credentials) as client:

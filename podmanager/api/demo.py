@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Callable
 
 from podmanager.api import simulation
-from podmanager.api.remote import RemoteCluster, down_remote, is_remote, stored_spec
-from podmanager.api.remote_up_down import RemoteSpec
-from podmanager.api.status import ClusterStatus
+from podmanager.channel.cluster_status import ClusterStatus
+from podmanager.client.remote import RemoteCluster, down_remote, is_remote, stored_spec
+from podmanager.client.remote_up_down import RemoteSpec
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.spec import parse_spec

@@ -17,7 +17,7 @@ from podmanager.state.services import ServiceStore
 
 def cluster_events(name: str, *, store: StateStore | None = None) -> list[Event]:
     """Every event of the cluster, oldest first."""
-    from podmanager.api.remote import RemoteCluster, is_remote
+    from podmanager.client.remote import RemoteCluster, is_remote
 
     if is_remote(name):
         with RemoteCluster(name) as remote:
@@ -31,7 +31,7 @@ def cluster_events(name: str, *, store: StateStore | None = None) -> list[Event]
 
 def run_history(name: str, *, store: StateStore | None = None, runs: RunStore | None = None) -> list[RunRecord]:
     """Every run of the cluster, oldest first, whether the cluster is still up or not."""
-    from podmanager.api.remote import RemoteCluster, is_remote
+    from podmanager.client.remote import RemoteCluster, is_remote
 
     if is_remote(name):
         with RemoteCluster(name) as remote:
@@ -54,8 +54,8 @@ def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:
 def service_history(name: str, *, services: ServiceStore | None = None,
                     runs: RunStore | None = None) -> list[dict[str, Any]]:
     """Every service of the cluster as `runs` lists it (kind: service), oldest first."""
-    from podmanager.api.remote import RemoteCluster, is_remote
     from podmanager.api.service_handle import summarize
+    from podmanager.client.remote import RemoteCluster, is_remote
 
     if is_remote(name):
         with RemoteCluster(name) as remote:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from podmanager.api.status import ClusterStatus
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.state.run_records import RunRecord
 from podmanager.state.run_timeline import BUCKETS, INCIDENT_KINDS, of_record
 from podmanager.state.services import ServiceRecord

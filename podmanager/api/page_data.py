@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from podmanager.api.metrics_text import MetricsInput, prometheus_text
-from podmanager.api.status import ClusterStatus
 from podmanager.api.timeline import local_timeline
 from podmanager.attempts.logs import RunFolder, read_new_lines
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.core import selectors
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.events import EventKind

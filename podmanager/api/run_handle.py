@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterator
 
-from podmanager.api.run_view import RunView
 from podmanager.attempts import logs
 from podmanager.attempts.logs import RunFolder, Tail
 from podmanager.attempts.results import OutputPrinter
+from podmanager.client.run_view import RunView
 from podmanager.core import selectors
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
@@ -193,7 +193,7 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
 
 def latest_run_id(cluster: str) -> str:
     """The run `logs` shows when none is named: the newest one."""
-    from podmanager.api.remote import is_remote, latest_run
+    from podmanager.client.remote import is_remote, latest_run
 
     if is_remote(cluster):
         return latest_run(cluster)
@@ -205,7 +205,7 @@ def run_log_lines(cluster: str, run_id: str | None = None, host: str | None = No
     """(host label, line) of a run's output (default: the latest run), every host or one
     (e.g. 'slice-0/1', see `core.selectors`); with `follow`, as lines are written until the run ends.
     A service's id gives each of its replicas' runs in turn (`replica N slice-N/W`)."""
-    from podmanager.api.remote import is_remote, log_lines
+    from podmanager.client.remote import is_remote, log_lines
 
     if is_remote(cluster):
         yield from log_lines(cluster, run_id, host, follow=follow)

@@ -6,24 +6,19 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator, Protocol, TypeVar
+from typing import Any, Callable, Iterator
 
-from podmanager.core.clock import poll_until
-from podmanager.core.errors import PodmanagerError, SpecError
+from podmanager.client.service_wait import (
+    REPLICA_ENDS,
+    follow_summaries,
+    wait_for_replicas,
+)
+from podmanager.core.errors import SpecError
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_state import Replacing
 from podmanager.state.services import SERVING, ServiceRecord, ServiceStore
 
 FRESH_COUNTERS_S = 5.0  # counters older than this say nothing of which replicas are ready
-REPLICA_ENDS = ("failed", "cancelled", "succeeded", "missing")  # a replica state that is its run's end
-
-
-class ReplicaView(Protocol):
-    """What waiting for replicas reads of each: `ReplicaStatus` here, the channel's `ReplicaState`."""
-
-    replica: int
-    run_id: str
-    state: str
 
 
 @dataclass(frozen=True)
@@ -179,36 +174,6 @@ class ServiceHandle:
             service.status, service.message = "cancelled", f"service {self.service_id} was cancelled"
             self.services.save(service)
         return service
-
-
-ReplicaT = TypeVar("ReplicaT", bound=ReplicaView)
-
-
-def wait_for_replicas(service_id: str, read: Callable[[], list[ReplicaT]], replicas: int, *,
-                      timeout_s: float, interval_s: float) -> list[ReplicaT]:
-    """`read()` until `replicas` are ready; a replica whose run ended ends the wait with its
-    state. For a service here and one behind a controller VM alike."""
-    def ready() -> list[ReplicaT] | None:
-        states = read()
-        ended = [r for r in states if r.state in REPLICA_ENDS]
-        if ended:
-            raise PodmanagerError(f"service {service_id}: replica {ended[0].replica} ({ended[0].run_id}) "
-                                  f"is {ended[0].state}", hint=f"See 'podmanager logs --run {ended[0].run_id}'.")
-        return states if sum(r.state == "ready" for r in states) >= replicas else None
-
-    return poll_until(ready, timeout_s=timeout_s, interval_s=interval_s,
-                      what=f"{replicas} replica(s) of {service_id} to be ready")
-
-
-def follow_summaries(summary: Callable[[], dict[str, Any]], on_summary: Callable[[dict[str, Any]], None],
-                     every_s: float) -> dict[str, Any]:
-    """`on_summary(summary())` every `every_s` until the service is no longer serving; the last one."""
-    while True:
-        found = summary()
-        on_summary(found)
-        if found["status"] != SERVING:
-            return found
-        time.sleep(every_s)
 
 
 def open_service(cluster: str, service_id: str, *, services: ServiceStore, runs: RunStore) -> ServiceHandle:

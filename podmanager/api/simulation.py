@@ -74,35 +74,19 @@ def head_crash(cluster: "ClusterRuntime") -> str:
 
 
 def controller_crash(cluster: "ClusterRuntime") -> str:
-    """SIGKILL every process of the cluster's controller VM, as a crash of that machine, and boot
-    it again from its disk (as GCE's automatic restart does: the startup script runs again)."""
-    from podmanager.cluster.backends import crash_controller_vm
+    """The cluster's controller VM crashed and booted again (`client/controller_faults.py`)."""
+    from podmanager.client.controller_faults import crash_controller
 
     cluster.simulator  # dry-run clusters only; starts the project's emulator if it is not running
-    name = crash_controller_vm(cluster.spec)
-    if name is None:
-        raise SpecError(f"--cluster: {cluster.name} has no controller VM running in its simulated project",
-                        hint="Its controller is the machine running podmanager (controller.local), or its VM is "
-                             "not up yet: 'podmanager status' shows it.")
-    cluster.record(EventKind.FAULT_INJECTED, f"simulated crash of the controller VM {name}")
-    return f"killed the controller VM {name} of {cluster.name}; it boots again from its disk"
+    return crash_controller(cluster.spec, cluster.record)
 
 
 def controller_stop(cluster: "ClusterRuntime", *, suspend: bool = False) -> str:
-    """The cluster's controller VM stopped (TERMINATED) or suspended by Compute Engine, as a host
-    error or a maintenance may: its processes end, its disk stays; `up` starts (resumes) it again."""
-    from podmanager.cluster.backends import halt_controller_vm
+    """The cluster's controller VM stopped or suspended (`client/controller_faults.py`)."""
+    from podmanager.client.controller_faults import stop_controller
 
     cluster.simulator  # dry-run clusters only; starts the project's emulator if it is not running
-    state = "SUSPENDED" if suspend else "TERMINATED"
-    name = halt_controller_vm(cluster.spec, state)
-    if name is None:
-        raise SpecError(f"--cluster: {cluster.name} has no controller VM running in its simulated project",
-                        hint="Its controller is the machine running podmanager (controller.local), or its VM is "
-                             "not up yet: 'podmanager status' shows it.")
-    cluster.record(EventKind.FAULT_INJECTED, f"simulated {'suspension' if suspend else 'stop'} of the controller "
-                                             f"VM {name} ({state})")
-    return f"the controller VM {name} of {cluster.name} is {state}; 'podmanager up' starts it again"
+    return stop_controller(cluster.spec, cluster.record, suspend=suspend)
 
 
 def arm_scripted_faults(cluster: "ClusterRuntime") -> None:

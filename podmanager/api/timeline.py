@@ -23,7 +23,7 @@ MAX_SERIES_POINTS = 2000
 
 def run_timeline(cluster: str, run_id: str) -> RunTimeline:
     """The run's timeline now (a live run's up to this moment)."""
-    from podmanager.api.remote import RemoteCluster, is_remote
+    from podmanager.client.remote import RemoteCluster, is_remote
 
     if is_remote(cluster):
         with RemoteCluster(cluster) as remote:
@@ -57,7 +57,7 @@ def _local_run(cluster: str, run_id: str) -> RunRecord:
 
 def timeline_html(cluster: str, run_id: str) -> str:
     """The standalone file: the timeline, and the run's metric series when its folder is here."""
-    from podmanager.api.remote import is_remote
+    from podmanager.client.remote import is_remote
 
     timeline = run_timeline(cluster, run_id)
     data = timeline.model_dump(mode="json")

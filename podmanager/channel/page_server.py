@@ -4,7 +4,7 @@
 Where it is served (docs/channel.md says why):
 - on a controller VM, inside the channel's own server, under `/v1/page/` (`page_app`): the
   same TLS, the same token, no port of its own; the laptop reaches it through `PageProxy`
-  (`channel/page_proxy.py`), which adds the token to each request;
+  (`client/page_proxy.py`), which adds the token to each request;
 - on a machine that is its own controller (`controller.local: true`), by `LocalPageServer`
   on 127.0.0.1 for as long as `podmanager dashboard` runs, to the owner's processes only.
 

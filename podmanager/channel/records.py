@@ -9,6 +9,8 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from podmanager.channel.cluster_status import ClusterStatus
+from podmanager.core.faults import Fault
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord
 from podmanager.state.run_results import IncidentRecord
@@ -32,6 +34,7 @@ SERVE_PATH = f"{API_PREFIX}/serve"
 SERVICE_PATH = f"{API_PREFIX}/service"
 SERVICE_CANCEL_PATH = f"{API_PREFIX}/service/cancel"
 SERVICES_PATH = f"{API_PREFIX}/services"
+FAULT_PATH = f"{API_PREFIX}/fault"  # a dry run's fault, injected by the controller into its cluster
 
 
 class Record(BaseModel):
@@ -69,66 +72,6 @@ def number_problem(value: object, where: str = "") -> str | None:
 
 class StatusRequest(Record):
     cluster: str = Field(min_length=1)
-
-
-class SliceState(Record):
-    """One slice of the spec as the cloud last reported it (`api/status.py::SliceStatus`)."""
-
-    index: int
-    name: str
-    accelerator: str
-    zone: str | None
-    state: str  # the node's state, or MISSING
-    hosts: int
-    chips: int
-    boot: list[str] = []  # each worker's boot stage ("" not yet)
-    spare: bool = False
-
-
-class HostState(Record):
-    """One host as the cluster's monitor last probed it (`controller/host_info.py::HostInfo`)."""
-
-    slice_index: int
-    node_name: str
-    worker_id: int
-    ip: str | None
-    chips: int
-    healthy: bool
-    last_heartbeat: float | None
-    ray_node_id: str | None
-    detail: str
-    state: str
-    boot: str = ""
-    versions: dict[str, str] = {}
-
-
-class RayEndpoint(Record):
-    """Where the cluster's Ray head listens, as the controller sees it. Not its token's path nor
-    the exports (`RayAccess`): those name the controller's files, which a client never reads."""
-
-    address: str
-    dashboard_url: str | None
-
-
-class ServiceEndpointState(Record):
-    service_id: str
-    endpoint: str
-    slices: list[int]
-
-
-class StatusReply(Record):
-    """`status` of one cluster, as `api/status.py::ClusterStatus` holds it on the controller."""
-
-    name: str
-    backend: str
-    project: str
-    slices: list[SliceState]
-    hosts: list[HostState] = []
-    ray: RayEndpoint | None = None
-    hosts_observed_at: float | None = None
-    services: list[ServiceEndpointState] = []
-    slices_observed_at: float | None = None
-    head_problem: str | None = None
 
 
 class EventsRequest(Record):
@@ -195,7 +138,7 @@ class JobReply(Record):
     started_at: float = 0.0  # on the controller's clock: its events from then on are the job's
     done: bool = False
     error: ErrorReply | None = None
-    status: StatusReply | None = None  # `up`'s, once it succeeded
+    status: ClusterStatus | None = None  # `up`'s, once it succeeded
     plan: PlanReply | None = None  # `up`'s plan, once made
 
 
@@ -331,3 +274,17 @@ class ServiceReply(Record):
 
 class ServicesReply(Record):
     services: list[ServiceSummary]
+
+
+# ---------------------------------------------------------------------- a dry run's faults
+
+class FaultRequest(Record):
+    """`podmanager sim` of a cluster whose controller is a VM: the controller injects the fault
+    as `sim` next to it would (its cluster's Ray side, its event log)."""
+
+    cluster: str = Field(min_length=1)
+    fault: Fault
+
+
+class FaultReply(Record):
+    said: str  # what happened, for the user

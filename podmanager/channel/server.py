@@ -21,6 +21,7 @@ from aiohttp import WSCloseCode, web
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.identity import ControllerIdentity
 from podmanager.channel.loop_thread import STOP_TIMEOUT_S, LoopServer
 from podmanager.channel.page_server import PAGE_PREFIX, ClusterPage, page_app
@@ -36,7 +37,7 @@ class ControllerApi(Protocol):
     """What the channel serves: the API on the controller, answering in the channel's records.
     It raises PodmanagerError for what the user must hear (an unknown cluster, ...)."""
 
-    def status(self, cluster: str) -> records.StatusReply: ...
+    def status(self, cluster: str) -> ClusterStatus: ...
 
     def events(self, cluster: str, after_id: int) -> records.EventsReply: ...
 
@@ -71,6 +72,8 @@ class ControllerApi(Protocol):
     def cancel_service(self, request: records.ServiceRequest) -> records.ServiceReply: ...
 
     def services(self, cluster: str) -> records.ServicesReply: ...
+
+    def fault(self, request: records.FaultRequest) -> records.FaultReply: ...
 
     def page(self, cluster: str) -> ClusterPage:
         """What podmanager's page shows of `cluster` (served under PAGE_PREFIX, token required)."""
@@ -136,6 +139,7 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
         records.SERVICE_PATH: verb(records.ServiceRequest, lambda asked: api.service(asked)),
         records.SERVICE_CANCEL_PATH: verb(records.ServiceRequest, lambda asked: api.cancel_service(asked)),
         records.SERVICES_PATH: verb(records.StatusRequest, lambda asked: api.services(asked.cluster)),
+        records.FAULT_PATH: verb(records.FaultRequest, lambda asked: api.fault(asked)),
     }
 
     async def forward(request: web.Request) -> web.StreamResponse:

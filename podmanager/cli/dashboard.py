@@ -42,17 +42,12 @@ def dashboard(
 
 def _forward(cluster: Optional[str], service: Optional[str], port: int) -> None:
     target = api.resolve_cluster(cluster)
-    if not isinstance(target, api.RemoteCluster):  # this machine is the controller: nothing to forward
-        status = target.status()
-        if service is not None:
-            console.print(status.service(service).endpoint, markup=False)
-            return
-        console.print(status.ray.dashboard_url if status.ray and status.ray.dashboard_url
-                      else f"{target.name} has no dashboard", markup=False)
+    reached = target.reach_here(service or "dashboard", port=port)
+    if reached.forward is None:  # this machine is the controller: the address itself
+        console.print(reached.url or f"{target.name} has no dashboard", markup=False)
         return
-    forward = api.forward(target.name, service or "dashboard", port=port)
     try:
-        url = f"http://127.0.0.1:{forward.port}"
+        url = reached.url
         if service is None:
             token = api.ray_token_file(target.name)
             console.print(f"the Ray dashboard of {target.name}: {url}\nfor Ray's own tools, in another shell:\n"
@@ -62,4 +57,4 @@ def _forward(cluster: Optional[str], service: Optional[str], port: int) -> None:
             console.print(f"service {service} of {target.name}: {url}\nCtrl-C stops the forward.", markup=False)
         threading.Event().wait()  # until Ctrl-C
     finally:
-        forward.stop()
+        reached.stop()

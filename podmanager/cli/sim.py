@@ -34,7 +34,7 @@ def preempt(
     slice_index = selectors.parse_slice(slice_name, target.name, flag="--slice")
     fault = faults.from_flags({"kind": "preempt", "slice": slice_index, "notice_s": notice},
                               {"slice": "--slice", "notice_s": "--notice"})
-    console.print(simulation.inject(target.runtime, fault))
+    console.print(target.inject(fault))
 
 
 def fail_create(
@@ -56,7 +56,7 @@ def fail_create(
     if kind != "quota":  # a quota is the project's, in every zone
         values["zone"] = zone or target.spec.zones[0]
     fault = faults.from_flags(values, {"zone": "--zone", "times": "--times"})
-    console.print(simulation.inject(target.runtime, fault))
+    console.print(target.inject(fault))
 
 
 def hang(
@@ -73,7 +73,7 @@ def hang(
     slice_index, worker_id = selectors.parse_host(host, target.name, flag="--host")
     fault = faults.from_flags({"kind": "hang", "slice": slice_index, "worker": worker_id}, {})
     try:
-        console.print(simulation.inject(target.runtime, fault))
+        console.print(target.inject(fault))
     finally:
         target.close()
 
@@ -91,7 +91,7 @@ def inject(
     target = api.resolve_cluster(cluster)
     try:
         for fault in parsed:
-            console.print(simulation.inject(target.runtime, fault))
+            console.print(target.inject(fault))
     finally:
         target.close()
 
@@ -100,7 +100,7 @@ def head_crash(cluster: Optional[str] = CLUSTER_OPTION) -> None:
     """Kill the cluster's Ray head (SIGKILL), as a crash of the machine that runs it; 'up' brings it back."""
     target = api.resolve_cluster(cluster)
     try:
-        console.print(simulation.head_crash(target.runtime))
+        console.print(target.head_crash())
     finally:
         target.close()
 
@@ -109,7 +109,7 @@ def controller_crash(cluster: Optional[str] = CLUSTER_OPTION) -> None:
     """Kill every process of the cluster's controller VM (SIGKILL), as a crash; it boots again from its disk."""
     target = api.resolve_cluster(cluster)
     try:
-        console.print(simulation.controller_crash(target.runtime))
+        console.print(target.controller_crash())
     finally:
         target.close()
 
@@ -139,7 +139,7 @@ def controller_stop(cluster: Optional[str] = CLUSTER_OPTION,
     """Stop the cluster's controller VM (TERMINATED), as Compute Engine may; 'up' starts it again."""
     target = api.resolve_cluster(cluster)
     try:
-        console.print(simulation.controller_stop(target.runtime, suspend=suspend))
+        console.print(target.controller_stop(suspend=suspend))
     finally:
         target.close()
 

@@ -152,7 +152,7 @@ class ClusterHosts:
 
     def _adopt_ray_token(self) -> None:
         """On the controller VM: the head's token is the one the user's machine kept in Secret
-        Manager and granted this VM's account (`api/controller_machine.make_secrets`), read once."""
+        Manager and granted this VM's account (`client/controller_machine.make_secrets`), read once."""
         from podmanager.cloud.gcp.secrets import TokenSecrets, token_secret_id
 
         path = auth.token_path(self.cluster)

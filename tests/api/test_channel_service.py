@@ -1,6 +1,6 @@
 """api/channel_service.py: the controller answers the channel's requests with its own API, in the
 channel's records, and a Ray address's token path or exports (the controller's files) never
-cross. No Ray: status is converted from a `ClusterStatus` built here, events come from SQLite."""
+cross. No Ray: status is the `ClusterStatus` built here, events come from SQLite."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ import types
 
 import pytest
 
-from podmanager.api.channel_service import ControllerChannelApi, status_reply
-from podmanager.api.status import (
+from podmanager.api.channel_service import ControllerChannelApi
+from podmanager.channel import identity, records
+from podmanager.channel.cluster_status import (
     ClusterStatus,
     HostStatus,
     ServiceEndpoint,
     SliceStatus,
 )
-from podmanager.channel import identity, pinned, records
-from podmanager.channel.client import ChannelClient
 from podmanager.channel.errors import RemoteError
 from podmanager.channel.server import ChannelServer
+from podmanager.client import pinned
+from podmanager.client.channel_client import ChannelClient
 from podmanager.controller.host_info import HEALTHY, HostInfo
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.core.events import EventKind
@@ -28,7 +29,7 @@ from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
 
 
-def test_a_cluster_status_becomes_the_typed_reply_without_the_controllers_paths() -> None:
+def test_a_cluster_status_crosses_as_it_is_without_the_controllers_paths() -> None:
     host = HostInfo(slice_index=0, node_name="c1-s0", worker_id=0, ip="10.0.0.2", chips=4, healthy=True,
                     last_heartbeat=12.5, ray_node_id="n1", detail="ok", state=HEALTHY)
     status = ClusterStatus(
@@ -41,15 +42,12 @@ def test_a_cluster_status_becomes_the_typed_reply_without_the_controllers_paths(
         hosts_observed_at=13.0, services=[ServiceEndpoint(service_id="svc-1", endpoint="http://127.0.0.1:9000", slices=[0])],
         slices_observed_at=14.0, head_problem="the head is restarting")
 
-    reply = status_reply(status)
+    sent = status.for_the_wire().model_dump_json()
+    reply = ClusterStatus.model_validate_json(sent)  # as the client reads it
 
-    assert reply.slices == [records.SliceState(index=0, name="c1-s0", accelerator="v4-8", zone="z", state="READY",
-                                               hosts=1, chips=4, boot=["joined"])]
+    assert reply == status.model_copy(update={"ray": None})
     assert reply.hosts[0].model_dump() == {**host.model_dump(), "boot": "joined", "versions": {"ray": "2.50.0"}}
-    assert reply.ray == records.RayEndpoint(address="127.0.0.1:6379", dashboard_url="http://127.0.0.1:8265")
-    assert reply.services[0].service_id == "svc-1" and reply.head_problem == "the head is restarting"
-    assert (reply.hosts_observed_at, reply.slices_observed_at) == (13.0, 14.0)
-    assert "ray_token" not in reply.model_dump_json()
+    assert "ray_token" not in sent and "6379" not in sent
 
 
 def test_events_are_read_from_the_store_after_a_cursor_and_an_unknown_cluster_is_refused() -> None:
@@ -178,3 +176,30 @@ def test_an_up_that_waits_longer_than_its_timeout_says_which_job_it_waited_for(m
     assert "podmanager events -c c1" in (error.hint or "")
     poll_until(lambda: api.job(one.job_id).done, timeout_s=30, interval_s=0.01, what="the first up to end")
     assert api.job(one.job_id).error is None
+
+
+def test_a_fault_sent_over_the_channel_is_injected_by_the_controllers_own_cluster(monkeypatch) -> None:
+    """`podmanager sim` of a cluster whose controller is a VM: the controller injects it, as `sim`
+    next to it would (its hosts, its event log); the laptop builds no cluster of its own."""
+    from podmanager.api import channel_service
+    from podmanager.core import faults
+
+    injected: list[tuple[str, str]] = []
+
+    class Faulty:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @classmethod
+        def from_name(cls, name: str, *, store: StateStore) -> Faulty:
+            return cls(name)
+
+        def inject(self, fault: faults.FaultKind) -> str:
+            injected.append((self.name, fault.text()))
+            return "preempting c1-s0"
+
+    monkeypatch.setattr(channel_service, "Cluster", Faulty)
+    api = ControllerChannelApi(StateStore())
+    sent = records.FaultRequest(cluster="c1", fault=faults.parse("preempt:0"))
+    reply = api.fault(records.FaultRequest.model_validate_json(sent.model_dump_json()))  # as the channel carries it
+    assert reply.said == "preempting c1-s0" and injected == [("c1", "preempt:0:0:0")]

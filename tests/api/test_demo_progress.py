@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from podmanager.api import demo
-from podmanager.channel import pinned
+from podmanager.client import pinned
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
 

@@ -13,7 +13,7 @@ from dashboard_records import CLUSTER, preempted_run
 from prometheus_client.parser import text_string_to_metric_families
 
 from podmanager.api.metrics_text import MetricsInput, prometheus_text
-from podmanager.api.status import ClusterStatus, HostStatus, SliceStatus
+from podmanager.channel.cluster_status import ClusterStatus, HostStatus, SliceStatus
 from podmanager.state.run_records import RunStore
 from podmanager.state.run_timeline import of_record
 from podmanager.state.services import ServiceCounters, ServiceRecord

@@ -11,28 +11,34 @@ import threading
 
 import pytest
 
-from podmanager.channel import identity, pinned, records
-from podmanager.channel.client import ChannelClient
+from podmanager.channel import identity, records
+from podmanager.channel.cluster_status import (
+    ClusterStatus,
+    HostStatus,
+    ServiceEndpoint,
+    SliceStatus,
+)
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
 from podmanager.channel.private_files import write_private
 from podmanager.channel.server import ChannelServer
+from podmanager.client import pinned
+from podmanager.client.channel_client import ChannelClient
 from podmanager.core import peer
 from podmanager.core.errors import ClusterNotFoundError
 
 CLUSTER = "c1"
 
-STATUS = records.StatusReply(
+STATUS = ClusterStatus(
     name=CLUSTER, backend="simulated", project="demo",
-    slices=[records.SliceState(index=0, name="c1-s0", accelerator="v4-8", zone="us-central2-b", state="READY",
+    slices=[SliceStatus(index=0, name="c1-s0", accelerator="v4-8", zone="us-central2-b", state="READY",
                                hosts=1, chips=4, boot=["joined"]),
-            records.SliceState(index=1, name="c1-s1", accelerator="v4-8", zone=None, state="MISSING", hosts=1,
+            SliceStatus(index=1, name="c1-s1", accelerator="v4-8", zone=None, state="MISSING", hosts=1,
                                chips=4, spare=True)],
-    hosts=[records.HostState(slice_index=0, node_name="c1-s0", worker_id=0, ip="10.0.0.2", chips=4, healthy=True,
+    hosts=[HostStatus(slice_index=0, node_name="c1-s0", worker_id=0, ip="10.0.0.2", chips=4, healthy=True,
                              last_heartbeat=1700000000.5, ray_node_id="abc", detail="ok", state="healthy",
                              boot="joined", versions={"ray": "2.50.0"})],
-    ray=records.RayEndpoint(address="10.0.0.1:6379", dashboard_url="http://10.0.0.1:8265"),
     hosts_observed_at=1700000001.0,
-    services=[records.ServiceEndpointState(service_id="svc-1", endpoint="http://10.0.0.1:9000", slices=[0])],
+    services=[ServiceEndpoint(service_id="svc-1", endpoint="http://10.0.0.1:9000", slices=[0])],
     slices_observed_at=1700000002.0, head_problem=None)
 
 
@@ -43,7 +49,7 @@ class FakeApi:
         self.asked: list[tuple[str, str, int | None]] = []
         self._lock = threading.Lock()
 
-    def status(self, cluster: str) -> records.StatusReply:
+    def status(self, cluster: str) -> ClusterStatus:
         with self._lock:
             self.asked.append(("status", cluster, None))
         if cluster != CLUSTER:
@@ -89,8 +95,8 @@ def test_status_and_events_round_trip_as_typed_records(controller, api) -> None:
     with ChannelClient.for_cluster(CLUSTER) as client:
         status = client.status(CLUSTER)
         events = client.events(CLUSTER, after_id=41)
-    assert isinstance(status, records.StatusReply) and status == STATUS
-    assert isinstance(status.hosts[0], records.HostState) and status.hosts[0].versions == {"ray": "2.50.0"}
+    assert isinstance(status, ClusterStatus) and status == STATUS  # the very record the controller built
+    assert isinstance(status.hosts[0], HostStatus) and status.hosts[0].versions == {"ray": "2.50.0"}
     assert [(e.id, e.kind, e.data) for e in events.events] == [
         (42, "slice_ready", {"run_id": "r1", "zones": ["a", "b"], "attempt": 2})]
     assert api.asked == [("status", CLUSTER, None), ("events", CLUSTER, 41)]
@@ -287,7 +293,7 @@ def test_an_unreachable_controller_is_a_clear_error(controller) -> None:
 
 
 def test_the_client_imports_neither_ray_nor_jax() -> None:
-    code = ("import sys, podmanager.channel.client; "
+    code = ("import sys, podmanager.client.channel_client; "
             "print(sorted(m for m in ('ray', 'jax', 'podmanager.channel.server', 'podmanager.api') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", loaded

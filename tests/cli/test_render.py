@@ -81,7 +81,7 @@ def test_the_incidents_table_shows_each_incident_of_the_result(capsys):
 def test_the_head_loss_hint_is_a_command_up_takes(capsys, backend):
     from cli_commands import refusal, suggested_commands
 
-    from podmanager.api.status import ClusterStatus
+    from podmanager.channel.cluster_status import ClusterStatus
 
     render.print_status(ClusterStatus(name="demo", backend=backend, project="p", slices=[],
                                       head_problem="the Ray head is down"))

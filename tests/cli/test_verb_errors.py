@@ -71,11 +71,15 @@ def test_a_read_only_verb_on_an_unknown_cluster_makes_no_folder(verb, podmanager
 
 
 def test_dashboard_of_a_service_the_cluster_does_not_serve_exits_2_naming_the_flag_and_the_list(monkeypatch):
-    from podmanager.api.status import ClusterStatus, ServiceEndpoint
+    from podmanager.channel.cluster_status import ClusterStatus, ServiceEndpoint
 
     status = ClusterStatus(name="demo", backend="simulated", project="p", slices=[], services=[
         ServiceEndpoint(service_id="model-svc-1", endpoint="http://127.0.0.1:8123", slices=[0])])
-    monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: SimpleNamespace(name="demo", status=lambda: status))
+    from podmanager.api.cluster import Cluster
+
+    local = SimpleNamespace(name="demo", status=lambda: status)  # this machine is the controller
+    local.reach_here = lambda target, port=0: Cluster.reach_here(local, target, port=port)
+    monkeypatch.setattr(podmanager.api, "resolve_cluster", lambda name: local)
     found = invoke("dashboard", "-c", "demo", "--service", "model-svc-1")
     assert found.exit_code == 0 and found.output.strip() == "http://127.0.0.1:8123"
     unknown = invoke("dashboard", "-c", "demo", "--service", "nope")
@@ -84,7 +88,7 @@ def test_dashboard_of_a_service_the_cluster_does_not_serve_exits_2_naming_the_fl
 
 
 def test_an_unknown_name_lists_the_clusters_reached_through_a_controller_vm_too():
-    from podmanager.channel import pinned
+    from podmanager.client import pinned
 
     StateStore().save_cluster("here", parse_spec({**SPEC, "name": "here"}).model_dump(mode="json"), "simulated", "up")
     pinned.save_spec("lap", "{}")  # the pointer `up` and `connect` leave for a cluster whose controller is a VM

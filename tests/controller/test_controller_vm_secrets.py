@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from podmanager.api.controller_machine import make_secrets
+from podmanager.client.controller_machine import make_secrets
 from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.gcp.secrets import TokenSecrets, channel_secret_id
 from podmanager.controller import boot_lock

@@ -166,6 +166,9 @@ def test_a_run_of_this_folder_and_every_read_answer_over_the_channel(laptop):
     assert "hello 0 tiny" in logs
     events = laptop.ok("events", "-c", NAME)
     assert "run_succeeded" in events
+    # A dry run's fault goes over the channel: the controller injects it and says so in its log.
+    assert "pending faults cleared" in laptop.ok("sim", "inject", "clear", "-c", NAME)
+    assert "simulated fault: pending faults cleared" in laptop.ok("events", "-c", NAME)
     controller = str(laptop.controller_root())
     opened = laptop.audit.read_text().splitlines()
     assert opened and not [p for p in opened if p.startswith(controller)]

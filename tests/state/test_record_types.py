@@ -52,7 +52,7 @@ NAMED = {
     "podmanager.state.run_results.RunResult", "podmanager.state.run_results.IncidentRecord",
     "podmanager.state.run_results.AttemptResult", "podmanager.vm.probe.ProbeResult",
     "podmanager.vm.agent.AgentIdentity", "podmanager.controller.host_info.HostInfo",
-    "podmanager.api.status.ClusterStatus", "podmanager.api.status.HostStatus",
+    "podmanager.channel.cluster_status.ClusterStatus", "podmanager.channel.cluster_status.HostStatus",
     "podmanager.state.services.ServiceRecord", "podmanager.runtime.contract.ProgressRecord",
     "podmanager.controller.snapshot.HostsSnapshot",
 }

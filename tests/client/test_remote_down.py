@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from podmanager.api import controller_machine, remote
 from podmanager.channel.errors import ChannelError
+from podmanager.client import controller_machine, remote
 from podmanager.cloud.errors import CloudError
 from podmanager.cluster import teardown
 from podmanager.core.spec import parse_spec

@@ -13,7 +13,7 @@ resolved). `bring_up`, after it:
 4. its boot followed through its guest attributes (`podmanager/boot`: installing, token,
    starting, serving, or error with its detail) until it serves the channel;
 5. its certificate (`podmanager/channel-cert`) pinned, with its address and the token, in this
-   machine's pointer to the cluster (`channel/pinned.py`).
+   machine's pointer to the cluster (`client/pinned.py`).
 Every step finds what an interrupted `up` left and finishes it.
 
 `tear_down`: the VM, its rule and both secrets deleted, and the pointer removed."""
@@ -24,8 +24,8 @@ import secrets
 import shutil
 from typing import Callable
 
-from podmanager.api.controller_plan import ControllerPlan, plan_controller
-from podmanager.channel import pinned
+from podmanager.client import pinned
+from podmanager.client.controller_plan import ControllerPlan, plan_controller
 from podmanager.cloud.gcp.controller_vm import (
     ControllerVmDeleted,
     choose_zone,
@@ -191,7 +191,7 @@ def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCr
     controller VM found by its labels in the project, its certificate and address read from its
     guest attributes, the token from Secret Manager (with this user's credentials), and the
     spec from the controller itself. Nothing of the cluster changes."""
-    from podmanager.channel.client import ChannelClient
+    from podmanager.client.channel_client import ChannelClient
     from podmanager.core.errors import ClusterNotFoundError, SpecError
     from podmanager.core.spec import parse_spec
 

@@ -15,8 +15,14 @@ import aiohttp
 from aiohttp import web
 
 from podmanager.channel.loop_thread import STOP_TIMEOUT_S, LoopServer
-from podmanager.channel.page_server import LOCAL, PAGE_PREFIX, SECURITY_HEADERS, front_routes, local_guard
-from podmanager.channel.pinned import ClientCredentials
+from podmanager.channel.page_server import (
+    LOCAL,
+    PAGE_PREFIX,
+    SECURITY_HEADERS,
+    front_routes,
+    local_guard,
+)
+from podmanager.client.pinned import ClientCredentials
 
 # What the controller's reply keeps on its way to the browser.
 _KEPT_HEADERS = ("Content-Type", "Content-Disposition", "Cache-Control", "X-Content-Type-Options", "X-Frame-Options",

@@ -1,5 +1,5 @@
 """A service of a cluster whose controller is a VM, as the user's machine sees it: its summary
-over the channel, and its endpoint reached through a forward (`channel/forward.py`).
+over the channel, and its endpoint reached through a forward (`client/forward.py`).
 
 The router listens on the controller's loopback only, so nothing of it is open to the network;
 `reachable` carries a local port of this machine to it while the block runs (`serve` while it
@@ -10,11 +10,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from podmanager.api.service_handle import follow_summaries, wait_for_replicas
 from podmanager.channel import records
-from podmanager.channel.client import ChannelClient
-from podmanager.channel.forward import Forward
-from podmanager.channel.patience import patiently
+from podmanager.client.channel_client import ChannelClient
+from podmanager.client.forward import Forward
+from podmanager.client.patience import patiently
+from podmanager.client.service_wait import follow_summaries, wait_for_replicas
 
 
 def reach(cluster: str, service_id: str) -> str:

@@ -15,10 +15,12 @@ import zipfile
 
 import pytest
 
-from podmanager.api.remote import RemoteCluster
-from podmanager.channel import identity, pinned, records
-from podmanager.channel.forward import Forward
+from podmanager.channel import identity, records
+from podmanager.channel.cluster_status import ClusterStatus, ServiceEndpoint
 from podmanager.channel.server import ChannelServer
+from podmanager.client import pinned
+from podmanager.client.forward import Forward
+from podmanager.client.remote import RemoteCluster
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
@@ -124,9 +126,9 @@ class FakeController:
                                            state="ready" if self.service_reads >= 2 * i + 2 else "starting")
                       for i in listed])
 
-    def status(self, cluster: str) -> records.StatusReply:
-        return records.StatusReply(name=CLUSTER, backend="simulated", project="demo", slices=[], services=[
-            records.ServiceEndpointState(service_id=SERVICE, endpoint="http://127.0.0.1:1", slices=[0])])
+    def status(self, cluster: str) -> ClusterStatus:
+        return ClusterStatus(name=CLUSTER, backend="simulated", project="demo", slices=[], services=[
+            ServiceEndpoint(service_id=SERVICE, endpoint="http://127.0.0.1:1", slices=[0])])
 
     def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
         if target not in (records.DASHBOARD, SERVICE):
@@ -237,7 +239,7 @@ def test_a_job_on_the_controller_is_followed_and_its_error_raised_here(remote) -
 
 
 def test_the_remote_verbs_load_neither_ray_nor_jax() -> None:
-    code = ("import sys, podmanager.api.remote, podmanager.api.controller_machine, podmanager.cli.run, "
+    code = ("import sys, podmanager.client.remote, podmanager.client.controller_machine, podmanager.cli.run, "
             "podmanager.cli.runs, podmanager.cli.logs, podmanager.cli.connect\n"
             "print(sorted(m for m in ('ray', 'jax') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -247,8 +249,8 @@ def test_the_remote_verbs_load_neither_ray_nor_jax() -> None:
 def test_a_follower_waits_for_a_controller_that_is_restarting(remote, monkeypatch) -> None:
     """A read that cannot reach the controller (it is rebooting) is tried again, the user told
     once; a controller that stays away is said after the wait."""
-    from podmanager.api import remote as remote_module
     from podmanager.channel.errors import ChannelError
+    from podmanager.client import remote as remote_module
 
     cluster, _ = remote
     calls = []
@@ -290,7 +292,7 @@ def test_an_up_interrupted_before_the_controller_served_is_removed_by_down(tmp_p
 
 
 def test_run_with_down_on_exit_downs_the_remote_cluster_at_the_end(remote, tmp_path, monkeypatch) -> None:
-    from podmanager.api import remote as remote_module
+    from podmanager.client import remote as remote_module
 
     cluster, _ = remote
     (tmp_path / "train.py").write_text("")
@@ -358,8 +360,8 @@ class JobController(FakeController):
         return records.JobReply(job_id=job_id, verb=verb, done=True,
                                 status=self.status(CLUSTER) if verb == "up" else None)
 
-    def status(self, cluster: str) -> records.StatusReply:
-        return records.StatusReply(name=cluster, backend="simulated", project="podmanager-sim", slices=[])
+    def status(self, cluster: str) -> ClusterStatus:
+        return ClusterStatus(name=cluster, backend="simulated", project="podmanager-sim", slices=[])
 
 
 VM_SPEC = {"name": CLUSTER, "controller": {"local": False}, "slices": [{"accelerator": "v4-8"}]}
@@ -370,7 +372,7 @@ def vm_controller(monkeypatch):
     """A controller VM that `up` "makes" by pinning the fake controller's channel; `tear_down`
     remembered. Any `up` of the cluster on this machine fails the test."""
     from podmanager.api import cluster as cluster_module
-    from podmanager.api.controller_machine import ControllerMachine
+    from podmanager.client.controller_machine import ControllerMachine
 
     fake, torn = JobController(), []
     made = identity.load_or_create(CLUSTER, "127.0.0.1")
@@ -418,7 +420,7 @@ def test_a_scripts_cluster_of_a_controller_vm_spec_goes_through_the_controller(v
 
 def test_every_way_a_script_names_a_controller_vm_cluster_reaches_it_or_is_refused(vm_controller) -> None:
     from podmanager.api import Cluster
-    from podmanager.api.remote_up_down import RemoteSpec
+    from podmanager.client.remote_up_down import RemoteSpec
     from podmanager.core.spec import parse_spec
 
     fake, _ = vm_controller
@@ -470,7 +472,7 @@ def test_a_forward_to_a_service_the_cluster_does_not_serve_is_refused_naming_the
 def test_connect_to_a_cluster_the_cloud_does_not_hold_leaves_no_emulator_running() -> None:
     """`connect` starts the project's emulator to look; finding nothing, it leaves none behind
     (issue 43, 3: idle emulators after the lost home's `connect`)."""
-    from podmanager.api.controller_machine import connect
+    from podmanager.client.controller_machine import connect
     from podmanager.core.errors import ClusterNotFoundError
     from podmanager.emulator import launcher
 

@@ -1,16 +1,22 @@
 """What a run's handle is, whether the run's records are on this machine (`RunHandle`) or on a
 controller VM reached through the channel (`RemoteRunHandle`): its record, its result once it
-has finished, a wait for that result, and the line shown when following skips output."""
+has finished, a wait for that result, following it, cancelling it, and the line shown when
+following skips output."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any, Callable
 
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import TimeoutExceededError
 from podmanager.core.records import HostRef
+from podmanager.state import Event
 from podmanager.state.run_records import RunRecord, final_result
 from podmanager.state.run_results import RunResult
+
+EventCallback = Callable[[Event], None]
+Printer = Callable[[Any, str], None]  # (the host, as HostRef or HostSlot, a chunk of its output)
 
 
 class RunView(ABC):
@@ -21,6 +27,15 @@ class RunView(ABC):
     @abstractmethod
     def status(self) -> RunRecord:
         """The run's record as it is now."""
+
+    @abstractmethod
+    def follow(self, printer: Printer | None = None, on_event: EventCallback | None = None, *,
+               after_event: Any = None, on_interrupt: Callable[[Any], bool] | None = None) -> RunResult:
+        """Every host's output and the run's events until it has finished; its result."""
+
+    @abstractmethod
+    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
+        """Stop the run; its record (once it has stopped, with `wait`)."""
 
     def result(self) -> RunResult | None:
         run = self.status()

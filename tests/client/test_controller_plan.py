@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from podmanager.api.controller_machine import ControllerMachine
-from podmanager.api.controller_plan import drift, plan_controller
-from podmanager.api.remote_up_down import RemoteSpec
-from podmanager.channel import pinned
+from podmanager.client import pinned
+from podmanager.client.controller_machine import ControllerMachine
+from podmanager.client.controller_plan import drift, plan_controller
+from podmanager.client.remote_up_down import RemoteSpec
 from podmanager.cloud.gcp.controller_vm import (
     create_controller_vm,
     delete_controller_vm,

@@ -17,8 +17,8 @@ import aiohttp
 
 from podmanager.channel import records
 from podmanager.channel.loop_thread import LoopServer
-from podmanager.channel.pinned import ClientCredentials
 from podmanager.channel.ws_pipe import pipe
+from podmanager.client.pinned import ClientCredentials
 from podmanager.core import peer
 
 LOCAL = "127.0.0.1"

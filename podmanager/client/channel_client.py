@@ -12,8 +12,10 @@ from typing import Self, TypeVar
 import urllib3
 from pydantic import BaseModel, ValidationError
 
-from podmanager.channel import pinned, records
+from podmanager.channel import records
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+from podmanager.client import pinned
 
 ReplyT = TypeVar("ReplyT", bound=BaseModel)
 CONNECT_TIMEOUT_S = 10.0
@@ -44,8 +46,8 @@ class ChannelClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def status(self, cluster: str) -> records.StatusReply:
-        return self._ask(records.STATUS_PATH, records.StatusRequest(cluster=cluster), records.StatusReply)
+    def status(self, cluster: str) -> ClusterStatus:
+        return self._ask(records.STATUS_PATH, records.StatusRequest(cluster=cluster), ClusterStatus)
 
     def events(self, cluster: str, *, after_id: int = 0) -> records.EventsReply:
         return self._ask(records.EVENTS_PATH, records.EventsRequest(cluster=cluster, after_id=after_id),
@@ -95,6 +97,9 @@ class ChannelClient:
 
     def services(self, cluster: str) -> records.ServicesReply:
         return self._ask(records.SERVICES_PATH, records.StatusRequest(cluster=cluster), records.ServicesReply)
+
+    def fault(self, request: records.FaultRequest) -> records.FaultReply:
+        return self._ask(records.FAULT_PATH, request, records.FaultReply)
 
     def _ask(self, path: str, request: BaseModel, reply: type[ReplyT]) -> ReplyT:
         return self._post(path, request.model_dump_json().encode(), "application/json", reply)

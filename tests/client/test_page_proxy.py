@@ -14,9 +14,10 @@ import pytest
 from dashboard_records import CLUSTER, preempted_run
 
 from podmanager.api.page_data import PageData
-from podmanager.channel import identity, pinned
-from podmanager.channel.page_proxy import PageProxy
+from podmanager.channel import identity
 from podmanager.channel.server import ChannelServer
+from podmanager.client import pinned
+from podmanager.client.page_proxy import PageProxy
 from podmanager.core.errors import SpecError
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunStore

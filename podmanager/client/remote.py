@@ -1,8 +1,9 @@
 """A cluster whose controller is a VM (`controller.local: false`), as the user's machine sees it:
-the same verbs as `Cluster`, each a request over the cluster's channel (`channel/client.py`).
+the same verbs as `Cluster` (both a `cluster_client.ClusterClient`), each a request over the
+cluster's channel (`channel_client.py`).
 
 Nothing here reads the controller's files or loads Ray: the client holds only its pointer to
-the cluster (`channel/pinned.py`: the controller's address, its pinned certificate, the token).
+the cluster (`client/pinned.py`: the controller's address, its pinned certificate, the token).
 A run's working dir is packed here and shipped; its output and events come back through
 `watch`, so `run`, `attach`, `logs -F`, Ctrl-C (detach) and a second Ctrl-C (cancel) behave
 as they do next to the controller."""
@@ -14,16 +15,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from podmanager.api.remote_service import RemoteServiceHandle, as_seen_here, reach
-from podmanager.api.run_to_end import run_to_end
-from podmanager.api.run_view import RunView
-from podmanager.api.status import ClusterStatus
+import yaml
+
 from podmanager.attempts import code_zip
-from podmanager.channel import pinned, records
-from podmanager.channel.client import ChannelClient
+from podmanager.channel import records
+from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
-from podmanager.channel.forward import Forward
-from podmanager.channel.patience import patiently
+from podmanager.client import pinned
+from podmanager.client.channel_client import ChannelClient
+from podmanager.client.cluster_client import Reached
+from podmanager.client.controller_faults import crash_controller, stop_controller
+from podmanager.client.forward import Forward
+from podmanager.client.patience import patiently
+from podmanager.client.remote_service import RemoteServiceHandle, as_seen_here, reach
+from podmanager.client.run_to_end import run_to_end
+from podmanager.client.run_view import RunView
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
@@ -35,7 +41,7 @@ from podmanager.state.run_records import RunRecord, final_result
 from podmanager.state.run_results import RunResult
 
 if TYPE_CHECKING:
-    from podmanager.cluster.cluster_runtime import ClusterRuntime
+    from podmanager.core.faults import FaultKind
     from podmanager.serving.options import ServeOptions
 
 EventCallback = Callable[[Event], None]
@@ -77,12 +83,10 @@ def as_event(cluster: str, event: records.EventRecord) -> Event:
                  message=event.message, data=dict(event.data))
 
 
-def as_status(reply: records.StatusReply) -> ClusterStatus:
-    """The controller's status as `Cluster.status` returns it; Ray's address and the services'
-    endpoints are the controller's own loopback (`podmanager dashboard` forwards each to this
-    machine), so Ray's is left out and each service says how to reach it from here."""
-    status = ClusterStatus.model_validate(reply.model_dump(exclude={"ray"}))
-    services = [s.model_copy(update={"endpoint": reach(reply.name, s.service_id)}) for s in status.services]
+def as_seen_here_status(status: ClusterStatus) -> ClusterStatus:
+    """The controller's status with each service's endpoint as this machine reaches it: the
+    router listens on the controller's loopback (`podmanager dashboard` forwards it here)."""
+    services = [s.model_copy(update={"endpoint": reach(status.name, s.service_id)}) for s in status.services]
     return status.model_copy(update={"services": services})
 
 
@@ -119,10 +123,10 @@ class RemoteRunHandle(RunView):
         return patiently(lambda: self.client.run(self.cluster, self.run_id).run)
 
     def follow(self, printer: Printer | None = None, on_event: EventCallback | None = None, *,
-               after_event: int = 0, on_interrupt: Callable[[RemoteRunHandle], bool] | None = None,
+               after_event: int | None = None, on_interrupt: Callable[[RemoteRunHandle], bool] | None = None,
                poll_s: float = POLL_S, live_bytes: int = LIVE_BYTES) -> RunResult:
         """As `RunHandle.follow`: every host's output and the run's events until it has finished."""
-        seen = records.WatchRequest(cluster=self.cluster, run_id=self.run_id, after_event=after_event,
+        seen = records.WatchRequest(cluster=self.cluster, run_id=self.run_id, after_event=after_event or 0,
                                     live_bytes=live_bytes)
         while True:
             try:
@@ -227,7 +231,7 @@ class RemoteCluster:
     # ------------------------------------------------------------------ reading
 
     def status(self) -> ClusterStatus:
-        return as_status(self.client.status(self.name))
+        return as_seen_here_status(self.client.status(self.name))
 
     def events(self, *, after_id: int = 0) -> list[Event]:
         return [as_event(self.name, e) for e in self.client.events(self.name, after_id=after_id).events]
@@ -288,6 +292,30 @@ class RemoteCluster:
 
     # ------------------------------------------------------------------ up and down
 
+    def up(self, *, timeout_s: float = 1800.0, force: bool = False, on_plan: Callable[[RemotePlan], None] | None = None,
+           on_event: EventCallback | None = None, delete_on_failure: bool = False) -> ClusterStatus:
+        """The controller VM made (or found) and serving, then `up` of the spec run there (the
+        one this machine's `up` kept with its pointer, or `RemoteSpec`'s)."""
+        from podmanager.client.controller_machine import ControllerMachine
+
+        on_event = self._told(on_event)
+        say = say_here(self.name, on_event)
+        machine = ControllerMachine(self.spec, say)
+        plan = machine.plan()  # a controller VM that differs is refused before anything changes, the pointer too
+        # The pointer first: an `up` interrupted from here on is finished by `up` or removed by `down`.
+        pinned.save_spec(self.name, json.dumps(self.raw))
+        machine.bring_up(timeout_s=timeout_s, plan=plan)
+        self.close()  # the controller's certificate was pinned again: the channel opens with it
+        # A controller VM started again still shows its last boot's `serving` until its daemon
+        # writes anew: its channel is waited for before the spec is sent.
+        patiently(lambda: _answers(self), lambda why: say(EventKind.CONTROLLER_BOOT, why), wait_s=timeout_s)
+        job = self.client.start_up(records.UpRequest(
+            cluster=self.name, spec_yaml=yaml.safe_dump(self.raw), timeout_s=timeout_s, force=force,
+            delete_on_failure=delete_on_failure))
+        done = self.follow_job(job, on_event, on_plan=on_plan, after_event=self.last_event_id_before(job))
+        assert done.status is not None
+        return as_seen_here_status(done.status)
+
     def follow_job(self, job: records.JobReply, on_event: EventCallback | None, *,
                    on_plan: Callable[[RemotePlan], None] | None = None, after_event: int = 0) -> records.JobReply:
         """Follow a job on the controller (`up`, `down`) by the cluster's events until it ends;
@@ -328,22 +356,22 @@ class RemoteCluster:
         return stored_spec(self.name)
 
     @property
-    def runtime(self) -> ClusterRuntime:
-        """The cluster's cloud as this machine reaches it, for a dry run's faults (`sim`), which
-        go to the simulated cloud directly, as Google's own faults would: nothing of the
-        controller's is read, and what the faults record stays here (the controller sees their
-        effects)."""
-        from podmanager.cluster.cluster_runtime import ClusterRuntime
-        from podmanager.state import StateStore
+    def raw(self) -> dict[str, Any]:
+        """That spec's fields as written, as `up` sends them to the controller."""
+        self.spec  # none kept here: its clear error
+        return json.loads(pinned.load_spec_json(self.name) or "{}")
 
-        return ClusterRuntime(self.spec, store=StateStore.in_memory())
-
-    def ray_access(self) -> None:
+    def ray_access(self, *, required: bool = False) -> None:
         """Ray's own tools reach a VM controller's head through `podmanager dashboard --ray`, which
         prints the exports; here is no address this machine could use."""
         raise SpecError(f"--cluster {self.name}: its Ray head is on its controller VM",
                         hint=f"'podmanager dashboard -c {self.name} --ray' forwards it here and prints the exports for "
                              "ray job submit and the dashboard.")
+
+    def reach_here(self, target: str, *, port: int = 0) -> Reached:
+        """A local port forwarded over the channel to the controller's side, started."""
+        started = forward(self.name, target, port=port)
+        return Reached(f"http://127.0.0.1:{started.port}", started)
 
     # ------------------------------------------------------------------ services
 
@@ -371,6 +399,35 @@ class RemoteCluster:
 
     def cancel_service(self, service_id: str) -> records.ServiceSummary:
         return self.client.cancel_service(self.name, service_id).service
+
+    # ------------------------------------------------------------------ a dry run's faults
+
+    def inject(self, fault: FaultKind) -> str:
+        """Sent to the controller, which injects it as `sim` next to it would: into its
+        cluster's simulated cloud or hosts, said in its event log."""
+        return self.client.fault(records.FaultRequest(cluster=self.name, fault=fault)).said
+
+    def head_crash(self) -> str:
+        raise SpecError(f"--cluster: {self.name}'s Ray head runs on its controller VM",
+                        hint=f"'podmanager sim controller-crash -c {self.name}' crashes that machine, head and all.")
+
+    def controller_crash(self) -> str:
+        """From here, as Compute Engine's own faults come: the controller cannot answer it."""
+        return crash_controller(self.spec, say_here(self.name, self.on_event))
+
+    def controller_stop(self, *, suspend: bool = False) -> str:
+        return stop_controller(self.spec, say_here(self.name, self.on_event), suspend=suspend)
+
+
+def _answers(remote: RemoteCluster) -> bool:
+    """Whether the controller answers its channel (a refusal is an answer)."""
+    try:
+        remote.client.events(remote.name)
+    except ChannelError:
+        raise
+    except PodmanagerError:
+        pass
+    return True
 
 
 # ---------------------------------------------------------------------- reads from here
@@ -414,7 +471,7 @@ def forward(name: str, target: str, *, port: int = 0) -> Forward:
     `status`), so a refused token is said at once rather than as closed connections."""
     credentials = pinned.load(name)
     with ChannelClient(credentials) as client:
-        status = as_status(client.status(name))
+        status = as_seen_here_status(client.status(name))
     if target != records.DASHBOARD:
         status.service(target)  # an unknown id: its clear error, before any port is opened
     started = Forward(credentials, target, port=port)
@@ -445,7 +502,7 @@ def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback 
     cancelled, slices deleted), then this machine deletes the controller VM, its rule and the
     channel's secret. A controller that cannot be reached is no reason to keep anything: the
     slices are then found by their label from here."""
-    from podmanager.api.controller_machine import ControllerMachine
+    from podmanager.client.controller_machine import ControllerMachine
     from podmanager.cluster.teardown import down_by_label
 
     spec = spec or stored_spec(name)
