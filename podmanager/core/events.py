@@ -77,6 +77,7 @@ class EventKind(StrEnum):
     SPARE_PREPARED = "spare_prepared"  # a run's code and requirements set up ahead on a hot spare
     RUN_SHRUNK = "run_shrunk"  # an elastic run goes on with the slices left while a lost one is made again
     RUN_GREW = "run_grew"  # ... and back on all its slices once it is ready
+    CHECKPOINT_SAVED = "checkpoint_saved"  # the program said a checkpoint is final (the timeline marks it)
     HEALING = "healing"
     SLICES_DELETED = "slices_deleted"
     SLICES_REPLACED = "slices_replaced"
