@@ -25,6 +25,7 @@ class EventKind(StrEnum):
     CONTROLLER_BOOT = "controller_boot"
     CONTROLLER_READY = "controller_ready"
     CONTROLLER_DELETED = "controller_deleted"
+    HISTORY_KEPT = "history_kept"  # the cluster's records copied to the user's machine before its controller VM goes
     SLICE_CREATING = "slice_creating"
     SLICE_QUEUED = "slice_queued"
     SLICE_WAITING = "slice_waiting"
