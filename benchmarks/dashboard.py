@@ -1,5 +1,6 @@
 """podmanager's page under load: a cluster with 1,000 runs (each preempted once: two attempts and
-an incident in its ledger; the newest with a day of metrics, 86,400 points) and 100,000 events, served by the page's server on 127.0.0.1 and
+an incident in its ledger; the newest with a day of metrics, 86,400 points), 100,000 events and a
+service whose router kept its whole history (30 days: the most `state/service_history.py` keeps), served by the page's server on 127.0.0.1 and
 loaded by headless Chromium (Debian's `chromium` and `chromium-driver`).
 
     python benchmarks/dashboard.py [--runs 1000] [--events 100000] [--repeats 5]
@@ -61,14 +62,39 @@ def populate(runs: int, events: int) -> str:
     with sqlite3.connect(store.path) as db:
         db.executemany("INSERT INTO events (cluster, time, kind, slice_index, message, data) VALUES (?, ?, ?, ?, ?, ?)",
                        rows)
+    add_service(CLUSTER, newest, time.time())
     return newest
+
+
+SERVICE = "svc-bench"
+
+
+def add_service(cluster: str, replica_run: str, now: float) -> None:
+    """A service of 30 days with every row its history keeps: an hour of seconds, a day of
+    minutes, 30 days of hours (written at once, as `populate`'s events are)."""
+    from podmanager.state.service_history import TIERS, ServiceHistory
+    from podmanager.state.services import ServiceRecord, ServiceStore
+
+    ServiceStore().create(ServiceRecord(service_id=SERVICE, cluster=cluster, program="serve.py", slices=[2],
+                                        replica_runs=[replica_run], endpoint="http://127.0.0.1:9",
+                                        replica_url="ws://127.0.0.1:9", created_at=now - TIERS[-1][1]))
+    history = ServiceHistory()
+    rows, until = [], now
+    for width, kept in TIERS:
+        start = until - kept
+        rows += [(SERVICE, cluster, width, start + i * width, int(20 * width), i % 7, 4.2, 9.7, 2)
+                 for i in range(int(kept / width))]
+        until = start
+    with sqlite3.connect(history.path) as db:
+        db.executemany("INSERT INTO service_history (service_id, cluster, width_s, start, requests, failed, p50_ms, "
+                       "p99_ms, replicas) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
 
 def reply_figures(base: str, run_id: str, repeats: int) -> list[tuple[str, int, float]]:
     paths = ["api/cluster", "api/runs?offset=0&limit=50", "api/runs?offset=950&limit=50&q=run-00",
              "api/runs?limit=200", "api/events?limit=200", "api/events?kind=incident&limit=200",
              f"api/run/{run_id}", f"api/run/{run_id}/logs?host=slice-2/host-0&offset=0",
-             f"api/run/{run_id}/metrics?offset=0", "metrics"]
+             f"api/run/{run_id}/metrics?offset=0", f"api/service/{SERVICE}", "metrics"]
     figures = []
     for path in paths:
         times, size = [], 0
@@ -98,6 +124,8 @@ def browser_figures(base: str, run_id: str, repeats: int) -> tuple[dict[str, flo
         "events page (200 of 100,000)": ("#/events", "return document.querySelectorAll('#events tr[data-kind]').length == 200"),
         "one run's page (its timeline)": (f"#/run/{run_id}", "return document.querySelectorAll('svg g.attempt').length >= 2"),
         "cluster page": ("#/cluster", "return !!document.getElementById('slices')"),
+        "a service's page (30 days of its history)": (
+            f"#/service/{SERVICE}", "return !!document.querySelector('.chart[data-chart=requests] path[data-points]')"),
     }
     loads: dict[str, float] = {}
     lines: list[float] = []

@@ -29,6 +29,19 @@ def local_page(name: str, *, store: StateStore | None = None) -> PageData:
     return PageData(name, store=store, runs=RunStore(store.path), services=ServiceStore(store.path), status=status)
 
 
+def kept_page(name: str) -> PageData | None:
+    """The page's data of a deleted cluster from the copy of its records `down` kept here
+    (`client/kept_history.py`): no status (the cluster is gone), said on every view; None without one."""
+    from podmanager.client.kept_history import kept
+
+    found = kept(name)
+    if found is None:
+        return None
+    return PageData(name, store=StateStore(found.database, folder=found.folder), runs=RunStore(found.database),
+                    services=ServiceStore(found.database), status=lambda: None, controller="deleted with the cluster",
+                    ray_link=False, runs_root=found.runs_root, history=found.note())
+
+
 class _Both:
     """The page's proxy and the Ray dashboard's forward, stopped together."""
 
@@ -47,7 +60,8 @@ class _Both:
 def open_page(name: str, *, port: int = 0) -> "LoopServer | _Both":
     """The page of cluster `name` on 127.0.0.1:`port` (0: any free one), started; its `url`
     says where; the caller stops it. A cluster known here only by its history (after `down`)
-    is shown from its records."""
+    is shown from its records: this machine's store (a local controller's), or the copy `down`
+    kept of a controller VM's (`client/kept_history.py`)."""
     from podmanager.client.remote import is_remote
 
     if is_remote(name):
@@ -71,7 +85,9 @@ def open_page(name: str, *, port: int = 0) -> "LoopServer | _Both":
         return _Both(proxy, ray)
     from podmanager.channel.page_server import LocalPageServer
 
-    page = local_page(name)
+    store = StateStore()
+    # A cluster whose controller was a VM, deleted by `down`: the copy of its records kept here.
+    page = (kept_page(name) if store.get_cluster(name) is None else None) or local_page(name, store=store)
     page.cluster()  # a name that never had a cluster: its clear error (exit 2), before any port opens
     server = LocalPageServer(name, lambda cluster: _only(name, cluster, page), port=port)
     server.start()

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from podmanager.api.history_bundle import bundle
 from podmanager.api.metrics_text import MetricsInput, prometheus_text
 from podmanager.api.timeline import local_timeline
 from podmanager.attempts.logs import RunFolder, read_new_lines
@@ -27,6 +28,7 @@ from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_timeline import of_record
+from podmanager.state.service_history import ServiceHistory
 from podmanager.state.services import ServiceStore
 
 MAX_PAGE = 200
@@ -39,15 +41,21 @@ KINDS = sorted(k.value for k in EventKind)
 class PageData:
     """The page's replies for cluster `name`. `status` gives the cluster's live status (None or
     a PodmanagerError when it is down: the history is still shown); `controller` says where
-    the controller is; `ray_hint` how to reach the Ray dashboard when no link can."""
+    the controller is; `ray_hint` how to reach the Ray dashboard when no link can. A copy of
+    a deleted cluster's history (`client/kept_history.py`) gives `runs_root`, where its runs'
+    folders are, and `history`, what the page says of it."""
 
     def __init__(self, name: str, *, store: StateStore, runs: RunStore, services: ServiceStore,
                  status: Callable[[], ClusterStatus | None], controller: str = "this machine",
-                 ray_hint: str | None = None, ray_link: bool = True):
+                 ray_hint: str | None = None, ray_link: bool = True, runs_root: Path | None = None,
+                 history: str | None = None):
         self.name = name
         self.store = store
         self.runs = runs
         self.services = services
+        self.service_history = ServiceHistory(store.path)
+        self.runs_root = runs_root
+        self.history_note = history
         self._status = status
         self.controller = controller
         self.ray_hint = ray_hint
@@ -81,8 +89,8 @@ class PageData:
                   for s in (status.slices if status else [])]
         swaps = self.store.events_page(self.name, kinds=(EventKind.SPARE_SWAPPED.value,), limit=50)
         return {
-            "name": self.name, "now": time.time(),
-            "state": record.status if record else "down (its history is kept)",
+            "name": self.name, "now": time.time(), "history": self.history_note,
+            "state": "deleted" if self.history_note else record.status if record else "down (its history is kept)",
             "backend": status.backend if status else (record.backend if record else ""),
             "project": status.project if status else "",
             "problem": problem or (status.head_problem if status else None),
@@ -121,15 +129,15 @@ class PageData:
     def run(self, run_id: str) -> dict[str, Any]:
         run = self._run(run_id)
         timeline = local_timeline(self.store, run, now=time.time())
-        hosts = [host.label for host, _ in RunFolder(self.name, run_id).logs(waiting=True)]
+        hosts = [host.label for host, _ in self._folder(run_id).logs(waiting=True)]
         return {"timeline": timeline.model_dump(mode="json"), "attempt": run.attempt, "program": _program(run),
                 "service": run.workload.env.get(ENV_SERVICE_ID), "hosts": hosts}
 
     def logs(self, run_id: str, host: str, offset: int) -> dict[str, Any]:
         """A host's output from `offset`: whole lines, at most LOG_BUDGET bytes (the newest)."""
         run = self._run(run_id)
-        if not run.finished:
-            RunFolder(self.name, run_id).mark_watched()  # its hosts' output is fetched sooner while shown
+        if not run.finished and self.history_note is None:
+            self._folder(run_id).mark_watched()  # its hosts' output is fetched sooner while shown
         path = self.log_path(run_id, host)
         if path is None:
             return {"text": "", "offset": 0, "skipped": 0, "finished": run.finished}
@@ -140,14 +148,17 @@ class PageData:
         """The run's metrics (loss and whatever else the program reports) from byte `offset` of its
         series on: at most MAX_POINTS points, evenly thinned."""
         self._run(run_id)
-        points, end = RunFolder(self.name, run_id).read_progress(max(0, offset), max_points=MAX_POINTS)
+        points, end = self._folder(run_id).read_progress(max(0, offset), max_points=MAX_POINTS)
         return {"points": points, "offset": end}
 
     def log_path(self, run_id: str, host: str) -> Path | None:
         self._run(run_id)
         ref = HostRef(*selectors.parse_host(host, self.name, flag="host"))
-        found = RunFolder(self.name, run_id).logs(ref, waiting=True)
+        found = self._folder(run_id).logs(ref, waiting=True)
         return found[0][1] if found else None
+
+    def _folder(self, run_id: str) -> RunFolder:
+        return RunFolder(self.name, run_id, root=self.runs_root)
 
     def _run(self, run_id: str) -> RunRecord:
         run = self.runs.get(run_id)
@@ -186,7 +197,18 @@ class PageData:
         return {"service_id": service_id, "status": service.status, "program": service.program, "now": now,
                 "start": service.created_at, "end": now if not service.finished else service.updated_at,
                 "counters": service.counters.model_dump(mode="json"), "goodput": service.counters.goodput,
-                "replicas_over_time": series, "preemptions": sorted(incidents, key=lambda i: i["time"])}
+                "replicas_over_time": series, "preemptions": sorted(incidents, key=lambda i: i["time"]),
+                # [start, width_s, requests, failed, p50_ms, p99_ms, replicas] rows, oldest first (at most ~5,900)
+                "history": [point.as_list() for point in self.service_history.series(service_id)]}
+
+    # ------------------------------------------------------------------ the history, to keep
+
+    def history(self) -> bytes:
+        """The cluster's history as one zip (`api/history_bundle.py`): what the user's machine
+        keeps before `down` deletes this controller."""
+        if self.history_note is not None:
+            raise SpecError(f"this is a copy of {self.name}'s history already")
+        return bundle(self.store, self.name)
 
     # ------------------------------------------------------------------ metrics
 

@@ -30,9 +30,22 @@ def run_timeline(cluster: str, run_id: str) -> RunTimeline:
             run = remote.run_handle(run_id).status()
             events = remote.events()
         return of_record(run, events, now=time.time())
-    store = StateStore()
-    run = _local_run(cluster, run_id)
+    store, runs, _ = _records(cluster)
+    run = _local_run(cluster, run_id, runs)
     return local_timeline(store, run, now=time.time())
+
+
+def _records(cluster: str) -> tuple[StateStore, RunStore, Path | None]:
+    """Where the cluster's records are on this machine: the store (a local controller's, also
+    after `down`), or the copy `down` kept of a controller VM's; and where its runs' folders are
+    (None: the cluster's own)."""
+    from podmanager.client.kept_history import kept
+
+    store = StateStore()
+    found = kept(cluster) if store.get_cluster(cluster) is None else None
+    if found is None:
+        return store, RunStore(store.path), None
+    return StateStore(found.database, folder=found.folder), RunStore(found.database), found.runs_root
 
 
 def local_timeline(store: StateStore, run: RunRecord, *, now: float) -> RunTimeline:
@@ -45,8 +58,7 @@ def local_timeline(store: StateStore, run: RunRecord, *, now: float) -> RunTimel
     return of_record(run, events, now=now)
 
 
-def _local_run(cluster: str, run_id: str) -> RunRecord:
-    runs = RunStore()
+def _local_run(cluster: str, run_id: str, runs: RunStore) -> RunRecord:
     found = runs.get(run_id)
     if found is None or found.cluster != cluster:
         known = ", ".join(r.run_id for r in runs.list(cluster)[-5:]) or "none"
@@ -62,7 +74,8 @@ def timeline_html(cluster: str, run_id: str) -> str:
     timeline = run_timeline(cluster, run_id)
     data = timeline.model_dump(mode="json")
     if not is_remote(cluster):
-        data["series"], _ = RunFolder(cluster, run_id).read_progress(0, max_points=MAX_SERIES_POINTS)
+        root = _records(cluster)[2]
+        data["series"], _ = RunFolder(cluster, run_id, root=root).read_progress(0, max_points=MAX_SERIES_POINTS)
     return page_files.standalone_timeline(json.dumps(data), f"run {timeline.run_id} of {cluster}")
 
 

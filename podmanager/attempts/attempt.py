@@ -210,6 +210,8 @@ class AttemptRunner:
             last_loss=last.loss if last else None,
             first_step_time=first.time if first else None,
             last_step_time=last.time if last else None,
+            checkpoint_step=progress.checkpoint[0] if progress.checkpoint else None,
+            checkpoint_time=progress.checkpoint[1] if progress.checkpoint else None,
         )
 
 

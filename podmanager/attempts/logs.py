@@ -45,10 +45,11 @@ class RunFolder:
     """The folder of one run on this machine. Made when output is first written: a run just
     submitted has a record but no folder yet, and reads of it find no logs."""
 
-    def __init__(self, cluster: str, run_id: str):
+    def __init__(self, cluster: str, run_id: str, *, root: Path | None = None):
+        """`root`: where the runs' folders are, if not the cluster's (a copy of its history)."""
         self.cluster = cluster
         self.run_id = run_id
-        self.folder = runs_root(cluster) / run_id
+        self.folder = (root or runs_root(cluster)) / run_id
 
     def __repr__(self) -> str:
         return f"RunFolder({self.cluster!r}, {self.run_id!r})"

@@ -25,6 +25,7 @@ class AttemptProgress:
     latest: ProgressRecord | None  # the step every host has reached
     done: bool = False  # a host's last record says the program has finished its work
     total_steps: int | None = None  # the step count the program declared (the largest any host did)
+    checkpoint: tuple[int, float] | None = None  # (step, time) of the newest checkpoint any host said was final
 
     @property
     def steps_per_s(self) -> float | None:
@@ -45,6 +46,10 @@ def combine(hosts: Iterable[HostProgress]) -> AttemptProgress:
     firsts = [h.first_progress for h in heard if h.first_progress is not None]
     latests = [h.progress for h in heard if h.progress is not None]
     totals = [r.total_steps for r in latests if r.total_steps is not None]
+    # A checkpoint is collective: once one host says it is final, it is the job's.
+    saved = [(r.checkpoint_step, r.checkpoint_time) for r in latests
+             if r.checkpoint_step is not None and r.checkpoint_time is not None]
     return AttemptProgress(first=min(firsts, key=lambda r: r.step, default=None),
                            latest=min(latests, key=lambda r: r.step, default=None),
-                           done=any(r.done for r in latests), total_steps=max(totals, default=None))
+                           done=any(r.done for r in latests), total_steps=max(totals, default=None),
+                           checkpoint=max(saved, default=None))

@@ -60,6 +60,8 @@ class ClusterPage(Protocol):
 
     def metrics(self) -> str: ...
 
+    def history(self) -> bytes: ...
+
 
 Pages = Callable[[str], ClusterPage]  # a cluster's name -> its page's data (raises PodmanagerError if unknown)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -87,6 +89,9 @@ def add_page_routes(app: web.Application, pages: Pages) -> None:
         if isinstance(found, str):
             return web.Response(body=found.encode(), headers={  # Prometheus's text format, version 0.0.4
                 **SECURITY_HEADERS, "Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        if isinstance(found, bytes):  # the cluster's history, for the user's machine to keep
+            return web.Response(body=found, headers={**SECURITY_HEADERS, "Content-Type": "application/zip",
+                                                     "Content-Disposition": f'attachment; filename="{cluster}-history.zip"'})
         if isinstance(found, web.StreamResponse):
             return found
         return web.Response(text=json.dumps(found, separators=(",", ":")), content_type="application/json",
@@ -154,6 +159,9 @@ def add_page_routes(app: web.Application, pages: Pages) -> None:
     async def metrics(request: web.Request) -> web.StreamResponse:
         return await answer(request, lambda page: page.metrics())
 
+    async def history(request: web.Request) -> web.StreamResponse:
+        return await answer(request, lambda page: page.history())
+
     app.router.add_get("/{cluster}", to_page)
     app.router.add_get("/{cluster}/", asset("index.html"))
     for name in page_files.ASSETS:
@@ -167,6 +175,7 @@ def add_page_routes(app: web.Application, pages: Pages) -> None:
     app.router.add_get("/{cluster}/api/run/{run}/metrics", metric_points)
     app.router.add_get("/{cluster}/api/events", events)
     app.router.add_get("/{cluster}/api/service/{service}", service)
+    app.router.add_get("/{cluster}/api/history", history)
 
 
 def local_guard(port: Callable[[], int]) -> Callable[..., Awaitable[web.StreamResponse]]:

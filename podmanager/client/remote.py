@@ -511,6 +511,9 @@ def down_remote(name: str, *, timeout_s: float = 600.0, on_event: EventCallback 
         with RemoteCluster(name) as remote:
             job = remote.client.start_down(records.DownRequest(cluster=name, timeout_s=timeout_s))
             remote.follow_job(job, on_event, after_event=remote.last_event_id_before(job))
+        from podmanager.client.kept_history import keep_before_delete
+
+        keep_before_delete(name, say)  # the records are on the VM's disk: the page reads this copy after down
     except (ChannelError, ChannelCredentialError) as unreachable:
         say(EventKind.WARNING, f"the controller cannot be reached ({unreachable.message}); deleting the slices by "
                                "their label from here")

@@ -25,6 +25,7 @@ class EventKind(StrEnum):
     CONTROLLER_BOOT = "controller_boot"
     CONTROLLER_READY = "controller_ready"
     CONTROLLER_DELETED = "controller_deleted"
+    HISTORY_KEPT = "history_kept"  # the cluster's records copied to the user's machine before its controller VM goes
     SLICE_CREATING = "slice_creating"
     SLICE_QUEUED = "slice_queued"
     SLICE_WAITING = "slice_waiting"
@@ -77,6 +78,7 @@ class EventKind(StrEnum):
     SPARE_PREPARED = "spare_prepared"  # a run's code and requirements set up ahead on a hot spare
     RUN_SHRUNK = "run_shrunk"  # an elastic run goes on with the slices left while a lost one is made again
     RUN_GREW = "run_grew"  # ... and back on all its slices once it is ready
+    CHECKPOINT_SAVED = "checkpoint_saved"  # the program said a checkpoint is final (the timeline marks it)
     HEALING = "healing"
     SLICES_DELETED = "slices_deleted"
     SLICES_REPLACED = "slices_replaced"

@@ -119,6 +119,10 @@ class Checkpointer:
             return False
         saved = self._manager.save(step, args=ocp.args.StandardSave(pytree), force=True)
         self._manager.wait_until_finished()
+        if saved:  # final now: the run's timeline marks it (through this process's progress file)
+            from podmanager.runtime.progress import note_checkpoint
+
+            note_checkpoint(step)
         return bool(saved)
 
     def restore_latest(self, template_pytree: Any) -> tuple[int, Any] | None:

@@ -32,8 +32,12 @@ PROGRESS_PROCESS = "process_id"
 PROGRESS_LOSS = "loss"  # the one metric the supervisor reads (the run's summary shows it)
 PROGRESS_TOTAL = "total_steps"  # the step count the program declared: reaching it is the run's end
 PROGRESS_DONE = "done"  # true: the program has finished its work (its exit ends the run, notice or not)
+# The newest checkpoint this process saved (`Checkpointer.save`): its step and when it was final.
+# Every later line carries it, so a supervisor that reads only the last line still sees it.
+PROGRESS_CHECKPOINT_STEP = "checkpoint_step"
+PROGRESS_CHECKPOINT_TIME = "checkpoint_time"
 _PROGRESS_KEYS = frozenset({PROGRESS_STEP, PROGRESS_TIME, PROGRESS_PROCESS, PROGRESS_LOSS, PROGRESS_TOTAL,
-                            PROGRESS_DONE})
+                            PROGRESS_DONE, PROGRESS_CHECKPOINT_STEP, PROGRESS_CHECKPOINT_TIME})
 
 
 def _is_int(value: Any) -> bool:
@@ -56,6 +60,8 @@ class ProgressRecord:
     metrics: dict[str, float] = field(default_factory=dict)  # the program's other metrics
     total_steps: int | None = None  # the step count the program declared, if it did
     done: bool = False  # the program said it has finished its work
+    checkpoint_step: int | None = None  # the newest checkpoint this process saved, if any
+    checkpoint_time: float | None = None  # unix seconds when that checkpoint was final
 
     def __post_init__(self) -> None:
         # The line is flat: a metric named like a key would overwrite that key.
@@ -75,6 +81,9 @@ class ProgressRecord:
             fields[PROGRESS_TOTAL] = self.total_steps
         if self.done:
             fields[PROGRESS_DONE] = True
+        if self.checkpoint_step is not None and self.checkpoint_time is not None:
+            fields[PROGRESS_CHECKPOINT_STEP] = self.checkpoint_step
+            fields[PROGRESS_CHECKPOINT_TIME] = self.checkpoint_time
         return json.dumps({**fields, **self.metrics}) + "\n"
 
     @classmethod
@@ -88,9 +97,13 @@ class ProgressRecord:
         if not _is_int(step) or not _is_number(at):
             raise ValueError(f"a progress line needs an integer {PROGRESS_STEP!r} and a numeric {PROGRESS_TIME!r}")
         loss, total = data.get(PROGRESS_LOSS), data.get(PROGRESS_TOTAL)
+        saved, saved_at = data.get(PROGRESS_CHECKPOINT_STEP), data.get(PROGRESS_CHECKPOINT_TIME)
+        has_checkpoint = _is_int(saved) and _is_number(saved_at)
         return cls(step=step, time=float(at),
                    process_id=process if _is_int(process) else None,
                    loss=float(loss) if _is_number(loss) else None,
                    metrics={k: float(v) for k, v in data.items() if k not in _PROGRESS_KEYS and _is_number(v)},
                    total_steps=total if _is_int(total) else None,
-                   done=data.get(PROGRESS_DONE) is True)
+                   done=data.get(PROGRESS_DONE) is True,
+                   checkpoint_step=saved if has_checkpoint else None,
+                   checkpoint_time=float(saved_at) if has_checkpoint else None)

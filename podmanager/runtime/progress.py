@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -13,6 +14,10 @@ from podmanager.runtime.launch import launch_env
 _progress_fds: dict[str, int] = {}
 _progress_lock = threading.Lock()
 _declared_total: int | None = None  # the step count this process declared: every later line carries it
+# By progress file: (step, time) of the newest checkpoint saved (every later line carries it),
+# and the last line written.
+_last_checkpoint: dict[str, tuple[int, float]] = {}
+_last_record: dict[str, ProgressRecord] = {}
 
 
 def _process_index() -> int:
@@ -46,11 +51,32 @@ def report_progress(step: int, *, total_steps: int | None = None, done: bool = F
     if total_steps is not None:
         _declared_total = int(total_steps)
     values = {k: float(v) for k, v in metrics.items()}
+    saved = _last_checkpoint.get(path)
     record = ProgressRecord(step=int(step), time=time.time(), process_id=_process_index(),
                             loss=values.pop(PROGRESS_LOSS, None), metrics=values,
-                            total_steps=_declared_total, done=bool(done))
+                            total_steps=_declared_total, done=bool(done),
+                            checkpoint_step=saved[0] if saved else None, checkpoint_time=saved[1] if saved else None)
+    _write(path, record)
+
+
+def note_checkpoint(step: int) -> None:
+    """Say that checkpoint `step` is saved and final (`Checkpointer.save` calls it): this
+    process's last progress line is written again carrying it (same step, same time: no step
+    is counted twice), so the supervisor sees it even if the program exits next, and every later
+    line carries it too. Before the first `report_progress` it waits for that line."""
+    path = os.environ.get(ENV_PROGRESS_FILE)
+    if not path:
+        return
+    saved = _last_checkpoint[path] = (int(step), time.time())
+    last = _last_record.get(path)
+    if last is not None:
+        _write(path, dataclasses.replace(last, checkpoint_step=saved[0], checkpoint_time=saved[1]))
+
+
+def _write(path: str, record: ProgressRecord) -> None:
     line = record.to_line().encode()
     with _progress_lock:
+        _last_record[path] = record
         fd = _progress_fds.get(path)
         if fd is None:
             parent = os.path.dirname(path)

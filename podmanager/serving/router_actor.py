@@ -20,13 +20,16 @@ from dataclasses import dataclass, replace
 
 from podmanager.controller import head_actors
 from podmanager.serving.goodput import FullReplicaTime
+from podmanager.serving.history import second_of
 from podmanager.serving.router import ReplicaLoss, Router, RouterConfig
 from podmanager.state import service_tokens
+from podmanager.state.service_history import ServiceHistory
 from podmanager.state.services import ServiceCounters, ServiceStore
 
 log = logging.getLogger(__name__)
 
 COUNTERS_EVERY_S = 1.0
+COMPACT_EVERY_S = 60.0  # the history's old seconds rolled into minutes (state/service_history.py)
 
 
 def actor_name(service_id: str) -> str:
@@ -53,6 +56,7 @@ class RouterActor:
     def __init__(self, home: str, service_id: str, config: RouterConfig, place: RouterPlace, cluster: str = "") -> None:
         head_actors.enter_home(home)  # the service's record is in the serving client's state folder
         self.service_id = service_id
+        self.cluster = cluster
         if not config.token:  # read from its owner-only file, so it is in no Ray argument either
             token = service_tokens.read(cluster, service_id)
             if token is None:
@@ -64,6 +68,7 @@ class RouterActor:
         if counted is not None and counted.at is not None:  # Ray restarted this actor: carry on counting
             self.full_time.resume(counted.full_s, counted.since_full_s, time.time() - counted.at, time.monotonic())
         self.router = Router(config, counted=counted)
+        self._last_counted = counted  # the history's seconds are what changed since
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"router-{service_id}", daemon=True)
         self._thread.start()
@@ -108,16 +113,26 @@ class RouterActor:
 
     def _write_counters(self) -> None:
         """The router's counters into the service's record, for `runs` and `status` (which read
-        no Ray), about once a second."""
-        store = ServiceStore()
+        no Ray), and the second they add to the service's history (the page's charts, whether
+        or not a page is open), about once a second."""
+        store, history = ServiceStore(), ServiceHistory()
+        compacted = time.time()
         try:
             while not self._stopping.wait(COUNTERS_EVERY_S):
                 try:
-                    store.save_counters(self.service_id, self._counters())
+                    counters = self._counters()
+                    store.save_counters(self.service_id, counters)
+                    now = time.time()
+                    history.add(self.cluster, self.service_id, second_of(self._last_counted, counters, now))
+                    self._last_counted = counters
+                    if now - compacted >= COMPACT_EVERY_S:
+                        history.compact(self.service_id, now)
+                        compacted = now
                 except Exception as error:  # noqa: BLE001 - counters are for people; serving goes on
                     log.warning("router %s: counters not written: %s", self.service_id, error)
         finally:
             store.close()
+            history.close()
 
 
 def _counted_before(service_id: str) -> ServiceCounters | None:

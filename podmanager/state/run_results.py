@@ -54,6 +54,8 @@ class AttemptResult(_Record):
     # Hosts the run was set up on before (an earlier attempt there, or a hot spare prepared for it).
     setup_already: list[str] = Field(default_factory=list)
     degraded: bool = False  # ran on fewer slices than the run's (an elastic run shrunk after a loss)
+    checkpoint_step: int | None = None  # the newest checkpoint its program said was final (`Checkpointer.save`)
+    checkpoint_time: float | None = None
 
 
 class IncidentRecord(_Record):

@@ -51,7 +51,7 @@ INCIDENT_KINDS = {"preemption": "preemption", "program-failure": "failure", "han
 # The events of the log that become marks on the time axis, by kind.
 MARK_KINDS = {"preemption_notice": "notice", "spare_swapped": "spare swap", "run_shrunk": "shrink",
               "run_grew": "grow-back", "slices_replaced": "slices replaced", "supervisor_restarted": "supervisor restart",
-              "slice_preempted": "slice preempted", "slice_unwell": "slice unwell"}
+              "slice_preempted": "slice preempted", "slice_unwell": "slice unwell", "checkpoint_saved": "checkpoint"}
 
 
 class EventLike(Protocol):
@@ -117,6 +117,7 @@ class Mark(BaseModel):
     slices: list[int] = Field(default_factory=list)
     message: str
     event_id: int
+    step: int | None = None  # a checkpoint's step
 
 
 class Bucket(BaseModel):
@@ -174,7 +175,7 @@ def build(run: RunLike, attempts: list[AttemptResult], incidents: list[IncidentR
     return RunTimeline(
         run_id=run.run_id, cluster=run.cluster, status=run.status, submitted=run.created_at, start=start, end=end,
         wall_s=wall, live=live, slices=slices, attempts=bars, incidents=[_incident(i) for i in incidents],
-        marks=[_mark(e) for e in run_events if e.kind in MARK_KINDS],
+        marks=_marks(run_events),
         buckets=[Bucket(name=n, label=BUCKETS[n], seconds=round(buckets[n], 3)) for n in BUCKETS],
         goodput=(buckets["productive"] / wall) if wall > 0 and any(b.first_step is not None for b in bars) else None,
         message=message)
@@ -272,8 +273,27 @@ def _belongs(event: EventLike, run_id: str, slices: set[int], start: float, end:
     return event.slice_index is not None and event.slice_index in slices and start <= event.time <= end
 
 
+def _marks(events: list[EventLike]) -> list[Mark]:
+    """The marks in time order; a checkpoint once (a supervisor started again may record it again)."""
+    found, checkpoints = [], set()
+    for event in events:
+        if event.kind not in MARK_KINDS:
+            continue
+        mark = _mark(event)
+        if mark.kind == "checkpoint":
+            key = (event.data.get("attempt"), mark.step)
+            if key in checkpoints:
+                continue
+            checkpoints.add(key)
+        found.append(mark)
+    return sorted(found, key=lambda m: (m.time, m.event_id))
+
+
 def _mark(event: EventLike) -> Mark:
     data = event.data if isinstance(event.data, dict) else {}
+    step = data.get("step") if isinstance(data.get("step"), int) else None
+    saved_at = data.get("saved_at")
+    at = float(saved_at) if event.kind == "checkpoint_saved" and isinstance(saved_at, (int, float)) else event.time
     slices = [event.slice_index] if event.slice_index is not None else []
     for key in ("lost", "spare", "slices"):
         value = data.get(key)
@@ -281,8 +301,8 @@ def _mark(event: EventLike) -> Mark:
             slices.append(value)
         elif isinstance(value, list):
             slices.extend(v for v in value if isinstance(v, int))
-    return Mark(kind=MARK_KINDS[event.kind], time=event.time, slices=sorted(set(slices)), message=event.message,
-                event_id=event.id)
+    return Mark(kind=MARK_KINDS[event.kind], time=at, slices=sorted(set(slices)), message=event.message,
+                event_id=event.id, step=step if event.kind == "checkpoint_saved" else None)
 
 
 def of_record(run: "RunRecord", events: Iterable[EventLike], *, now: float) -> RunTimeline:

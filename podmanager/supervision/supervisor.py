@@ -99,6 +99,7 @@ class RunSupervisor:
         self.spare_preparer = SparePreparer(cluster, runs, run_id, self.runner, self.record)
         self._progress_saved = 0.0
         self._series_last: tuple[int, int] | None = None  # (attempt, step) of the series' last point
+        self._checkpoint_noted: tuple[int, int] | None = None  # (attempt, step) of the last checkpoint recorded
         # An elastic run shrunk: the thread making its lost slices again while it goes on.
         self._bringing_back: threading.Thread | None = None
         self._brought_back = False  # the last background replacement ended with every slice made
@@ -228,6 +229,8 @@ class RunSupervisor:
                                          reattach=reattach, started=None if reattach is None else started)
         result.degraded = on_slices is not None
         self._end_series(result)
+        if result.checkpoint_step is not None and result.checkpoint_time is not None:  # one saved as it stopped
+            self._note_checkpoint(result.attempt, result.checkpoint_step, result.checkpoint_time)
         self.ledger.attempts.append(result)
         pending = self._pending_incident()
         if pending is not None:
@@ -585,14 +588,25 @@ class RunSupervisor:
             self.runner.logs.append_progress(result.attempt, result.last_step, result.last_step_time, result.last_loss, {})
             self._series_last = (result.attempt, result.last_step)
 
+    def _note_checkpoint(self, attempt: int, step: int, saved_at: float) -> None:
+        """A checkpoint the program said is final, recorded once for the run's timeline. Two
+        saved between one look and the next (under a second apart): the newer one only."""
+        if self._checkpoint_noted == (attempt, step):
+            return
+        self._checkpoint_noted = (attempt, step)
+        self.record(EventKind.CHECKPOINT_SAVED, f"checkpoint at step {step} saved", attempt=attempt, step=step,
+                    saved_at=saved_at)
+
     def save_progress(self, gang: Gang) -> None:
-        """The attempt's latest step (as its result will count it), at most once per
-        PROGRESS_EVERY_S."""
+        """A checkpoint the program saved, at once; the attempt's latest step (as its result
+        will count it), at most once per PROGRESS_EVERY_S."""
+        progress = combine(gang.hosts)
+        if progress.checkpoint is not None:
+            self._note_checkpoint(self.run.attempt, *progress.checkpoint)
         now = self.clock.now()
         if now - self._progress_saved < PROGRESS_EVERY_S:
             return
         self._progress_saved = now
-        progress = combine(gang.hosts)
         latest = progress.latest
         if latest is None:
             return

@@ -7,7 +7,7 @@ import json
 import re
 
 from browser import chromium, page_errors
-from dashboard_records import CLUSTER, preempted_run
+from dashboard_records import CLUSTER, checkpoints_of, preempted_run
 from selenium.webdriver.common.by import By
 from typer.testing import CliRunner
 
@@ -79,4 +79,22 @@ def test_the_file_draws_in_a_browser_with_no_network(tmp_path):
         charts = driver.find_elements(By.CSS_SELECTOR, "svg.metric")
         assert [c.get_attribute("data-metric") for c in charts] == ["loss", "accuracy"]
         assert len(charts[0].find_elements(By.CSS_SELECTOR, "line.attempt-start")) == 1  # attempt 1 begins
+        assert page_errors(driver) == []
+
+
+def test_each_checkpoint_is_marked_on_the_files_timeline_at_its_time_and_step(tmp_path):
+    preempted_run()
+    saved = checkpoints_of()
+    out = tmp_path / "r1.html"
+    assert invoke("timeline", "r1", "--html", str(out), "-c", CLUSTER).exit_code == 0
+    assert [(m["step"], m["time"]) for m in embedded(out.read_text())["marks"] if m["kind"] == "checkpoint"] == saved
+    with chromium() as driver:
+        driver.get(out.as_uri())
+        marks = driver.find_elements(By.CSS_SELECTOR, 'svg path.mark[data-kind="checkpoint"]')
+        assert [(int(m.get_attribute("data-step")), float(m.get_attribute("data-time"))) for m in marks] == saved
+        # drawn in time order along the axis, each at its own place
+        lefts = [m.rect["x"] for m in marks]
+        assert lefts == sorted(lefts) and len(set(lefts)) == 3
+        rows = driver.find_elements(By.CSS_SELECTOR, '.marks tr[data-kind="checkpoint"]')
+        assert [r.find_elements(By.TAG_NAME, "td")[2].text for r in rows] == ["6", "12", "18"]
         assert page_errors(driver) == []

@@ -19,6 +19,7 @@ LAYERS = {"core", "state", "cloud", "channel", "client"}
 # Beyond them, each module by name with why: none of these imports Ray or JAX either.
 BEYOND = {
     "podmanager.attempts.code_zip": "the one packer of a run's code (the laptop packs it)",
+    "podmanager.attempts.logs": "a run folder's names (runs/, progress.jsonl): a deleted cluster's kept history",
     "podmanager.serving.options": "`ServeOptions`, what `serve` is asked",
     "podmanager.cluster.backends": "the backend chooser: the controller VM is made in the project's cloud (a dry "
                                    "run's emulator)",

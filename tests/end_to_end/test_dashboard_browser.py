@@ -6,7 +6,7 @@ outside the clone:
   recover times, badput buckets that sum to its wall time, and its loss by step; the cluster
   page shows the swap;
 - a service whose replica's slice is preempted under load shows the preemption and no failed
-  request;
+  request, and a page opened afterwards still draws every second of it (the router kept them);
 - a line a host prints is on the run's page in under a second.
 
 Screenshots of each go to $PODMANAGER_SCREENSHOTS when set (docs/ holds the ones made so)."""
@@ -33,6 +33,7 @@ from podmanager.api import simulation
 from podmanager.api.serve import ServeOptions
 from podmanager.core.clock import RealClock, poll_until
 from podmanager.core.workload import Workload
+from podmanager.state.service_history import ServiceHistory
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 NAME = "dashtest"
@@ -137,6 +138,16 @@ def test_a_services_page_shows_its_preemption_and_no_failed_request(cluster, pag
         assert browser.find_elements(By.CSS_SELECTOR, ".chart line.preempt")  # marked on the charts
         assert page_errors(browser) == []
         screenshot(browser, "dashboard-service.png", tmp_path)
+        # A page opened after the preemption still has every second of it: the router kept them.
+        browser.get(f"{page}#/cluster")
+        browser.get(f"{page}#/service/{handle.service_id}")
+        kept = wait(browser, lambda d: (p := d.find_elements(By.CSS_SELECTOR, '.chart[data-chart="requests"] path.line'))
+                    and int(p[0].get_attribute("data-points")) >= 5 and p, "the requests' history, kept by the router")
+        assert browser.find_elements(By.CSS_SELECTOR, '.chart[data-chart="requests"] line.preempt')
+        rows = poll_until(lambda: (found := ServiceHistory().series(handle.service_id))
+                          and sum(r.requests for r in found) >= len(load.answers) and found,
+                          timeout_s=30, interval_s=0.2, what="every request of the load in the service's history")
+        assert sum(r.failed for r in rows) == 0 and int(kept[0].get_attribute("data-points")) <= len(rows)
     finally:
         cluster.cancel_service(handle.service_id)
 

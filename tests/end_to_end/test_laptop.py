@@ -14,12 +14,15 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
 import time
 import urllib.request
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -125,6 +128,27 @@ def laptop(tmp_path_factory):
     finally:
         down = machine.cmd("down", "-c", NAME, timeout=600)
         assert down.returncode == 0, down.stdout + down.stderr
+
+
+@contextmanager
+def dashboard_page(laptop: Laptop) -> Iterator[Callable[[str], bytes]]:
+    """`podmanager dashboard --no-browser` running; yields a GET of a path of its page."""
+    page = laptop.start("dashboard", "-c", NAME, "--no-browser")
+    try:
+        line = page.stdout.readline()
+        assert line.startswith(f"podmanager's page of {NAME}: http://127.0.0.1:"), line + page.stderr.read() \
+            if page.poll() is not None else line
+        url = line.rsplit(" ", 1)[-1].strip()
+
+        def get(path: str) -> bytes:
+            with urllib.request.urlopen(url + path, timeout=60) as answer:
+                return answer.read()
+
+        yield get
+    finally:
+        os.killpg(page.pid, signal.SIGINT)
+        out, err = page.communicate(timeout=30)
+    assert page.returncode == 130, out + err
 
 
 @pytest.fixture(autouse=True)
@@ -385,7 +409,7 @@ def test_a_controller_crash_mid_run_loses_nothing(laptop, tmp_path):
     run_id = json.loads(submitted)["run_id"]
     poll_until(lambda: (laptop.run_record(run_id)["step"] or 0) >= 200, timeout_s=240, interval_s=1.0,
                what="the run's first checkpoints")
-    at_crash = laptop.run_record(run_id)["step"]
+    at_crash, crashed_at = laptop.run_record(run_id)["step"], time.time()
     assert "boots again from its disk" in laptop.ok("sim", "controller-crash", "-c", NAME)
     started = time.monotonic()
 
@@ -414,6 +438,15 @@ def test_a_controller_crash_mid_run_loses_nothing(laptop, tmp_path):
             lost.append(reached - int(words[-1]))
     assert at_crash > 0 and max(lost, default=0) <= 150 + 10  # none when it carried on without a restart
     assert min(lost, default=0) > -10  # nothing missing before a restart: it had printed up to its checkpoint
+    # The page after the reboot: the ledger from the cluster's first event on, and the run's
+    # checkpoints from before the crash and after it, on its timeline.
+    with dashboard_page(laptop) as get:
+        first = json.loads(get(f"{NAME}/api/events?before=2&limit=1"))["events"]
+        assert [e["id"] for e in first] == [1] and first[0]["time"] < crashed_at
+        marks = json.loads(get(f"{NAME}/api/run/{run_id}"))["timeline"]["marks"]
+        steps = [m["step"] for m in marks if m["kind"] == "checkpoint"]
+        assert steps and all(step % 150 == 0 or step == 2500 for step in steps), steps
+        assert min(steps) <= at_crash and max(steps) >= 2400, (steps, at_crash)
 
 
 def test_down_leaves_no_vm_rule_secret_or_process(laptop, monkeypatch):
@@ -428,8 +461,26 @@ def test_down_leaves_no_vm_rule_secret_or_process(laptop, monkeypatch):
     address = emulator_record.read("podmanager-sim").address
     with TokenSecrets("podmanager-sim", emulator_host=address, secret_id=channel_secret_id) as secrets:
         assert secrets.read(NAME)  # there before
-    laptop.ok("down", "-c", NAME, timeout=600)
+    token = (laptop.home / "clusters" / NAME / "channel" / "token").read_text().strip()
+    runs_before = {r["run_id"] for r in json.loads(laptop.ok("runs", "-c", NAME, "--json")) if r["kind"] == "run"}
+    said = laptop.ok("down", "-c", NAME, timeout=600)
     assert not (laptop.home / "clusters" / NAME / "channel").exists()
+    # Its history, kept here before the controller VM went: owner-only, no token, and the page.
+    assert "history_kept: kept the history" in said, said
+    kept = laptop.home / "clusters" / NAME / "history"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o700
+    files = [p for p in kept.rglob("*") if p.is_file()]
+    assert files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
+    assert not [p for p in files if token.encode() in p.read_bytes()]
+    with dashboard_page(laptop) as get:
+        cluster = json.loads(get(f"{NAME}/api/cluster"))
+        assert cluster["history"].startswith("history: cluster deleted at ") and cluster["state"] == "deleted"
+        runs = json.loads(get(f"{NAME}/api/runs?limit=200"))["runs"]
+        assert runs_before and runs_before <= {r["run_id"] for r in runs}
+        assert all(r["status"] in ENDED for r in runs)
+        trained = next(r["run_id"] for r in runs if "train_through" in r["program"])
+        timeline = json.loads(get(f"{NAME}/api/run/{trained}"))["timeline"]
+        assert timeline["status"] == "succeeded" and [m for m in timeline["marks"] if m["kind"] == "checkpoint"]
     assert launcher.running("podmanager-sim") is None  # it held nothing more: stopped
     address = launcher.ensure("podmanager-sim")  # started again from its saved state, to look
     try:

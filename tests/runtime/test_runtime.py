@@ -299,6 +299,25 @@ def test_checkpointer_saves_every_n_and_restores_latest(tmp_path):
     assert tree["w"].shape == (3, 2) and str(tree["w"].dtype) == "float32"
 
 
+def test_a_saved_checkpoint_rides_on_the_progress_lines_without_counting_a_step(tmp_path, monkeypatch):
+    from podmanager.runtime.contract import ProgressRecord
+
+    path = tmp_path / "progress.jsonl"
+    monkeypatch.setenv("PODMANAGER_PROGRESS_FILE", str(path))
+    with runtime.Checkpointer(tmp_path / "ck", every_n_steps=5) as ck:
+        for step in range(1, 7):
+            runtime.report_progress(step, loss=1.0 / step)
+            saving = time.time()
+            if ck.save(step, _tree(step)):
+                before, after = saving, time.time()
+    records = [ProgressRecord.from_line(line) for line in path.read_text().splitlines()]
+    # step 5's line again, the same step and time, now saying checkpoint 5 is final; then step 6 carries it
+    assert [(r.step, r.checkpoint_step) for r in records] == [(1, None), (2, None), (3, None), (4, None),
+                                                              (5, None), (5, 5), (6, 5)]
+    assert records[5].time == records[4].time and records[5].loss == records[4].loss
+    assert before <= records[5].checkpoint_time <= after and records[6].checkpoint_time == records[5].checkpoint_time
+
+
 def test_checkpointer_keeps_max_to_keep(tmp_path):
     with runtime.Checkpointer(tmp_path, every_n_steps=1, max_to_keep=2) as ck:
         for s in range(1, 5):

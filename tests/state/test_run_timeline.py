@@ -110,3 +110,13 @@ def test_a_run_that_never_started_has_no_bars() -> None:
     run = record(status="failed")
     timeline = build(run, [], [], [], now=T0 + 100)
     assert timeline.attempts == [] and timeline.wall_s == pytest.approx(5) and timeline.goodput is None
+
+
+def test_each_checkpoint_is_marked_once_at_its_time_and_step() -> None:
+    events = [event(1, "checkpoint_saved", 13.0, attempt=1, step=6, saved_at=T0 + 11.5, run_id="r1"),
+              event(2, "checkpoint_saved", 40.0, attempt=2, step=12, saved_at=T0 + 36.0, run_id="r1"),
+              event(3, "checkpoint_saved", 41.0, attempt=2, step=12, saved_at=T0 + 36.0, run_id="r1"),  # again
+              event(4, "checkpoint_saved", 20.0, attempt=1, step=8, saved_at=T0 + 19.0, run_id="other")]
+    timeline = build(record(), PREEMPTED_ONCE, [], events, now=T0 + 1000)
+    assert [(m.kind, m.step, m.time) for m in timeline.marks] == [("checkpoint", 6, T0 + 11.5),
+                                                                  ("checkpoint", 12, T0 + 36.0)]

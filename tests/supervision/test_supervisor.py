@@ -484,3 +484,19 @@ def test_the_runs_metrics_over_time_are_kept_in_its_folder_for_the_dashboard(tmp
     steps = [p["step"] for p in points]
     assert len(steps) >= 3 and steps == sorted(set(steps)) and steps[-1] == result.metrics.last_step
     assert all(p["attempt"] == 0 and p["loss"] == pytest.approx(1.0 / p["step"]) for p in points)
+
+
+def test_each_checkpoint_the_program_saves_is_recorded_once_with_its_step_and_time(tmp_path, runs):
+    # One step per poll, a checkpoint every 2 steps; attempt 0 is preempted-like (fails) after step 5,
+    # attempt 1 resumes at step 4 and ends at step 7.
+    def script(s, attempt):
+        if attempt == 0:
+            return Behaviour(polls=5, first_step=1, checkpoint_every=2, exit_code=1 if s.slice_index == 0 else 0)
+        return Behaviour(polls=4, first_step=4, checkpoint_every=2)
+
+    cluster = FakeCluster(tmp_path, script)
+    result = supervise(cluster, runs, submit(cluster, runs))
+    assert result.status == "succeeded"
+    saved = [(data["attempt"], data["step"], data["saved_at"]) for kind, data in cluster.events if kind == "checkpoint_saved"]
+    assert saved == [(0, 2, 1002.5), (0, 4, 1004.5), (1, 4, 1004.5), (1, 6, 1006.5)]
+    assert result.attempt_log[-1].checkpoint_step == 6

@@ -37,3 +37,14 @@ def preempted_run(run_id: str = "r1", *, t0: float = 1_000_000.0, store: StateSt
     store.add_event(CLUSTER, EventKind.SPARE_SWAPPED, f"run {run_id}: hot spare slice 2 takes the place of lost slice 0",
                     when=t0 + 18, run_id=run_id, lost=0, spare=2, slices=[2])
     return RunStore(store.path).get(run_id)  # as read back
+
+
+def checkpoints_of(run_id: str = "r1", *, t0: float = 1_000_000.0, store: StateStore | None = None) -> list[tuple[int, float]]:
+    """The checkpoints `preempted_run`'s program saved, as its supervisor records them: step 6 in
+    attempt 1 (steps 7-10 were done again), steps 12 and 18 in attempt 2. Returns (step, time)."""
+    store = store or StateStore()
+    saved = [(1, 6, t0 + 11.5), (2, 12, t0 + 36.0), (2, 18, t0 + 41.0)]
+    for attempt, step, at in saved:
+        store.add_event(CLUSTER, EventKind.CHECKPOINT_SAVED, f"checkpoint at step {step} saved", when=at + 0.2,
+                        run_id=run_id, attempt=attempt, step=step, saved_at=at)
+    return [(step, at) for _, step, at in saved]

@@ -35,6 +35,7 @@ class Behaviour:
     on_sigterm: int | None = None  # a SIGTERM (a notice's) ends it with this code; None: it runs on
     says_done: bool = False  # its last progress record says the program has finished its work
     reports_steps: bool = True  # False: a plain command, which reports no progress
+    checkpoint_every: int | None = None  # its progress carries the newest multiple of this step as a saved checkpoint
 
 
 class FakeRef:
@@ -148,7 +149,10 @@ class FakeAgent:
         step = behaviour.first_step + run["polls"] - 1
         if behaviour.last_step is not None:
             step = min(step, behaviour.last_step)
-        progress = ProgressRecord(step, 1000.0 + step, loss=1.0 / step, done=behaviour.says_done) if run["polls"] and behaviour.reports_steps else None
+        saved = step - step % behaviour.checkpoint_every if behaviour.checkpoint_every else None
+        progress = ProgressRecord(step, 1000.0 + step, loss=1.0 / step, done=behaviour.says_done,
+                                  checkpoint_step=saved or None, checkpoint_time=1000.5 + saved if saved else None) \
+            if run["polls"] and behaviour.reports_steps else None
         first = ProgressRecord(behaviour.first_step, 1000.0 + behaviour.first_step, loss=1.0) if progress else None
         output = run["output"].encode()
         end = len(output)

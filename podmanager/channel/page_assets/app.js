@@ -7,7 +7,7 @@
   const view = document.getElementById("view");
   const live = document.getElementById("live");
   const POLL_MS = 1000, LOG_POLL_MS = 250;
-  let timer = null, generation = 0;
+  let timer = null, generation = 0, liveWord = "live";  // "history" on a deleted cluster's kept copy
 
   async function getJSON(path) {
     const reply = await fetch(path, { cache: "no-store", credentials: "same-origin" });
@@ -37,7 +37,7 @@
       if (mine !== generation) return;
       try {
         await render(mine);
-        live.textContent = "live · " + new Date().toLocaleTimeString(undefined, { hour12: false });
+        live.textContent = liveWord + " · " + new Date().toLocaleTimeString(undefined, { hour12: false });
         live.classList.remove("error");
       } catch (error) {
         live.textContent = "not reachable: " + error.message;
@@ -203,22 +203,25 @@
   function serviceView(serviceId) {
     nav("runs");
     view.innerHTML = `<h2>Service ${esc(serviceId)} <span id="st" class="muted"></span></h2><div id="sv"></div>`;
-    const samples = [];  // (time, requests) while the page is open: requests per second
     show(POLL_MS, async (mine) => {
       const s = await getJSON(`api/service/${encodeURIComponent(serviceId)}`);
       if (mine !== generation) return;
       const c = s.counters;
-      samples.push([s.now, c.requests]);
-      if (samples.length > 600) samples.shift();
-      const rps = samples.slice(1).map((p, i) => [p[0], (p[1] - samples[i][1]) / Math.max(1e-3, p[0] - samples[i][0])]);
+      // The router's history, kept whether or not a page was open: [start, width, requests, failed, p50, p99, replicas]
+      const at = (p) => p[0] + p[1] / 2;
+      const rps = [[s.history.map((p) => [at(p), p[2] / p[1]]), "line"], [s.history.map((p) => [at(p), p[3] / p[1]]), "line failed"]];
+      const latency = [[s.history.filter((p) => p[4] != null).map((p) => [at(p), p[4]]), "line"],
+        [s.history.filter((p) => p[5] != null).map((p) => [at(p), p[5]]), "line p99"]];
       document.getElementById("st").textContent = `${s.status} · ${s.program}`;
       document.getElementById("sv").innerHTML =
         table(["requests", "served", "failed", "rejected", "errors", "queued", "p50", "p99", "goodput"],
           [`<tr id="counters" data-failed="${c.failed}"><td>${c.requests}</td><td>${c.served}</td><td class="failed">${c.failed}</td>` +
             `<td>${c.rejected}</td><td>${c.errors}</td><td>${c.queued}</td><td>${c.p50_ms == null ? "–" : c.p50_ms.toFixed(1) + " ms"}</td>` +
             `<td>${c.p99_ms == null ? "–" : c.p99_ms.toFixed(1) + " ms"}</td><td>${s.goodput == null ? "–" : (100 * s.goodput).toFixed(1) + " %"}</td></tr>`]) +
-        "<h3>Replicas over time</h3>" + chart(s.replicas_over_time, s.preemptions, s.start, s.end, "replicas", true) +
-        "<h3>Requests per second (while this page is open)</h3>" + chart(rps, s.preemptions, s.start, s.end, "req/s", false) +
+        "<h3>Replicas over time</h3>" + chart(s.replicas_over_time, s.preemptions, s.start, s.end, "replicas", true, "replicas") +
+        `<h3>Requests per second <span class="muted">(and failed, red; ${s.history.length} points: each second of the last hour, ` +
+        "then each minute, then each hour)</span></h3>" + chart(rps, s.preemptions, s.start, s.end, "req/s", false, "requests") +
+        '<h3>Latency <span class="muted">(p50, and p99 dashed)</span></h3>' + chart(latency, s.preemptions, s.start, s.end, "ms", false, "latency") +
         "<h3>Preemptions and other incidents</h3>" + (s.preemptions.length ? table(["when", "replica run", "kind", "slices", "detect", "recover"],
           s.preemptions.map((p) => `<tr class="preemption" data-kind="${esc(p.kind)}"><td>${fmtTime(p.time)}</td><td><a href="#/run/${encodeURIComponent(p.run_id)}">${esc(p.run_id)}</a></td>` +
             `<td>${esc(p.kind)}</td><td>${p.slices.join(", ")}</td><td>${fmtS(p.detect_s)}</td><td>${fmtS(p.recover_s)}</td></tr>`), 'id="preemptions"') : "<p>none</p>") +
@@ -228,24 +231,33 @@
     });
   }
 
-  // A step (or line) chart of [time, value] points over [start, end], each preemption marked.
-  function chart(points, marks, start, end, unit, steps) {
+  // A step (or line) chart of [time, value] points over [start, end], each preemption marked;
+  // `points` may be several lines: [[points, class], ...].
+  function chart(points, marks, start, end, unit, steps, name) {
     const w = 720, h = 150, left = 44, pad = 18;
-    if (points.length) { start = Math.min(start, points[0][0]); end = Math.max(end, points[points.length - 1][0]); }
-    const span = Math.max(end - start, 1e-3), top = Math.max(1, ...points.map((p) => p[1]));
+    const lines = points.length && Array.isArray(points[0]) && Array.isArray(points[0][0]) ? points : [[points, "line"]];
+    const every = lines.flatMap((l) => l[0]);
+    if (every.length) {
+      start = Math.min(start, ...every.map((p) => p[0]));
+      end = Math.max(end, ...every.map((p) => p[0]));
+    }
+    const span = Math.max(end - start, 1e-3), top = Math.max(1, ...every.map((p) => p[1]));
     const x = (t) => left + ((t - start) / span) * (w - left - pad), y = (v) => h - pad - (v / top) * (h - 2 * pad);
-    let d = "";
-    points.forEach((p, i) => {
-      if (i === 0) d += `M${x(p[0])},${y(p[1])}`;
-      else d += steps ? ` H${x(p[0])} V${y(p[1])}` : ` L${x(p[0])},${y(p[1])}`;
-    });
-    if (steps && points.length) d += ` H${x(end)}`;
-    const lines = marks.map((m) => `<line class="preempt" x1="${x(m.time)}" x2="${x(m.time)}" y1="${pad / 2}" y2="${h - pad}">` +
+    const paths = lines.map(([pts, cls]) => {
+      let d = "";
+      pts.forEach((p, i) => {
+        if (i === 0) d += `M${x(p[0])},${y(p[1])}`;
+        else d += steps ? ` H${x(p[0])} V${y(p[1])}` : ` L${x(p[0])},${y(p[1])}`;
+      });
+      if (steps && pts.length) d += ` H${x(end)}`;
+      return `<path class="${cls}" data-points="${pts.length}" d="${d}"/>`;
+    }).join("");
+    const preempts = marks.map((m) => `<line class="preempt" x1="${x(m.time)}" x2="${x(m.time)}" y1="${pad / 2}" y2="${h - pad}">` +
       `<title>${esc(m.kind)} (${esc(m.run_id)}) at ${fmtTime(m.time)}</title></line>`).join("");
-    return `<div class="chart"><svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">` +
+    return `<div class="chart" data-chart="${esc(name || unit)}"><svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">` +
       `<text x="2" y="${pad}" class="tick">${top.toFixed(steps ? 0 : 1)} ${unit}</text><text x="2" y="${h - pad}" class="tick">0</text>` +
       `<line x1="${left}" x2="${w - pad}" y1="${h - pad}" y2="${h - pad}" stroke="#ccc"/>` +
-      `<path class="line" d="${d}"/>${lines}</svg></div>`;
+      `${paths}${preempts}</svg></div>`;
   }
 
   // ---------------------------------------------------------------- events
@@ -295,6 +307,11 @@
     else if (parts[0] === "events") eventsView(query);
     else clusterView();
   }
+  // A copy of a deleted cluster's history (kept by `down`): said on every view.
+  getJSON("api/cluster").then((c) => {
+    const banner = document.getElementById("history-banner");
+    if (c.history) { banner.textContent = c.history + " (read-only)"; banner.hidden = false; liveWord = "history"; }
+  }).catch(() => { /* the views say why the page cannot be read */ });
   window.addEventListener("hashchange", route);
   route();
 })();

@@ -80,7 +80,7 @@
     }
     const laneY = (i) => top + 2 * lane + i * lane;
     node("text", { x: 4, y: top + 16, class: "lane" }, svg).textContent = "incidents";
-    node("text", { x: 4, y: top + lane + 16, class: "lane" }, svg).textContent = "events";
+    node("text", { x: 4, y: top + lane + 16, class: "lane" }, svg).textContent = "events";  // and checkpoints
     t.slices.forEach((s, i) => {
       node("text", { x: 4, y: laneY(i) + 16, class: "lane" }, svg).textContent = "slice " + s;
     });
@@ -128,6 +128,13 @@
     }
     for (const mark of t.marks) {
       const px = x(mark.time), y = top + lane + 4;
+      if (mark.kind === "checkpoint") {  // a diamond at its time, its step beside it
+        node("path", { d: `M${px},${y} L${px + 5},${y + 6} L${px},${y + 12} L${px - 5},${y + 6} Z`, class: "mark checkpoint",
+          "data-kind": mark.kind, "data-step": mark.step, "data-time": mark.time }, svg,
+          `checkpoint at step ${mark.step} saved at +${fmtS(mark.time - t.start)}`);
+        node("text", { x: px + 6, y: y + 10, class: "checkpoint-step" }, svg).textContent = String(mark.step);
+        continue;
+      }
       node("path", { d: `M${px - 5},${y} L${px + 5},${y} L${px},${y + 12} Z`, class: "mark " + mark.kind.replace(/ /g, "-"),
         "data-kind": mark.kind }, svg, `${mark.kind} at +${fmtS(mark.time - t.start)}: ${mark.message}`);
     }
@@ -223,9 +230,9 @@
   function markTable(t) {
     const box = document.createElement("div");
     box.className = "marks";
-    box.innerHTML = "<h3>Swaps, shrinks, grow-backs, notices</h3><table><tr><th>when</th><th>what</th><th>slices</th>" +
-      "<th>message</th></tr>" + t.marks.map((m) => `<tr data-kind="${esc(m.kind)}"><td>+${fmtS(m.time - t.start)}</td>` +
-        `<td>${esc(m.kind)}</td><td>${m.slices.join(", ")}</td><td>${esc(m.message)}</td></tr>`).join("") + "</table>";
+    box.innerHTML = "<h3>Checkpoints, swaps, shrinks, grow-backs, notices</h3><table><tr><th>when</th><th>what</th><th>step</th>" +
+      "<th>slices</th><th>message</th></tr>" + t.marks.map((m) => `<tr data-kind="${esc(m.kind)}"><td>+${fmtS(m.time - t.start)}</td>` +
+        `<td>${esc(m.kind)}</td><td>${m.step == null ? "" : m.step}</td><td>${m.slices.join(", ")}</td><td>${esc(m.message)}</td></tr>`).join("") + "</table>";
     return box;
   }
 
