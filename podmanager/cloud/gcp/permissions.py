@@ -23,6 +23,8 @@ _DENIED = (re.compile(r"Permission '(?P<permission>[\w.]+)' denied for resource 
 _ROLES = (("secretmanager.versions.access", "roles/secretmanager.secretAccessor"),
           ("secretmanager.", "roles/secretmanager.admin"), ("tpu.", "roles/tpu.admin"),
           ("iam.serviceAccounts.actAs", "roles/iam.serviceAccountUser"),
+          ("iam.serviceAccounts.create", "roles/iam.serviceAccountCreator"),
+          ("iam.serviceAccounts.", "roles/iam.serviceAccountAdmin"),
           ("compute.firewalls.", "roles/compute.securityAdmin"),
           ("compute.networks.updatePolicy", "roles/compute.securityAdmin"),
           ("compute.instances.", "roles/compute.instanceAdmin.v1"), ("compute.disks.", "roles/compute.instanceAdmin.v1"),
