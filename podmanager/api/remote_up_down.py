@@ -46,9 +46,11 @@ class RemoteSpec(RemoteCluster):
            on_event: EventCallback | None = None, delete_on_failure: bool = False) -> ClusterStatus:
         """The controller VM made (or found) and serving, then `up` of the spec run there."""
         from podmanager.api.controller_machine import ControllerMachine
+        from podmanager.cluster.controller_preflight import before_controller_vm
 
         on_event = self._told(on_event)
         say = say_here(self.name, on_event)
+        self._spec, self.raw = before_controller_vm(self.spec, self.raw, say)  # APIs, permissions, accounts
         machine = ControllerMachine(self.spec, say)
         plan = machine.plan()  # a controller VM that differs is refused before anything changes, the pointer too
         # The pointer first: an `up` interrupted from here on is finished by `up` or removed by `down`.

@@ -14,7 +14,11 @@ method's permission as its reference page lists it; docs/permissions.md has the 
   network's administrator does instead, which `preflight.py` checks;
 - Secret Manager, where VMs boot: the Ray-token secret made, written, read, deleted and shared;
 - IAM: the cluster's own account made (when podmanager makes it), and acting as the account the
-  VMs run as.
+  VMs run as;
+- for a controller VM (`controller.local: false`, from the user's machine): the VM made, read,
+  followed and deleted, its channel's firewall rule made and deleted (no rule of another will
+  do: it admits one address), and, when podmanager makes the accounts, the controller's roles
+  granted on the project and on the VMs' account.
 Cloud Storage's are not asked here: a bucket's own policy may grant them, which the project's
 answer would miss; `bucket_preflight.py` asks each bucket.
 """
@@ -33,7 +37,18 @@ _SECRET = ("secretmanager.secrets.create", "secretmanager.secrets.get", "secretm
            "secretmanager.secrets.setIamPolicy")
 
 
-def needed_permissions(spec: ClusterSpec, *, vms_boot: bool, makes_account: bool) -> list[str]:
+_CONTROLLER_VM = ("compute.instances.create", "compute.disks.create", "compute.subnetworks.use",
+                  "compute.subnetworks.useExternalIp", "compute.instances.setMetadata",
+                  "compute.instances.setServiceAccount", "compute.instances.get", "compute.instances.list",
+                  "compute.instances.delete", "compute.instances.getGuestAttributes", "compute.zones.list",
+                  "compute.machineTypes.get", "compute.firewalls.create", "compute.firewalls.delete",
+                  "compute.networks.updatePolicy")
+_GRANTS = ("resourcemanager.projects.getIamPolicy", "resourcemanager.projects.setIamPolicy",
+           "iam.serviceAccounts.getIamPolicy", "iam.serviceAccounts.setIamPolicy")
+
+
+def needed_permissions(spec: ClusterSpec, *, vms_boot: bool, makes_account: bool,
+                       controller_vm: bool = False) -> list[str]:
     """What `up` of `spec` calls with the caller's credentials on its project (module docstring)."""
     needed = [*_TPU]
     if network_project(spec) == spec.project:
@@ -45,7 +60,11 @@ def needed_permissions(spec: ClusterSpec, *, vms_boot: bool, makes_account: bool
     if makes_account:
         needed.append("iam.serviceAccounts.create")
     needed.append("iam.serviceAccounts.actAs")  # every node runs as an account
-    return needed
+    if controller_vm:
+        needed += _CONTROLLER_VM
+        if makes_account:
+            needed += _GRANTS
+    return list(dict.fromkeys(needed))
 
 
 def refuse_missing(spec: ClusterSpec, missing: list[str], caller: str | None) -> None:

@@ -61,6 +61,7 @@ from podmanager.core.spec import ClusterSpec, on_loopback
 
 if TYPE_CHECKING:
     from podmanager.cloud.gcp.compute import ComputeNetworks
+    from podmanager.cloud.gcp.service_usage import DisabledApi
     from podmanager.cluster.cluster_runtime import ClusterRuntime
 
 Record = Callable[..., Any]
@@ -94,18 +95,20 @@ def check_before_up(runtime: ClusterRuntime) -> None:
     from podmanager.cluster.backends import make_project_iam
 
     accounts = accounts_for(spec)
-    iam = make_project_iam(spec)
+    # A spec naming the cluster's own account was completed by the `up` that made it and
+    # checked the caller (the user's machine, for a controller VM's `up`): not asked again.
+    iam = make_project_iam(spec) if accounts.to_make or not accounts.own else None
     with compute:
         if iam is not None:
             with iam:
                 refuse_missing(spec, iam.missing(needed_permissions(
-                    spec, vms_boot=runtime.hosts is not None, makes_account=accounts.own)), iam.caller)
-        if accounts.own:  # every grant and node from here on names the cluster's own account
+                    spec, vms_boot=runtime.hosts is not None, makes_account=accounts.to_make)), iam.caller)
+        if accounts.to_make:  # every grant and node from here on names the cluster's own account
             runtime.use_spec(with_vms_account(spec, accounts.vms))
         buckets = _bucket_check(runtime, compute)
         try:
             check_network(runtime.spec, compute, record=runtime.record, buckets=buckets,
-                          before_changes=lambda: _make_vms_account(runtime) if accounts.own else None)
+                          before_changes=lambda: _make_vms_account(runtime) if accounts.to_make else None)
         finally:
             if buckets is not None:
                 buckets.buckets.close()
@@ -128,7 +131,7 @@ def _make_vms_account(runtime: ClusterRuntime) -> None:
 def needed_apis(spec: ClusterSpec, *, vms_boot: bool) -> list[str]:
     """The APIs `up` of `spec` calls (the module's text)."""
     apis = ["tpu.googleapis.com", "compute.googleapis.com", "cloudresourcemanager.googleapis.com"]
-    if accounts_for(spec).own:
+    if accounts_for(spec).to_make:
         apis.append("iam.googleapis.com")
     if vms_boot:
         apis.append("secretmanager.googleapis.com")
@@ -151,7 +154,11 @@ def check_apis(runtime: ClusterRuntime) -> None:
     if usage is None:
         return
     with usage:
-        off = usage.disabled(needed_apis(spec, vms_boot=runtime.hosts is not None))
+        refuse_disabled(spec, usage.disabled(needed_apis(spec, vms_boot=runtime.hosts is not None)))
+
+
+def refuse_disabled(spec: ClusterSpec, off: list[DisabledApi] | None) -> None:
+    """A SpecError (exit 2) naming every API of `off` with its link and the command enabling them."""
     if not off:
         return
     project = spec.project or ""

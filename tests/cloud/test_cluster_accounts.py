@@ -31,21 +31,27 @@ def spec(**extra):
 def test_what_each_account_is_granted():
     assert PROJECT_ROLES == {VMS: (), CONTROLLER: ("roles/tpu.admin", "roles/compute.securityAdmin")}
     assert ON_VMS_ACCOUNT == {VMS: (), CONTROLLER: ("roles/iam.serviceAccountUser",)}
-    assert [role for role, _ in ON_RESOURCES[VMS]] == ["roles/secretmanager.secretAccessor",
-                                                      "roles/storage.objectViewer", "roles/storage.objectUser"]
-    assert [role for role, _ in ON_RESOURCES[CONTROLLER]] == ["roles/secretmanager.secretAccessor"]
+    assert ON_RESOURCES[VMS] == (("roles/secretmanager.secretAccessor", "the Ray-token secret"),
+                                 ("roles/storage.objectViewer", "the stage bucket"),
+                                 ("roles/storage.objectUser", "the checkpoint bucket"))
+    assert ON_RESOURCES[CONTROLLER] == (("roles/secretmanager.secretAccessor", "the channel-token secret"),
+                                        ("roles/secretmanager.admin", "the Ray-token secret"),
+                                        ("roles/storage.legacyBucketOwner", "each of the cluster's buckets"),
+                                        ("roles/storage.objectViewer", "each of the cluster's buckets"))
 
 
-def test_no_role_granted_holds_a_permission_that_changes_access_or_acts_as_any_account():
-    granted = {role for roles in (*PROJECT_ROLES.values(), *ON_VMS_ACCOUNT.values()) for role in roles}
-    granted |= {role for grants in ON_RESOURCES.values() for role, _ in grants}
-    for role in granted:
+def test_no_project_role_changes_access_or_acts_as_an_account():
+    # Roles that change access are granted only on the cluster's own secret and buckets.
+    for role in {role for roles in (*PROJECT_ROLES.values(), *ON_VMS_ACCOUNT.values()) for role in roles}:
         assert role in ROLES, role  # the simulated project knows it, so the emulator checks it
         risky = {p for p in ROLES[role] if p.endswith(".setIamPolicy") or p == "iam.serviceAccounts.actAs"}
         # actAs only through serviceAccountUser, which is granted on the VMs' account alone
         assert risky <= ({"iam.serviceAccounts.actAs"} if role == "roles/iam.serviceAccountUser" else set()), role
+    for grants in ON_RESOURCES.values():
+        assert all(role in ROLES for role, _ in grants)
     assert "tpu.nodes.create" in ROLES["roles/tpu.admin"]
     assert {"compute.firewalls.create", "compute.firewalls.delete"} <= ROLES["roles/compute.securityAdmin"]
+    assert "storage.buckets.getIamPolicy" in ROLES["roles/storage.legacyBucketOwner"]
 
 
 def test_account_ids_fit_googles_rule_and_keep_long_cluster_names_apart():
@@ -59,11 +65,13 @@ def test_account_ids_fit_googles_rule_and_keep_long_cluster_names_apart():
 
 def test_the_cluster_s_own_accounts_unless_the_spec_names_one():
     own = accounts_for(spec())
-    assert own.own and own.vms == "pm-demo-vms@my-proj.iam.gserviceaccount.com"
+    assert own.own and own.to_make and own.vms == "pm-demo-vms@my-proj.iam.gserviceaccount.com"
     assert own.controller == "pm-demo-ctl@my-proj.iam.gserviceaccount.com"
-    assert accounts_for(with_vms_account(spec(), own.vms)) == own  # filled in by `up`: still ours
+    filled = accounts_for(with_vms_account(spec(), own.vms))  # named by the `up` that made it: still ours
+    assert filled.own and not filled.to_make and (filled.vms, filled.controller) == (own.vms, own.controller)
     named = accounts_for(spec(network={"service_account": "mine@my-proj.iam.gserviceaccount.com"}))
-    assert not named.own and named.vms == named.controller == "mine@my-proj.iam.gserviceaccount.com"
+    assert not named.own and not named.to_make
+    assert named.vms == named.controller == "mine@my-proj.iam.gserviceaccount.com"
 
 
 def test_filling_the_vms_account_in_keeps_the_rest_of_the_network():

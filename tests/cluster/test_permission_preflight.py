@@ -25,6 +25,12 @@ def test_what_up_asks_for():
     assert not any(p.startswith("secretmanager.") for p in bare) and "iam.serviceAccounts.create" not in bare
     shared = spec(network={"network": "projects/host/global/networks/vpc"})
     assert not any(p.startswith("compute.") for p in needed_permissions(shared, vms_boot=False, makes_account=False))
+    remote = needed_permissions(spec(), vms_boot=True, makes_account=True, controller_vm=True)
+    assert {"compute.instances.create", "compute.instances.setServiceAccount", "compute.firewalls.create",
+            "resourcemanager.projects.setIamPolicy", "iam.serviceAccounts.setIamPolicy"} <= set(remote)
+    assert len(remote) == len(set(remote))  # each asked once
+    named = needed_permissions(spec(), vms_boot=True, makes_account=False, controller_vm=True)
+    assert "resourcemanager.projects.setIamPolicy" not in named  # nothing granted on the project
     private = spec(network={"enable_external_ips": False})
     assert "compute.routers.list" in needed_permissions(private, vms_boot=False, makes_account=False)
 

@@ -4,7 +4,8 @@ command line as a user would, from a folder of their own: the APIs are named and
 anything is made, naming each with its role and command, and then `up` comes up with the
 cluster's own service account: the TPU VM reads the Ray token as that account (the emulator
 checks every call by identity), and the default compute account, which has no role in such a
-project, makes no call at all."""
+project, makes no call at all. With a controller VM (`controller.local: false`) the controller
+runs as the cluster's second account and makes the cluster's calls as it, none refused."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ VMS = f"serviceAccount:pm-{NAME}-vms@{PROJECT}.iam.gserviceaccount.com"
 DEFAULT = f"serviceAccount:{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
 APIS = ("tpu.googleapis.com", "compute.googleapis.com", "cloudresourcemanager.googleapis.com", "iam.googleapis.com",
         "secretmanager.googleapis.com")
+
+
+CONTROLLER = f"serviceAccount:pm-{NAME}-ctl@{PROJECT}.iam.gserviceaccount.com"
 
 
 def podmanager(folder, *args, timeout=300):
@@ -80,6 +84,32 @@ def test_a_first_up_in_a_secure_by_default_project_gets_through_with_the_cluster
     assert all(c["denied"] is None for c in by_vms)
     assert [c for c in calls if c["principal"] == DEFAULT] == []
     assert [c for c in calls if c["denied"]] == []  # every call of this `up` passed IAM as whoever made it
+
+    down = podmanager(tmp_path, "down", "-c", NAME)
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_a_controller_vm_in_a_secure_by_default_project_runs_as_the_clusters_controller_account(tmp_path):
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({
+        "name": NAME, "controller": {"local": False}, "slices": [{"accelerator": "v4-8"}],
+        "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0}}))
+    sim = ("sim", "project", "--project", PROJECT)
+    assert podmanager(tmp_path, *sim, "--kind", "new").returncode == 0
+    assert podmanager(tmp_path, *sim, *[arg for api in APIS for arg in ("--enable", api)]).returncode == 0
+
+    done = podmanager(tmp_path, "up", "-f", "cluster.yaml", "--dry-run", timeout=500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with EmulatorControl(launcher.running(PROJECT).address) as control:
+        [node] = control.all_nodes()
+        calls = control.call("iam_calls")
+    assert node.network is not None and node.network.service_account == VMS.split(":")[1]
+    by_controller = {c["method"] for c in calls if c["principal"] == CONTROLLER}
+    # The controller VM's `up`: its boot's tokens, the network checked, the slice made and followed.
+    assert {"secretmanager.projects.secrets.versions.access", "compute.networks.get",
+            "tpu.projects.locations.nodes.create", "tpu.projects.locations.nodes.list"} <= by_controller
+    assert {c["method"] for c in calls if c["principal"] == VMS} == {"secretmanager.projects.secrets.versions.access"}
+    assert [c for c in calls if c["principal"] == DEFAULT] == []
+    assert [c for c in calls if c["denied"]] == []
 
     down = podmanager(tmp_path, "down", "-c", NAME)
     assert down.returncode == 0, down.stdout + down.stderr

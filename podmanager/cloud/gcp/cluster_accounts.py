@@ -20,13 +20,20 @@ calls: Cloud TPU nodes and queued resources (roles/tpu.admin), the network read 
 cluster's firewall rule made and deleted (roles/compute.securityAdmin, the only predefined role
 that creates firewall rules), and on the VMs' account iam.serviceAccounts.actAs
 (roles/iam.serviceAccountUser granted on that account alone, not the project: it may then act as
-no other account).
+no other account). On the cluster's own resources: the channel token read at boot; the Ray
+token read, rewritten with the head's, its grant read and the secret deleted by `down`
+(roles/secretmanager.admin on that one secret); each bucket read with its policy (its `up`
+checks the VMs' access) and the staged wheel read and written (roles/storage.legacyBucketOwner,
+the narrowest predefined role holding storage.buckets.getIamPolicy on one bucket, with
+roles/storage.objectViewer for storage.objects.get). The user's machine makes these grants
+before the controller VM boots (`cluster/preflight.py`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from podmanager.cloud.gcp.project_iam import account_email
 from podmanager.core.spec import ClusterSpec
@@ -45,8 +52,13 @@ ON_RESOURCES: dict[str, tuple[tuple[str, str], ...]] = {
     VMS: (("roles/secretmanager.secretAccessor", "the Ray-token secret"),
           ("roles/storage.objectViewer", "the stage bucket"),
           ("roles/storage.objectUser", "the checkpoint bucket")),
-    CONTROLLER: (("roles/secretmanager.secretAccessor", "the Ray-token and channel-token secrets"),),
+    CONTROLLER: (("roles/secretmanager.secretAccessor", "the channel-token secret"),
+                 ("roles/secretmanager.admin", "the Ray-token secret"),
+                 ("roles/storage.legacyBucketOwner", "each of the cluster's buckets"),
+                 ("roles/storage.objectViewer", "each of the cluster's buckets")),
 }
+CONTROLLER_ON_RAY_TOKEN = "roles/secretmanager.admin"
+CONTROLLER_ON_BUCKETS = ("roles/storage.legacyBucketOwner", "roles/storage.objectViewer")
 
 
 def account_id(cluster: str, role: str) -> str:
@@ -61,21 +73,29 @@ def account_id(cluster: str, role: str) -> str:
 
 @dataclass(frozen=True)
 class ClusterAccounts:
-    """The accounts a cluster's machines run as; `own`: podmanager's (made and granted by `up`)."""
+    """The accounts a cluster's machines run as; `own`: podmanager's (made and granted by `up`);
+    `named`: the spec names the VMs' already (the user's, or ours named by the `up` that made it)."""
 
     vms: str
     controller: str
     own: bool
+    named: bool
+
+    @property
+    def to_make(self) -> bool:
+        """Whether this `up` makes and checks them: its spec is the user's, naming none."""
+        return self.own and not self.named
 
 
 def accounts_for(spec: ClusterSpec) -> ClusterAccounts:
     """The spec's named account for both machines, else the cluster's own pair."""
     project = spec.project or ""
-    ours = ClusterAccounts(vms=account_email(project, account_id(spec.name, VMS)),
-                           controller=account_email(project, account_id(spec.name, CONTROLLER)), own=True)
     named = spec.network.service_account if spec.network else None
+    ours = ClusterAccounts(vms=account_email(project, account_id(spec.name, VMS)),
+                           controller=account_email(project, account_id(spec.name, CONTROLLER)), own=True,
+                           named=bool(named))
     if named and named != ours.vms:  # the user's: used as it is
-        return ClusterAccounts(vms=named, controller=named, own=False)
+        return ClusterAccounts(vms=named, controller=named, own=False, named=True)
     return ours
 
 
@@ -85,3 +105,24 @@ def with_vms_account(spec: ClusterSpec, email: str) -> ClusterSpec:
 
     network = spec.network or NetworkSpec()
     return spec.model_copy(update={"network": network.model_copy(update={"service_account": email})})
+
+
+def controller_account(spec: ClusterSpec) -> str | None:
+    """The account the controller VM runs as: the cluster's own when `up` named the VMs' (it
+    made both), the user's named one, else None (the project's default compute account)."""
+    return accounts_for(spec).controller if spec.network and spec.network.service_account else None
+
+
+def grant_channel_token(secrets: Any, spec: ClusterSpec) -> None:
+    """The channel token's secret read by the controller VM's account alone."""
+    secrets.grant_access(spec.name, controller_account(spec))
+
+
+def grant_ray_token(secrets: Any, spec: ClusterSpec) -> None:
+    """The Ray token's secret read by the TPU VMs' account, and kept by the controller VM's
+    (its `up` rewrites it with its head's token, its `down` deletes it)."""
+    vms = spec.network.service_account if spec.network else None
+    secrets.grant_access(spec.name, vms)
+    controller = controller_account(spec)
+    if controller != vms:
+        secrets.grant_access(spec.name, controller, role=CONTROLLER_ON_RAY_TOKEN)
