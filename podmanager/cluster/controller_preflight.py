@@ -48,7 +48,7 @@ def before_controller_vm(spec: ClusterSpec, raw: dict[str, Any], record: Record)
     if iam is None:  # no IAM to ask (TPU_EMULATOR_HOST): as before, the accounts the spec names
         return spec, raw
     with iam:
-        if accounts.to_make or not accounts.own:
+        if accounts.check_caller:
             refuse_missing(spec, iam.missing(needed_permissions(spec, vms_boot=True, makes_account=accounts.to_make,
                                                                  controller_vm=True)), iam.caller)
     if not accounts.to_make:

@@ -2,9 +2,10 @@
 names the fix; then the cluster's own firewall rule, made here and deleted by `down`.
 
 First, the APIs the cluster needs are enabled in the project (Service Usage, read once for
-all: `cloud/gcp/service_usage.py`): Cloud TPU and Compute Engine always, Resource Manager (the
-permissions asked) and IAM (the cluster's own account made) always, Secret Manager where VMs
-boot (they read the Ray token from it), Cloud Storage where buckets are used. Every one that is
+all: `cloud/gcp/service_usage.py`): Cloud TPU and Compute Engine always, Resource Manager
+where the caller's permissions are asked and IAM where the cluster's own account is made,
+Secret Manager where VMs boot (they read the Ray token from it), Cloud Storage where buckets
+are used. Every one that is
 off is named at once, with its activation link and the command that enables them. Then the
 caller's permissions for all `up` does, in one call (`permission_preflight.py`).
 
@@ -38,7 +39,12 @@ import platform
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
-from podmanager.cloud.gcp.cluster_accounts import VMS, accounts_for, with_vms_account
+from podmanager.cloud.gcp.cluster_accounts import (
+    VMS,
+    account_id,
+    accounts_for,
+    with_vms_account,
+)
 from podmanager.cloud.network import (
     Allowed,
     FirewallRule,
@@ -97,7 +103,7 @@ def check_before_up(runtime: ClusterRuntime) -> None:
     accounts = accounts_for(spec)
     # A spec naming the cluster's own account was completed by the `up` that made it and
     # checked the caller (the user's machine, for a controller VM's `up`): not asked again.
-    iam = make_project_iam(spec) if accounts.to_make or not accounts.own else None
+    iam = make_project_iam(spec) if accounts.check_caller else None
     with compute:
         if iam is not None:
             with iam:
@@ -116,7 +122,6 @@ def check_before_up(runtime: ClusterRuntime) -> None:
 
 def _make_vms_account(runtime: ClusterRuntime) -> None:
     """The TPU VMs' own account, made unless it exists (it needs no project role: module docstring)."""
-    from podmanager.cloud.gcp.cluster_accounts import account_id
     from podmanager.cluster.backends import make_project_iam
 
     iam = make_project_iam(runtime.spec)
@@ -130,8 +135,11 @@ def _make_vms_account(runtime: ClusterRuntime) -> None:
 
 def needed_apis(spec: ClusterSpec, *, vms_boot: bool) -> list[str]:
     """The APIs `up` of `spec` calls (the module's text)."""
-    apis = ["tpu.googleapis.com", "compute.googleapis.com", "cloudresourcemanager.googleapis.com"]
-    if accounts_for(spec).to_make:
+    apis = ["tpu.googleapis.com", "compute.googleapis.com"]
+    accounts = accounts_for(spec)
+    if accounts.check_caller:
+        apis.append("cloudresourcemanager.googleapis.com")
+    if accounts.to_make:
         apis.append("iam.googleapis.com")
     if vms_boot:
         apis.append("secretmanager.googleapis.com")

@@ -65,12 +65,13 @@ def test_account_ids_fit_googles_rule_and_keep_long_cluster_names_apart():
 
 def test_the_cluster_s_own_accounts_unless_the_spec_names_one():
     own = accounts_for(spec())
-    assert own.own and own.to_make and own.vms == "pm-demo-vms@my-proj.iam.gserviceaccount.com"
+    assert own.own and own.to_make and own.check_caller and own.vms == "pm-demo-vms@my-proj.iam.gserviceaccount.com"
     assert own.controller == "pm-demo-ctl@my-proj.iam.gserviceaccount.com"
     filled = accounts_for(with_vms_account(spec(), own.vms))  # named by the `up` that made it: still ours
     assert filled.own and not filled.to_make and (filled.vms, filled.controller) == (own.vms, own.controller)
+    assert not filled.check_caller  # the `up` that named it (the user's machine's) asked already
     named = accounts_for(spec(network={"service_account": "mine@my-proj.iam.gserviceaccount.com"}))
-    assert not named.own and not named.to_make
+    assert not named.own and not named.to_make and named.check_caller
     assert named.vms == named.controller == "mine@my-proj.iam.gserviceaccount.com"
 
 

@@ -83,8 +83,14 @@ class ClusterAccounts:
 
     @property
     def to_make(self) -> bool:
-        """Whether this `up` makes and checks them: its spec is the user's, naming none."""
+        """Whether this `up` makes them: its spec is the user's, naming none."""
         return self.own and not self.named
+
+    @property
+    def check_caller(self) -> bool:
+        """Whether this `up` asks the caller's permissions: not when the spec names the cluster's
+        own account, which the `up` that made it (the user's machine's) asked already."""
+        return self.to_make or not self.own
 
 
 def accounts_for(spec: ClusterSpec) -> ClusterAccounts:
