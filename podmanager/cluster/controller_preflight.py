@@ -39,6 +39,7 @@ def before_controller_vm(spec: ClusterSpec, raw: dict[str, Any], record: Record)
     SpecError (exit 2) naming every API, permission or network problem, nothing created."""
     from podmanager.cluster import backends
 
+    backends.secrets_host(spec)  # a dry run's emulator started: `up` may be the project's first command
     accounts = accounts_for(spec)
     usage = backends.make_service_usage(spec)
     if usage is not None:
