@@ -26,6 +26,7 @@ from typing import Callable
 
 from podmanager.client import pinned
 from podmanager.client.controller_plan import ControllerPlan, plan_controller
+from podmanager.cloud.gcp.cluster_accounts import grant_channel_token, grant_ray_token
 from podmanager.cloud.gcp.controller_vm import (
     ControllerVmDeleted,
     choose_zone,
@@ -82,14 +83,13 @@ def make_secrets(spec: ClusterSpec, *, channel_token: str) -> None:
     `up`). Never by a VM's own account: granting needs secretmanager.secrets.setIamPolicy and
     checking the latest version secretmanager.versions.access, which even Editor lacks
     (https://docs.cloud.google.com/iam/docs/roles-permissions/secretmanager)."""
-    account = spec.network.service_account if spec.network else None
     host = backends.secrets_host(spec)
     with TokenSecrets(spec.project or "", emulator_host=host, secret_id=channel_secret_id) as channel:
         channel.ensure(spec.name, channel_token)
-        channel.grant_access(spec.name, account)
+        grant_channel_token(channel, spec)  # the controller VM's account (the cluster's own, or the spec's)
     with TokenSecrets(spec.project or "", emulator_host=host) as ray_token:
         ray_token.ensure(spec.name, ray_token.read(spec.name) or secrets.token_hex(32))
-        ray_token.grant_access(spec.name, account)
+        grant_ray_token(ray_token, spec)
 
 
 class ControllerMachine:

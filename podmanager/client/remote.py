@@ -297,9 +297,11 @@ class RemoteCluster:
         """The controller VM made (or found) and serving, then `up` of the spec run there (the
         one this machine's `up` kept with its pointer, or `RemoteSpec`'s)."""
         from podmanager.client.controller_machine import ControllerMachine
+        from podmanager.cluster.controller_preflight import before_controller_vm
 
         on_event = self._told(on_event)
         say = say_here(self.name, on_event)
+        self._use_spec(*before_controller_vm(self.spec, self.raw, say))  # APIs, permissions, the cluster's accounts
         machine = ControllerMachine(self.spec, say)
         plan = machine.plan()  # a controller VM that differs is refused before anything changes, the pointer too
         # The pointer first: an `up` interrupted from here on is finished by `up` or removed by `down`.
@@ -354,6 +356,11 @@ class RemoteCluster:
     def spec(self) -> ClusterSpec:
         """The spec this machine's `up` gave (kept with its pointer)."""
         return stored_spec(self.name)
+
+    def _use_spec(self, spec: ClusterSpec, raw: dict[str, Any]) -> None:
+        """`up` goes on with this spec (the preflight's: it names the accounts `up` made), saved
+        with the pointer before the controller VM is made."""
+        pinned.save_spec(self.name, json.dumps(raw))
 
     @property
     def raw(self) -> dict[str, Any]:

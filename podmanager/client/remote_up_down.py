@@ -37,6 +37,9 @@ class RemoteSpec(RemoteCluster):
         """The spec's fields as written (`backend` set for a dry run), sent to the controller."""
         return self._raw
 
+    def _use_spec(self, spec: ClusterSpec, raw: dict[str, Any]) -> None:
+        self._spec, self._raw = spec, raw
+
     def down(self, *, timeout_s: float = 600.0, on_event: EventCallback | None = None) -> None:
         """As `RemoteCluster.down`, by this spec (also of an `up` cut short before the
         controller served)."""

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from podmanager.cloud.gcp.compute import ComputeNetworks
     from podmanager.cloud.gcp.instances import ComputeInstances
+    from podmanager.cloud.gcp.project_iam import ProjectIam
     from podmanager.cloud.gcp.service_usage import ServiceUsage
     from podmanager.cloud.gcp.storage import BucketIam
     from podmanager.controller.cluster_hosts import LocalMachines
@@ -163,6 +164,26 @@ def make_service_usage(spec: ClusterSpec) -> ServiceUsage | None:
     from podmanager.cloud.gcp.client import check_credentials
 
     return ServiceUsage(spec.project or "", credentials=check_credentials(spec.project or ""))
+
+
+def make_project_iam(spec: ClusterSpec) -> ProjectIam | None:
+    """The project's service accounts and IAM policy (IAM and Resource Manager), where
+    `make_compute` finds Compute Engine: a dry run's emulator, or Google's."""
+    from podmanager.cloud.gcp.project_iam import ProjectIam
+
+    if spec.simulated:
+        from podmanager.cloud.gcp.emulator_identity import principal
+        from podmanager.emulator import launcher
+
+        found = launcher.running(spec.project or "")
+        if found is None or not found.compute_api:
+            return None
+        return ProjectIam(spec.project or "", endpoint=found.compute_api, caller=principal(), pause_s=0.05)
+    if os.environ.get("TPU_EMULATOR_HOST"):
+        return None
+    from podmanager.cloud.gcp.client import check_credentials
+
+    return ProjectIam(spec.project or "", credentials=check_credentials(spec.project or ""))
 
 
 def stop_emulator_if_idle(project: str) -> bool:

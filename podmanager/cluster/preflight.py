@@ -2,9 +2,18 @@
 names the fix; then the cluster's own firewall rule, made here and deleted by `down`.
 
 First, the APIs the cluster needs are enabled in the project (Service Usage, read once for
-all: `cloud/gcp/service_usage.py`): Cloud TPU and Compute Engine always, Secret Manager where
-VMs boot (they read the Ray token from it), Cloud Storage where buckets are used. Every one
-that is off is named at once, with its activation link and the command that enables them.
+all: `cloud/gcp/service_usage.py`): Cloud TPU and Compute Engine always, Resource Manager
+where the caller's permissions are asked and IAM where the cluster's own account is made,
+Secret Manager where VMs boot (they read the Ray token from it), Cloud Storage where buckets
+are used. Every one that is
+off is named at once, with its activation link and the command that enables them. Then the
+caller's permissions for all `up` does, in one call (`permission_preflight.py`).
+
+The TPU VMs run as the cluster's own service account (`cloud/gcp/cluster_accounts.py`:
+`pm-<cluster>-vms`, made here once the checks passed, before the first grant to it), unless the
+spec's `network.service_account` names one: a secure-by-default organization's default compute
+account has no role at all. The spec `up` goes on with names it, so every node, secret and bucket
+grant carries it.
 
 Read through the Compute Engine API (a dry run: the emulator's, which starts as a new project):
 - the network exists, and has a subnetwork in the region of every zone (the one the spec names,
@@ -30,6 +39,12 @@ import platform
 from typing import TYPE_CHECKING, Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
+from podmanager.cloud.gcp.cluster_accounts import (
+    VMS,
+    account_id,
+    accounts_for,
+    with_vms_account,
+)
 from podmanager.cloud.network import (
     Allowed,
     FirewallRule,
@@ -38,6 +53,7 @@ from podmanager.cloud.network import (
     short_name,
 )
 from podmanager.cluster.bucket_preflight import BucketCheck, bucket_needs
+from podmanager.cluster.permission_preflight import needed_permissions, refuse_missing
 from podmanager.controller.python_downloads import check_python_download
 from podmanager.controller.staging import vms_install
 from podmanager.core.errors import SpecError
@@ -51,6 +67,7 @@ from podmanager.core.spec import ClusterSpec, on_loopback
 
 if TYPE_CHECKING:
     from podmanager.cloud.gcp.compute import ComputeNetworks
+    from podmanager.cloud.gcp.service_usage import DisabledApi
     from podmanager.cluster.cluster_runtime import ClusterRuntime
 
 Record = Callable[..., Any]
@@ -81,18 +98,49 @@ def check_before_up(runtime: ClusterRuntime) -> None:
     compute = compute_for(runtime)
     if compute is None:
         return
+    from podmanager.cluster.backends import make_project_iam
+
+    accounts = accounts_for(spec)
+    # A spec naming the cluster's own account was completed by the `up` that made it and
+    # checked the caller (the user's machine, for a controller VM's `up`): not asked again.
+    iam = make_project_iam(spec) if accounts.check_caller else None
     with compute:
+        if iam is not None:
+            with iam:
+                refuse_missing(spec, iam.missing(needed_permissions(
+                    spec, vms_boot=runtime.hosts is not None, makes_account=accounts.to_make)), iam.caller)
+        if accounts.to_make:  # every grant and node from here on names the cluster's own account
+            runtime.use_spec(with_vms_account(spec, accounts.vms))
         buckets = _bucket_check(runtime, compute)
         try:
-            check_network(runtime.spec, compute, record=runtime.record, buckets=buckets)
+            check_network(runtime.spec, compute, record=runtime.record, buckets=buckets,
+                          before_changes=lambda: _make_vms_account(runtime) if accounts.to_make else None)
         finally:
             if buckets is not None:
                 buckets.buckets.close()
 
 
+def _make_vms_account(runtime: ClusterRuntime) -> None:
+    """The TPU VMs' own account, made unless it exists (it needs no project role: module docstring)."""
+    from podmanager.cluster.backends import make_project_iam
+
+    iam = make_project_iam(runtime.spec)
+    if iam is None:
+        return
+    with iam:
+        email, made = iam.ensure_account(account_id(runtime.name, VMS), f"podmanager {runtime.name}: TPU VMs")
+    if made:
+        runtime.record(EventKind.SERVICE_ACCOUNT_CREATED, f"service account {email} created: the TPU VMs run as it")
+
+
 def needed_apis(spec: ClusterSpec, *, vms_boot: bool) -> list[str]:
     """The APIs `up` of `spec` calls (the module's text)."""
     apis = ["tpu.googleapis.com", "compute.googleapis.com"]
+    accounts = accounts_for(spec)
+    if accounts.check_caller:
+        apis.append("cloudresourcemanager.googleapis.com")
+    if accounts.to_make:
+        apis.append("iam.googleapis.com")
     if vms_boot:
         apis.append("secretmanager.googleapis.com")
     if bucket_needs(spec, vms_boot=vms_boot):
@@ -114,7 +162,11 @@ def check_apis(runtime: ClusterRuntime) -> None:
     if usage is None:
         return
     with usage:
-        off = usage.disabled(needed_apis(spec, vms_boot=runtime.hosts is not None))
+        refuse_disabled(spec, usage.disabled(needed_apis(spec, vms_boot=runtime.hosts is not None)))
+
+
+def refuse_disabled(spec: ClusterSpec, off: list[DisabledApi] | None) -> None:
+    """A SpecError (exit 2) naming every API of `off` with its link and the command enabling them."""
     if not off:
         return
     project = spec.project or ""
@@ -161,9 +213,10 @@ def delete_cluster_rule(spec: ClusterSpec, compute: ComputeNetworks | None, reco
 
 
 def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record,
-                  buckets: BucketCheck | None = None) -> None:
+                  buckets: BucketCheck | None = None, before_changes: Callable[[], None] = lambda: None) -> None:
     """Every check of the module's docstring, and the buckets' (`bucket_preflight.py`); one
-    SpecError naming each problem and its fix before anything is made."""
+    SpecError naming each problem and its fix before anything is made; `before_changes` runs
+    once they all passed, before the first grant or rule."""
     wanted = spec.network
     network = short_name(wanted.network if wanted and wanted.network else "default")
     project = network_project(spec)
@@ -190,6 +243,7 @@ def check_network(spec: ClusterSpec, compute: ComputeNetworks, *, record: Record
     if problems:
         raise SpecError(f"the project cannot carry cluster {spec.name} (nothing was created):\n  "
                         + "\n  ".join(problems))
+    before_changes()
     if buckets is not None:
         buckets.grant(record)
     _ensure_cluster_rule(spec, compute, network, subnetworks, record)

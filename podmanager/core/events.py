@@ -19,6 +19,8 @@ class EventKind(StrEnum):
     FIREWALL_CREATED = "firewall_created"
     FIREWALL_EXISTING = "firewall_existing"
     BUCKET_GRANTED = "bucket_granted"  # the VMs' account given access to a bucket they use
+    SERVICE_ACCOUNT_CREATED = "service_account_created"  # the cluster's own account, made by `up`
+    SERVICE_ACCOUNT_GRANTED = "service_account_granted"  # a role granted to it on the project or an account
     # the controller VM (`controller.local: false`), as the user's machine makes and removes it
     CONTROLLER_PLAN = "controller_plan"  # create it, or keep the one there
     CONTROLLER_CREATING = "controller_creating"

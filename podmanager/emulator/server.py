@@ -85,6 +85,7 @@ class Emulator:
         secrets.gated = True
         self.gate = Gate(self.iam, self._resource_bindings)
         self.api.interceptors.append(GateInterceptor(self.gate))
+        self.api.controls["iam_calls"] = self.gate.calls_made  # who made each call: `EmulatorControl.call("iam_calls")`
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
         self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self.stopped = threading.Event()

@@ -13,8 +13,8 @@ import pytest
 from dashboard_records import CLUSTER, checkpoints_of, preempted_run
 
 from podmanager.api import dashboard, history_bundle
-from podmanager.client import controller_machine, kept_history, remote
 from podmanager.attempts.logs import RunFolder
+from podmanager.client import controller_machine, kept_history, remote
 from podmanager.core.events import EventKind
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore

@@ -412,7 +412,9 @@ def test_a_scripts_cluster_of_a_controller_vm_spec_goes_through_the_controller(v
         assert cluster.run(Workload(entrypoint="train.py")).status == "succeeded"
         assert fake.downs == [] and torn == []
     [up] = fake.ups
-    assert yaml.safe_load(up.spec_yaml) == {**VM_SPEC, "backend": "simulated"}  # the dry run, as the CLI sends it
+    # The dry run, as the CLI sends it, naming the VMs' own account that the laptop's `up` made.
+    assert yaml.safe_load(up.spec_yaml) == {**VM_SPEC, "backend": "simulated", "network": {
+        "service_account": f"pm-{CLUSTER}-vms@podmanager-sim.iam.gserviceaccount.com"}}
     assert fake.submitted and fake.downs == [CLUSTER] and torn == [CLUSTER]  # down: the controller's, then its VM
     assert "event after 0" in heard  # the object's listener hears the run's events
     assert StateStore().get_cluster(CLUSTER) is None and head.load_state(CLUSTER) is None

@@ -13,11 +13,11 @@ import pytest
 from google.api_core.client_options import ClientOptions
 from google.cloud import compute_v1
 
+from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.gcp.instances import ComputeInstances
 from podmanager.cloud.instances import Instance
 from podmanager.emulator.server import Emulator
-from podmanager.emulator.sim import instances as sim_instances
 
 PROJECT = "p-waits"
 ZONE = "sim-zone-a"
@@ -26,9 +26,9 @@ INSERT_S = 3.0  # longer than a wait: one wait cannot see it done
 
 
 @pytest.fixture
-def emulator(monkeypatch):
-    monkeypatch.setattr(sim_instances, "LATENCY_S", INSERT_S)
+def emulator():
     served = Emulator(PROJECT, persist=False)
+    served.sim.configure_cluster("w", 0.5, 0.1, instance_create_latency_s=INSERT_S, instance_delete_latency_s=INSERT_S)
     served.compute.wait_deadline_s = WAIT_DEADLINE_S
     served.serve_rest()
     yield served
@@ -36,7 +36,7 @@ def emulator(monkeypatch):
 
 
 def vm(name: str) -> Instance:
-    return Instance(name=name, zone=ZONE, machine_type="e2-standard-2")
+    return Instance(name=name, zone=ZONE, machine_type="e2-standard-2", labels={CLUSTER_LABEL: "w"})
 
 
 def test_a_wait_returns_the_operation_undone_at_its_deadline(emulator):

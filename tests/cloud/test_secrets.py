@@ -123,6 +123,16 @@ def test_a_disabled_latest_version_is_replaced(rig: Rig) -> None:
     assert rig.service.versions(SECRET_NAME)[-1].enabled
 
 
+def test_a_secret_made_already_is_never_created_again(rig: Rig) -> None:
+    # A controller VM's account may read and write the cluster's secret, not make secrets.
+    rig.secrets.ensure("demo", TOKEN)
+    rig.secrets.ensure("demo", OTHER_TOKEN)
+    rig.secrets.ensure("demo", OTHER_TOKEN)
+
+    assert rig.calls("CreateSecret") == 1
+    assert rig.payloads(SECRET_NAME) == [TOKEN.encode(), OTHER_TOKEN.encode()]
+
+
 def test_an_existing_secret_without_versions_gets_one(rig: Rig) -> None:
     rig.service.fail_next("AddSecretVersion", grpc.StatusCode.INTERNAL, "boom")  # up crashed between create and add
     with pytest.raises(errors.CloudError):
@@ -182,7 +192,7 @@ def test_transient_errors_are_retried_then_succeed(rig: Rig, code: grpc.StatusCo
 
     assert rig.payloads(SECRET_NAME) == [TOKEN.encode()]
     assert rig.calls("CreateSecret") == 3
-    assert [attempt for _, _, attempt in rig.retries] == [1, 2, 1, 1]
+    assert [attempt for _, _, attempt in rig.retries] == [1, 1, 2, 1]  # latest read first, then create twice, add
     assert all(isinstance(error, errors.TransientError) for _, error, _ in rig.retries)
     assert rig.clock.now() > start  # backed off on the fake clock
     assert all(TOKEN not in f"{what} {error}" for what, error, _ in rig.retries)

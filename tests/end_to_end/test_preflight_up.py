@@ -80,7 +80,8 @@ def test_up_with_a_checkpoint_bucket_that_does_not_exist_exits_2_naming_it_and_c
 
 
 def test_up_in_a_new_secure_by_default_project_exits_2_naming_every_disabled_api_and_creates_nothing(tmp_path):
-    # A new project of a secure-by-default organization has neither Cloud TPU nor Compute Engine on.
+    # A new project of a secure-by-default organization has neither Cloud TPU nor Compute Engine on,
+    # nor Resource Manager (the permissions asked) and IAM (the cluster's own account made).
     simulation.change_project(PROJECT, kind="new")
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(spec("fresh")))
@@ -91,9 +92,10 @@ def test_up_in_a_new_secure_by_default_project_exits_2_naming_every_disabled_api
     said = finished.stdout + finished.stderr
     assert finished.returncode == 2, said
     assert "SERVICE_DISABLED" in said
-    for service in ("tpu.googleapis.com", "compute.googleapis.com"):  # both at once, each with its link
+    apis = ("tpu.googleapis.com", "compute.googleapis.com", "cloudresourcemanager.googleapis.com", "iam.googleapis.com")
+    for service in apis:  # all at once, each with its link
         assert f"https://console.developers.google.com/apis/api/{service}/overview?project=" in said
-    assert "gcloud services enable tpu.googleapis.com compute.googleapis.com --project podmanager-sim" in said
+    assert f"gcloud services enable {' '.join(apis)} --project podmanager-sim" in said
     with EmulatorControl(launcher.running(PROJECT).address) as control:
         assert control.all_nodes() == [] and control.all_queued_resources() == []
         assert control.requests("CreateNode", "CreateQueuedResource", "compute.firewalls.insert") == []

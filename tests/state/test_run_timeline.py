@@ -7,7 +7,13 @@ import pytest
 
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord
-from podmanager.state.run_results import AttemptResult, HostResult, IncidentRecord, Ledger, RunResult
+from podmanager.state.run_results import (
+    AttemptResult,
+    HostResult,
+    IncidentRecord,
+    Ledger,
+    RunResult,
+)
 from podmanager.state.run_state import Running, RunProgress
 from podmanager.state.run_timeline import BUCKETS, build, of_record
 from podmanager.state.store import Event

@@ -7,7 +7,13 @@ from podmanager.core.events import EventKind
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import AttemptResult, HostResult, IncidentRecord, Ledger, RunResult
+from podmanager.state.run_results import (
+    AttemptResult,
+    HostResult,
+    IncidentRecord,
+    Ledger,
+    RunResult,
+)
 
 CLUSTER = "c"
 

@@ -2,7 +2,8 @@
 with the one firewall rule that lets the caller reach its channel. Not used by `up` yet.
 
 - **The VM** `<cluster>-controller`: the spec's `controller:` machine type, zone and disk; the
-  spec's network, subnetwork and service account (the project's default when none) with the
+  spec's network and subnetwork, the cluster's own controller account when `up` made it (else
+  the spec's `network.service_account`, else the project's default: `cluster_accounts.py`), with the
   `cloud-platform` scope (it calls Cloud TPU, Compute Engine, Secret Manager and Cloud Storage);
   an external IP (the laptop reaches it); labelled as the TPU nodes are (`podmanager-cluster`)
   plus `podmanager-role: controller`; the cluster's network tag (its internal rule lets the
@@ -38,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import CLUSTER_LABEL
+from podmanager.cloud.gcp.cluster_accounts import controller_account
 from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.gcp.instances import ComputeInstances
 from podmanager.cloud.instances import (
@@ -164,7 +166,7 @@ def controller_instance(spec: ClusterSpec, zone: str, startup_script: str) -> In
         subnetwork=short_name(network.subnetwork) if network and network.subnetwork else "",
         network_project="" if in_project == spec.project else in_project,
         external_ip=True,  # the laptop reaches its channel from outside the VPC
-        service_account=(network.service_account if network and network.service_account else "default"),
+        service_account=controller_account(spec) or "default",
         scopes=[CLOUD_PLATFORM_SCOPE],
         # Google takes guest attributes (how the VM reports its boot and its channel) only with this on.
         metadata={"startup-script": startup_script, "enable-guest-attributes": "TRUE"},

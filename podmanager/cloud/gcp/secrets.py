@@ -4,9 +4,10 @@ The startup script (`controller/startup.py`) names the secret `token_secret_id(c
 `latest` version with the VM's service account; `TokenSecrets` creates that secret and
 keeps its latest version equal to the head's token.
 
-- `ensure` is level-triggered: it creates the secret if missing (ALREADY_EXISTS counts as
-  success), reads what `latest` holds, and adds a version only when that differs (or is
-  disabled, destroyed or absent), so running `up` again adds nothing.
+- `ensure` is level-triggered: it reads what `latest` holds first, creates the secret only when
+  there is none (ALREADY_EXISTS counts as success), and adds a version only when `latest`
+  differs (or is disabled, destroyed or absent), so running `up` again adds nothing, and a
+  controller VM whose account may use the secret but not make secrets never asks to.
 - `grant_access` gives the TPU VMs' service account `roles/secretmanager.secretAccessor` on
   the secret (read, add the binding if missing, write back with the read etag; once more on
   ABORTED, a concurrent change). With no account named, it is the project's default compute
@@ -227,9 +228,11 @@ class TokenSecrets:
             leaked = error
         raise _redacted(leaked, token)  # outside the handler: no __context__ pointing back at the original
 
-    def grant_access(self, cluster: str, service_account: str | None = None) -> SecretAccess:
+    def grant_access(self, cluster: str, service_account: str | None = None, *,
+                     role: str = ACCESSOR_ROLE) -> SecretAccess:
         """Let `service_account` (an email; None: the project's default compute service account)
-        read the cluster's secret: roles/secretmanager.secretAccessor on the secret itself.
+        read the cluster's secret: roles/secretmanager.secretAccessor on the secret itself (or
+        `role`: the controller VM's account keeps the secret it reads and rewrites).
 
         Adds the binding only when the account lacks it, so running `up` again writes nothing.
         The write carries the etag of the read, so a concurrent change of the policy is never
@@ -248,24 +251,24 @@ class TokenSecrets:
         member = f"serviceAccount:{service_account}"
         for attempt in (1, 2):
             try:
-                return self._bind(name, member)
+                return self._bind(name, member, role)
             except cloud_errors.CloudError as error:
                 if attempt == 2 or not isinstance(error.__cause__, google_exceptions.Aborted):
                     raise
         raise AssertionError("unreachable: the second attempt returns or raises")
 
-    def _bind(self, name: str, member: str) -> SecretAccess:
+    def _bind(self, name: str, member: str, role: str = ACCESSOR_ROLE) -> SecretAccess:
         """One read-modify-write of the secret's IAM policy."""
         # Version 3: a policy with conditional bindings is read whole, so writing it back loses none.
         policy = self._call(f"read the IAM policy of secret {name}", self._client.get_iam_policy, resource=name,
                             options=options_pb2.GetPolicyOptions(requested_policy_version=3))
-        unconditional = [b for b in policy.bindings if b.role == ACCESSOR_ROLE and not b.HasField("condition")]
+        unconditional = [b for b in policy.bindings if b.role == role and not b.HasField("condition")]
         if any(member in binding.members for binding in unconditional):
             return SecretAccess(member)
         if unconditional:
             unconditional[0].members.append(member)
         else:
-            policy.bindings.append(policy_pb2.Binding(role=ACCESSOR_ROLE, members=[member]))
+            policy.bindings.append(policy_pb2.Binding(role=role, members=[member]))
         try:
             self._call(f"grant {member} read access to secret {name}", self._client.set_iam_policy,
                        resource=name, policy=policy)
@@ -301,34 +304,40 @@ class TokenSecrets:
     # ------------------------------------------------------------------ steps
 
     def _ensure(self, cluster: str, token: str) -> str:
+        # Read first: a secret made already (by the user's machine, for a controller VM whose
+        # account may read and write it but not create secrets in the project) is never created again.
         name, data = self.secret_name(cluster), token.encode()
-        secret = resources.Secret(
-            replication=resources.Replication(automatic=resources.Replication.Automatic()),
-            labels={CLUSTER_LABEL: cluster},
+        held = self._latest_holds(name, data, hide=token)
+        if held:
+            return name
+        if held is None:
+            secret = resources.Secret(
+                replication=resources.Replication(automatic=resources.Replication.Automatic()),
+                labels={CLUSTER_LABEL: cluster},
+            )
+            try:
+                self._call(
+                    f"create secret {name}",
+                    self._client.create_secret,
+                    parent=f"projects/{self.project}",
+                    secret_id=self.secret_id(cluster),
+                    secret=secret,
+                    hide=token,
+                )
+            except cloud_errors.AlreadyExistsError:
+                pass
+        self._call(
+            f"add a version to secret {name}",
+            self._client.add_secret_version,
+            parent=name,
+            payload=resources.SecretPayload(data=data, data_crc32c=crc32c(data)),
+            hide=token,
         )
-        try:
-            self._call(
-                f"create secret {name}",
-                self._client.create_secret,
-                parent=f"projects/{self.project}",
-                secret_id=self.secret_id(cluster),
-                secret=secret,
-                hide=token,
-            )
-        except cloud_errors.AlreadyExistsError:
-            pass
-        if not self._latest_holds(name, data, hide=token):
-            self._call(
-                f"add a version to secret {name}",
-                self._client.add_secret_version,
-                parent=name,
-                payload=resources.SecretPayload(data=data, data_crc32c=crc32c(data)),
-                hide=token,
-            )
         return name
 
-    def _latest_holds(self, name: str, data: bytes, *, hide: str) -> bool:
-        """Whether `<name>/versions/latest` is readable and holds exactly `data`."""
+    def _latest_holds(self, name: str, data: bytes, *, hide: str) -> bool | None:
+        """Whether `<name>/versions/latest` holds exactly `data`: False when it holds something
+        else or is disabled or destroyed, None when there is no secret or no version yet."""
         try:
             response = self._call(
                 f"read the latest version of secret {name}",
@@ -336,8 +345,8 @@ class TokenSecrets:
                 name=f"{name}/versions/latest",
                 hide=hide,
             )
-        except cloud_errors.NotFoundError:  # no version yet
-            return False
+        except cloud_errors.NotFoundError:  # no secret, or no version yet
+            return None
         except cloud_errors.InvalidRequestError as error:
             if isinstance(error.__cause__, google_exceptions.FailedPrecondition):  # latest is disabled or destroyed
                 return False

@@ -87,6 +87,24 @@ class BucketIam:
                     raise
         raise AssertionError("unreachable: the second attempt returns or raises")
 
+    def bind(self, bucket: str, grants: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Each (role, member) bound on the bucket unless it is already; the pairs added."""
+        for attempt in (1, 2):
+            policy, added = self.policy(bucket), []
+            for role, member in grants:
+                if not any(b.role == role and b.condition is None and member in b.members for b in policy.bindings):
+                    policy, added = policy.granting(member, role), [*added, (role, member)]
+            if not added:
+                return []
+            try:
+                self._call("PUT", bucket, "/iam", f"grant {added} on bucket {bucket}",
+                           json=policy.model_dump(mode="json", exclude_none=True))
+                return added
+            except StalePolicyError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
     def _call(self, method: str, bucket: str, tail: str, what: str, **body: Any) -> dict[str, Any]:
         url = f"{self.root}/storage/v1/b/{quote(bucket, safe='')}{tail}"
         for attempt in range(1, _TRIES + 1):

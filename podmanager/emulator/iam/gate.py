@@ -1,13 +1,18 @@
 """The one check every emulated call passes before its handler: who calls (the bearer token),
 whether the API is enabled in the project, and whether the caller holds every permission the
 method needs (`methods.METHODS`), `iam.serviceAccounts.actAs` on the account a new VM or node
-runs as included. A resource's own policy counts beside the project's (a secret's).
+runs as included. A resource's own policy counts beside the project's (a secret's, a bucket's,
+and for actAs the service account's own). A VM or node asked to run as an account the project
+does not have is refused. Every call checked is remembered (`calls_made`, the newest 10,000):
+who made it and whether it passed, what a test reads to see each machine call as its account.
 
 Served from the REST dispatcher (`rest.serve(gate=...)`) and as a gRPC server interceptor."""
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import deque
 from typing import Any, Callable, Iterable, Mapping
 
 import grpc
@@ -25,6 +30,14 @@ class Gate:
     def __init__(self, iam: ProjectIam, resource_policy: ResourcePolicy = lambda name: ()):
         self.iam = iam
         self.resource_policy = resource_policy
+        self._calls: deque[dict[str, object]] = deque(maxlen=10_000)
+        self._calls_lock = threading.Lock()
+
+    def calls_made(self, methods: list[str] | None = None) -> list[dict[str, object]]:
+        """The calls checked, oldest first ({"method", "principal", "resource", "denied"}), only
+        `methods`' if given (discovery ids)."""
+        with self._calls_lock:
+            return [dict(call) for call in self._calls if methods is None or call["method"] in methods]
 
     def caller(self, headers: Mapping[str, str]) -> str | Denial:
         """The principal the request's bearer token stands for, or the 401 Google answers."""
@@ -40,18 +53,36 @@ class Gate:
         `also`: permissions what the request sets adds; `act_as`: the account a VM or node it
         creates runs as (iam.serviceAccounts.actAs on it:
         https://docs.cloud.google.com/iam/docs/service-accounts-actas)."""
+        denial = self._denial(method_id, principal, resource, also, act_as)
+        with self._calls_lock:
+            self._calls.append({"method": method_id, "principal": principal, "resource": resource,
+                                "denied": denial.message if denial else None})
+        return denial
+
+    def _denial(self, method_id: str, principal: str, resource: str, also: Iterable[str],
+                act_as: str | None) -> Denial | None:
         method = methods.METHODS[method_id]
         if not self.iam.enabled(method.service):
             return denials.service_disabled(method.service, self.iam.number)
-        extra = list(self.resource_policy(resource))
+        extra = list(self._resource_bindings(resource))
         for permission in (*method.permissions, *also):
             if not self.iam.holds(principal, permission, extra):
                 return denials.permission_denied(method.service, permission, resource)
-        if act_as is not None and not self.iam.holds(principal, methods.ACT_AS):
-            account = act_as.removeprefix("serviceAccount:")
-            return denials.permission_denied(methods.IAM, methods.ACT_AS,
-                                             f"projects/-/serviceAccounts/{account}")
+        if act_as is None:
+            return None
+        account = act_as.removeprefix("serviceAccount:")
+        own = self.iam.account_policy(account).items()  # who may act as it, granted on the account itself
+        if not self.iam.holds(principal, methods.ACT_AS, own):
+            return denials.permission_denied(methods.IAM, methods.ACT_AS, f"projects/-/serviceAccounts/{account}")
+        if not self.iam.account_exists(account):
+            return denials.no_such_account(method.service, account)
         return None
+
+    def _resource_bindings(self, resource: str) -> Iterable[tuple[str, Iterable[str]]]:
+        """A resource's own policy: a service account's is the project's record; others the server's."""
+        if "/serviceAccounts/" in resource:
+            return self.iam.account_policy(resource.rsplit("/", 1)[-1]).items()
+        return self.resource_policy(resource)
 
     def holding(self, principal: str, asked: Iterable[str]) -> list[str]:
         """The permissions of `asked` the principal holds on the project (testIamPermissions)."""

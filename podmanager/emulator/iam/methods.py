@@ -47,7 +47,12 @@ def _tpu(permission: str) -> Method:
 # Cloud Storage JSON: https://docs.cloud.google.com/storage/docs/access-control/iam-json
 # Service Usage: https://docs.cloud.google.com/service-usage/docs/access-control
 # Resource Manager v3 projects.testIamPermissions: "There are no permissions required for making
-# this API call." (https://docs.cloud.google.com/resource-manager/reference/rest/v3/projects/testIamPermissions)
+# this API call." (https://docs.cloud.google.com/resource-manager/reference/rest/v3/projects/testIamPermissions);
+# getIamPolicy and setIamPolicy need resourcemanager.projects.getIamPolicy / .setIamPolicy
+# (https://docs.cloud.google.com/resource-manager/reference/rest/v3/projects/setIamPolicy).
+# IAM v1 service accounts: iam.serviceAccounts.create / .get / .getIamPolicy / .setIamPolicy
+# (https://docs.cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts, each method's
+# "Authorization scopes" and https://docs.cloud.google.com/iam/docs/service-accounts-create#permissions).
 METHODS: dict[str, Method] = {
     "tpu.projects.locations.nodes.create": _tpu("tpu.nodes.create"),
     "tpu.projects.locations.nodes.get": _tpu("tpu.nodes.get"),
@@ -112,6 +117,12 @@ METHODS: dict[str, Method] = {
     "storage.buckets.testIamPermissions": Method(STORAGE, ()),
     "storage.objects.get": Method(STORAGE, ("storage.objects.get",)),
     "cloudresourcemanager.projects.testIamPermissions": Method(RESOURCE_MANAGER, ()),
+    "cloudresourcemanager.projects.getIamPolicy": Method(RESOURCE_MANAGER, ("resourcemanager.projects.getIamPolicy",)),
+    "cloudresourcemanager.projects.setIamPolicy": Method(RESOURCE_MANAGER, ("resourcemanager.projects.setIamPolicy",)),
+    "iam.projects.serviceAccounts.create": Method(IAM, ("iam.serviceAccounts.create",)),
+    "iam.projects.serviceAccounts.get": Method(IAM, ("iam.serviceAccounts.get",)),
+    "iam.projects.serviceAccounts.getIamPolicy": Method(IAM, ("iam.serviceAccounts.getIamPolicy",)),
+    "iam.projects.serviceAccounts.setIamPolicy": Method(IAM, ("iam.serviceAccounts.setIamPolicy",)),
     "serviceusage.services.get": Method(SERVICE_USAGE, ("serviceusage.services.get",)),
     "serviceusage.services.list": Method(SERVICE_USAGE, ("serviceusage.services.list",)),
     "serviceusage.services.enable": Method(SERVICE_USAGE, ("serviceusage.services.enable",)),
@@ -148,7 +159,8 @@ _COMPUTE_VERBS = {("POST", False): "insert", ("GET", False): "list", ("GET", Tru
 _STORAGE_OBJECT = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<object>[^/]+)$")
 _STORAGE_BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)(?P<iam>/iam(?P<test>/testPermissions)?)?$")
 _SECRET_ACCESS = re.compile(r"^/v1/(?P<name>projects/[^/]+/secrets/[^/]+/versions/[^/:]+):access$")
-_TEST_PERMISSIONS = re.compile(r"^/v3/projects/(?P<project>[^/:]+):testIamPermissions$")
+_PROJECT_IAM = re.compile(r"^/v3/projects/(?P<project>[^/:]+):(?P<verb>testIamPermissions|getIamPolicy|setIamPolicy)$")
+_ACCOUNTS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/serviceAccounts(?:/(?P<email>[^/:]+)(?::(?P<verb>getIamPolicy|setIamPolicy))?)?$")
 _SERVICES = re.compile(r"^/v1/projects/(?P<project>[^/]+)/services(?:/(?P<service>[^/:]+)(?P<enable>:enable)?)?$")
 
 
@@ -172,8 +184,14 @@ def rest_call(http_method: str, path: str) -> RestCall | None:
         return RestCall(f"storage.buckets.{verb}", f"projects/_/buckets/{unquote(found['bucket'])}")
     if (found := _SECRET_ACCESS.match(unquote(url))) is not None:
         return RestCall("secretmanager.projects.secrets.versions.access", found["name"])
-    if (found := _TEST_PERMISSIONS.match(url)) is not None:
-        return RestCall("cloudresourcemanager.projects.testIamPermissions", f"projects/{found['project']}")
+    if (found := _PROJECT_IAM.match(url)) is not None:
+        return RestCall(f"cloudresourcemanager.projects.{found['verb']}", f"projects/{found['project']}")
+    if (found := _ACCOUNTS.match(unquote(url))) is not None:
+        if found["email"] is None:
+            return RestCall("iam.projects.serviceAccounts.create", f"projects/{found['project']}") \
+                if http_method == "POST" else None
+        return RestCall(f"iam.projects.serviceAccounts.{found['verb'] or 'get'}",
+                        f"projects/{found['project']}/serviceAccounts/{found['email']}")
     if (found := _SERVICES.match(url)) is not None:
         verb = "enable" if found["enable"] else ("get" if found["service"] else "list")
         return RestCall(f"serviceusage.services.{verb}", f"projects/{found['project']}")

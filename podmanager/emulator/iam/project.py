@@ -12,10 +12,17 @@ Kinds (facts: /work/shared/DESIGN.md "Google Cloud's rules"):
   https://docs.cloud.google.com/resource-manager/docs/secure-by-default-organizations), and only
   the APIs a new project has enabled (https://docs.cloud.google.com/service-usage/docs/enabled-service#default):
   not Compute Engine, Cloud TPU, Secret Manager, IAM or Resource Manager.
+
+Besides the policy it keeps the project's service accounts (those made with the IAM API; the
+default compute account exists once Compute Engine is enabled: "Enabling Compute creates ... the
+default compute account", https://docs.cloud.google.com/compute/docs/access/service-accounts#default_service_account)
+and each account's own policy (who may act as it), and an etag that changes with every write of
+the project's policy (https://docs.cloud.google.com/iam/docs/policies#etag).
 """
 
 from __future__ import annotations
 
+import base64
 import threading
 from pathlib import Path
 from typing import Iterable
@@ -46,6 +53,21 @@ class ProjectPolicy(BaseModel):
     kind: str
     bindings: dict[str, list[str]]
     services: list[str]
+    accounts: dict[str, str] = {}  # email -> display name: the service accounts made with the IAM API
+    account_bindings: dict[str, dict[str, list[str]]] = {}  # email -> its own policy (role -> members)
+    version: int = 0  # every write of `bindings` counts one: the etag
+
+
+class StalePolicy(Exception):
+    """A write carried an etag other than the policy's (409 ABORTED)."""
+
+
+class NoSuchAccount(Exception):
+    """A member or a VM names a service account the project does not have."""
+
+    def __init__(self, email: str):
+        super().__init__(email)
+        self.email = email
 
 
 def default_compute_account(number: str) -> str:
@@ -93,6 +115,58 @@ class ProjectIam:
             paths.private_dir(self._saved_at.parent)
             write_atomic(self._saved_at, self._policy.model_dump_json())
 
+    def etag(self) -> str:
+        with self._lock:
+            return base64.b64encode(f"pm-{self._policy.version}".encode()).decode()
+
+    def account_exists(self, email: str) -> bool:
+        """Whether the project has the service account: one made with the IAM API, or the
+        default compute account once Compute Engine is enabled. Other projects' accounts and
+        Google's service agents are not simulated: they count as absent (the stricter answer)."""
+        with self._lock:
+            if email in self._policy.accounts:
+                return True
+            compute_on = methods.COMPUTE in self._policy.services
+        return compute_on and f"serviceAccount:{email}" == default_compute_account(self.number)
+
+    def create_account(self, email: str, display_name: str) -> bool:
+        """Make the service account; False if it exists already (Google's 409)."""
+        with self._lock:
+            if email in self._policy.accounts:
+                return False
+            self._policy.accounts[email] = display_name
+            self._changed()
+            return True
+
+    def account_policy(self, email: str) -> dict[str, list[str]]:
+        with self._lock:
+            return {role: list(members) for role, members in self._policy.account_bindings.get(email, {}).items()}
+
+    def set_account_policy(self, email: str, bindings: dict[str, list[str]]) -> None:
+        self._check_members(bindings)
+        with self._lock:
+            self._policy.account_bindings[email] = {role: list(members) for role, members in bindings.items() if members}
+            self._changed()
+
+    def set_bindings(self, bindings: dict[str, list[str]], etag: str | None) -> None:
+        """The project's policy written whole (`projects.setIamPolicy`): StalePolicy when `etag`
+        is not the current one, NoSuchAccount for a service account the project lacks."""
+        self._check_members(bindings)
+        with self._lock:
+            current = base64.b64encode(f"pm-{self._policy.version}".encode()).decode()
+            if etag and etag != current:
+                raise StalePolicy(etag)
+            self._policy.bindings = {role: list(members) for role, members in bindings.items() if members}
+            self._policy.version += 1
+            self._changed()
+
+    def _check_members(self, bindings: dict[str, list[str]]) -> None:
+        for members in bindings.values():
+            for member in members:
+                kind, _, email = member.partition(":")
+                if kind == "serviceAccount" and not self.account_exists(email):
+                    raise NoSuchAccount(email)
+
     def holds(self, principal: str, permission: str, extra: Iterable[tuple[str, Iterable[str]]] = ()) -> bool:
         """Whether `principal` holds `permission` by the project's policy or by `extra` (a
         resource's own bindings: role, members), as IAM's inheritance reads them."""
@@ -129,6 +203,7 @@ class ProjectIam:
             members = self._policy.bindings.setdefault(role, [])
             if member not in members:
                 members.append(member)
+            self._policy.version += 1
             self._changed()
 
     def revoke(self, role: str, member: str) -> None:
@@ -138,6 +213,7 @@ class ProjectIam:
                 members.remove(member)
             if not members:
                 self._policy.bindings.pop(role, None)
+            self._policy.version += 1
             self._changed()
 
     def enable(self, service: str) -> None:

@@ -79,24 +79,31 @@ _SERVICE_USAGE = frozenset({"serviceusage.services.enable", "serviceusage.servic
 
 # https://docs.cloud.google.com/iam/docs/roles-permissions/iam.md.txt (roles/iam.serviceAccountUser)
 _ACT_AS = frozenset({"iam.serviceAccounts.actAs", "iam.serviceAccounts.get", "iam.serviceAccounts.list"})
+# The same page: roles/iam.serviceAccountAdmin makes, reads and shares accounts but may not act as
+# them (no actAs); roles/iam.serviceAccountCreator only makes them.
+_ACCOUNT_ADMIN = frozenset({"iam.serviceAccounts.create", "iam.serviceAccounts.delete", "iam.serviceAccounts.get",
+                            "iam.serviceAccounts.list", "iam.serviceAccounts.update",
+                            "iam.serviceAccounts.getIamPolicy", "iam.serviceAccounts.setIamPolicy"})
 
 # https://docs.cloud.google.com/iam/docs/roles-permissions/resourcemanager.md.txt
 _PROJECT_IAM = frozenset({"resourcemanager.projects.getIamPolicy", "resourcemanager.projects.setIamPolicy"})
 
 EVERYTHING = (_PROJECT_READ | _TPU_ALL | _SECRETS_ALL | _COMPUTE_INSTANCE_ADMIN | _COMPUTE_NETWORK_ADMIN
               | _COMPUTE_SECURITY_ADMIN
-              | _STORAGE_OBJECTS | _STORAGE_BUCKETS | _SERVICE_USAGE | _ACT_AS | _PROJECT_IAM)
+              | _STORAGE_OBJECTS | _STORAGE_BUCKETS | _SERVICE_USAGE | _ACT_AS | _ACCOUNT_ADMIN | _PROJECT_IAM)
 
 # Basic roles: https://docs.cloud.google.com/iam/docs/roles-permissions/basic.md.txt and
 # https://docs.cloud.google.com/iam/docs/roles-overview#basic. Editor lacks the permissions that
 # change access (setIamPolicy) and read secrets' payloads: secretmanager.versions.access,
 # secretmanager.secrets.setIamPolicy, resourcemanager.projects.setIamPolicy (and
 # iap.tunnelInstances.accessViaIAP, not emulated); the documentation lists Editor's
-# setIamPolicy permissions on no resource emulated here, so storage.buckets.setIamPolicy is
-# left out too (the stricter answer). Editor includes iam.serviceAccounts.actAs (its listing on
-# the basic roles page names it beside iam.serviceAccounts.get and .list).
+# setIamPolicy permissions on no resource emulated here, so storage.buckets.setIamPolicy and
+# iam.serviceAccounts.setIamPolicy are left out too (the stricter answer). Editor includes
+# iam.serviceAccounts.actAs and .create (its listing on the basic roles page names them beside
+# iam.serviceAccounts.get and .list).
 EDITOR_LACKS = frozenset({"secretmanager.versions.access", "secretmanager.secrets.setIamPolicy",
-                          "resourcemanager.projects.setIamPolicy", "storage.buckets.setIamPolicy"})
+                          "resourcemanager.projects.setIamPolicy", "storage.buckets.setIamPolicy",
+                          "iam.serviceAccounts.setIamPolicy"})
 _VIEWER = frozenset(p for p in EVERYTHING if p.rsplit(".", 1)[1] in ("get", "list", "getIamPolicy")
                     and p != "secretmanager.versions.access")
 
@@ -116,8 +123,14 @@ ROLES: dict[str, frozenset[str]] = {
     "roles/storage.legacyBucketOwner": _LEGACY_BUCKET_OWNER,
     "roles/storage.legacyBucketReader": _LEGACY_BUCKET_READER,
     "roles/storage.objectViewer": _PROJECT_READ | {"storage.objects.get", "storage.objects.list"},
+    # objects read and written, no bucket permission (the same storage page)
+    "roles/storage.objectUser": _PROJECT_READ | _STORAGE_OBJECTS,
+    # the networks, subnetworks, routers and firewall rules read, nothing changed (the compute page)
+    "roles/compute.networkViewer": _COMPUTE_READ_NETWORKS,
     "roles/serviceusage.serviceUsageAdmin": _SERVICE_USAGE,
     "roles/iam.serviceAccountUser": _PROJECT_READ | _ACT_AS,
+    "roles/iam.serviceAccountAdmin": _PROJECT_READ | _ACCOUNT_ADMIN,
+    "roles/iam.serviceAccountCreator": _PROJECT_READ | {"iam.serviceAccounts.create"},
     "roles/resourcemanager.projectIamAdmin": _PROJECT_READ | _PROJECT_IAM,
 }
 

@@ -1,0 +1,134 @@
+"""The cluster's own service accounts and what each is granted: least privilege, from what each
+machine really calls (docs/permissions.md lists every call with its permission and role).
+
+A project of a secure-by-default organization gives the default compute account no role at all
+(https://docs.cloud.google.com/resource-manager/docs/secure-by-default-organizations), so a TPU VM
+running as it cannot even read the Ray token. `up` therefore makes `pm-<cluster>-vms` for the TPU
+VMs (and names `pm-<cluster>-ctl` for a controller VM), idempotently, unless the spec's
+`network.service_account` names an account of the user's: then that one is used as it is and
+podmanager makes and grants no account of its own.
+
+What a TPU VM calls: Secret Manager's `versions.access` of the Ray-token secret (its startup
+script), Cloud Storage's `objects.get` of the staged wheel and the objects of the checkpoint
+bucket (orbax reads, writes, lists and deletes). Guest attributes go through the metadata server
+and need no role. So the VMs' account gets no project role at all: only roles on those resources
+(the secret's and each bucket's own policy), granted where they are made (`secrets.grant_access`,
+`cluster/bucket_preflight.py`).
+
+The controller VM's account (`controller.local: false`) is granted on the project what its `up`
+calls: Cloud TPU nodes and queued resources (roles/tpu.admin), the network read and the
+cluster's firewall rule made and deleted (roles/compute.securityAdmin, the only predefined role
+that creates firewall rules), and on the VMs' account iam.serviceAccounts.actAs
+(roles/iam.serviceAccountUser granted on that account alone, not the project: it may then act as
+no other account). On the cluster's own resources: the channel token read at boot; the Ray
+token read, rewritten with the head's, its grant read and the secret deleted by `down`
+(roles/secretmanager.admin on that one secret); each bucket read with its policy (its `up`
+checks the VMs' access) and the staged wheel read and written (roles/storage.legacyBucketOwner,
+the narrowest predefined role holding storage.buckets.getIamPolicy on one bucket, with
+roles/storage.objectViewer for storage.objects.get). The user's machine makes these grants
+before the controller VM boots (`cluster/preflight.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from podmanager.cloud.gcp.project_iam import account_email
+from podmanager.core.spec import ClusterSpec
+
+VMS, CONTROLLER = "vms", "ctl"
+
+# (account, role, where): the grants `up` makes beside the resources' own (module docstring).
+# https://docs.cloud.google.com/iam/docs/roles-permissions/tpu, .../compute, .../iam
+PROJECT_ROLES: dict[str, tuple[str, ...]] = {
+    VMS: (),
+    CONTROLLER: ("roles/tpu.admin", "roles/compute.securityAdmin"),
+}
+ON_VMS_ACCOUNT: dict[str, tuple[str, ...]] = {VMS: (), CONTROLLER: ("roles/iam.serviceAccountUser",)}
+# Granted on the resources themselves, by the code that makes them (listed for docs and tests).
+ON_RESOURCES: dict[str, tuple[tuple[str, str], ...]] = {
+    VMS: (("roles/secretmanager.secretAccessor", "the Ray-token secret"),
+          ("roles/storage.objectViewer", "the stage bucket"),
+          ("roles/storage.objectUser", "the checkpoint bucket")),
+    CONTROLLER: (("roles/secretmanager.secretAccessor", "the channel-token secret"),
+                 ("roles/secretmanager.admin", "the Ray-token secret"),
+                 ("roles/storage.legacyBucketOwner", "each of the cluster's buckets"),
+                 ("roles/storage.objectViewer", "each of the cluster's buckets")),
+}
+CONTROLLER_ON_RAY_TOKEN = "roles/secretmanager.admin"
+CONTROLLER_ON_BUCKETS = ("roles/storage.legacyBucketOwner", "roles/storage.objectViewer")
+
+
+def account_id(cluster: str, role: str) -> str:
+    """`pm-<cluster>-<role>`; a cluster name too long for an account id's 30 characters is cut
+    and a short hash of the whole name keeps two such clusters apart."""
+    whole = f"pm-{cluster}-{role}"
+    if len(whole) <= 30:
+        return whole
+    digest = hashlib.sha256(cluster.encode()).hexdigest()[:4]
+    return f"pm-{cluster[:30 - len(role) - 10].rstrip('-')}-{digest}-{role}"
+
+
+@dataclass(frozen=True)
+class ClusterAccounts:
+    """The accounts a cluster's machines run as; `own`: podmanager's (made and granted by `up`);
+    `named`: the spec names the VMs' already (the user's, or ours named by the `up` that made it)."""
+
+    vms: str
+    controller: str
+    own: bool
+    named: bool
+
+    @property
+    def to_make(self) -> bool:
+        """Whether this `up` makes them: its spec is the user's, naming none."""
+        return self.own and not self.named
+
+    @property
+    def check_caller(self) -> bool:
+        """Whether this `up` asks the caller's permissions: not when the spec names the cluster's
+        own account, which the `up` that made it (the user's machine's) asked already."""
+        return self.to_make or not self.own
+
+
+def accounts_for(spec: ClusterSpec) -> ClusterAccounts:
+    """The spec's named account for both machines, else the cluster's own pair."""
+    project = spec.project or ""
+    named = spec.network.service_account if spec.network else None
+    ours = ClusterAccounts(vms=account_email(project, account_id(spec.name, VMS)),
+                           controller=account_email(project, account_id(spec.name, CONTROLLER)), own=True,
+                           named=bool(named))
+    if named and named != ours.vms:  # the user's: used as it is
+        return ClusterAccounts(vms=named, controller=named, own=False, named=True)
+    return ours
+
+
+def with_vms_account(spec: ClusterSpec, email: str) -> ClusterSpec:
+    """The spec whose TPU VMs run as `email` (what every node request then carries)."""
+    from podmanager.core.spec import NetworkSpec
+
+    network = spec.network or NetworkSpec()
+    return spec.model_copy(update={"network": network.model_copy(update={"service_account": email})})
+
+
+def controller_account(spec: ClusterSpec) -> str | None:
+    """The account the controller VM runs as: the cluster's own when `up` named the VMs' (it
+    made both), the user's named one, else None (the project's default compute account)."""
+    return accounts_for(spec).controller if spec.network and spec.network.service_account else None
+
+
+def grant_channel_token(secrets: Any, spec: ClusterSpec) -> None:
+    """The channel token's secret read by the controller VM's account alone."""
+    secrets.grant_access(spec.name, controller_account(spec))
+
+
+def grant_ray_token(secrets: Any, spec: ClusterSpec) -> None:
+    """The Ray token's secret read by the TPU VMs' account, and kept by the controller VM's
+    (its `up` rewrites it with its head's token, its `down` deletes it)."""
+    vms = spec.network.service_account if spec.network else None
+    secrets.grant_access(spec.name, vms)
+    controller = controller_account(spec)
+    if controller != vms:
+        secrets.grant_access(spec.name, controller, role=CONTROLLER_ON_RAY_TOKEN)
