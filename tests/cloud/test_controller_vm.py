@@ -1,5 +1,5 @@
 """The cluster's controller VM (issue 36, not wired into `up` yet), made through
-google-cloud-compute's real clients against the emulator's Compute Engine (served in-process, no
+podmanager's Compute Engine client (plain JSON; google-cloud-compute's own reads what was made) against the emulator's Compute Engine (served in-process, no
 Ray): the VM with podmanager's labels, the spec's machine type, zone and disk, the cloud-platform
 scope and the startup script; the channel's rule admitting the caller's one address; idempotent
 create and delete; a bad machine type or zone refused naming its field, with nothing created."""

@@ -1,4 +1,4 @@
-"""The network preflight of `up`, through google-cloud-compute's real clients against the
+"""The network preflight of `up`, through podmanager's Compute Engine client (plain JSON) against the
 emulator's Compute Engine (served in-process), which starts as a new Google Cloud project:
 each failure a SpecError (exit 2) naming the fix with nothing created, the cluster's firewall
 rule made by `up` and deleted by `down`."""
