@@ -2,8 +2,8 @@
 
     python benchmarks/provision.py [--latency 2.0] [--repeats 3] [--sizes 1 16 64 256]
 
-Real clock, control-plane-only simulation (no Ray hosts), state in a temporary
-$PODMANAGER_HOME. `up` is timed in a fresh state folder (a first `up`: it starts the project's
+Real clock, control-plane-only simulation (no Ray hosts), state and simulated cloud in a
+temporary $PODMANAGER_HOME. `up` is timed in a fresh state folder (a first `up`: it starts the project's
 emulator) and again with the emulator already running (every later command). Prints a
 markdown table; median of --repeats runs per size.
 """
@@ -40,6 +40,9 @@ def measure(slices: int, latency: float) -> tuple[float, float | None]:
             continue
         with tempfile.TemporaryDirectory() as home:
             os.environ["PODMANAGER_HOME"] = home
+            # The simulated cloud in the same temporary folder (each measure's own; its default
+            # is the user's one simulated cloud, shared with every other dry run of the user).
+            os.environ["PODMANAGER_SIM_HOME"] = os.path.join(home, "sim")
             if warm:
                 launcher.ensure("podmanager-sim")
             cluster = Cluster.from_dict(spec)

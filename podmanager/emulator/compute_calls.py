@@ -1,13 +1,10 @@
-"""Compute Engine's calls on the simulated project, in the client library's own types: each
-takes the request (`Call`), logs it and answers the message the API would (`compute_api.py`
-routes to them)."""
+"""Compute Engine's calls on the simulated project, in the API's JSON (its discovery document's
+names, https://cloud.google.com/compute/docs/reference/rest/v1): each takes the request
+(`Call`), logs it and answers the resource the API would (`compute_api.py` routes to them)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
-
-from google.cloud import compute_v1
 
 from podmanager.cloud.network import (
     Allowed,
@@ -23,13 +20,14 @@ from podmanager.emulator.sim.compute import SimCompute
 from podmanager.emulator.sim.records import ComputeOperation
 
 ROOT = "https://www.googleapis.com/compute/v1"
-Log = Callable[[str, Any], None]
+Json = dict[str, Any]
+Log = Callable[[str, Json], None]  # (method, the request as `Call.request` gives it): the emulator's request log
 
 
 class Call:
-    """One request: the project's records, the path's parts and the body."""
+    """One request: the project's records, the path's parts, the query and the body."""
 
-    def __init__(self, project: SimCompute, log: Log, where: dict[str, str | None], body: dict[str, Any],
+    def __init__(self, project: SimCompute, log: Log, where: dict[str, str | None], body: Json,
                  query: dict[str, list[str]] | None = None):
         self.project, self.log, self.body = project, log, body
         self.name = where["project"] or project.project  # as the caller named it: any project is served
@@ -38,198 +36,207 @@ class Call:
         self.resource = where["name"] or ""
         self.query = query or {}
 
+    def request(self, **names: str) -> Json:
+        """The request as the log keeps it: the method's parameters (`names`, and the project) by
+        their names in the discovery document (`zone`, `firewall`, `filter`, ...) and the body it carried."""
+        asked: Json = {"project": self.name, **names}
+        if self.body:
+            asked["body"] = self.body
+        return asked
+
     def network_url(self, name: str) -> str:
         return f"{ROOT}/projects/{self.name}/global/networks/{name}"
 
 
-# ---------------------------------------------------------------------- records as the API's messages
+def without_empty(resource: Json) -> Json:
+    """`resource` without its empty lists and maps, as Google writes JSON (a field unset is left out)."""
+    return {key: value for key, value in resource.items() if value not in ([], {})}
 
 
-def _network(call: Call, network: Network) -> compute_v1.Network:
-    return compute_v1.Network(name=network.name, auto_create_subnetworks=network.auto_create_subnetworks,
-                              self_link=call.network_url(network.name))
+# ---------------------------------------------------------------------- records as the API's resources
 
 
-def _subnetwork(call: Call, subnetwork: Subnetwork) -> compute_v1.Subnetwork:
+def _network(call: Call, network: Network) -> Json:
+    return {"kind": "compute#network", "name": network.name, "autoCreateSubnetworks": network.auto_create_subnetworks,
+            "selfLink": call.network_url(network.name)}
+
+
+def _subnetwork(call: Call, subnetwork: Subnetwork) -> Json:
     region = f"{ROOT}/projects/{call.name}/regions/{subnetwork.region}"
-    return compute_v1.Subnetwork(name=subnetwork.name, region=region, network=call.network_url(subnetwork.network),
-                                 ip_cidr_range=subnetwork.ip_cidr_range,
-                                 private_ip_google_access=subnetwork.private_ip_google_access,
-                                 self_link=f"{region}/subnetworks/{subnetwork.name}")
+    return {"kind": "compute#subnetwork", "name": subnetwork.name, "region": region,
+            "network": call.network_url(subnetwork.network), "ipCidrRange": subnetwork.ip_cidr_range,
+            "privateIpGoogleAccess": subnetwork.private_ip_google_access,
+            "selfLink": f"{region}/subnetworks/{subnetwork.name}"}
 
 
-def _firewall(call: Call, rule: FirewallRule) -> compute_v1.Firewall:
-    return compute_v1.Firewall(
-        name=rule.name, network=call.network_url(rule.network), direction=rule.direction, priority=rule.priority,
-        source_ranges=rule.source_ranges, source_tags=rule.source_tags, target_tags=rule.target_tags,
-        allowed=[compute_v1.Allowed(I_p_protocol=a.protocol, ports=a.ports) for a in rule.allowed],
-        denied=[compute_v1.Denied(I_p_protocol=d.protocol, ports=d.ports) for d in rule.denied],
-        destination_ranges=rule.destination_ranges,
-        disabled=rule.disabled, self_link=f"{ROOT}/projects/{call.name}/global/firewalls/{rule.name}")
+def _protocols(allowed: list[Allowed]) -> list[Json]:
+    return [without_empty({"IPProtocol": a.protocol, "ports": a.ports}) for a in allowed]
 
 
-def _firewall_record(message: compute_v1.Firewall) -> FirewallRule:
+def _firewall(call: Call, rule: FirewallRule) -> Json:
+    return without_empty({
+        "kind": "compute#firewall", "name": rule.name, "network": call.network_url(rule.network),
+        "direction": rule.direction, "priority": rule.priority, "sourceRanges": rule.source_ranges,
+        "sourceTags": rule.source_tags, "targetTags": rule.target_tags, "allowed": _protocols(rule.allowed),
+        "denied": _protocols(rule.denied), "destinationRanges": rule.destination_ranges, "disabled": rule.disabled,
+        "selfLink": f"{ROOT}/projects/{call.name}/global/firewalls/{rule.name}"})
+
+
+def _firewall_record(body: Json) -> FirewallRule:
+    """The rule an insert asks for (Google's defaults where it says nothing)."""
     return FirewallRule(
-        name=message.name, network=short_name(message.network or "default"), direction=message.direction or "INGRESS",
-        priority=message.priority if "priority" in message else 1000, source_ranges=list(message.source_ranges),
-        source_tags=list(message.source_tags), target_tags=list(message.target_tags),
-        allowed=[Allowed(protocol=a.I_p_protocol, ports=list(a.ports)) for a in message.allowed],
-        denied=[Allowed(protocol=d.I_p_protocol, ports=list(d.ports)) for d in message.denied],
-        destination_ranges=list(message.destination_ranges), disabled=message.disabled)
+        name=body.get("name", ""), network=short_name(body.get("network") or "default"),
+        direction=body.get("direction") or "INGRESS", priority=int(body.get("priority", 1000)),
+        source_ranges=body.get("sourceRanges", []), source_tags=body.get("sourceTags", []),
+        target_tags=body.get("targetTags", []),
+        allowed=[Allowed(protocol=a.get("IPProtocol", ""), ports=a.get("ports", [])) for a in body.get("allowed", [])],
+        denied=[Allowed(protocol=d.get("IPProtocol", ""), ports=d.get("ports", [])) for d in body.get("denied", [])],
+        destination_ranges=body.get("destinationRanges", []), disabled=bool(body.get("disabled", False)))
 
 
-def _router(call: Call, router: Router) -> compute_v1.Router:
+def _router(call: Call, router: Router) -> Json:
     region = f"{ROOT}/projects/{call.name}/regions/{router.region}"
-    nats = [compute_v1.RouterNat(name=nat.name, source_subnetwork_ip_ranges_to_nat=nat.source_subnetwork_ip_ranges_to_nat,
-                                 subnetworks=[compute_v1.RouterNatSubnetworkToNat(name=f"{region}/subnetworks/{s}")
-                                              for s in nat.subnetworks])
+    nats = [without_empty({"name": nat.name, "sourceSubnetworkIpRangesToNat": nat.source_subnetwork_ip_ranges_to_nat,
+                           "subnetworks": [{"name": f"{region}/subnetworks/{s}"} for s in nat.subnetworks]})
             for nat in router.nats]
-    return compute_v1.Router(name=router.name, region=region, network=call.network_url(router.network), nats=nats,
-                             self_link=f"{region}/routers/{router.name}")
+    return without_empty({"kind": "compute#router", "name": router.name, "region": region,
+                          "network": call.network_url(router.network), "nats": nats,
+                          "selfLink": f"{region}/routers/{router.name}"})
 
 
-def _router_record(call: Call, message: compute_v1.Router) -> Router:
-    nats = [Nat(name=nat.name, source_subnetwork_ip_ranges_to_nat=nat.source_subnetwork_ip_ranges_to_nat,
-                subnetworks=[short_name(s.name) for s in nat.subnetworks]) for nat in message.nats]
-    return Router(name=message.name, region=call.region, network=short_name(message.network), nats=nats)
+def _router_record(call: Call, body: Json) -> Router:
+    nats = [Nat(name=nat.get("name", ""), source_subnetwork_ip_ranges_to_nat=nat.get("sourceSubnetworkIpRangesToNat", ""),
+                subnetworks=[short_name(s.get("name", "")) for s in nat.get("subnetworks", [])])
+            for nat in body.get("nats", [])]
+    return Router(name=body.get("name", ""), region=call.region, network=short_name(body.get("network", "")), nats=nats)
 
 
-def operation_message(call: Call, operation: ComputeOperation) -> compute_v1.Operation:
+def resource_list(kind: str, items: list[Json] | dict[str, Json]) -> Json:
+    """One page of a list: every item (the emulator's lists fit one page: no `nextPageToken`)."""
+    return without_empty({"kind": f"compute#{kind}", "items": items})
+
+
+def operation_message(call: Call, operation: ComputeOperation) -> Json:
     where = (f"regions/{operation.region}" if operation.region else f"zones/{operation.zone}" if operation.zone
              else "global")
     done = call.project.now >= operation.done_at
     scope = ({"region": f"{ROOT}/projects/{call.name}/regions/{operation.region}"} if operation.region
              else {"zone": f"{ROOT}/projects/{call.name}/zones/{operation.zone}"} if operation.zone else {})
-    return compute_v1.Operation(
-        name=operation.name, operation_type=operation.kind, progress=100 if done else 0,
-        status=compute_v1.Operation.Status.DONE if done else compute_v1.Operation.Status.RUNNING,
-        target_link=f"{ROOT}/projects/{call.name}/{operation.target}",
-        self_link=f"{ROOT}/projects/{call.name}/{where}/operations/{operation.name}", **scope)
+    return {"kind": "compute#operation", "name": operation.name, "operationType": operation.kind,
+            "progress": 100 if done else 0, "status": "DONE" if done else "RUNNING",
+            "targetLink": f"{ROOT}/projects/{call.name}/{operation.target}",
+            "selfLink": f"{ROOT}/projects/{call.name}/{where}/operations/{operation.name}", **scope}
 
 
 # ---------------------------------------------------------------------- the calls
 
 
-def get_project(project: str, log: Log) -> compute_v1.Project:
+def get_project(project: str, log: Log) -> Json:
     """The project as `projects.get` answers it: what the VMs run as unless told otherwise."""
-    log("compute.projects.get", compute_v1.GetProjectRequest(project=project))
-    return compute_v1.Project(name=project, id=int(SIMULATED_PROJECT_NUMBER),
-                              default_service_account=f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com")
+    log("compute.projects.get", {"project": project})
+    # Project.id is a uint64: a string in JSON (https://protobuf.dev/programming-guides/json/).
+    return {"kind": "compute#project", "name": project, "id": SIMULATED_PROJECT_NUMBER,
+            "defaultServiceAccount": f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"}
 
 
-def _get_network(call: Call) -> Any:
-    call.log("compute.networks.get", compute_v1.GetNetworkRequest(project=call.name, network=call.resource))
+def _get_network(call: Call) -> Json:
+    call.log("compute.networks.get", call.request(network=call.resource))
     return _network(call, call.project.network(call.resource))
 
 
-def _list_networks(call: Call) -> Any:
-    call.log("compute.networks.list", compute_v1.ListNetworksRequest(project=call.name))
-    return compute_v1.NetworkList(items=[_network(call, n) for n in call.project.networks()])
+def _list_networks(call: Call) -> Json:
+    call.log("compute.networks.list", call.request())
+    return resource_list("networkList", [_network(call, n) for n in call.project.networks()])
 
 
-def _delete_network(call: Call) -> Any:
-    call.log("compute.networks.delete", compute_v1.DeleteNetworkRequest(project=call.name, network=call.resource))
+def _delete_network(call: Call) -> Json:
+    call.log("compute.networks.delete", call.request(network=call.resource))
     return operation_message(call, call.project.delete_network(call.resource))
 
 
-def _get_subnetwork(call: Call) -> Any:
-    call.log("compute.subnetworks.get", compute_v1.GetSubnetworkRequest(
-        project=call.name, region=call.region, subnetwork=call.resource))
+def _get_subnetwork(call: Call) -> Json:
+    call.log("compute.subnetworks.get", call.request(region=call.region, subnetwork=call.resource))
     return _subnetwork(call, call.project.subnetwork(call.region, call.resource))
 
 
-def _list_subnetworks(call: Call) -> Any:
-    call.log("compute.subnetworks.list", compute_v1.ListSubnetworksRequest(project=call.name, region=call.region))
-    return compute_v1.SubnetworkList(items=[_subnetwork(call, s) for s in call.project.subnetworks(call.region)])
+def _list_subnetworks(call: Call) -> Json:
+    call.log("compute.subnetworks.list", call.request(region=call.region))
+    return resource_list("subnetworkList", [_subnetwork(call, s) for s in call.project.subnetworks(call.region)])
 
 
-def _delete_subnetwork(call: Call) -> Any:
-    call.log("compute.subnetworks.delete", compute_v1.DeleteSubnetworkRequest(
-        project=call.name, region=call.region, subnetwork=call.resource))
+def _delete_subnetwork(call: Call) -> Json:
+    call.log("compute.subnetworks.delete", call.request(region=call.region, subnetwork=call.resource))
     return operation_message(call, call.project.delete_subnetwork(call.region, call.resource))
 
 
-def _set_private_ip_google_access(call: Call) -> Any:
-    asked = compute_v1.SubnetworksSetPrivateIpGoogleAccessRequest.from_json(json.dumps(call.body),
-                                                                             ignore_unknown_fields=True)
-    call.log("compute.subnetworks.setPrivateIpGoogleAccess", compute_v1.SetPrivateIpGoogleAccessSubnetworkRequest(
-        project=call.name, region=call.region, subnetwork=call.resource,
-        subnetworks_set_private_ip_google_access_request_resource=asked))
+def _set_private_ip_google_access(call: Call) -> Json:
+    call.log("compute.subnetworks.setPrivateIpGoogleAccess", call.request(region=call.region, subnetwork=call.resource))
     return operation_message(call, call.project.set_private_ip_google_access(
-        call.region, call.resource, asked.private_ip_google_access))
+        call.region, call.resource, bool(call.body.get("privateIpGoogleAccess", False))))
 
 
-def _get_firewall(call: Call) -> Any:
-    call.log("compute.firewalls.get", compute_v1.GetFirewallRequest(project=call.name, firewall=call.resource))
+def _get_firewall(call: Call) -> Json:
+    call.log("compute.firewalls.get", call.request(firewall=call.resource))
     return _firewall(call, call.project.firewall(call.resource))
 
 
-def _list_firewalls(call: Call) -> Any:
-    call.log("compute.firewalls.list", compute_v1.ListFirewallsRequest(project=call.name))
-    return compute_v1.FirewallList(items=[_firewall(call, r) for r in call.project.firewalls()])
+def _list_firewalls(call: Call) -> Json:
+    call.log("compute.firewalls.list", call.request())
+    return resource_list("firewallList", [_firewall(call, r) for r in call.project.firewalls()])
 
 
-def _insert_firewall(call: Call) -> Any:
-    asked = compute_v1.Firewall.from_json(json.dumps(call.body), ignore_unknown_fields=True)
-    call.log("compute.firewalls.insert", compute_v1.InsertFirewallRequest(project=call.name, firewall_resource=asked))
-    return operation_message(call, call.project.insert_firewall(_firewall_record(asked)))
+def _insert_firewall(call: Call) -> Json:
+    call.log("compute.firewalls.insert", call.request())
+    return operation_message(call, call.project.insert_firewall(_firewall_record(call.body)))
 
 
-def _delete_firewall(call: Call) -> Any:
-    call.log("compute.firewalls.delete", compute_v1.DeleteFirewallRequest(project=call.name, firewall=call.resource))
+def _delete_firewall(call: Call) -> Json:
+    call.log("compute.firewalls.delete", call.request(firewall=call.resource))
     return operation_message(call, call.project.delete_firewall(call.resource))
 
 
-def _get_router(call: Call) -> Any:
-    call.log("compute.routers.get", compute_v1.GetRouterRequest(project=call.name, region=call.region,
-                                                                router=call.resource))
+def _get_router(call: Call) -> Json:
+    call.log("compute.routers.get", call.request(region=call.region, router=call.resource))
     return _router(call, call.project.router(call.region, call.resource))
 
 
-def _list_routers(call: Call) -> Any:
-    call.log("compute.routers.list", compute_v1.ListRoutersRequest(project=call.name, region=call.region))
-    return compute_v1.RouterList(items=[_router(call, r) for r in call.project.routers(call.region)])
+def _list_routers(call: Call) -> Json:
+    call.log("compute.routers.list", call.request(region=call.region))
+    return resource_list("routerList", [_router(call, r) for r in call.project.routers(call.region)])
 
 
-def _insert_router(call: Call) -> Any:
-    asked = compute_v1.Router.from_json(json.dumps(call.body), ignore_unknown_fields=True)
-    call.log("compute.routers.insert", compute_v1.InsertRouterRequest(project=call.name, region=call.region,
-                                                                      router_resource=asked))
-    return operation_message(call, call.project.insert_router(_router_record(call, asked)))
+def _insert_router(call: Call) -> Json:
+    call.log("compute.routers.insert", call.request(region=call.region))
+    return operation_message(call, call.project.insert_router(_router_record(call, call.body)))
 
 
-def _delete_router(call: Call) -> Any:
-    call.log("compute.routers.delete", compute_v1.DeleteRouterRequest(project=call.name, region=call.region,
-                                                                      router=call.resource))
+def _delete_router(call: Call) -> Json:
+    call.log("compute.routers.delete", call.request(region=call.region, router=call.resource))
     return operation_message(call, call.project.delete_router(call.region, call.resource))
 
 
-def _operation_request(call: Call, verb: str) -> tuple[str, Any]:
+def _operation_request(call: Call, verb: str) -> tuple[str, Json]:
     """The logged method and request of an operation's get or wait, by its scope."""
-    names = {"project": call.name, "operation": call.resource}
     if call.zone:
-        kind = compute_v1.GetZoneOperationRequest if verb == "get" else compute_v1.WaitZoneOperationRequest
-        return f"compute.zoneOperations.{verb}", kind(zone=call.zone, **names)
+        return f"compute.zoneOperations.{verb}", call.request(zone=call.zone, operation=call.resource)
     if call.region:
-        kind = compute_v1.GetRegionOperationRequest if verb == "get" else compute_v1.WaitRegionOperationRequest
-        return f"compute.regionOperations.{verb}", kind(region=call.region, **names)
-    kind = compute_v1.GetGlobalOperationRequest if verb == "get" else compute_v1.WaitGlobalOperationRequest
-    return f"compute.globalOperations.{verb}", kind(**names)
+        return f"compute.regionOperations.{verb}", call.request(region=call.region, operation=call.resource)
+    return f"compute.globalOperations.{verb}", call.request(operation=call.resource)
 
 
-def _get_operation(call: Call) -> Any:
+def _get_operation(call: Call) -> Json:
     call.log(*_operation_request(call, "get"))
     return operation_message(call, call.project.operation(call.resource, call.region or None, call.zone or None))
 
 
-def _wait_operation(call: Call) -> Any:
+def _wait_operation(call: Call) -> Json:
     # The operation as it is now: `compute_api` asks again until it is DONE or the wait's deadline.
     call.log(*_operation_request(call, "wait"))
     return operation_message(call, call.project.operation(call.resource, call.region or None, call.zone or None))
 
 
 # (HTTP method, collection, names one resource, verb) -> the call
-ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Any]] = {
+ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Json]] = {
     ("GET", "networks", True, None): _get_network,
     ("GET", "networks", False, None): _list_networks,
     ("DELETE", "networks", True, None): _delete_network,

@@ -1,20 +1,23 @@
 """Compute Engine's zone, machine-type and instance calls on the simulated project
-(`sim/instances.py`), in the client library's own types: each takes the request
-(`compute_calls.Call`), logs it and answers the message the API would (`compute_api.py` routes
-to them)."""
+(`sim/instances.py`), in the API's JSON: each takes the request (`compute_calls.Call`), logs it
+and answers the resource the API would (`compute_api.py` routes to them)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any, Callable
-
-from google.cloud import compute_v1
+from typing import Callable
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.instances import Instance
 from podmanager.cloud.network import short_name
 from podmanager.emulator import rulebook
-from podmanager.emulator.compute_calls import ROOT, Call, operation_message
+from podmanager.emulator.compute_calls import (
+    ROOT,
+    Call,
+    Json,
+    operation_message,
+    resource_list,
+    without_empty,
+)
 from podmanager.emulator.list_filter import UnsupportedFilter
 from podmanager.emulator.sim.instances import SimInstances
 
@@ -29,78 +32,80 @@ def _network_project(url: str) -> str:
     return parts[parts.index("projects") + 1] if "projects" in parts else ""
 
 
-def _instance_record(call: Call, message: compute_v1.Instance) -> Instance:
+def _instance_record(call: Call, body: Json) -> Instance:
     """The instance an insert asks for."""
-    nic = message.network_interfaces[0] if message.network_interfaces else compute_v1.NetworkInterface()
-    account = message.service_accounts[0] if message.service_accounts else compute_v1.ServiceAccount()
-    disk = message.disks[0].initialize_params if message.disks else compute_v1.AttachedDiskInitializeParams()
+    nic = (body.get("networkInterfaces") or [{}])[0]
+    account = (body.get("serviceAccounts") or [{}])[0]
+    disk = (body.get("disks") or [{}])[0].get("initializeParams", {})
     return Instance(
-        name=message.name, zone=call.zone, machine_type=short_name(message.machine_type),
-        labels=dict(message.labels), network=short_name(nic.network or "default"),
-        subnetwork=short_name(nic.subnetwork) if nic.subnetwork else "",
-        network_project=_network_project(nic.network), external_ip=bool(nic.access_configs),
-        service_account=account.email, scopes=list(account.scopes),
-        metadata={item.key: item.value for item in message.metadata.items}, tags=list(message.tags.items),
-        disk_gb=disk.disk_size_gb if "disk_size_gb" in disk else 10, image=disk.source_image)
+        name=body.get("name", ""), zone=call.zone, machine_type=short_name(body.get("machineType", "")),
+        labels=body.get("labels", {}), network=short_name(nic.get("network") or "default"),
+        subnetwork=short_name(nic["subnetwork"]) if nic.get("subnetwork") else "",
+        network_project=_network_project(nic.get("network", "")), external_ip=bool(nic.get("accessConfigs")),
+        service_account=account.get("email", ""), scopes=account.get("scopes", []),
+        metadata={item.get("key", ""): item.get("value", "") for item in body.get("metadata", {}).get("items", [])},
+        tags=body.get("tags", {}).get("items", []),
+        # An int64 comes as a string or a number (https://protobuf.dev/programming-guides/json/).
+        disk_gb=int(disk["diskSizeGb"]) if "diskSizeGb" in disk else 10, image=disk.get("sourceImage", ""))
 
 
-def instance_message(call: Call, instance: Instance) -> compute_v1.Instance:
+def instance_message(call: Call, instance: Instance) -> Json:
     """The instance as the API reports it."""
     zone = _zone_url(call, instance.zone)
     network_project = instance.network_project or call.name
     region = zone.rsplit("/zones/", 1)[0] + "/regions/" + instance.zone.rsplit("-", 1)[0]
-    access = [compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT", nat_i_p=instance.external_address)
-              ] if instance.external_ip else []
-    return compute_v1.Instance(
-        name=instance.name, zone=zone, machine_type=f"{zone}/machineTypes/{instance.machine_type}",
-        status=instance.status, labels=instance.labels, self_link=f"{zone}/instances/{instance.name}",
-        network_interfaces=[compute_v1.NetworkInterface(
-            name="nic0", network=f"{ROOT}/projects/{network_project}/global/networks/{instance.network}",
-            subnetwork=f"{region}/subnetworks/{instance.subnetwork}", network_i_p=instance.internal_ip,
-            access_configs=access)],
-        service_accounts=[compute_v1.ServiceAccount(email=instance.service_account, scopes=instance.scopes)],
-        metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in instance.metadata.items()]),
-        tags=compute_v1.Tags(items=instance.tags),
-        disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, disk_size_gb=instance.disk_gb,
-                                       source=f"{zone}/disks/{instance.name}")])
+    access = [without_empty({"kind": "compute#accessConfig", "name": "External NAT", "type": "ONE_TO_ONE_NAT",
+                             "natIP": instance.external_address})] if instance.external_ip else []
+    return without_empty({
+        "kind": "compute#instance", "name": instance.name, "zone": zone,
+        "machineType": f"{zone}/machineTypes/{instance.machine_type}", "status": instance.status,
+        "labels": instance.labels, "selfLink": f"{zone}/instances/{instance.name}",
+        "networkInterfaces": [without_empty({
+            "kind": "compute#networkInterface", "name": "nic0",
+            "network": f"{ROOT}/projects/{network_project}/global/networks/{instance.network}",
+            "subnetwork": f"{region}/subnetworks/{instance.subnetwork}", "networkIP": instance.internal_ip,
+            "accessConfigs": access})],
+        "serviceAccounts": [{"email": instance.service_account, "scopes": instance.scopes}],
+        "metadata": without_empty({"kind": "compute#metadata",
+                                   "items": [{"key": k, "value": v} for k, v in instance.metadata.items()]}),
+        "tags": without_empty({"items": instance.tags}),
+        # diskSizeGb is an int64: a string in JSON.
+        "disks": [{"kind": "compute#attachedDisk", "boot": True, "autoDelete": True,
+                   "diskSizeGb": str(instance.disk_gb), "source": f"{zone}/disks/{instance.name}"}]})
 
 
 # ---------------------------------------------------------------------- the calls
 
 
-def _list_zones(call: Call) -> Any:
-    call.log("compute.zones.list", compute_v1.ListZonesRequest(project=call.name))
-    return compute_v1.ZoneList(items=[_zone(call, zone) for zone in SimInstances(call.project).zones()])
+def _list_zones(call: Call) -> Json:
+    call.log("compute.zones.list", call.request())
+    return resource_list("zoneList", [_zone(call, zone) for zone in SimInstances(call.project).zones()])
 
 
-def _get_zone(call: Call) -> Any:
-    call.log("compute.zones.get", compute_v1.GetZoneRequest(project=call.name, zone=call.resource))
+def _get_zone(call: Call) -> Json:
+    call.log("compute.zones.get", call.request(zone=call.resource))
     return _zone(call, SimInstances(call.project).zone(call.resource))
 
 
-def _zone(call: Call, zone: str) -> compute_v1.Zone:
-    return compute_v1.Zone(name=zone, status="UP", self_link=_zone_url(call, zone),
-                           region=f"{ROOT}/projects/{call.name}/regions/{zone.rsplit('-', 1)[0]}")
+def _zone(call: Call, zone: str) -> Json:
+    return {"kind": "compute#zone", "name": zone, "status": "UP", "selfLink": _zone_url(call, zone),
+            "region": f"{ROOT}/projects/{call.name}/regions/{zone.rsplit('-', 1)[0]}"}
 
 
-def _get_machine_type(call: Call) -> Any:
-    call.log("compute.machineTypes.get", compute_v1.GetMachineTypeRequest(
-        project=call.name, zone=call.zone, machine_type=call.resource))
+def _get_machine_type(call: Call) -> Json:
+    call.log("compute.machineTypes.get", call.request(zone=call.zone, machineType=call.resource))
     cpus, memory_mb = SimInstances(call.project).machine_type(call.zone, call.resource)
-    return compute_v1.MachineType(name=call.resource, guest_cpus=cpus, memory_mb=memory_mb,
-                                  zone=call.zone, self_link=f"{_zone_url(call, call.zone)}/machineTypes/{call.resource}")
+    return {"kind": "compute#machineType", "name": call.resource, "guestCpus": cpus, "memoryMb": memory_mb,
+            "zone": call.zone, "selfLink": f"{_zone_url(call, call.zone)}/machineTypes/{call.resource}"}
 
 
-def _insert_instance(call: Call) -> Any:
-    asked = compute_v1.Instance.from_json(json.dumps(call.body), ignore_unknown_fields=True)
-    call.log("compute.instances.insert", compute_v1.InsertInstanceRequest(
-        project=call.name, zone=call.zone, instance_resource=asked))
-    return operation_message(call, SimInstances(call.project).insert(_instance_record(call, asked)))
+def _insert_instance(call: Call) -> Json:
+    call.log("compute.instances.insert", call.request(zone=call.zone))
+    return operation_message(call, SimInstances(call.project).insert(_instance_record(call, call.body)))
 
 
-def _get_instance(call: Call) -> Any:
-    call.log("compute.instances.get", compute_v1.GetInstanceRequest(
-        project=call.name, zone=call.zone, instance=call.resource))
+def _get_instance(call: Call) -> Json:
+    call.log("compute.instances.get", call.request(zone=call.zone, instance=call.resource))
     return instance_message(call, SimInstances(call.project).instance(call.zone, call.resource))
 
 
@@ -123,56 +128,52 @@ def _filtered(call: Call, zone: str | None, asked: str) -> list[Instance]:
         raise cloud_errors.InvalidRequestError(f"Invalid value for field 'filter': '{asked}'. {limit}.") from limit
 
 
-def _list_instances(call: Call) -> Any:
+def _list_instances(call: Call) -> Json:
     """One zone's (instances.list) or every zone's (instances.aggregatedList), by the path."""
     asked = call.query.get("filter", [""])[0]
     if call.zone:
-        call.log("compute.instances.list", compute_v1.ListInstancesRequest(project=call.name, zone=call.zone,
-                                                                         filter=asked))
-        return compute_v1.InstanceList(items=[instance_message(call, i) for i in _filtered(call, call.zone, asked)])
-    call.log("compute.instances.aggregatedList", compute_v1.AggregatedListInstancesRequest(project=call.name,
-                                                                                          filter=asked))
-    by_zone: dict[str, list[compute_v1.Instance]] = {}
+        call.log("compute.instances.list", call.request(zone=call.zone, filter=asked))
+        return resource_list("instanceList", [instance_message(call, i) for i in _filtered(call, call.zone, asked)])
+    call.log("compute.instances.aggregatedList", call.request(filter=asked))
+    by_zone: dict[str, list[Json]] = {}
     for instance in _filtered(call, None, asked):
         by_zone.setdefault(f"zones/{instance.zone}", []).append(instance_message(call, instance))
-    return compute_v1.InstanceAggregatedList(
-        items={zone: compute_v1.InstancesScopedList(instances=found) for zone, found in by_zone.items()})
+    return resource_list("instanceAggregatedList", {zone: {"instances": found} for zone, found in by_zone.items()})
 
 
-def _delete_instance(call: Call) -> Any:
-    call.log("compute.instances.delete", compute_v1.DeleteInstanceRequest(
-        project=call.name, zone=call.zone, instance=call.resource))
+def _delete_instance(call: Call) -> Json:
+    call.log("compute.instances.delete", call.request(zone=call.zone, instance=call.resource))
     return operation_message(call, SimInstances(call.project).delete(call.zone, call.resource))
 
 
-def _halt_instance(verb: str, request: Any, state: str) -> Callable[[Call], Any]:
-    def halt(call: Call) -> Any:
-        call.log(f"compute.instances.{verb}", request(project=call.name, zone=call.zone, instance=call.resource))
+def _halt_instance(verb: str, state: str) -> Callable[[Call], Json]:
+    def halt(call: Call) -> Json:
+        call.log(f"compute.instances.{verb}", call.request(zone=call.zone, instance=call.resource))
         return operation_message(call, SimInstances(call.project).halt(call.zone, call.resource, state))
     return halt
 
 
-def _start_instance(verb: str, request: Any) -> Callable[[Call], Any]:
-    def start(call: Call) -> Any:
-        call.log(f"compute.instances.{verb}", request(project=call.name, zone=call.zone, instance=call.resource))
+def _start_instance(verb: str) -> Callable[[Call], Json]:
+    def start(call: Call) -> Json:
+        call.log(f"compute.instances.{verb}", call.request(zone=call.zone, instance=call.resource))
         return operation_message(call, SimInstances(call.project).start(call.zone, call.resource, verb))
     return start
 
 
-def _get_guest_attributes(call: Call) -> Any:
+def _get_guest_attributes(call: Call) -> Json:
     """instances.getGuestAttributes: what the VM PUT on its metadata server under `queryPath`."""
     query_path = call.query.get("queryPath", [""])[0]
-    call.log("compute.instances.getGuestAttributes", compute_v1.GetGuestAttributesInstanceRequest(
-        project=call.name, zone=call.zone, instance=call.resource, query_path=query_path))
+    call.log("compute.instances.getGuestAttributes", call.request(zone=call.zone, instance=call.resource,
+                                                                  queryPath=query_path))
     found = SimInstances(call.project).guest_attributes(call.zone, call.resource, query_path)
-    return compute_v1.GuestAttributes(
-        query_path=query_path, self_link=f"{_zone_url(call, call.zone)}/instances/{call.resource}/guestAttributes",
-        query_value=compute_v1.GuestAttributesValue(items=[
-            compute_v1.GuestAttributesEntry(namespace=namespace, key=key, value=value) for namespace, key, value in found]))
+    return {"kind": "compute#guestAttributes", "queryPath": query_path,
+            "selfLink": f"{_zone_url(call, call.zone)}/instances/{call.resource}/guestAttributes",
+            "queryValue": without_empty({"items": [{"namespace": namespace, "key": key, "value": value}
+                                                   for namespace, key, value in found]})}
 
 
 # (HTTP method, collection, names one resource, verb) -> the call
-ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Any]] = {
+ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Json]] = {
     ("GET", "zones", False, None): _list_zones,
     ("GET", "zones", True, None): _get_zone,
     ("GET", "machineTypes", True, None): _get_machine_type,
@@ -181,9 +182,8 @@ ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Any]] = {
     ("GET", "instances", False, None): _list_instances,
     ("DELETE", "instances", True, None): _delete_instance,
     ("GET", "instances", True, "getGuestAttributes"): _get_guest_attributes,
-    ("POST", "instances", True, "stop"): _halt_instance("stop", compute_v1.StopInstanceRequest, rulebook.TERMINATED),
-    ("POST", "instances", True, "suspend"): _halt_instance("suspend", compute_v1.SuspendInstanceRequest,
-                                                           rulebook.SUSPENDED),
-    ("POST", "instances", True, "start"): _start_instance("start", compute_v1.StartInstanceRequest),
-    ("POST", "instances", True, "resume"): _start_instance("resume", compute_v1.ResumeInstanceRequest),
+    ("POST", "instances", True, "stop"): _halt_instance("stop", rulebook.TERMINATED),
+    ("POST", "instances", True, "suspend"): _halt_instance("suspend", rulebook.SUSPENDED),
+    ("POST", "instances", True, "start"): _start_instance("start"),
+    ("POST", "instances", True, "resume"): _start_instance("resume"),
 }

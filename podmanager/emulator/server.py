@@ -254,7 +254,6 @@ def main(argv: list[str] | None = None) -> None:
         rest_port = emulator.serve_rest(opts.host)  # first: VMs booted again at start read their token by it
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
         _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}")
-        emulator.compute.warm()  # once it serves: the import takes seconds, a first preflight waits less
         discovery.warm()  # Google's API definitions, which every request is checked against
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):

@@ -566,6 +566,9 @@ _SIM_READS: dict[str, TypeAdapter[Any]] = {
 
 
 def _to_json(request: Any) -> dict[str, Any]:
+    """A logged request as JSON: a gRPC call's message, or a REST call's parameters and body (already JSON)."""
+    if isinstance(request, dict):
+        return request
     from google.protobuf import json_format
 
     message = type(request).pb(request) if hasattr(type(request), "pb") else request

@@ -1,10 +1,12 @@
 """The cluster's controller VM (issue 36, not wired into `up` yet), made through
-google-cloud-compute's real clients against the emulator's Compute Engine (served in-process, no
+podmanager's Compute Engine client (plain JSON; google-cloud-compute's own reads what was made) against the emulator's Compute Engine (served in-process, no
 Ray): the VM with podmanager's labels, the spec's machine type, zone and disk, the cloud-platform
 scope and the startup script; the channel's rule admitting the caller's one address; idempotent
 create and delete; a bad machine type or zone refused naming its field, with nothing created."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from google.api_core import exceptions as google_exceptions
@@ -22,7 +24,7 @@ from podmanager.cloud.gcp.controller_vm import (
     find_controller_vm,
     nearest_zones,
 )
-from podmanager.cloud.gcp.instances import ComputeInstances, instance_message
+from podmanager.cloud.gcp.instances import ComputeInstances, instance_body
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.network_names import cluster_tag
@@ -95,7 +97,7 @@ def test_create_makes_the_vm_and_a_rule_that_admits_the_caller_alone(emulator, c
     assert vm.network_interfaces[0].network.endswith("/global/networks/default")
     assert len(vm.network_interfaces[0].access_configs) == 1  # reachable from the laptop
     [inserted] = emulator.api.requests_of("compute.instances.insert")
-    assert inserted.instance_resource.disks[0].initialize_params.disk_size_gb == 50
+    assert inserted["body"]["disks"][0]["initializeParams"]["diskSizeGb"] == "50"  # an int64: a string in JSON
     [rule] = channel_rules(emulator)
     assert list(rule.source_ranges) == [CALLER]
     assert list(rule.target_tags) == ["pm-c-controller"] and not rule.source_tags
@@ -117,9 +119,10 @@ def test_an_interrupted_create_is_found_and_finished(emulator, clients):
     assert changes(emulator) == ["compute.firewalls.insert", "compute.instances.insert"]
     delete_controller_vm(spec(), timeout_s=30, **clients)
     # Interrupted after the VM's insert was sent, before it ran: the next call waits for that VM, makes the rule.
-    raw(compute_v1.InstancesClient, emulator).insert_unary(
-        project=PROJECT, zone="sim-zone-b", instance_resource=instance_message(controller_instance(spec(), "sim-zone-b",
-                                                                                                  SCRIPT)))
+    # Our body read by Google's own type (an unknown field would fail) and sent by its client.
+    body = json.dumps(instance_body(controller_instance(spec(), "sim-zone-b", SCRIPT)))
+    raw(compute_v1.InstancesClient, emulator).insert_unary(project=PROJECT, zone="sim-zone-b",
+                                                           instance_resource=compute_v1.Instance.from_json(body))
     emulator.api.requests.clear()
     made = create(spec(), clients)
     assert (made.zone, made.status) == ("sim-zone-b", "RUNNING")
@@ -139,8 +142,8 @@ def test_delete_removes_the_vm_and_the_rule_and_a_second_delete_is_fine(emulator
     assert delete_controller_vm(spec(), timeout_s=30, **clients) == ControllerVmDeleted(
         instance="c-controller", rule="pm-c-channel")
     assert listed_instances(emulator) == [] and channel_rules(emulator) == []
-    assert [r.instance for r in emulator.api.requests_of("compute.instances.delete")] == ["c-controller"]
-    assert [r.firewall for r in emulator.api.requests_of("compute.firewalls.delete")] == ["pm-c-channel"]
+    assert [r["instance"] for r in emulator.api.requests_of("compute.instances.delete")] == ["c-controller"]
+    assert [r["firewall"] for r in emulator.api.requests_of("compute.firewalls.delete")] == ["pm-c-channel"]
     assert delete_controller_vm(spec(), timeout_s=30, **clients) == ControllerVmDeleted(instance=None, rule=None)
     assert find_controller_vm(spec(), clients["instances"]) is None
 
@@ -206,7 +209,7 @@ def test_a_caller_that_is_not_one_address_is_refused_before_any_call(emulator, c
 def test_the_label_filter_is_one_compute_s_grammar_takes(emulator, clients):
     create(spec(), clients)
     assert find_controller_vm(spec(), clients["instances"]).name == "c-controller"
-    sent = [r.filter for r in emulator.api.requests_of("compute.instances.aggregatedList")]
+    sent = [r["filter"] for r in emulator.api.requests_of("compute.instances.aggregatedList")]
     assert sent and set(sent) == {'(labels.podmanager-cluster = "c") (labels.podmanager-role = "controller")'}
 
 
@@ -218,7 +221,7 @@ def test_a_stopped_or_suspended_controller_is_started_again_by_create(emulator, 
     assert find_controller_vm(spec(), clients["instances"]).status in ("TERMINATED", "SUSPENDED")
     made = create_controller_vm(spec(), caller=CALLER, port=PORT, startup_script=SCRIPT, timeout_s=5, **clients)
     assert made.status == "RUNNING"
-    assert [r.instance for r in emulator.api.requests_of(f"compute.instances.{restart}")] == ["c-controller"]
+    assert [r["instance"] for r in emulator.api.requests_of(f"compute.instances.{restart}")] == ["c-controller"]
     assert len(emulator.api.requests_of("compute.instances.insert")) == 1  # the same VM, its disk kept
 
 

@@ -1,4 +1,4 @@
-"""The network preflight of `up`, through google-cloud-compute's real clients against the
+"""The network preflight of `up`, through podmanager's Compute Engine client (plain JSON) against the
 emulator's Compute Engine (served in-process), which starts as a new Google Cloud project:
 each failure a SpecError (exit 2) naming the fix with nothing created, the cluster's firewall
 rule made by `up` and deleted by `down`."""
@@ -54,15 +54,15 @@ def test_a_default_spec_passes_and_its_rule_is_made_once_and_deleted_by_down(emu
     check_network(spec(), compute, record=record)  # a second `up`: the rule is there
 
     [insert] = calls(emulator, "compute.firewalls.insert")
-    rule = insert.firewall_resource
-    assert rule.name == "pm-c-internal" and rule.network.endswith("/global/networks/default")
-    assert (list(rule.source_tags), list(rule.target_tags)) == (["pm-c"], ["pm-c"])
-    assert sorted(a.I_p_protocol for a in rule.allowed) == ["icmp", "tcp", "udp"]
-    assert all(not a.ports for a in rule.allowed)  # every port
+    rule = insert["body"]
+    assert rule["name"] == "pm-c-internal" and rule["network"].endswith("/global/networks/default")
+    assert (rule["sourceTags"], rule["targetTags"]) == (["pm-c"], ["pm-c"])
+    assert sorted(a["IPProtocol"] for a in rule["allowed"]) == ["icmp", "tcp", "udp"]
+    assert all(not a.get("ports") for a in rule["allowed"])  # every port
     assert [kind for kind, _ in events] == ["firewall_created"]
 
     delete_cluster_rule(spec(), compute, record)
-    assert [r.firewall for r in calls(emulator, "compute.firewalls.delete")] == ["pm-c-internal"]
+    assert [r["firewall"] for r in calls(emulator, "compute.firewalls.delete")] == ["pm-c-internal"]
     assert "pm-c-internal" not in {r.name for r in compute.firewalls()}
 
 
@@ -190,8 +190,8 @@ def test_a_python_without_a_download_is_refused_before_anything_is_created(monke
 
 def test_a_shared_vpc_is_read_and_its_rule_made_in_the_host_project(emulator, compute):
     check_network(spec(network="projects/host-project/global/networks/default"), compute, record=lambda *a, **k: None)
-    assert {r.project for r in calls(emulator, "compute.networks.get")} == {"host-project"}
+    assert {r["project"] for r in calls(emulator, "compute.networks.get")} == {"host-project"}
     [insert] = calls(emulator, "compute.firewalls.insert")
-    assert insert.project == "host-project"
+    assert insert["project"] == "host-project"
     delete_cluster_rule(spec(network="projects/host-project/global/networks/default"), compute, lambda *a, **k: None)
-    assert [r.project for r in calls(emulator, "compute.firewalls.delete")] == ["host-project"]
+    assert [r["project"] for r in calls(emulator, "compute.firewalls.delete")] == ["host-project"]

@@ -63,8 +63,8 @@ def test_rules_inserted_and_deleted_are_operations_and_logged(emulator):
     with pytest.raises(google_exceptions.NotFound):
         firewalls.get(project=PROJECT, firewall="pm-c-internal")
     inserts = emulator.api.requests_of("compute.firewalls.insert")
-    assert [r.firewall_resource.name for r in inserts] == ["pm-c-internal", "pm-c-internal"]
-    assert [r.firewall for r in emulator.api.requests_of("compute.firewalls.delete")] == ["pm-c-internal"]
+    assert [r["body"]["name"] for r in inserts] == ["pm-c-internal", "pm-c-internal"]
+    assert [r["firewall"] for r in emulator.api.requests_of("compute.firewalls.delete")] == ["pm-c-internal"]
 
 
 def test_a_deny_rule_and_an_egress_rules_destinations_are_kept_and_served(emulator):
@@ -200,9 +200,9 @@ def test_instances_through_the_client_library_with_zone_operations(emulator):
         instances.insert_unary(project=PROJECT, zone="sim-zone-b", instance_resource=vm)
     instances.delete_unary(project=PROJECT, zone="sim-zone-b", instance="c-controller")
     poll_until(lambda: not list(instances.aggregated_list(project=PROJECT)), timeout_s=10, interval_s=0.05)
-    logged = [r.instance_resource.name for r in emulator.api.requests_of("compute.instances.insert")]
+    logged = [r["body"]["name"] for r in emulator.api.requests_of("compute.instances.insert")]
     assert logged == ["c-controller", "c-controller"]
-    assert [r.instance for r in emulator.api.requests_of("compute.instances.delete")] == ["c-controller"]
+    assert [r["instance"] for r in emulator.api.requests_of("compute.instances.delete")] == ["c-controller"]
 
 
 def test_zones_without_general_purpose_vms_and_unknown_zones_are_refused(emulator):

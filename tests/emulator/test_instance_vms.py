@@ -1,5 +1,5 @@
 """Compute Engine instances that boot (the dry run's controller VM, issue 36): an instance with a
-startup script, inserted through google-cloud-compute's own client on a started emulator, boots as
+startup script, inserted through podmanager's Compute Engine client on a started emulator, boots as
 a simulated VM in a root folder of its own, with a metadata server of its own and a fresh
 environment that names the simulated cloud's folder; what its script PUTs as a guest attribute
 is read back through the Compute API; a controller crash kills everything it runs and boots it

@@ -35,9 +35,9 @@ def test_up_makes_the_clusters_rule_and_tags_its_nodes_and_down_deletes_it():
     cluster = Cluster.from_dict(spec("net"), dry_run=True)
     cluster.up()
     with EmulatorControl(launcher.running(PROJECT).address) as control:
-        inserted = {r["firewall_resource"]["name"]: r["firewall_resource"] for r in firewall_calls(control, "insert")}
-        assert inserted["pm-net-internal"]["source_tags"] == ["pm-net"]
-        assert inserted["pm-net-internal"]["target_tags"] == ["pm-net"]
+        inserted = {r["body"]["name"]: r["body"] for r in firewall_calls(control, "insert")}
+        assert inserted["pm-net-internal"]["sourceTags"] == ["pm-net"]
+        assert inserted["pm-net-internal"]["targetTags"] == ["pm-net"]
         [node] = [n for n in control.all_nodes() if n.name == "net-s0"]
         assert node.network is not None and "pm-net" in node.network.tags  # what the rule lets in
         assert node.network.enable_external_ips  # the default: a new project has no NAT

@@ -1,29 +1,33 @@
-"""Compute Engine's network side through `google-cloud-compute`, as typed records
-(`cloud/network.py`): the project's default service account, networks, subnetworks, firewall
-rules (read, created, deleted) and Cloud Routers with their NAT. What the preflight of `up` reads
-and the rules it makes. `ComputeClients` holds what the VMs' client (`instances.py`) shares with it.
+"""Compute Engine's network side through its REST API as plain JSON
+(https://cloud.google.com/compute/docs/reference/rest/v1), as typed records (`cloud/network.py`):
+the project's default service account, networks, subnetworks, firewall rules (read, created,
+deleted) and Cloud Routers with their NAT. What the preflight of `up` reads and the rules it
+makes. `ComputeClients` holds what the VMs' client (`instances.py`) shares with it.
 
-The client speaks REST. Against a dry run's emulator it takes the emulator's root as its
-endpoint and anonymous credentials; on Google Cloud, Application Default Credentials. Every
-call has a timeout and transient errors are retried (`calls.call_google`); errors become the
-taxonomy of `cloud/errors.py` by their HTTP status (a REST error carries no gRPC code). An
-insert or delete waits for its operation, polled through our own operations client: the
-library's `ExtendedOperation` would poll Google's default endpoint, not the one given.
+Plain JSON over the HTTP session the other JSON APIs use (`json_session.py`), not
+`google-cloud-compute`, whose import alone takes seconds (its package imports every service and
+message type: issue 43), paid by every `up` and `down`. Against a dry run's emulator it takes the
+emulator's root as its endpoint and the caller's emulator token; on Google Cloud, Application
+Default Credentials. Every call has a timeout and transient errors are retried
+(`calls.call_google`); a failed call is Google's own error type (`from_http_response`, as the
+library raised it), mapped to the taxonomy of `cloud/errors.py` by its HTTP status. A list is
+read page by page (`nextPageToken`). An insert or delete waits for its operation through the
+operation's `wait`.
 """
 
 from __future__ import annotations
 
 import copy
 from typing import Any, Callable, TypeVar
+from urllib.parse import quote
 
 import requests
 from google.api_core import exceptions as google_exceptions
-from google.api_core.client_options import ClientOptions
-from google.cloud import compute_v1
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.gcp.calls import call_google
 from podmanager.cloud.gcp.errors import AUTH_HINT
+from podmanager.cloud.gcp.json_session import json_api_session
 from podmanager.cloud.network import (
     Allowed,
     FirewallRule,
@@ -36,9 +40,11 @@ from podmanager.cloud.network import (
 from podmanager.core.clock import Clock, RealClock, poll_until
 from podmanager.core.errors import TimeoutExceededError
 
-T = TypeVar("T")
 C = TypeVar("C", bound="ComputeClients")
+Json = dict[str, Any]
 SERVICE = "the Compute Engine API"
+GOOGLE_ROOT = "https://compute.googleapis.com"
+API_PATH = "/compute/v1"
 # An operation's `wait` returns when it is DONE or near its 2-minute deadline (compute.v1's
 # zoneOperations.wait): its call's timeout is that, with a margin.
 WAIT_CALL_TIMEOUT_S = 150.0
@@ -67,31 +73,33 @@ def map_rest_error(error: google_exceptions.GoogleAPICallError, caller: str | No
     return kind(f"{error.message} (HTTP {error.code})", hint=hint)
 
 
-def _rest_call(method: Callable[..., T]) -> Callable[..., T]:
-    """A client method whose unreachable or silent endpoint is UNAVAILABLE or DEADLINE_EXCEEDED
-    (both retried), as gRPC reports them; the REST transport raises `requests`' own errors."""
-    def call(**arguments: Any) -> T:
-        try:
-            return method(**arguments)
-        except requests.exceptions.ConnectionError as unreachable:
-            raise google_exceptions.ServiceUnavailable(f"cannot reach {SERVICE}: {unreachable}") from unreachable
-        except requests.exceptions.Timeout as slow:
-            raise google_exceptions.DeadlineExceeded(f"{SERVICE} did not answer in time: {slow}") from slow
-    return call
+def path(*parts: str) -> str:
+    """`/projects/P/...` with each name quoted as one path segment."""
+    return "".join(f"/{quote(part, safe='')}" for part in parts)
 
 
-def _firewall_record(m: compute_v1.Firewall) -> FirewallRule:
-    return FirewallRule(name=m.name, network=short_name(m.network), direction=m.direction or "INGRESS",
-                        priority=m.priority if "priority" in m else 1000, source_ranges=list(m.source_ranges),
-                        source_tags=list(m.source_tags), target_tags=list(m.target_tags),
-                        allowed=[Allowed(protocol=a.I_p_protocol, ports=list(a.ports)) for a in m.allowed],
-                        denied=[Allowed(protocol=d.I_p_protocol, ports=list(d.ports)) for d in m.denied],
-                        destination_ranges=list(m.destination_ranges), disabled=m.disabled)
+def _firewall_record(m: Json) -> FirewallRule:
+    return FirewallRule(name=m["name"], network=short_name(m.get("network", "")), direction=m.get("direction") or "INGRESS",
+                        priority=m.get("priority", 1000), source_ranges=m.get("sourceRanges", []),
+                        source_tags=m.get("sourceTags", []), target_tags=m.get("targetTags", []),
+                        allowed=[Allowed(protocol=a["IPProtocol"], ports=a.get("ports", [])) for a in m.get("allowed", [])],
+                        denied=[Allowed(protocol=d["IPProtocol"], ports=d.get("ports", [])) for d in m.get("denied", [])],
+                        destination_ranges=m.get("destinationRanges", []), disabled=m.get("disabled", False))
+
+
+def _firewall_body(project: str, rule: FirewallRule) -> Json:
+    """The insert's body for `rule` (Firewall's JSON; empty lists left out, as the library left them)."""
+    body: Json = {"name": rule.name, "network": f"projects/{project}/global/networks/{rule.network}",
+                  "direction": rule.direction, "priority": rule.priority, "sourceRanges": rule.source_ranges,
+                  "sourceTags": rule.source_tags, "targetTags": rule.target_tags, "disabled": rule.disabled,
+                  "allowed": [{"IPProtocol": a.protocol, **({"ports": a.ports} if a.ports else {})}
+                              for a in rule.allowed]}
+    return {key: value for key, value in body.items() if value != []}
 
 
 class ComputeClients:
-    """What every Compute Engine client here shares: the project, the clients' options, each
-    call's timeout and retries, and waiting for an operation.
+    """What every Compute Engine client here shares: the project, the HTTP session, each call's
+    timeout and retries, lists read page by page, and waiting for an operation.
 
     endpoint: a dry run's emulator root (http://127.0.0.1:PORT), with the caller's emulator token;
       None: Google's, with `credentials` (Application Default Credentials).
@@ -105,24 +113,16 @@ class ComputeClients:
         self.timing = {"call_timeout_s": call_timeout_s, "retry_deadline_s": retry_deadline_s,
                        "retry_initial_s": retry_initial_s, "retry_max_s": retry_max_s}
         self.poll_interval_s = poll_interval_s
-        self.options: dict[str, Any] = {"credentials": credentials}
+        self.root = (endpoint or GOOGLE_ROOT).rstrip("/") + API_PATH
         self.caller: str | None = None  # who calls, named in a refusal (a dry run's)
         if endpoint:
-            from podmanager.cloud.gcp.emulator_identity import (
-                credentials as emulator_credentials,
-            )
             from podmanager.cloud.gcp.emulator_identity import principal
 
             self.caller = principal()
-            self.options = {"credentials": emulator_credentials(), "client_options": ClientOptions(api_endpoint=endpoint)}
-
-    def clients(self) -> tuple[Any, ...]:
-        """The library's clients this one holds (closed by `close`)."""
-        return ()
+        self._session = json_api_session(endpoint, credentials)
 
     def close(self) -> None:
-        for client in self.clients():
-            client.transport.close()
+        self._session.close()
 
     def __enter__(self: C) -> C:
         return self
@@ -130,116 +130,134 @@ class ComputeClients:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, what: str, method: Callable[..., T], **request: Any) -> T:
-        return call_google(what, _rest_call(method), request, service=SERVICE, clock=self.clock,
-                           map_error=lambda error: map_rest_error(error, self.caller), **self.timing)
+    def _send(self, verb: str, where: str, params: Json, body: Json | None, timeout: float) -> Json:
+        """One HTTP request; an unreachable or silent endpoint is UNAVAILABLE or DEADLINE_EXCEEDED
+        (both retried), as gRPC reports them; an HTTP error Google's own exception for it."""
+        try:
+            response = self._session.request(verb, self.root + where, params=params or None, json=body,
+                                             timeout=timeout)
+        except requests.exceptions.ConnectionError as unreachable:
+            raise google_exceptions.ServiceUnavailable(f"cannot reach {SERVICE}: {unreachable}") from unreachable
+        except requests.exceptions.Timeout as slow:
+            raise google_exceptions.DeadlineExceeded(f"{SERVICE} did not answer in time: {slow}") from slow
+        if response.status_code >= 400:
+            raise google_exceptions.from_http_response(response)
+        try:
+            return response.json() if response.content else {}
+        except ValueError as garbled:  # not Google's answer (a proxy's page?): no taxonomy's kind, not retried
+            raise google_exceptions.GoogleAPICallError(f"{SERVICE} answered no JSON: {garbled}") from garbled
 
-    def _wait_call(self, what: str, method: Callable[..., T], **request: Any) -> T:
-        """An operation's `wait`, which Google holds up to its 2-minute deadline: given longer
-        than that, not the ordinary call timeout (which would end every long wait as an error)."""
-        timing = {**self.timing, "call_timeout_s": max(self.timing["call_timeout_s"], WAIT_CALL_TIMEOUT_S)}
-        return call_google(what, _rest_call(method), request, service=SERVICE, clock=self.clock,
-                           map_error=map_rest_error, **timing)
+    def _call(self, what: str, verb: str, where: str, *, params: Json | None = None, body: Json | None = None,
+              call_timeout_s: float | None = None) -> Json:
+        """`verb` of `where` (under the API's root) with its timeout, retried while transient."""
+        timing = {**self.timing, "call_timeout_s": call_timeout_s or self.timing["call_timeout_s"]}
 
-    @staticmethod
-    def _all_pages(method: Callable[..., Any]) -> Callable[..., list[Any]]:
-        return lambda **call: list(method(**call))
+        def send(*, request: Json, retry: None, timeout: float) -> Json:
+            return self._send(verb, where, request["params"], request["body"], timeout)
 
-    def _wait_done(self, operation: compute_v1.Operation, poll: Callable[[], compute_v1.Operation], what: str,
-                   timeout_s: float) -> None:
+        return call_google(what, send, {"params": params or {}, "body": body}, service=SERVICE, clock=self.clock,
+                           map_error=lambda error: map_rest_error(error, self.caller), **timing)
+
+    def _pages(self, what: str, where: str, params: Json | None = None) -> list[Any]:
+        """Every page's `items` of a list, in order: a list's are resources, an aggregated
+        list's (scope, scoped list) pairs."""
+        found: list[Any] = []
+        token = ""
+        while True:
+            page = self._call(what, "GET", where, params={**(params or {}), **({"pageToken": token} if token else {})})
+            items = page.get("items", [])
+            found += list(items.items()) if isinstance(items, dict) else items
+            token = page.get("nextPageToken", "")
+            if not token:
+                return found
+
+    def _wait_done(self, operation: Json, poll: Callable[[], Json], what: str, timeout_s: float) -> None:
         """Until the operation is DONE or `timeout_s` passes (`poll`: an operation's `wait`, which
         may return it not DONE, at its deadline or at once); its error as the taxonomy's."""
-        def finished() -> compute_v1.Operation | None:
+        def finished() -> Json | None:
             current = poll()
-            return current if current.status == compute_v1.Operation.Status.DONE else None
+            return current if current.get("status") == "DONE" else None
 
-        done = operation if operation.status == compute_v1.Operation.Status.DONE else poll_until(
+        done = operation if operation.get("status") == "DONE" else poll_until(
             finished, timeout_s=timeout_s, interval_s=self.poll_interval_s, clock=self.clock,
             on_timeout=lambda: TimeoutExceededError(f"{what}: its operation still runs after {timeout_s:g}s"))
-        if done.error.errors:
-            first = done.error.errors[0]
+        errors = done.get("error", {}).get("errors", [])
+        if errors:
+            first = errors[0]
             kind = {"RESOURCE_ALREADY_EXISTS": cloud_errors.AlreadyExistsError,
-                    "RESOURCE_NOT_FOUND": cloud_errors.NotFoundError}.get(first.code, cloud_errors.CloudError)
-            raise kind(f"{what} failed: {first.message} ({first.code})")
+                    "RESOURCE_NOT_FOUND": cloud_errors.NotFoundError}.get(first.get("code", ""), cloud_errors.CloudError)
+            raise kind(f"{what} failed: {first.get('message', '')} ({first.get('code', '')})")
+
+    def _wait_call(self, what: str, where: str) -> Json:
+        """An operation's `wait` (POST `where`), which Google holds up to its 2-minute deadline:
+        given longer than that, not the ordinary call timeout (which would end every long wait
+        as an error)."""
+        return self._call(what, "POST", where,
+                          call_timeout_s=max(self.timing["call_timeout_s"], WAIT_CALL_TIMEOUT_S))
 
 
 class ComputeNetworks(ComputeClients):
     """One project's networks through the Compute Engine API (see `ComputeClients` for the endpoint)."""
 
-    def __init__(self, project: str, **options: Any):
-        super().__init__(project, **options)
-        self._networks = compute_v1.NetworksClient(**self.options)
-        self._subnetworks = compute_v1.SubnetworksClient(**self.options)
-        self._firewalls = compute_v1.FirewallsClient(**self.options)
-        self._routers = compute_v1.RoutersClient(**self.options)
-        self._operations = compute_v1.GlobalOperationsClient(**self.options)
-        self._projects = compute_v1.ProjectsClient(**self.options)
-
     def in_project(self, project: str) -> ComputeNetworks:
-        """The same clients on another project's resources (a Shared VPC's host project)."""
+        """The same session on another project's resources (a Shared VPC's host project)."""
         other = copy.copy(self)
         other.project = project
         return other
-
-    def clients(self) -> tuple[Any, ...]:
-        return self._networks, self._subnetworks, self._firewalls, self._routers, self._operations, self._projects
 
     # ------------------------------------------------------------------ reads
 
     def default_service_account(self) -> str:
         """The account the project's VMs run as unless told otherwise (PROJECT_NUMBER-compute@...)."""
-        message = self._call("get project", self._projects.get, project=self.project)
-        return message.default_service_account
+        found = self._call("get project", "GET", path("projects", self.project))
+        return str(found.get("defaultServiceAccount", ""))
 
     def network(self, name: str) -> Network:
-        message = self._call(f"get network {name}", self._networks.get, project=self.project, network=name)
-        return Network(name=message.name, auto_create_subnetworks=message.auto_create_subnetworks)
+        found = self._call(f"get network {name}", "GET", path("projects", self.project, "global", "networks", name))
+        return Network(name=found["name"], auto_create_subnetworks=found.get("autoCreateSubnetworks", False))
 
     def subnetworks(self, region: str) -> list[Subnetwork]:
-        messages = self._call(f"list subnetworks in {region}", self._all_pages(self._subnetworks.list),
-                              project=self.project, region=region)
-        return [Subnetwork(name=m.name, region=short_name(m.region) or region, network=short_name(m.network),
-                           ip_cidr_range=m.ip_cidr_range, private_ip_google_access=m.private_ip_google_access)
-                for m in messages]
+        found = self._pages(f"list subnetworks in {region}", path("projects", self.project, "regions", region,
+                                                                   "subnetworks"))
+        return [Subnetwork(name=m["name"], region=short_name(m.get("region", "")) or region,
+                           network=short_name(m.get("network", "")), ip_cidr_range=m.get("ipCidrRange", ""),
+                           private_ip_google_access=m.get("privateIpGoogleAccess", False))
+                for m in found]
 
     def firewalls(self) -> list[FirewallRule]:
-        messages = self._call("list firewall rules", self._all_pages(self._firewalls.list), project=self.project)
-        return [_firewall_record(m) for m in messages]
+        found = self._pages("list firewall rules", path("projects", self.project, "global", "firewalls"))
+        return [_firewall_record(m) for m in found]
 
     def firewall(self, name: str) -> FirewallRule | None:
         try:
-            return _firewall_record(self._call(f"get firewall rule {name}", self._firewalls.get, project=self.project,
-                                               firewall=name))
+            return _firewall_record(self._call(f"get firewall rule {name}", "GET",
+                                               path("projects", self.project, "global", "firewalls", name)))
         except cloud_errors.NotFoundError:
             return None
 
     def routers(self, region: str) -> list[Router]:
-        messages = self._call(f"list routers in {region}", self._all_pages(self._routers.list),
-                              project=self.project, region=region)
-        return [Router(name=m.name, region=region, network=short_name(m.network),
-                       nats=[Nat(name=n.name, source_subnetwork_ip_ranges_to_nat=n.source_subnetwork_ip_ranges_to_nat,
-                                 subnetworks=[short_name(s.name) for s in n.subnetworks]) for n in m.nats])
-                for m in messages]
+        found = self._pages(f"list routers in {region}", path("projects", self.project, "regions", region, "routers"))
+        return [Router(name=m["name"], region=region, network=short_name(m.get("network", "")),
+                       nats=[Nat(name=n["name"], source_subnetwork_ip_ranges_to_nat=n.get(
+                                 "sourceSubnetworkIpRangesToNat", ""),
+                                 subnetworks=[short_name(s["name"]) for s in n.get("subnetworks", [])])
+                             for n in m.get("nats", [])])
+                for m in found]
 
     # ------------------------------------------------------------------ the cluster's rule
 
     def create_firewall(self, rule: FirewallRule, *, timeout_s: float = 120.0) -> None:
-        message = compute_v1.Firewall(
-            name=rule.name, network=f"projects/{self.project}/global/networks/{rule.network}",
-            direction=rule.direction, priority=rule.priority, source_ranges=rule.source_ranges,
-            source_tags=rule.source_tags, target_tags=rule.target_tags, disabled=rule.disabled,
-            allowed=[compute_v1.Allowed(I_p_protocol=a.protocol, ports=a.ports) for a in rule.allowed])
-        operation = self._call(f"create firewall rule {rule.name}", self._firewalls.insert_unary,
-                               project=self.project, firewall_resource=message)
-        self._wait(operation, f"create firewall rule {rule.name}", timeout_s)
+        what = f"create firewall rule {rule.name}"
+        operation = self._call(what, "POST", path("projects", self.project, "global", "firewalls"),
+                               body=_firewall_body(self.project, rule))
+        self._wait(operation, what, timeout_s)
 
     def delete_firewall(self, name: str, *, timeout_s: float = 120.0) -> None:
-        operation = self._call(f"delete firewall rule {name}", self._firewalls.delete_unary,
-                               project=self.project, firewall=name)
-        self._wait(operation, f"delete firewall rule {name}", timeout_s)
+        what = f"delete firewall rule {name}"
+        operation = self._call(what, "DELETE", path("projects", self.project, "global", "firewalls", name))
+        self._wait(operation, what, timeout_s)
 
-    def _wait(self, operation: compute_v1.Operation, what: str, timeout_s: float) -> None:
+    def _wait(self, operation: Json, what: str, timeout_s: float) -> None:
         """Until the (global) operation is DONE."""
-        self._wait_done(operation, lambda: self._wait_call(f"wait for {what}", self._operations.wait,
-                                                           project=self.project, operation=operation.name),
-                        what, timeout_s)
+        where = path("projects", self.project, "global", "operations", operation["name"], "wait")
+        self._wait_done(operation, lambda: self._wait_call(f"wait for {what}", where), what, timeout_s)

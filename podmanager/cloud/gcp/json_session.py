@@ -1,4 +1,4 @@
-"""The HTTP session of a client of Google's JSON APIs (Service Usage, Cloud Storage's IAM): on
+"""The HTTP session of a client of Google's JSON APIs (Service Usage, Cloud Storage's IAM, Compute Engine): on
 Google Cloud, the caller's credentials with the cloud-platform scope; in a dry run, the
 emulator's token for whoever calls (`emulator_identity`), or none, which it answers with 401."""
 
