@@ -112,9 +112,7 @@ def plan_recovery(failure: Failure, *, policy: RecoveryPolicy, history: Recovery
         return Stop(verdict.reason or "the recovery policy says stop")
     incident, attempt, wait_s = failure.incident, failure.attempt + 1, verdict.wait_s
     done = dict(swapped or {})
-    # Only a slice the cloud took is swapped: a quarantined or unhealthy one left as a spare
-    # would look ready and never be made again.
-    new = _pick_spares(spec, incident, done, ready_spares) if incident.cause is Cause.PREEMPTION else {}
+    new = _pick_spares(spec, swappable(incident), done, ready_spares)
     every_swap = {**done, **new}
     replace = tuple(sorted((set(incident.slices) | quarantined(history)) - set(every_swap)))
     working = [every_swap.get(i, i) for i in run.working]
@@ -143,6 +141,12 @@ def plan_recovery(failure: Failure, *, policy: RecoveryPolicy, history: Recovery
     return then
 
 
+def swappable(incident: Incident) -> frozenset[int]:
+    """The lost slices a hot spare may take the place of: only those the cloud took. A
+    quarantined or unhealthy slice left as a spare would look ready and never be made again."""
+    return incident.slices if incident.cause is Cause.PREEMPTION else frozenset()
+
+
 def stop_for_dropped(dropped: list[int]) -> Stop | None:
     """The run cannot go on when an `up` of an edited spec took some of its slices: they are not
     the run's to create again (nothing is paid, nothing replaced). None: none was taken."""
@@ -152,12 +156,12 @@ def stop_for_dropped(dropped: list[int]) -> Stop | None:
                 "spec removed them); they are not created again")
 
 
-def _pick_spares(spec: ClusterSpec, incident: Incident, done: Mapping[int, int],
+def _pick_spares(spec: ClusterSpec, lost_slices: frozenset[int], done: Mapping[int, int],
                  ready: Iterable[int]) -> dict[int, int]:
     """A ready spare of the same accelerator for each lost slice not swapped yet (lowest first)."""
     free = [s for s in ready if s not in done.values()]
     picked: dict[int, int] = {}
-    for lost in sorted(incident.slices):
+    for lost in sorted(lost_slices):
         if lost in done:
             continue
         spare = spares.pick(spec, lost, [s for s in free if s not in picked.values()], lambda index: True)

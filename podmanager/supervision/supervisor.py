@@ -231,7 +231,7 @@ class RunSupervisor:
             return recovery_plan.plan_recovery(failure, policy=self.policy, history=history, run=run,
                                                spec=self.cluster.spec, ready_spares=ready, swapped=swapped)
 
-        decision, swapped = self.spare_swap.carry_out(self.run, failure.incident.slices, plan)
+        decision, swapped = self.spare_swap.carry_out(self.run, recovery_plan.swappable(failure.incident), plan)
         if swapped:
             incident = self.ledger.incidents[-1]
             incident.swaps = [[lost, spare] for lost, spare in swapped.items()]
