@@ -5,6 +5,7 @@ run record's (state/run_results.py); the supervisor fills them in.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from podmanager.state.run_results import AttemptResult, IncidentRecord, RunResult
@@ -63,3 +64,67 @@ def goodput(attempts: list[AttemptResult], wall_s: float) -> float | None:
             productive += max(0, steps) * pace
         kept_until = attempt.first_step - 1
     return min(1.0, productive / wall_s)
+
+
+def incident_record(attempt: int, incident: Incident, detected_at: float, healthy_until: float | None,
+                    phases: dict[str, float]) -> IncidentRecord:
+    """The ledger's record of an incident as it is seen (its recovery is filled in by `close`)."""
+    return IncidentRecord(
+        attempt=attempt, cause=incident.cause.value, slices=sorted(incident.slices), detail=incident.detail,
+        # The last healthy look can come after the failure was seen (a check in the same beat): 0, not negative.
+        detected_at=detected_at, detect_s=max(0.0, detected_at - healthy_until) if healthy_until else None,
+        recover_s=None, lost_steps=None, phases=phases, host=list(incident.host) if incident.host else None,
+    )
+
+
+def pending(incidents: list[IncidentRecord], attempt: int) -> IncidentRecord | None:
+    """The last incident if `attempt` is the one after it and its recovery is not filled in yet."""
+    last = incidents[-1] if incidents else None
+    if last is not None and last.recover_s is None and last.attempt == attempt - 1:
+        return last
+    return None
+
+
+def close(record: IncidentRecord, result: AttemptResult, earlier: list[AttemptResult]) -> None:
+    """Fill in what the attempt after the incident tells: when it made its first step, from
+    where (`earlier`: the attempts before it, the incident's among them)."""
+    previous = next((a for a in reversed(earlier) if a.attempt == record.attempt), None)
+    if result.first_step_time is not None:
+        record.recover_s = result.first_step_time - record.detected_at
+        record.phases["first_step"] = result.first_step_time - result.started
+    if len(result.setup_already) < len(result.hosts):  # some host had the run to set up (not a prepared spare)
+        record.phases["setup"] = result.setup_s
+    if result.first_step is not None and previous is not None and previous.last_step is not None:
+        record.lost_steps = max(0, previous.last_step - (result.first_step - 1))
+
+
+def restart_record(attempt: int, now: float) -> IncidentRecord:
+    """The incident of a supervisor started again on an unfinished run (no budget pays for it)."""
+    return IncidentRecord(
+        attempt=attempt, cause=Cause.SUPERVISOR.value, slices=[],
+        detail="the run's supervisor was lost (its process, or the Ray head when the controller crashed or "
+               "restarted) and started again from the run's record", detected_at=now, detect_s=None,
+        recover_s=None, lost_steps=None, phases={})
+
+
+def run_result(cluster: str, run_id: str, status: str, reason: str | None, attempts: list[AttemptResult],
+               incidents: list[IncidentRecord], log_dir: Path) -> RunResult:
+    """The run's result as it ends with `status` (`reason`: why it stopped, if it did)."""
+    if attempts:
+        result = summarize(cluster, run_id, attempts, log_dir)
+    else:
+        result = RunResult.without_attempts(run_id, cluster, status, f"run {run_id} never started", str(log_dir))
+    counts = Counter(Cause(i.cause) for i in incidents)
+    result.status = status
+    result.preemptions = counts[Cause.PREEMPTION]
+    result.failures = counts[Cause.PROGRAM] + counts[Cause.INFRASTRUCTURE]
+    result.hangs = counts[Cause.HANG]
+    result.goodput = goodput(attempts, result.wall_s)
+    result.badput = badput(attempts)
+    result.setup_error = attempts[-1].setup_error if attempts else None
+    result.incidents = list(incidents)
+    if status == "cancelled":
+        result.message = f"run {run_id} was cancelled"
+    elif reason:
+        result.message = f"{result.message}; {reason}"
+    return result
