@@ -1,6 +1,7 @@
 """Shared fixtures: every test gets its own $PODMANAGER_HOME, its simulated cloud in it; `clock` and `sim` give a
 simulated cloud on a fake clock. Under pytest-xdist, the Ray tests run in a lane of their
-own (tests/support/lanes.py)."""
+own (tests/support/lanes.py), where the modules of one dry-run cluster's spec share it
+(tests/support/cluster_pool.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ import signal
 import tempfile
 
 import pytest
+from cluster_pool import (
+    FRESH,
+    FRESH_MEANS,
+    close_pool,
+    current,
+    open_pool,
+    order_by_spec,
+)
 from homes import use_home
 from lanes import (
     RayLaneScheduling,
@@ -31,6 +40,7 @@ os.environ[schema_gate.STRICT_ENV] = "1"
 def pytest_configure(config):
     terminal_signal_dispositions()
     temporary_state_home()
+    config.addinivalue_line("markers", f"{FRESH}: {FRESH_MEANS}")
 
 
 def terminal_signal_dispositions() -> None:
@@ -59,11 +69,33 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    order_by_spec(items)
     record_ray_files(config, items)
 
 
 def pytest_runtest_setup(item):
     settle_lane(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the test's own teardown, the pool downs the clusters the next test does not use."""
+    try:
+        return (yield)
+    finally:
+        pool = current()
+        if pool is not None:
+            pool.keep_for(item, nextitem)
+
+
+@pytest.fixture(scope="session")
+def cluster_pool(tmp_path_factory):
+    """The session's shared dry-run clusters (this worker's); every one is downed at the end,
+    after a failure or Ctrl-C too."""
+    try:
+        yield open_pool(lambda: tmp_path_factory.mktemp("pmhome"))
+    finally:
+        close_pool()
 
 
 def temporary_state_home() -> None:
