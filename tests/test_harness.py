@@ -98,3 +98,18 @@ def test_the_session_end_downs_every_cluster_and_tells_what_one_left():
     assert sorted(events) == [("down", "a"), ("down", "b"), ("up", "a"), ("up", "b")]
     pool.close()  # nothing left to down
     assert len(events) == 4
+
+
+def test_a_spec_whose_up_failed_is_not_brought_up_again_for_every_test():
+    tries: list = []
+
+    def bring_up(spec: dict) -> None:
+        tries.append(spec["name"])
+        raise TimeoutError("the hosts did not join")
+
+    pool = ClusterPool(bring_up, lambda cluster: None)
+    with pytest.raises(TimeoutError):
+        pool.get(A)
+    with pytest.raises(RuntimeError, match="the cluster a failed to come up for an earlier test: TimeoutError: the hosts"):
+        pool.get(A)
+    assert tries == ["a"]

@@ -92,12 +92,19 @@ class ClusterPool:
     def __init__(self, bring_up: Callable[[dict], Any], take_down: Callable[[Any], None]) -> None:
         self._bring_up, self._take_down = bring_up, take_down
         self._live: dict[str, Any] = {}
+        self._failed: dict[str, str] = {}  # specs whose `up` failed: not tried again for every test
 
     def get(self, spec: dict) -> Any:
         """The spec's cluster, brought up if the pool has none."""
         key = spec_key(spec)
+        if key in self._failed:
+            raise RuntimeError(f"the cluster {spec.get('name')} failed to come up for an earlier test: {self._failed[key]}")
         if key not in self._live:
-            self._live[key] = self._bring_up(spec)
+            try:
+                self._live[key] = self._bring_up(spec)
+            except Exception as error:
+                self._failed[key] = f"{type(error).__name__}: {error}"
+                raise
         return self._live[key]
 
     def keep_for(self, finished: pytest.Item, following: pytest.Item | None) -> None:

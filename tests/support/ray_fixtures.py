@@ -137,10 +137,10 @@ def booting_emulator(spec: "ClusterSpec", clock) -> Iterator[tuple["Emulator", d
 
 
 def hand_over_clean(cluster: "Cluster") -> list[str]:
-    """Make a module's shared cluster as the module's first test found it, and say what the
-    previous test had left: runs and services still going are cancelled, the simulator's
-    pending faults cleared, and slices (spares included) that are not as the spec says made so
-    by `up`. A failure then stays the one test's, not every later one's."""
+    """Make a shared cluster as the spec says, and say what the previous test had left: runs
+    and services still going are cancelled, the simulator's pending faults cleared, and slices
+    (spares included) that are not as the spec says made so by `up`. A failure then stays the
+    one test's, not every later one's. (Which slice is the spare is whatever the last swap left.)"""
     left = []
     for service in cluster.services_store.serving(cluster.name):
         left.append(f"service {service.service_id} still serving")
