@@ -16,8 +16,10 @@ from cluster_pool import (
     FRESH_MEANS,
     close_pool,
     current,
+    hand_homes_root,
     open_pool,
     order_by_spec,
+    sweep_homes,
 )
 from homes import use_home
 from lanes import (
@@ -31,6 +33,8 @@ from lanes import (
 from podmanager.core.clock import FakeClock
 from podmanager.emulator import schema_gate
 from podmanager.emulator.sim.cloud import SimCloud
+
+FAILED = pytest.StashKey[bool]()  # whether the session failed: its pooled homes are kept for their logs
 
 # Every emulator the tests start (in this process, or in the background: it inherits this) also
 # checks its answers against Google's API definitions, and fails loudly on one that breaks them.
@@ -61,10 +65,16 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     hand_lane_file(node)
+    hand_homes_root(node)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[FAILED] = exitstatus != 0
 
 
 def pytest_unconfigure(config):
     remove_lane_file()
+    sweep_homes(keep=config.stash.get(FAILED, True))
     shutil.rmtree(os.environ.get("XDG_STATE_HOME", ""), ignore_errors=True)
 
 
@@ -89,11 +99,11 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 @pytest.fixture(scope="session")
-def cluster_pool(tmp_path_factory):
+def cluster_pool(request):
     """The session's shared dry-run clusters (this worker's); every one is downed at the end,
     after a failure or Ctrl-C too."""
     try:
-        yield open_pool(lambda: tmp_path_factory.mktemp("pmhome"))
+        yield open_pool(request.config)
     finally:
         close_pool()
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -173,12 +176,57 @@ def down_leaving_nothing(pooled: Pooled) -> None:
 _pool: ClusterPool | None = None
 
 
-def open_pool(new_home: Callable[[], Path]) -> ClusterPool:
-    """The session's pool of dry-run clusters (made at the first call)."""
+def open_pool(config: pytest.Config) -> ClusterPool:
+    """The session's pool of dry-run clusters (made at the first call), its homes in `homes_root`."""
     global _pool
     if _pool is None:
-        _pool = ClusterPool(up_in_new_home(new_home), down_leaving_nothing)
+        root = homes_root(config)
+        _pool = ClusterPool(up_in_new_home(lambda: Path(tempfile.mkdtemp(prefix="home-", dir=root))),
+                            down_leaving_nothing)
     return _pool
+
+
+# Where the pooled clusters' homes are: a folder the controller made, so that at the session's
+# end it can stop what a worker left (xdist kills a worker that takes over 10 s to end after
+# Ctrl-C, in the middle of its `down`).
+HOMES_ROOT_KEY = "podmanager_pool_homes"
+
+
+@cache
+def _own_homes_root() -> Path:
+    return Path(tempfile.mkdtemp(prefix="pm-pool-"))
+
+
+def homes_root(config: pytest.Config) -> Path:
+    given = getattr(config, "workerinput", {}).get(HOMES_ROOT_KEY)
+    return Path(given) if given else _own_homes_root()
+
+
+def hand_homes_root(node) -> None:  # type: ignore[no-untyped-def]
+    """In the controller, as it starts a worker: where the worker keeps its pooled homes."""
+    node.workerinput[HOMES_ROOT_KEY] = str(_own_homes_root())
+
+
+def sweep_homes(*, keep: bool) -> None:
+    """In the controller (or a one-process run), at the session's very end: stop every process
+    and emulator still tagged with a pooled home (none unless a worker was killed), and remove
+    the homes unless `keep` (a failed run's logs are in them)."""
+    if not _own_homes_root.cache_info().currsize:
+        return
+    from podmanager.emulator import launcher
+    from podmanager.vm import procs
+
+    root = _own_homes_root()
+    for home in sorted(root.iterdir()):
+        saved = set_home(home)
+        try:
+            for cluster in sorted((home / "clusters").glob("*")):
+                procs.stop_cluster(cluster.name)
+            launcher.stop_all()
+        finally:
+            restore(saved)
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def current() -> ClusterPool | None:
