@@ -7,8 +7,10 @@ for long, so the pool keeps a cluster only while the next test uses it (`keep_fo
 test); `order_by_spec` puts the modules of one spec next to each other so that holds for all of
 them. A test marked `fresh_cluster` gets a cluster no test had before it, and none after it (it
 runs after the other tests of its spec).
+
 Whatever is left is downed at the session's end (`close`), also after a failure or Ctrl-C: a
-session-scoped fixture's finalizer (`cluster_pool` in conftest) runs then too.
+session-scoped fixture's finalizer (`cluster_pool` in conftest) runs then too; and what a
+worker killed before its finalizer ended left, the controller stops (`sweep_homes`).
 """
 
 from __future__ import annotations
