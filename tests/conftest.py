@@ -14,6 +14,8 @@ import pytest
 from cluster_pool import (
     FRESH,
     FRESH_MEANS,
+    SPENDS,
+    SPENDS_MEANS,
     close_pool,
     current,
     hand_homes_root,
@@ -45,6 +47,7 @@ def pytest_configure(config):
     terminal_signal_dispositions()
     temporary_state_home()
     config.addinivalue_line("markers", f"{FRESH}: {FRESH_MEANS}")
+    config.addinivalue_line("markers", f"{SPENDS}: {SPENDS_MEANS}")
 
 
 def terminal_signal_dispositions() -> None:

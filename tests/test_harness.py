@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster_pool import FRESH, ClusterPool, order_by_spec, register
+from cluster_pool import FRESH, SPENDS, ClusterPool, order_by_spec, register
 
 REPO = Path(__file__).resolve().parents[1]
 PRINT_SIGINT = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
@@ -39,11 +39,12 @@ class Module:
 
 
 class Item:
-    def __init__(self, name: str, module: object, fresh: bool = False) -> None:
-        self.name, self.module, self.fresh = name, module, fresh
+    def __init__(self, name: str, module: object, fresh: bool = False, spends: bool = False) -> None:
+        self.name, self.module = name, module
+        self.marks = {mark for mark, marked in ((FRESH, fresh), (SPENDS, spends)) if marked}
 
     def get_closest_marker(self, name: str) -> object | None:
-        return name if name == FRESH and self.fresh else None
+        return name if name in self.marks else None
 
     def __repr__(self) -> str:
         return self.name
@@ -86,6 +87,17 @@ def test_a_fresh_cluster_test_runs_last_of_its_spec_on_a_cluster_no_other_test_h
     assert [i.name for i in items] == ["a1", "a2", "fresh"]
     events: list = []
     run_session(items, recording_pool(events), {module: A})
+    assert events == [("up", "a"), ("down", "a"), ("up", "a"), ("down", "a")]
+
+
+def test_a_test_that_spends_its_cluster_runs_last_of_its_spec_on_the_shared_one_and_none_has_it_after():
+    first, second = Module(A), Module(A)
+    items = [Item("a1", first), Item("spends", first, spends=True), Item("a2", second)]
+    order_by_spec(items)
+    assert [i.name for i in items] == ["a1", "a2", "spends"]
+    later = Module(A)  # a test of the spec run afterwards all the same (a module collected alone later)
+    events: list = []
+    run_session(items + [Item("a3", later)], recording_pool(events), {first: A, second: A, later: A})
     assert events == [("up", "a"), ("down", "a"), ("up", "a"), ("down", "a")]
 
 

@@ -201,7 +201,7 @@ def stopped(pids: list[int]) -> bool:
     return not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
 
 
-@pytest.mark.fresh_cluster  # it downs the cluster
+@pytest.mark.spends_cluster  # it downs the cluster
 def test_a_run_holds_its_slices_until_cancelled_ctrl_c_detaches_or_cancels_and_down_cancels_it_first(
         cluster, home, tmp_path):
     # --detach returns once the run is submitted; the run holds its slices until it is cancelled.
@@ -234,7 +234,7 @@ def test_a_run_holds_its_slices_until_cancelled_ctrl_c_detaches_or_cancels_and_d
     assert f"podmanager attach {run_id}" in detached.stdout and f"podmanager cancel {run_id}" in detached.stdout
     assert RunStore().get(run_id).status == "running"
     pids = program_pids(cluster, run_id)
-    cluster.down()  # a cluster of its own: no test has it after this one
+    cluster.down()  # no test has the cluster after this one
     assert RunStore().get(run_id).status == "cancelled"
     assert stopped(pids)
     assert run_events(cluster, run_id, "run_cancelled")

@@ -479,9 +479,10 @@ def test_each_host_answers_its_own_metadata_like_a_tpu_vm(cluster):
     assert metadata_of(cluster, 0, 0) != address  # one server per VM
 
 
+@pytest.mark.spends_cluster  # slice 2 is preempted when the notice runs out
 def test_a_preemption_notice_reaches_the_host_agents_through_their_metadata(cluster):
     agents = cluster.runtime.agents([2])
     assert ray.get([a.preemption_notice.remote() for _, a in agents]) == [None]
-    simulation.preempt(cluster.runtime, 2, notice_s=120)  # the last test here: `down` takes the slice before it goes
+    simulation.preempt(cluster.runtime, 2, notice_s=120)  # the last on its cluster: `down` takes the slice first
     assert ray.get([a.preemption_notice.remote() for _, a in agents]) == ["preempted"]
     [where] = cluster.runtime.slice_locations([2])

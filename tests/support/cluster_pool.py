@@ -5,8 +5,9 @@ xdist worker) instead of once per module, each test handed it clean (`hand_over_
 A live cluster costs CPU (its head, its hosts, their monitors) that two cores cannot spare
 for long, so the pool keeps a cluster only while the next test uses it (`keep_for`, after every
 test); `order_by_spec` puts the modules of one spec next to each other so that holds for all of
-them. A test marked `fresh_cluster` gets a cluster no test had before it, and none after it (it
-runs after the other tests of its spec).
+them. A test marked `fresh_cluster` gets a cluster no test had before it, and none after it; one
+marked `spends_cluster` gets the shared one, and none has it after it (both run after the other
+tests of their spec).
 
 Whatever is left is downed at the session's end (`close`), also after a failure or Ctrl-C: a
 session-scoped fixture's finalizer (`cluster_pool` in conftest) runs then too; and what a
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 FRESH = "fresh_cluster"
 FRESH_MEANS = ("on a module's shared dry-run cluster: gets a cluster of the module's spec that no other test has "
                "before or after it (for a head crash, a lost home, a damaged state)")
+SPENDS = "spends_cluster"
+SPENDS_MEANS = ("on a module's shared dry-run cluster: leaves it unfit for another test (downs it, announces a "
+                "preemption for later): runs after the other tests of its spec, and none has the cluster after it")
 # The spec of each module that shares a cluster, by the module's `cluster` fixture (what
 # `module_cluster` returned): how the pool tells which cluster a collected test will use.
 _SPEC_OF_FIXTURE: dict[int, str] = {}
@@ -61,8 +65,9 @@ def key_of(item: pytest.Item | None) -> str | None:
 
 def order_by_spec(items: list[pytest.Item]) -> None:
     """The modules that share a spec's cluster one after another, where the first of them was,
-    their `fresh_cluster` tests last; every other order kept: one `up` for all of them. (Every
-    xdist worker collects the same items, so all reorder them the same way.)"""
+    their `spends_cluster` tests then their `fresh_cluster` tests last; every other order kept:
+    one `up` for all of them. (Every xdist worker collects the same items, so all reorder them
+    the same way.)"""
     groups: dict[str, list[pytest.Item]] = {}
     order: list[str | pytest.Item] = []  # a spec's key where its first module was, or an item
     for item in items:
@@ -75,8 +80,12 @@ def order_by_spec(items: list[pytest.Item]) -> None:
             order.append(key)
         groups[key].append(item)
     for group in groups.values():
-        group.sort(key=lambda item: item.get_closest_marker(FRESH) is not None)  # stable: the rest keep their order
+        group.sort(key=_last_ones)  # stable: the rest keep their order
     items[:] = [part for entry in order for part in (groups[entry] if isinstance(entry, str) else [entry])]
+
+
+def _last_ones(item: pytest.Item) -> int:
+    return 2 if item.get_closest_marker(FRESH) else 1 if item.get_closest_marker(SPENDS) else 0
 
 
 @dataclass
@@ -114,8 +123,9 @@ class ClusterPool:
 
     def keep_for(self, finished: pytest.Item, following: pytest.Item | None) -> None:
         """After a test: down every cluster but the one the following test uses; all of them
-        after a `fresh_cluster` test (no test has its cluster after it)."""
-        self._down_all(but=None if finished.get_closest_marker(FRESH) else key_of(following))
+        after a `fresh_cluster` or `spends_cluster` test (no test has its cluster after it)."""
+        spent = finished.get_closest_marker(FRESH) or finished.get_closest_marker(SPENDS)
+        self._down_all(but=None if spent else key_of(following))
 
     def close(self) -> None:
         self._down_all(but=None)
