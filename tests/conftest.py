@@ -1,6 +1,7 @@
 """Shared fixtures: every test gets its own $PODMANAGER_HOME, its simulated cloud in it; `clock` and `sim` give a
 simulated cloud on a fake clock. Under pytest-xdist, the Ray tests run in a lane of their
-own (tests/support/lanes.py)."""
+own (tests/support/lanes.py), where the modules of one dry-run cluster's spec share it
+(tests/support/cluster_pool.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,18 @@ import signal
 import tempfile
 
 import pytest
+from cluster_pool import (
+    FRESH,
+    FRESH_MEANS,
+    SPENDS,
+    SPENDS_MEANS,
+    close_pool,
+    current,
+    hand_homes_root,
+    open_pool,
+    order_by_spec,
+    sweep_homes,
+)
 from homes import use_home
 from lanes import (
     RayLaneScheduling,
@@ -23,6 +36,8 @@ from podmanager.core.clock import FakeClock
 from podmanager.emulator import schema_gate
 from podmanager.emulator.sim.cloud import SimCloud
 
+FAILED = pytest.StashKey[bool]()  # whether the session failed: its pooled homes are kept for their logs
+
 # Every emulator the tests start (in this process, or in the background: it inherits this) also
 # checks its answers against Google's API definitions, and fails loudly on one that breaks them.
 os.environ[schema_gate.STRICT_ENV] = "1"
@@ -31,6 +46,8 @@ os.environ[schema_gate.STRICT_ENV] = "1"
 def pytest_configure(config):
     terminal_signal_dispositions()
     temporary_state_home()
+    config.addinivalue_line("markers", f"{FRESH}: {FRESH_MEANS}")
+    config.addinivalue_line("markers", f"{SPENDS}: {SPENDS_MEANS}")
 
 
 def terminal_signal_dispositions() -> None:
@@ -51,19 +68,47 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     hand_lane_file(node)
+    hand_homes_root(node)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[FAILED] = exitstatus != 0
 
 
 def pytest_unconfigure(config):
     remove_lane_file()
+    sweep_homes(keep=config.stash.get(FAILED, True))
     shutil.rmtree(os.environ.get("XDG_STATE_HOME", ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
+    order_by_spec(items)
     record_ray_files(config, items)
 
 
 def pytest_runtest_setup(item):
     settle_lane(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the test's own teardown, the pool downs the clusters the next test does not use."""
+    try:
+        return (yield)
+    finally:
+        pool = current()
+        if pool is not None:
+            pool.keep_for(item, nextitem)
+
+
+@pytest.fixture(scope="session")
+def cluster_pool(request):
+    """The session's shared dry-run clusters (this worker's); every one is downed at the end,
+    after a failure or Ctrl-C too."""
+    try:
+        yield open_pool(request.config)
+    finally:
+        close_pool()
 
 
 def temporary_state_home() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from browser import chromium, page_errors
+from cluster_specs import ONE_CHIP_PAIR_AND_A_SPARE
 from ray_fixtures import module_cluster
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -36,16 +37,8 @@ from podmanager.core.workload import Workload
 from podmanager.state.service_history import ServiceHistory
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
-NAME = "dashtest"
-SPEC = {
-    "name": NAME,
-    "backend": "simulated",
-    "zones": ["sim-zone-a"],
-    "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
-    "health": {"interval_s": 0.5},
-    "recovery": {"backoff_s": 0.0},
-    "slices": [{"accelerator": "v5litepod-1", "count": 2, "spares": 1, "capacity": "spot"}],
-}
+SPEC = ONE_CHIP_PAIR_AND_A_SPARE  # shared with test_spares_ray.py
+NAME = SPEC["name"]
 
 home, cluster, _shared_home = module_cluster(SPEC)
 
@@ -82,7 +75,8 @@ def a_ready_spare(cluster) -> int:  # type: ignore[no-untyped-def]
 
 def test_a_preempted_run_shows_two_attempts_its_incident_and_where_its_time_went(cluster, page, browser, tmp_path):
     a_ready_spare(cluster)
-    result = cluster.run(train(tmp_path / "ck", steps=120), printer=PreemptAt(cluster, 1, step=40))
+    working = [s.index for s in cluster.status().slices if not s.spare]  # shared: a swap moves the spare
+    result = cluster.run(train(tmp_path / "ck", steps=120), printer=PreemptAt(cluster, working[-1], step=40))
     assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 1), result.message
     [incident] = result.incidents
     assert incident.swaps, "the preempted slice was swapped for the spare"

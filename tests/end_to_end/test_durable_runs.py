@@ -17,6 +17,7 @@ from typing import Any, Callable
 import psutil
 import pytest
 import ray
+from cluster_specs import ONE_CHIP_PAIR
 from homes import home_env
 from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
@@ -31,16 +32,8 @@ from podmanager.state.run_records import RunStore
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
-NAME = "durabletest"
-SPEC = {
-    "name": NAME,
-    "backend": "simulated",
-    "zones": ["sim-zone-a"],
-    "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.0},
-    "health": {"interval_s": 0.5},
-    "recovery": {"backoff_s": 0.0},
-    "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}],  # one chip a host: fast steps
-}
+SPEC = ONE_CHIP_PAIR  # shared with test_inference.py and test_recovery.py
+NAME = SPEC["name"]
 STEPS = 150
 # Steps take ~35 ms on one-chip hosts: a run that must still be going after a client's or a
 # supervisor's end and a preemption takes this many.
@@ -208,6 +201,7 @@ def stopped(pids: list[int]) -> bool:
     return not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
 
 
+@pytest.mark.spends_cluster  # it downs the cluster
 def test_a_run_holds_its_slices_until_cancelled_ctrl_c_detaches_or_cancels_and_down_cancels_it_first(
         cluster, home, tmp_path):
     # --detach returns once the run is submitted; the run holds its slices until it is cancelled.
@@ -240,7 +234,7 @@ def test_a_run_holds_its_slices_until_cancelled_ctrl_c_detaches_or_cancels_and_d
     assert f"podmanager attach {run_id}" in detached.stdout and f"podmanager cancel {run_id}" in detached.stdout
     assert RunStore().get(run_id).status == "running"
     pids = program_pids(cluster, run_id)
-    cluster.down()  # the last test of the module: the fixture's own `down` then has nothing left to do
+    cluster.down()  # no test has the cluster after this one
     assert RunStore().get(run_id).status == "cancelled"
     assert stopped(pids)
     assert run_events(cluster, run_id, "run_cancelled")

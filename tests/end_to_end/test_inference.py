@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from cluster_specs import ONE_CHIP_PAIR
 from ray_fixtures import module_cluster
 
 from podmanager.api import simulation
@@ -49,16 +50,8 @@ REPO = Path(__file__).resolve().parents[2]
 PODMANAGER = str(Path(sys.executable).parent / "podmanager")
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
-NAME = "inference"
-SPEC = {
-    "name": NAME,
-    "backend": "simulated",
-    "zones": ["sim-zone-a"],
-    "simulation": {"create_latency_s": 0.5, "delete_latency_s": 0.0},
-    "health": {"interval_s": 0.5},
-    "recovery": {"backoff_s": 0.0},
-    "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}],
-}
+SPEC = ONE_CHIP_PAIR  # shared with test_durable_runs.py and test_recovery.py
+NAME = SPEC["name"]
 
 # Doubles each input and adds the checkpoint's offset.
 PROGRAM = textwrap.dedent("""

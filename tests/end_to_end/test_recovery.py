@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cluster_specs import ONE_CHIP_PAIR
 from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
 from sim_view import sim_nodes
@@ -22,16 +23,8 @@ from podmanager.vm import procs
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
-NAME = "recovertest"
-SPEC = {
-    "name": NAME,
-    "backend": "simulated",
-    "zones": ["sim-zone-a", "sim-zone-b"],
-    "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
-    "health": {"interval_s": 0.5},
-    "recovery": {"backoff_s": 0.0},
-    "slices": [{"accelerator": "v5litepod-1", "count": 2, "capacity": "spot"}],  # one chip a host: fast steps
-}
+SPEC = ONE_CHIP_PAIR  # shared with test_durable_runs.py and test_inference.py; sim-zone-b to fall back to
+NAME = SPEC["name"]
 # Steps take ~35 ms on one-chip hosts: enough of them that a run is still going when a fault,
 # or a notice after a restarted emulator, reaches it.
 STEPS = 200
@@ -78,6 +71,7 @@ class PreemptAt:
 
 def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, tmp_path):
     # The recovery meets a full zone and a preemption while creating, and gets through both.
+    since = cluster.events()[-1].id  # the shared cluster's earlier events are other tests'
     sim = cluster.simulator
     sim.inject_create_fault("sim-zone-a", "capacity", times=1)
     sim.inject_create_fault("sim-zone-b", "preempt-while-creating", times=1)
@@ -100,7 +94,7 @@ def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, t
     assert incident.lost_steps == max(0, first.last_step - (second.first_step - 1))
     assert incident.recover_s is not None and incident.recover_s > 0
     assert 0 < result.goodput <= 1
-    kinds = [e.kind for e in cluster.events()]
+    kinds = [e.kind for e in cluster.events(after_id=since)]
     for kind in ("incident", "zone_fallback", "slice_preempted", "slices_replaced", "resumed"):
         assert kind in kinds
     zones = {s.index: s.zone for s in cluster.status().slices}
@@ -187,6 +181,7 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     poll_until(lambda: all(s.boot == ["joined"] for s in cluster.status().slices), timeout_s=60, interval_s=0.2,
                what="every host to report its boot done")
     hosts, version = live_hosts(), cluster.simulator.version()
+    since = cluster.events()[-1].id  # the shared cluster's earlier events are other tests'
     reader = Cluster.from_name(NAME)
     reader.status()
     reader.runs()
@@ -204,7 +199,7 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     assert {h.exit_code for h in first.hosts} == {75}  # stopped at a step boundary after checkpointing
     assert result.incidents[0].lost_steps == 0  # resumed exactly where it stopped
     assert second.first_step == first.last_step + 1
-    assert "preemption_notice" in [e.kind for e in cluster.events()]
+    assert "preemption_notice" in [e.kind for e in cluster.events(after_id=since)]
 
 
 # Written as JAX's own examples are: an emergency checkpoint on SIGTERM, then a graceful exit 0.
@@ -301,7 +296,8 @@ def test_an_elastic_run_goes_on_with_the_slice_left_grows_back_and_ends_at_the_s
             result = cluster.run(workload, printer=PreemptAt(cluster, 1, step=50))
             reference = uninterrupted()
     finally:
-        cluster.simulator.configure_cluster(NAME, 0.0, 0.0)
+        cluster.simulator.configure_cluster(NAME, SPEC["simulation"]["create_latency_s"],
+                                            SPEC["simulation"]["delete_latency_s"])
 
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions, result.failures) == (3, 1, 0)
@@ -332,4 +328,4 @@ def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices
     # The healthy slice stays up for inspection; the preempted one is deleted at once (it
     # holds quota), and the next `up` creates it again.
     assert {n.name: n.state.value for n in sim_nodes("podmanager-sim")} == {f"{NAME}-s1": "READY"}
-    # (The last test of the module: the next `up` would create slice 0 again; `down` follows.)
+    # (The next test on this cluster is handed it with slice 0 made again.)

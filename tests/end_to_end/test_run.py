@@ -27,6 +27,7 @@ import psutil
 import pytest
 import ray
 import requests
+from cluster_specs import MULTISLICE
 from local_reference import final_loss_meanwhile
 from ray_fixtures import module_cluster
 from typer.testing import CliRunner
@@ -43,13 +44,8 @@ from podmanager.core.workload import Workload
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
-SPEC = {
-    "name": "runtest",
-    "backend": "simulated",
-    "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
-    "recovery": {"max_failures": 0, "max_hangs": 0, "max_preemptions": 0},
-    "slices": [{"accelerator": "v4-16"}, {"accelerator": "v4-8", "count": 2}],
-}
+SPEC = MULTISLICE  # shared with test_user_project.py
+NAME = SPEC["name"]
 
 
 home, cluster, _shared_home = module_cluster(SPEC)
@@ -181,10 +177,10 @@ def trained_and_served(cluster, tmp_path, uninterrupted) -> None:
 
 
 def test_wrong_mesh_is_refused_before_anything_starts(cluster):
-    runs = sorted((Path(os.environ["PODMANAGER_HOME"]) / "clusters" / "runtest" / "runs").glob("*"))
+    runs = sorted((Path(os.environ["PODMANAGER_HOME"]) / "clusters" / NAME / "runs").glob("*"))
     with pytest.raises(SpecError, match="--parallelism: .*8 devices"):
         cluster.run(Workload(entrypoint="x.py", slices=[0], parallelism="data=3,model=2"))
-    assert sorted((Path(os.environ["PODMANAGER_HOME"]) / "clusters" / "runtest" / "runs").glob("*")) == runs
+    assert sorted((Path(os.environ["PODMANAGER_HOME"]) / "clusters" / NAME / "runs").glob("*")) == runs
 
 
 def test_a_failing_host_stops_its_siblings_and_is_named(cluster, tmp_path):
@@ -251,22 +247,22 @@ def test_command_mode_takes_the_rank_from_the_environment(cluster, tmp_path):
 def test_cli_run_json_and_logs(cluster, tmp_path):
     (tmp_path / "hello.py").write_text("import os\nprint('hello from', os.environ['JAX_PROCESS_ID'])\n")
     runner = CliRunner()
-    result = runner.invoke(app, ["run", "-c", "runtest", "--slices", "runtest-s1", "--json", "--working-dir",
+    result = runner.invoke(app, ["run", "-c", NAME, "--slices", f"{NAME}-s1", "--json", "--working-dir",
                                  str(tmp_path), "hello.py"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout[result.stdout.index("{"):])
     assert summary["status"] == "succeeded"
     assert summary["hosts"] == [{"slice": 1, "worker_id": 0, "exit_code": 0, "lost": None}]
     assert set(summary["metrics"]) >= {"first_step", "last_step", "first_loss", "last_loss"}
-    logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", summary["run_id"]])
+    logs = runner.invoke(app, ["logs", "-c", NAME, "--run", summary["run_id"]])
     assert logs.exit_code == 0 and "[slice-1/host-0] hello from 0" in logs.output
-    for host in ("1/0", "slice-1/host-0", "runtest-s1/0"):
-        one = runner.invoke(app, ["logs", "-c", "runtest", "--run", summary["run_id"], "--host", host])
+    for host in ("1/0", "slice-1/host-0", f"{NAME}-s1/0"):
+        one = runner.invoke(app, ["logs", "-c", NAME, "--run", summary["run_id"], "--host", host])
         assert one.output == "[slice-1/host-0] hello from 0\n", host
-    other = runner.invoke(app, ["logs", "-c", "runtest", "--run", summary["run_id"], "--host", "slice-0/1"])
+    other = runner.invoke(app, ["logs", "-c", NAME, "--run", summary["run_id"], "--host", "slice-0/1"])
     assert other.exit_code == 2 and "--host: no output from slice-0/host-1" in other.output
 
-    failing = runner.invoke(app, ["run", "-c", "runtest", "--slices", "1", "--working-dir", str(tmp_path),
+    failing = runner.invoke(app, ["run", "-c", NAME, "--slices", "1", "--working-dir", str(tmp_path),
                                   "--", sys.executable, "-c", "import sys; sys.exit(3)"])
     assert failing.exit_code == 1 and "exited with code 3" in failing.output
 
@@ -274,9 +270,9 @@ def test_cli_run_json_and_logs(cluster, tmp_path):
 def test_ray_users_find_the_cluster_through_status_and_ray_env(cluster):
     access = cluster.status().ray
     assert access is not None and access.dashboard_url.startswith("http://127.0.0.1:")
-    table = CliRunner().invoke(app, ["status", "-c", "runtest"]).output
+    table = CliRunner().invoke(app, ["status", "-c", NAME]).output
     assert f"Ray: {access.address}" in table and access.dashboard_url in table
-    exports = CliRunner().invoke(app, ["ray-env", "-c", "runtest"]).output.splitlines()
+    exports = CliRunner().invoke(app, ["ray-env", "-c", NAME]).output.splitlines()
     env = dict(line.removeprefix("export ").split("=", 1) for line in exports)
     assert env["RAY_ADDRESS"] == access.address and env["RAY_AUTH_MODE"] == "token"
     user = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | env
@@ -291,10 +287,10 @@ def test_ray_users_find_the_cluster_through_status_and_ray_env(cluster):
 
 def test_status_shows_the_monitors_view_of_the_hosts_without_loading_ray(cluster):
     """`status` reads the snapshot the cluster's monitor keeps: no Ray in the process."""
-    poll_until(lambda: snapshot.read_fresh("runtest"), timeout_s=30, interval_s=0.2, what="the monitor's snapshot")
+    poll_until(lambda: snapshot.read_fresh(NAME), timeout_s=30, interval_s=0.2, what="the monitor's snapshot")
     script = ("import json, sys\n"
               "from podmanager import api\n"
-              "status = api.resolve_cluster('runtest').status()\n"
+              f"status = api.resolve_cluster('{NAME}').status()\n"
               "print(json.dumps({'ray_loaded': 'ray' in sys.modules,"
               " 'hosts': [(h.slice_index, h.worker_id, h.state) for h in status.hosts]}))")
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
@@ -327,7 +323,7 @@ def host_lines(output: str) -> dict[str, list[str]]:
 
 
 def run_id_of(output: str) -> str:
-    return re.search(r"podmanager logs -c runtest --run (\S+)", output).group(1)
+    return re.search(rf"podmanager logs -c {NAME} --run (\S+)", output).group(1)
 
 
 def test_ten_megabytes_from_every_host_all_reach_the_logs(cluster, tmp_path):
@@ -338,13 +334,13 @@ def test_ten_megabytes_from_every_host_all_reach_the_logs(cluster, tmp_path):
             print({LINE!r}.format(rank=rank, i=i))
     """))
     runner = CliRunner()
-    run = runner.invoke(app, ["run", "-c", "runtest", "--slices", "0", "--working-dir", str(tmp_path), "big.py"])
+    run = runner.invoke(app, ["run", "-c", NAME, "--slices", "0", "--working-dir", str(tmp_path), "big.py"])
     assert run.exit_code == 0, run.output[-3000:]
     # The live stream could not show 10 MB as it came: it says so, and where every line is.
     run_id = run_id_of(run.output)
     assert re.search(rf"podmanager: \d+ line\(s\) skipped here to keep up; every line is in "
-                     rf"'podmanager logs -c runtest --run {run_id} --host slice-0/host-0'", run.output)
-    logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", run_id])
+                     rf"'podmanager logs -c {NAME} --run {run_id} --host slice-0/host-0'", run.output)
+    logs = runner.invoke(app, ["logs", "-c", NAME, "--run", run_id])
     assert logs.exit_code == 0
     by_host = host_lines(logs.output)
     assert set(by_host) == {"slice-0/host-0", "slice-0/host-1"}
@@ -368,11 +364,11 @@ def test_three_megabytes_then_a_raise_keeps_every_line_and_shows_the_traceback(c
         raise ValueError("boom after 3 MB")
     """))
     runner = CliRunner()
-    run = runner.invoke(app, ["run", "-c", "runtest", "--slices", "0", "--working-dir", str(tmp_path), "burst.py"])
+    run = runner.invoke(app, ["run", "-c", NAME, "--slices", "0", "--working-dir", str(tmp_path), "burst.py"])
     assert run.exit_code == 1, run.output[-3000:]
     summary = run.output[run.output.index("last output of slice-0/host-1:"):]
     assert "  Traceback (most recent call last):" in summary and "  ValueError: boom after 3 MB" in summary
-    logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", run_id_of(run.output)])
+    logs = runner.invoke(app, ["logs", "-c", NAME, "--run", run_id_of(run.output)])
     by_host = host_lines(logs.output)
     assert by_host["slice-0/host-0"] == expected(0, 30_000) + ["host 0 waits"]
     failed = by_host["slice-0/host-1"]
@@ -393,19 +389,19 @@ def test_what_a_cancelled_program_prints_while_stopping_reaches_the_logs(cluster
         time.sleep(600)
     """))
     runner = CliRunner()
-    submitted = runner.invoke(app, ["run", "-c", "runtest", "--slices", "0", "--detach", "--working-dir", str(tmp_path),
+    submitted = runner.invoke(app, ["run", "-c", NAME, "--slices", "0", "--detach", "--working-dir", str(tmp_path),
                                     "saver.py"])
     assert submitted.exit_code == 0, submitted.output
     run_id = re.search(r"submitted run (\S+)", submitted.output).group(1)
 
     def both_ready() -> bool:
-        logs = runner.invoke(app, ["logs", "-c", "runtest", "--run", run_id])
+        logs = runner.invoke(app, ["logs", "-c", NAME, "--run", run_id])
         return logs.exit_code == 0 and logs.output.count("] ready\n") == 2
 
     poll_until(both_ready, timeout_s=120, interval_s=0.5, what="both hosts printing 'ready'")
-    cancelled = runner.invoke(app, ["cancel", run_id, "-c", "runtest"])
+    cancelled = runner.invoke(app, ["cancel", run_id, "-c", NAME])
     assert cancelled.exit_code == 0 and "is cancelled" in cancelled.output
-    by_host = host_lines(runner.invoke(app, ["logs", "-c", "runtest", "--run", run_id]).output)
+    by_host = host_lines(runner.invoke(app, ["logs", "-c", NAME, "--run", run_id]).output)
     assert by_host == {host: ["ready", "saving checkpoint...", "saved"]
                        for host in ("slice-0/host-0", "slice-0/host-1")}
 
@@ -483,9 +479,10 @@ def test_each_host_answers_its_own_metadata_like_a_tpu_vm(cluster):
     assert metadata_of(cluster, 0, 0) != address  # one server per VM
 
 
+@pytest.mark.spends_cluster  # slice 2 is preempted when the notice runs out
 def test_a_preemption_notice_reaches_the_host_agents_through_their_metadata(cluster):
     agents = cluster.runtime.agents([2])
     assert ray.get([a.preemption_notice.remote() for _, a in agents]) == [None]
-    simulation.preempt(cluster.runtime, 2, notice_s=120)  # the last test here: `down` takes the slice before it goes
+    simulation.preempt(cluster.runtime, 2, notice_s=120)  # the last on its cluster: `down` takes the slice first
     assert ray.get([a.preemption_notice.remote() for _, a in agents]) == ["preempted"]
     [where] = cluster.runtime.slice_locations([2])

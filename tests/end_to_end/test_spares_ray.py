@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from cluster_specs import ONE_CHIP_PAIR_AND_A_SPARE
 from ray_fixtures import module_cluster
 from test_inference import Load
 from test_recovery import PreemptAt, train
@@ -23,51 +24,51 @@ from podmanager.core.clock import RealClock, poll_until
 from podmanager.core.workload import Workload
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
-NAME = "sparetest"
 CREATE_LATENCY_S = 25.0  # above the 15 s a swap may take: a recovery that waited for a create fails
-SPEC = {
-    "name": NAME,
-    "backend": "simulated",
-    "zones": ["sim-zone-a"],
-    # `up` creates at 0 s; the test then sets the cluster's simulated create latency to 25 s,
-    # as `simulation.create_latency_s: 25` does (the same call), saving the module its wait.
-    "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
-    "health": {"interval_s": 0.5},
-    "recovery": {"backoff_s": 0.0},
-    "slices": [{"accelerator": "v5litepod-1", "count": 2, "spares": 1, "capacity": "spot"}],
-}
+# `up` creates at 0 s; each test then sets the cluster's simulated create latency to 25 s, as
+# `simulation.create_latency_s: 25` does (the same call), saving the module its wait (the next
+# test is handed the spec's latency again).
+SPEC = ONE_CHIP_PAIR_AND_A_SPARE  # shared with test_dashboard_browser.py
+NAME = SPEC["name"]
 
 home, cluster, _shared_home = module_cluster(SPEC)
 
 
 def test_a_preempted_slice_is_swapped_for_the_spare_at_once_and_a_new_spare_is_made(cluster, tmp_path: Path):
-    assert [(s.index, s.spare) for s in cluster.status().slices] == [(0, False), (1, False), (2, True)]
+    # Which slice is the spare is whatever the cluster's last swap left (test_dashboard_browser.py
+    # swaps too; `up` makes the last slice the spare: tests/supervision/test_spares.py).
+    poll_until(lambda: [s for s in cluster.status().slices if s.spare and s.state == "READY"], timeout_s=120.0,
+               interval_s=0.5, clock=RealClock(), what="a READY spare")
+    slices = cluster.status().slices
+    kept, lost = [s.index for s in slices if not s.spare]
+    [spare] = [s.index for s in slices if s.spare]
+    since = cluster.events()[-1].id  # the shared cluster's earlier events are other tests'
     cluster.simulator.configure_cluster(NAME, CREATE_LATENCY_S, 0.0)
 
-    result = cluster.run(train(tmp_path / "spared"), printer=PreemptAt(cluster, 1, step=50))
+    result = cluster.run(train(tmp_path / "spared"), printer=PreemptAt(cluster, lost, step=50))
 
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions) == (2, 1)
     [incident] = result.incidents
-    assert incident.slices == [1] and incident.swaps == [[1, 2]]
+    assert incident.slices == [lost] and incident.swaps == [[lost, spare]]
     assert incident.recover_s is not None and incident.recover_s <= 15.0, incident
     assert "create" not in incident.phases  # no create was waited for
     run = cluster.runs_store.get(result.run_id)
-    assert run.slices == [0, 2]
-    kinds = [e.kind for e in cluster.events()]
+    assert run.slices == sorted([kept, spare])
+    kinds = [e.kind for e in cluster.events(after_id=since)]
     assert "spare_swapped" in kinds and "slices_replaced" not in kinds
     # The run was set up on the spare while it ran on its own slices: the relaunch set up nothing.
     assert kinds.index("spare_prepared") < kinds.index("spare_swapped")
-    assert "slice-2/host-0" in result.attempt_log[1].setup_already and "setup" not in incident.phases
+    assert f"slice-{spare}/host-0" in result.attempt_log[1].setup_already and "setup" not in incident.phases
 
     # The lost slice is the spare now, made again in the background at the create latency.
     def new_spare_ready() -> bool:
         slices = {s.index: s for s in cluster.status().slices}
-        made = any(e.kind == "spare_ready" and e.slice_index == 1 for e in cluster.events())
-        return made and slices[1].spare and slices[1].state == "READY"
+        made = any(e.kind == "spare_ready" and e.slice_index == lost for e in cluster.events(after_id=since))
+        return made and slices[lost].spare and slices[lost].state == "READY"
 
     poll_until(new_spare_ready, timeout_s=CREATE_LATENCY_S + 90.0, interval_s=1.0, clock=RealClock(),
-               what="the new spare (slice 1) to be READY with its host joined")
+               what=f"the new spare (slice {lost}) to be READY with its host joined")
 
 
 # Doubles each input; a forward pass takes 10 ms.

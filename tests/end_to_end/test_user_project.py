@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cluster_specs import MULTISLICE
 from ray_fixtures import module_cluster
 from wheels import build_wheel
 
@@ -27,15 +28,8 @@ from podmanager.core.clock import poll_until
 from podmanager.state.run_records import RunStore
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
-NAME = "userproj"
-SPEC = {
-    "name": NAME,
-    "backend": "simulated",
-    "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0},
-    "health": {"interval_s": 0.5},
-    "recovery": {"backoff_s": 0.0},
-    "slices": [{"accelerator": "v4-16"}, {"accelerator": "v4-8", "count": 2}],
-}
+SPEC = MULTISLICE  # shared with test_run.py: no recovery budget unless a run asks for one
+NAME = SPEC["name"]
 TOPOLOGIES = {"one v4-16": "0", "two v4-8": "1,2"}
 PODMANAGER = str(Path(sys.executable).parent / "podmanager")
 
@@ -149,7 +143,7 @@ def test_a_typo_in_an_option_starts_nothing(cluster, project):
 
 def test_after_a_preemption_only_the_replacement_host_sets_up_again(cluster, project):
     submitted = podmanager(project, "run", "-c", NAME, "--slices", "1,2", "--requirements", "requirements.txt",
-                           "--env", "STEPS=400", "--detach", "--json", "train.py")
+                           "--env", "STEPS=400", "--max-preemptions", "1", "--detach", "--json", "train.py")
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     run_id = json.loads(submitted.stdout)["run_id"]
     runs = RunStore()

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Iterator
 
 import psutil
 import pytest
-from homes import restore, set_home, use_home
+from cluster_pool import register
+from homes import use_home
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeRequest
 from podmanager.controller import head
@@ -135,39 +136,11 @@ def booting_emulator(spec: "ClusterSpec", clock) -> Iterator[tuple["Emulator", d
         emulator.stop()
 
 
-@contextlib.contextmanager
-def dry_run_cluster(spec: dict, home) -> Iterator["Cluster"]:
-    """A dry-run cluster brought up in `home` for a whole test module, and torn down after it;
-    asserts that `down` leaves no process of the cluster and no node in the simulator."""
-    from sim_view import sim_nodes
-
-    from podmanager.api import Cluster
-
-    saved = set_home(home)
-    before = ray_like()
-    cluster = Cluster.from_dict(spec)
-    machines: set[str] = set()
-    try:
-        cluster.up(timeout_s=120)
-        machines = cluster_machines(cluster.name)
-        yield cluster
-    finally:
-        try:
-            machines |= cluster_machines(cluster.name)
-        finally:  # whatever went wrong above, nothing of the cluster may outlive the module
-            cluster.down()
-            left = wait_no_leftovers(machines, before, home=os.environ["PODMANAGER_HOME"])
-            nodes = sim_nodes(cluster.spec.project)
-            restore(saved)
-        assert not left, f"processes left after down: {left}"
-        assert nodes == [], f"nodes left after down: {nodes}"
-
-
 def hand_over_clean(cluster: "Cluster") -> list[str]:
-    """Make a module's shared cluster as the module's first test found it, and say what the
-    previous test had left: runs and services still going are cancelled, the simulator's
-    pending faults cleared, and slices (spares included) that are not as the spec says made so
-    by `up`. A failure then stays the one test's, not every later one's."""
+    """Make a shared cluster as the spec says, and say what the previous test had left: runs
+    and services still going are cancelled, the simulator's pending faults cleared, and slices
+    (spares included) that are not as the spec says made so by `up`. A failure then stays the
+    one test's, not every later one's. (Which slice is the spare is whatever the last swap left.)"""
     left = []
     for service in cluster.services_store.serving(cluster.name):
         left.append(f"service {service.service_id} still serving")
@@ -175,6 +148,11 @@ def hand_over_clean(cluster: "Cluster") -> list[str]:
     for run in cluster.runs_store.active(cluster.name):
         left.append(f"run {run.run_id} still {run.status}")
         cluster.run_handle(run.run_id).cancel(timeout_s=120.0)
+    # A test may slow the cluster's creates (`configure_cluster`): back to the spec's, which
+    # changes nothing if they are (the simulator keeps no other record to tell it by).
+    simulation = cluster.spec.simulation
+    cluster.simulator.configure_cluster(cluster.name, simulation.create_latency_s, simulation.delete_latency_s,
+                                        simulation.vm_image, boot_delay_s=simulation.boot_delay_s)
     faults = cluster.simulator.pending_faults()
     if faults != type(faults)():
         left.append(f"pending faults {faults.model_dump(exclude_defaults=True)}")
@@ -187,22 +165,23 @@ def hand_over_clean(cluster: "Cluster") -> list[str]:
 
 
 def module_cluster(spec: dict):  # type: ignore[no-untyped-def]
-    """The fixtures of a test module that shares one dry-run cluster: `home` (module scope),
-    `cluster` (brought up once, torn down after the module) and `shared_home`, which points
-    each test's PODMANAGER_HOME at the module's (conftest gives every test its own) and hands
-    the test the cluster clean (`hand_over_clean`).
+    """The fixtures of a test module that runs on a dry-run cluster of `spec`, shared with every
+    module of the same spec (`cluster_pool`): `home` (the cluster's), `cluster`, and
+    `_shared_home`, which points each test's PODMANAGER_HOME at the cluster's home (conftest
+    gives every test its own) and hands the test the cluster clean (`hand_over_clean`). The
+    module must bind them to these names (the pool finds a test's cluster by its module's
+    `cluster`):
 
         home, cluster, _shared_home = module_cluster(SPEC)
     """
 
-    @pytest.fixture(scope="module")
-    def home(tmp_path_factory):  # type: ignore[no-untyped-def]
-        return tmp_path_factory.mktemp("pmhome")
+    @pytest.fixture
+    def home(cluster_pool):  # type: ignore[no-untyped-def]
+        return cluster_pool.get(spec).home
 
-    @pytest.fixture(scope="module")
-    def cluster(home):  # type: ignore[no-untyped-def]
-        with dry_run_cluster(spec, home) as cluster:
-            yield cluster
+    @pytest.fixture
+    def cluster(cluster_pool):  # type: ignore[no-untyped-def]
+        return cluster_pool.get(spec).cluster
 
     @pytest.fixture(autouse=True)
     def _shared_home(cluster, home, podmanager_home, monkeypatch):  # type: ignore[no-untyped-def]
@@ -211,4 +190,5 @@ def module_cluster(spec: dict):  # type: ignore[no-untyped-def]
         if left:  # the previous test's failure (or leak) is reported there; here it is only repaired
             warnings.warn(f"repaired what an earlier test left on {cluster.name}: {'; '.join(left)}", stacklevel=1)
 
+    register(cluster, spec)
     return home, cluster, _shared_home
