@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
 import urllib.request
 
 from podmanager.core.errors import SpecError
@@ -37,7 +36,8 @@ def interface_networks(timeout_s: float = TIMEOUT_S) -> list[str] | None:
         f"http://{host}/computeMetadata/v1/instance/network-interfaces/?recursive=true",
         headers={"Metadata-Flavor": "Google"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        # Never through a proxy: the metadata server answers only the VM itself, as Google's libraries ask it.
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=timeout_s) as reply:
             if reply.headers.get("Metadata-Flavor") != "Google":  # a captive portal or proxy, not GCE's
                 return None
             interfaces = json.loads(reply.read().decode())
