@@ -36,11 +36,11 @@ def bring_up(runtime: ClusterRuntime, runs: RunStore, *, timeout_s: float, force
              on_plan: Callable[[UpPlan], None] | None, delete_on_failure: bool) -> None:
     """`Cluster.up` up to its status. Raises FirstUpFailed when a first `up` failed with
     `delete_on_failure` (the caller runs `down`, which takes the lock this holds)."""
-    if runtime.backend_from_spec:
-        check_local_controller(runtime.spec)  # a laptop's head is one no TPU VM can reach
     if runtime.hosts:
         runtime.hosts.check()  # a boot: the VMs could not boot with costs nothing
     runtime.cloud  # opens the backend first: bad credentials fail before anything is recorded or created
+    if runtime.backend_from_spec:
+        check_local_controller(runtime.spec)  # a laptop's head is one no TPU VM can reach
     check_before_up(runtime)  # the network: checked (exit 2 naming the fix), the cluster's rule made
     with runtime.lock("up", timeout_s):
         # Fewer spares that would drop an active run's slice drop an idle one instead.
