@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from podmanager.api import simulation
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.client.remote import RemoteCluster, down_remote, is_remote, stored_spec
 from podmanager.client.remote_up_down import RemoteSpec
+from podmanager.core import faults
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
 from podmanager.core.spec import parse_spec
@@ -65,7 +65,8 @@ class _PreemptHalfway:
             if len(parts) >= 2 and parts[0] == "step" and parts[1].isdigit() and int(parts[1]) >= PREEMPT_AT_STEP:
                 self.done = True
                 # From another thread, as the cloud would: the run notices on its own.
-                threading.Thread(target=simulation.preempt, args=(self.cluster.runtime, 1), daemon=True).start()
+                preempt = faults.parse("preempt:1")  # slice 1, now: sent to the controller as `sim preempt` is
+                threading.Thread(target=self.cluster.inject, args=(preempt,), daemon=True).start()
                 return
 
 

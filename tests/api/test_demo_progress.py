@@ -101,3 +101,32 @@ def test_the_demo_resumes_its_own_interrupted_cluster(monkeypatch):
     pinned.save_spec(demo.DEMO_NAME, json.dumps(demo.DEMO_SPEC))  # an interrupted demo's pointer
     demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None, show_status=lambda status: None)
     assert [entry.split(" ")[0] for entry in log] == ["up", "run", "down"]
+
+
+def test_the_demo_preempts_slice_1_once_through_the_clusters_own_fault_verb():
+    # The demo's cluster is a controller VM's: the preemption goes to it as `sim preempt` does
+    # (ClusterClient.inject), never through a runtime of this machine's (the demo broke so once).
+    import threading
+
+    from podmanager.core.faults import PreemptFault
+    from podmanager.core.records import HostSlot
+
+    injected, shown, called = [], [], threading.Event()
+
+    class Injecting:
+        def inject(self, fault):
+            injected.append(fault)
+            called.set()
+            return "preempted"
+
+    preempter = demo._PreemptHalfway(Injecting(), lambda slot, text: shown.append(text))
+    slot = HostSlot(slice_index=0, worker_id=0, node_name="podmanager-demo-s0", ip="127.0.0.1", chips=4,
+                    accelerator="v4-8")
+    preempter(slot, f"step {demo.PREEMPT_AT_STEP - 1} loss 1.0\n")
+    assert injected == [] and not called.is_set()
+    preempter(slot, f"step {demo.PREEMPT_AT_STEP} loss 0.9\nstep {demo.PREEMPT_AT_STEP + 1} loss 0.8\n")
+    assert called.wait(timeout=30)
+    preempter(slot, f"step {demo.PREEMPT_AT_STEP + 2} loss 0.7\n")
+    [fault] = injected
+    assert isinstance(fault, PreemptFault) and fault.slice == 1 and not fault.notice_s
+    assert len(shown) == 3  # every output is shown, the preemption's too
