@@ -54,6 +54,15 @@ def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None,
     return GcpCloud(spec.project, emulator_host=emulator, on_retry=on_retry, **asdict(GOOGLE_CLOUD.tpu_api)), None
 
 
+def emulator_json_api(spec: ClusterSpec) -> str | None:
+    """Where the dry run's running emulator serves Google's JSON APIs (Compute Engine, Service
+    Usage, IAM, Resource Manager); None when it does not run, or is from before it served them."""
+    from podmanager.emulator import launcher
+
+    found = launcher.running(spec.project or "")
+    return found.compute_api if found is not None and found.compute_api else None
+
+
 def make_compute(spec: ClusterSpec) -> ComputeNetworks | None:
     """The Compute Engine API of the spec's project, for the network's preflight: a dry run's
     emulator (running: `make_cloud` started it), or Google's with Application Default
@@ -62,12 +71,10 @@ def make_compute(spec: ClusterSpec) -> ComputeNetworks | None:
     from podmanager.cloud.gcp.compute import ComputeNetworks
 
     if spec.simulated:
-        from podmanager.emulator import launcher
-
-        found = launcher.running(spec.project or "")
-        if found is None or not found.compute_api:
+        endpoint = emulator_json_api(spec)
+        if endpoint is None:
             return None
-        return ComputeNetworks(spec.project or "", endpoint=found.compute_api, **asdict(SIMULATED.compute_api))
+        return ComputeNetworks(spec.project or "", endpoint=endpoint, **asdict(SIMULATED.compute_api))
     if os.environ.get("TPU_EMULATOR_HOST"):
         return None
     from podmanager.cloud.gcp.client import check_credentials
@@ -87,11 +94,11 @@ def make_instances(spec: ClusterSpec) -> ComputeInstances:
 
         with EmulatorControl(launcher.ensure(spec.project or "")) as control:
             configure_simulation(spec, control)  # how long its VMs take, before any is made
-        found = launcher.running(spec.project or "")
-        if found is None or not found.compute_api:
+        endpoint = emulator_json_api(spec)
+        if endpoint is None:
             raise PodmanagerError(f"the dry run's emulator of {spec.project} serves no Compute Engine API",
                                   hint="Stop it ('podmanager emulator stop') so the next command starts a current one.")
-        return ComputeInstances(spec.project or "", endpoint=found.compute_api, **asdict(SIMULATED.compute_api))
+        return ComputeInstances(spec.project or "", endpoint=endpoint, **asdict(SIMULATED.compute_api))
     from podmanager.cloud.gcp.client import check_credentials
 
     return ComputeInstances(spec.project or "", credentials=check_credentials(spec.project or ""),
@@ -153,12 +160,10 @@ def make_service_usage(spec: ClusterSpec) -> ServiceUsage | None:
     from podmanager.cloud.gcp.service_usage import ServiceUsage
 
     if spec.simulated:
-        from podmanager.emulator import launcher
-
-        found = launcher.running(spec.project or "")
-        if found is None or not found.compute_api:
+        endpoint = emulator_json_api(spec)
+        if endpoint is None:
             return None
-        return ServiceUsage(spec.project or "", endpoint=found.compute_api)
+        return ServiceUsage(spec.project or "", endpoint=endpoint)
     if os.environ.get("TPU_EMULATOR_HOST"):
         return None
     from podmanager.cloud.gcp.client import check_credentials
@@ -173,12 +178,11 @@ def make_project_iam(spec: ClusterSpec) -> ProjectIam | None:
 
     if spec.simulated:
         from podmanager.cloud.gcp.emulator_identity import principal
-        from podmanager.emulator import launcher
 
-        found = launcher.running(spec.project or "")
-        if found is None or not found.compute_api:
+        endpoint = emulator_json_api(spec)
+        if endpoint is None:
             return None
-        return ProjectIam(spec.project or "", endpoint=found.compute_api, caller=principal(), pause_s=0.05)
+        return ProjectIam(spec.project or "", endpoint=endpoint, caller=principal(), pause_s=0.05)
     if os.environ.get("TPU_EMULATOR_HOST"):
         return None
     from podmanager.cloud.gcp.client import check_credentials
