@@ -40,7 +40,7 @@ from typing import Any, Callable, TypeVar
 import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
+from google.protobuf import any_pb2, empty_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from pydantic import TypeAdapter
@@ -146,21 +146,19 @@ def _parse(path: str, kind: str | None = None) -> _Path:
     return _Path(match["project"], match["zone"], match["kind"], match["id"])
 
 
-def _timestamp(seconds: float | None) -> timestamp_pb2.Timestamp | None:
-    if seconds is None:
-        return None
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromNanoseconds(int(seconds * 1e9))
-    return stamp
-
-
-def _scheduling(capacity: Capacity) -> cloud_tpu.SchedulingConfig:
-    return cloud_tpu.SchedulingConfig(spot=capacity is Capacity.SPOT, reserved=capacity is Capacity.RESERVED)
-
-
 def node_message(project: str, node: Node) -> cloud_tpu.Node:
     """A simulator node as the API returns it."""
-    return cloud_tpu.Node(
+    return cloud_tpu.Node.wrap(_node_pb(project, node))
+
+
+# Built as the raw protobuf message: a list of 1,024 nodes is answered at every look the client
+# takes, and proto-plus's wrapper converts each field it is given (a fifth of the emulator's time
+# in a 1,024-slice `up`).
+_RAW_NODE = cloud_tpu.Node.pb()
+
+
+def _node_pb(project: str, node: Node) -> Any:
+    raw = _RAW_NODE(
         name=f"projects/{project}/locations/{node.zone}/nodes/{node.name}",
         accelerator_type=node.accelerator_type,
         state=cloud_tpu.Node.State[node.state.value],
@@ -168,25 +166,23 @@ def node_message(project: str, node: Node) -> cloud_tpu.Node:
         runtime_version=node.runtime_version,
         labels=node.labels,
         metadata=node.metadata,
-        network_endpoints=[cloud_tpu.NetworkEndpoint(ip_address=ip, port=8470) for ip in node.endpoints],
-        scheduling_config=_scheduling(node.capacity),
-        create_time=_timestamp(node.create_time),
         api_version=cloud_tpu.Node.ApiVersion.V2,
-        **_network_fields(node),
     )
-
-
-def _network_fields(node: Node) -> dict[str, Any]:
-    """The node's network_config, service_account and tags, as it was asked for."""
+    for ip in node.endpoints:
+        raw.network_endpoints.add(ip_address=ip, port=8470)
+    raw.scheduling_config.spot = node.capacity is Capacity.SPOT
+    raw.scheduling_config.reserved = node.capacity is Capacity.RESERVED
+    if node.create_time is not None:
+        raw.create_time.FromNanoseconds(int(node.create_time * 1e9))
     network = node.network
-    if network is None:
-        return {}
-    return {
-        "network_config": cloud_tpu.NetworkConfig(network=network.network, subnetwork=network.subnetwork,
-                                                  enable_external_ips=network.enable_external_ips),
-        "service_account": cloud_tpu.ServiceAccount(email=network.service_account, scope=list(network.scopes)),
-        "tags": list(network.tags),
-    }
+    if network is not None:  # the node's network_config, service_account and tags, as asked for
+        raw.network_config.network = network.network
+        raw.network_config.subnetwork = network.subnetwork
+        raw.network_config.enable_external_ips = network.enable_external_ips
+        raw.service_account.email = network.service_account
+        raw.service_account.scope.extend(network.scopes)
+        raw.tags.extend(network.tags)
+    return raw
 
 
 def node_request(node: cloud_tpu.Node, *, reservation: str = "", spot_tier: bool = False,
@@ -354,7 +350,7 @@ class TpuEmulator:
             return cloud_tpu.QueuedResource.pb(queued)
         record = self.sim.node_record(where.zone, where.id or "")
         if record is not None:
-            return cloud_tpu.Node.pb(node_message(where.project, record.to_node()))
+            return _node_pb(where.project, record.to_node())
         return cloud_tpu.Node.pb(cloud_tpu.Node(name=path))  # gone since; the operation still succeeded
 
     def _started(self, operation: Operation, verb: str, path: str) -> operations_pb2.Operation:
@@ -380,8 +376,8 @@ class TpuEmulator:
     def list_nodes(self, request: cloud_tpu.ListNodesRequest) -> cloud_tpu.ListNodesResponse:
         where = _parse(request.parent)
         nodes, next_token = _page(self.sim.list_nodes(where.zone), request.page_size, request.page_token)
-        return cloud_tpu.ListNodesResponse(nodes=[node_message(where.project, n) for n in nodes],
-                                           next_page_token=next_token)
+        return cloud_tpu.ListNodesResponse.wrap(cloud_tpu.ListNodesResponse.pb()(
+            nodes=[_node_pb(where.project, n) for n in nodes], next_page_token=next_token))
 
     def delete_node(self, request: cloud_tpu.DeleteNodeRequest) -> operations_pb2.Operation:
         where = _parse(request.name, "nodes")

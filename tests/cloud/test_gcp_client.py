@@ -476,3 +476,38 @@ def test_finished_queued_resource_operation_carries_the_queued_resource(rig: Rig
     assert "spot" in queued and queued.tpu.node_spec[0].node_id == "demo-s0"
     # The stored request was not changed by answering.
     assert rig.cloud.get_queued_resource(ZONE, "demo-qr0").state.value == "ACTIVE"
+
+
+def test_a_node_message_is_read_field_by_field_into_the_record() -> None:
+    """Every field the API reports reaches the record (read from the raw message), and an empty
+    message gives the record's empty values, not a default's."""
+    from datetime import datetime, timezone
+
+    from google.cloud.tpu_v2.types import cloud_tpu
+
+    from podmanager.cloud.base import NodeNetwork
+    from podmanager.cloud.gcp.client import node_record
+
+    full = cloud_tpu.Node(
+        name="projects/p/locations/us-central2-b/nodes/n-1", accelerator_type="v4-16",
+        state=cloud_tpu.Node.State.REIMAGING, labels={"a": "1"}, runtime_version="tpu-ubuntu2204-base",
+        health=cloud_tpu.Node.Health.UNHEALTHY_MAINTENANCE, metadata={"k": "v"},
+        scheduling_config=cloud_tpu.SchedulingConfig(spot=True),
+        network_endpoints=[cloud_tpu.NetworkEndpoint(ip_address="10.0.0.2"),
+                           cloud_tpu.NetworkEndpoint(ip_address="10.0.0.3")],
+        create_time=datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=timezone.utc),
+        network_config=cloud_tpu.NetworkConfig(network="projects/p/global/networks/net", enable_external_ips=True),
+        service_account=cloud_tpu.ServiceAccount(email="sa@p.iam.gserviceaccount.com", scope=["s1"]),
+        tags=["t"])
+    node = node_record(full)
+    assert (node.name, node.zone, node.accelerator_type) == ("n-1", "us-central2-b", "v4-16")
+    assert node.state is NodeState.RESTARTING and node.capacity is Capacity.SPOT
+    assert (node.labels, node.metadata, node.runtime_version) == ({"a": "1"}, {"k": "v"}, "tpu-ubuntu2204-base")
+    assert node.health == "UNHEALTHY_MAINTENANCE" and node.endpoints == ("10.0.0.2", "10.0.0.3")
+    assert node.create_time == datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=timezone.utc).timestamp()
+    assert node.network == NodeNetwork(network="projects/p/global/networks/net", subnetwork="",
+                                       enable_external_ips=True, service_account="sa@p.iam.gserviceaccount.com",
+                                       scopes=("s1",), tags=("t",))
+    empty = node_record(cloud_tpu.Node(name="projects/p/locations/z/nodes/m"))
+    assert (empty.health, empty.create_time, empty.network, empty.endpoints) == (None, None, None, ())
+    assert empty.state is NodeState.UNSPECIFIED and empty.capacity is Capacity.ON_DEMAND

@@ -117,6 +117,17 @@ def test_tokens_stand_for_whom_they_were_issued_to_and_no_one_else():
     assert tokens.principal_of("sim-token.a@p.iam.gserviceaccount.com") is None
 
 
+def test_a_simulated_cloud_made_anew_signs_with_its_own_key():
+    """The key is kept in memory by its file: a cloud deleted and made again at the same place
+    has a new key, and a token of the old one is no one's there."""
+    old = tokens.issue(tokens.USER)
+    key_file = tokens._key_path()
+    key_file.unlink()
+    new = tokens.issue(tokens.USER)
+    assert key_file.exists() and new != old
+    assert tokens.principal_of(new) == tokens.USER and tokens.principal_of(old) is None
+
+
 def test_the_default_project_and_a_new_secure_by_default_one():
     default = starting_point("no-organization", NUMBER)
     assert default.bindings == {"roles/owner": [tokens.USER], "roles/editor": [f"serviceAccount:{DEFAULT_ACCOUNT}"]}

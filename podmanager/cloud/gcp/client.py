@@ -108,7 +108,7 @@ def check_credentials(project: str) -> Any:
 
 # ---------------------------------------------------------------------- records
 
-_NODE_STATES: dict[cloud_tpu.Node.State, NodeState] = {
+_NODE_STATES: dict[int, NodeState] = {  # Node.State is an IntEnum: a raw message's int finds it
     cloud_tpu.Node.State.CREATING: NodeState.CREATING,
     cloud_tpu.Node.State.READY: NodeState.READY,
     cloud_tpu.Node.State.RESTARTING: NodeState.RESTARTING,
@@ -133,40 +133,47 @@ def _split(path: str) -> tuple[str, str]:
     return (parts[3] if len(parts) > 3 else "", parts[-1])
 
 
-def _capacity(scheduling: cloud_tpu.SchedulingConfig) -> Capacity:
+def _capacity(scheduling: Any) -> Capacity:
     if scheduling.spot or scheduling.preemptible:
         return Capacity.SPOT
     return Capacity.RESERVED if scheduling.reserved else Capacity.ON_DEMAND
 
 
 def node_record(message: cloud_tpu.Node) -> Node:
-    zone, node_id = _split(message.name)
-    health = message.health
-    created = message.create_time
+    """The node as podmanager's record. Read from the raw protobuf message, not proto-plus's
+    wrapper: a list of 1,024 nodes is converted at every look at the cloud, and each wrapped field
+    costs a conversion (two thirds of a 1,024-slice `up`'s client time went here)."""
+    raw = cloud_tpu.Node.pb(message)
+    zone, node_id = _split(raw.name)
+    created = raw.create_time if raw.HasField("create_time") else None
     return Node(
         name=node_id,
         zone=zone,
-        accelerator_type=message.accelerator_type,
-        state=_NODE_STATES.get(message.state, NodeState.UNSPECIFIED),
-        labels=dict(message.labels),
-        capacity=_capacity(message.scheduling_config),
-        runtime_version=message.runtime_version,
-        health=health.name if health else None,
-        endpoints=tuple(endpoint.ip_address for endpoint in message.network_endpoints),
-        metadata=dict(message.metadata),
-        create_time=created.timestamp() if created else None,
-        network=network_record(message),
+        accelerator_type=raw.accelerator_type,
+        state=_NODE_STATES.get(raw.state, NodeState.UNSPECIFIED),
+        labels=dict(raw.labels),
+        capacity=_capacity(raw.scheduling_config),
+        runtime_version=raw.runtime_version,
+        health=cloud_tpu.Node.Health(raw.health).name if raw.health else None,
+        endpoints=tuple(endpoint.ip_address for endpoint in raw.network_endpoints),
+        metadata=dict(raw.metadata),
+        create_time=created.seconds + created.nanos / 1e9 if created is not None else None,
+        network=_network_of(raw),
     )
 
 
 def network_record(message: cloud_tpu.Node) -> NodeNetwork | None:
     """The node's network settings as the API reports them; None when it reports none."""
-    if "network_config" not in message and "service_account" not in message and not message.tags:
+    return _network_of(cloud_tpu.Node.pb(message))
+
+
+def _network_of(raw: Any) -> NodeNetwork | None:
+    if not raw.HasField("network_config") and not raw.HasField("service_account") and not raw.tags:
         return None
-    config, account = message.network_config, message.service_account
+    config, account = raw.network_config, raw.service_account
     return NodeNetwork(network=config.network, subnetwork=config.subnetwork,
                        enable_external_ips=config.enable_external_ips, service_account=account.email,
-                       scopes=tuple(account.scope), tags=tuple(message.tags))
+                       scopes=tuple(account.scope), tags=tuple(raw.tags))
 
 
 def node_message(request: NodeRequest) -> cloud_tpu.Node:

@@ -26,13 +26,33 @@ _PREFIX = "ya29.sim."  # Google's access tokens begin ya29.
 
 
 def _key_path() -> Path:
-    return paths.sim_home() / "sim" / "iam" / "token.key"
+    """Where the key is (not made: the first `_key()` makes its folder)."""
+    return paths.sim_home_path() / "sim" / "iam" / "token.key"
+
+
+# The key as read, by its file (path, inode, modification time): every request the emulator serves
+# checks a token, and reading the key from disk each time was a tenth of a 1,024-slice `up`'s
+# emulator time. A key made anew (a simulated cloud deleted and made again at the same path) is
+# another file, whose stat differs even where the inode number is reused.
+_known: dict[tuple[str, int, int], bytes] = {}
+
+
+def _file_id(where: Path) -> tuple[str, int, int]:
+    status = os.stat(where)
+    return str(where), status.st_ino, status.st_mtime_ns
 
 
 def _key() -> bytes:
     """The signing key, made once (0600). Written whole before it appears: the emulator and
     the laptop's processes may make it at the same moment, and none may read it half written."""
     where = _key_path()
+    try:
+        known = _known.get(_file_id(where))
+    except FileNotFoundError:
+        known = None
+    if known is not None:
+        return known
+    paths.sim_home()  # made 0700 before the folders inside it
     paths.private_dir(where.parent)
     if not where.exists():
         handle, draft = tempfile.mkstemp(dir=where.parent, prefix=".token.key.")  # 0600
@@ -44,7 +64,9 @@ def _key() -> bytes:
             pass
         finally:
             os.unlink(draft)
-    return where.read_bytes()
+    key = where.read_bytes()
+    _known[_file_id(where)] = key
+    return key
 
 
 def _signature(key: bytes, who: str) -> str:
