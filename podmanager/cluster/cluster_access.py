@@ -171,8 +171,8 @@ class ClusterAccess:
     # ------------------------------------------------------------------ the spec and the cloud
 
     def provisioner(self) -> Provisioner:
-        return Provisioner(self.cloud, self.name, self.spec.zones, record=self.record, clock=self.clock,
-                           poll_interval_s=Cadence.for_spec(self.spec).converge_poll_s)
+        return Provisioner(self.cloud, self.name, self.spec.zones, record=self.record, batch=self.store.batch,
+                           clock=self.clock, poll_interval_s=Cadence.for_spec(self.spec).converge_poll_s)
 
     def observe(self) -> Observed:
         """The cluster's nodes and queued resources as the cloud has them now."""

@@ -7,12 +7,14 @@ together, so 64 slices take about one create latency, not 64.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import (
@@ -51,6 +53,8 @@ WITHDRAW_GRACE_S = 120.0
 
 # Recorder(kind, message, slice_index, **data): where the loop reports what it did.
 Recorder = Callable[..., None]
+# Batch(): a block whose records are written together (the state store's `batch`).
+Batch = Callable[[], AbstractContextManager[Any]]
 
 
 @dataclass
@@ -63,12 +67,13 @@ class Provisioner:
     """Drives one cluster's slices in the cloud towards a desired list."""
 
     def __init__(self, cloud: TpuCloud, cluster: str, zones: list[str], *, record: Recorder | None = None,
-                 clock: Clock | None = None, poll_interval_s: float = 0.05, max_parallel_calls: int = 32,
+                 batch: Batch = contextlib.nullcontext, clock: Clock | None = None, poll_interval_s: float = 0.05, max_parallel_calls: int = 32,
                  max_creates_per_slice: int = 10, bounded_wait_s: float = BOUNDED_WAIT_S):
         self.cloud = cloud
         self.cluster = cluster
         self.zones = zones
         self.record = record or (lambda *args, **kwargs: None)
+        self.batch = batch
         self.clock = clock or RealClock()
         self.poll_interval_s = poll_interval_s
         self.max_parallel_calls = max_parallel_calls
@@ -240,6 +245,9 @@ class Provisioner:
         resource it creates stays valid (the converge's own deadline when called from it)."""
         if deadline is not None:
             self._deadline = deadline
+        with self.batch():
+            for action in actions:
+                self._announce(action)
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel_calls, len(actions) or 1))) as pool:
             results = list(pool.map(self._start, actions))
         return [r for r in results if r is not None]
@@ -250,24 +258,37 @@ class Provisioner:
             with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel_calls, len(started)))) as pool:
                 polled = list(pool.map(lambda s: self.cloud.get_operation(s.operation.name), started))
             waiting = []
-            for item, operation in zip(started, polled):
-                if operation.done:
-                    self._finished(item.action, operation, exhausted)
-                else:
-                    waiting.append(_Started(item.action, operation))
+            with self.batch():
+                for item, operation in zip(started, polled):
+                    if operation.done:
+                        self._finished(item.action, operation, exhausted)
+                    else:
+                        waiting.append(_Started(item.action, operation))
             started = waiting
             if started:
                 if self.clock.now() >= deadline:
                     return
                 self.clock.sleep(self.poll_interval_s)
 
+    def _announce(self, action: Action) -> None:
+        """What `_start` is about to do, recorded before it calls (for every action at once, in
+        one write)."""
+        if isinstance(action, CreateSlice):
+            want = action.slice
+            self.record(EventKind.SLICE_CREATING, f"creating {want.node_name} ({want.request.accelerator_type}, "
+                        f"{want.request.capacity.value}) in {action.zone}", want.index,
+                        node=want.node_name, zone=action.zone)
+        elif isinstance(action, DeleteNode):
+            self.record(EventKind.SLICE_DELETING, f"deleting {action.name} in {action.zone}: {action.reason}",
+                        action.slice_index, node=action.name, zone=action.zone, reason=action.reason)
+        elif isinstance(action, DeleteQueuedResource):
+            self.record(EventKind.QUEUED_RESOURCE_DELETING, f"deleting queued resource {action.name} in {action.zone}: "
+                        f"{action.reason}", action.slice_index, name=action.name, zone=action.zone)
+
     def _start(self, action: Action) -> _Started | None:
         try:
             if isinstance(action, CreateSlice):
                 want = action.slice
-                self.record(EventKind.SLICE_CREATING, f"creating {want.node_name} ({want.request.accelerator_type}, "
-                            f"{want.request.capacity.value}) in {action.zone}", want.index,
-                            node=want.node_name, zone=action.zone)
                 if want.queued:
                     # Valid for what remains of the timeout and a margin: the converge gives up (and
                     # deletes it) first; if this process dies instead, the API fails it soon after.
@@ -278,12 +299,8 @@ class Provisioner:
                 else:
                     operation = self.cloud.create_node(action.zone, want.node_name, want.request)
             elif isinstance(action, DeleteNode):
-                self.record(EventKind.SLICE_DELETING, f"deleting {action.name} in {action.zone}: {action.reason}",
-                            action.slice_index, node=action.name, zone=action.zone, reason=action.reason)
                 operation = self.cloud.delete_node(action.zone, action.name)
             elif isinstance(action, DeleteQueuedResource):
-                self.record(EventKind.QUEUED_RESOURCE_DELETING, f"deleting queued resource {action.name} in {action.zone}: "
-                            f"{action.reason}", action.slice_index, name=action.name, zone=action.zone)
                 operation = self.cloud.delete_queued_resource(action.zone, action.name)
             else:
                 return None

@@ -107,9 +107,11 @@ def boot_settings(spec: ClusterSpec, slice_spec: SliceSpec) -> str:
 def desired_slices(spec: ClusterSpec, metadata: Mapping[str, str] | None = None) -> list[DesiredSlice]:
     out = []
     network = node_network(spec.network, spec.name)
+    # Each slice group's boot label once, not once a slice (a JSON dump and a hash each).
+    boot_labels = {id(group): boot_settings(spec, group) for group in spec.slices}
     for instance in spec.slice_list():
         labels = {**instance.spec.labels, CLUSTER_LABEL: spec.name, SLICE_LABEL: str(instance.index),
-                  BOOT_LABEL: boot_settings(spec, instance.spec)}
+                  BOOT_LABEL: boot_labels[id(instance.spec)]}
         request = NodeRequest(
             accelerator_type=instance.accelerator.name,
             runtime_version=instance.spec.runtime_version,

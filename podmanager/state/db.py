@@ -98,7 +98,8 @@ class Database:
         create the database even though the folder shows it held clusters."""
         self.path = path
         self.folder = folder or path.parent
-        self._lock = threading.Lock()
+        # Re-entrant: rows inserted inside this thread's own `batch` take it again.
+        self._lock = threading.RLock()
         self._identity: tuple[int, int] | None = None
         self._min_size = 0
         memory = path == MEMORY
@@ -200,6 +201,20 @@ class Database:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The rows this thread inserts inside, written in one transaction: one disk sync for
+        all of them instead of one each (a 1,024-slice `up` records two events a slice). Other
+        threads' writes wait for the end. Committed also when the block raises: what was
+        recorded happened."""
+        with self._lock:
+            self._check()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            finally:
+                self._db.execute("COMMIT")
 
     def _check(self) -> None:
         """The file this connection opened is still the store's and holds at least a page:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,10 @@ class StateStore:
     # ------------------------------------------------------------- slices
 
     # ------------------------------------------------------------- events
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Events this thread adds inside are written together (`Database.batch`)."""
+        return self._db.batch()
 
     def add_event(self, cluster: str, kind: EventKind, message: str, *, slice_index: int | None = None,
                   when: float | None = None, **data: Any) -> Event:
