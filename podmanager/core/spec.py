@@ -300,10 +300,14 @@ class ControllerSpec(_Model):
     or tests that need no split); `local: false`: `up` makes a controller VM of the fields below,
     and every verb reaches it over the channel (docs/channel.md)."""
 
+    # Left out: false on Google Cloud (a laptop gets a controller VM: a local controller is refused
+    # outside the cluster's network, cluster/controller_place.py), true in a dry run (its simulated
+    # VMs reach this machine, which is inside their network: see ClusterSpec._controller_default).
     local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller (on "
                                                        "Google Cloud only a VM in the cluster's network may be: `up` "
                                                        "refuses it elsewhere); false: `up` makes a controller VM and "
-                                                       "every verb reaches it over the channel")  # strict: `local: "no"` is a typo
+                                                       "every verb reaches it over the channel; left out: false on "
+                                                       "Google Cloud, true in a dry run")  # strict: `local: "no"` is a typo
     # 4 vCPUs and 16 GB: the controller runs the Ray head (GCS, raylet, dashboard) and one Ray actor
     # process per run's supervisor and service router; a few dozen of them need the memory, and the
     # head must keep answering its hosts while they poll. SkyPilot's jobs controller asks for 4+ CPUs
@@ -613,6 +617,15 @@ class ClusterSpec(_Model):
             raise ValueError(f"{value!r} is neither a URL nor an absolute path; use a bucket every host "
                              "shares, e.g. gs://my-bucket/checkpoints (or, for a dry run, an absolute folder)")
         return os.path.normpath(value)
+
+    @model_validator(mode="after")
+    def _controller_default(self) -> "ClusterSpec":
+        """`controller.local` left out: on Google Cloud a controller VM, as a laptop needs one (a
+        local controller is accepted only on a VM in the cluster's network, where it is asked for by
+        name); in a dry run this machine, whose simulated VMs all reach it (docs/dry-run.md)."""
+        if self.backend is Backend.GCP and "local" not in self.controller.model_fields_set:
+            return self.model_copy(update={"controller": self.controller.model_copy(update={"local": False})})
+        return self
 
     @model_validator(mode="after")
     def _fill_project_and_zones(self) -> "ClusterSpec":

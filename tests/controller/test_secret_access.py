@@ -254,8 +254,10 @@ def start_hosts(spec: dict[str, Any], address: str, monkeypatch: pytest.MonkeyPa
     return ClusterHosts(parse_spec(spec)).start()
 
 
+# This machine as the controller (inside the VPC): it grants the VMs' account itself.
 GCP = {"name": "demo", "project": PROJECT, "zones": ["us-central2-b"], "slices": [{"accelerator": "v4-16"}],
-       "boot": {"podmanager": "0.1.0"}}  # a version on the index: nothing to stage
+       "boot": {"podmanager": "0.1.0"},  # a version on the index: nothing to stage
+       "controller": {"local": True}}
 
 
 def test_up_grants_the_specs_service_account(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -413,7 +413,20 @@ def test_yaml_errors_name_the_file(tmp_path):
 
 # ---------------------------------------------------------------------- controller: where the controller runs
 
-def test_the_controller_section_defaults_to_todays_local_mode():
+def test_left_out_the_controller_is_a_vm_on_google_cloud_and_this_machine_in_a_dry_run():
+    """From a laptop Google Cloud refuses a local controller, so a spec that says nothing gets a
+    VM there; the same spec's dry run keeps this machine (its simulated VMs reach it), and a spec
+    that says `local: true` keeps it on Google Cloud too (checked at `up`: controller_place)."""
+    gcp = {**GCP, "slices": [{"accelerator": "v4-8"}]}
+    assert parse_spec(gcp).controller.local is False
+    assert parse_spec(gcp, dry_run=True).controller.local is True
+    assert parse_spec({**gcp, "controller": {"local": True}}).controller.local is True
+    assert parse_spec({**gcp, "controller": {"machine_type": "n2-standard-8"}}).controller.local is False
+    again = parse_spec(parse_spec(gcp).model_dump(mode="json"))  # a stored copy reads the same
+    assert again.controller.local is False
+
+
+def test_the_controller_section_defaults():
     spec = parse_spec(GOOD)
     assert spec.controller.local is True and spec.controller.zone is None
     assert (spec.controller.machine_type, spec.controller.disk_gb) == ("e2-standard-4", 50)
