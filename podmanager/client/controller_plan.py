@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podmanager.cloud.instances import Instance
+from podmanager.cloud.instances import STOPPED, SUSPENDED, Instance
 from podmanager.cloud.network import region_of
 from podmanager.controller.software import Versions
 from podmanager.core.errors import SpecError
@@ -74,13 +74,15 @@ class ControllerPlan:
 
     def steps(self) -> str:
         """What `up` will do to the VM, in order, in words."""
-        steps = ["replace its startup script"]
+        stopped = self.status == STOPPED
+        steps = ["resume it"] if self.status == SUSPENDED else []
+        steps.append("replace its startup script")
         if self.new_disk_gb:
             steps.append(f"grow its disk to {self.new_disk_gb} GB")
         if self.new_machine_type:
-            steps.append(f"stop it, set its machine type to {self.new_machine_type}, start it")
+            steps.append(f"{'' if stopped else 'stop it, '}set its machine type to {self.new_machine_type}, start it")
         else:
-            steps.append("reset it")
+            steps.append("start it" if stopped else "reset it")
         boot = "installs the new software and starts the controller again" if self.new_software else (
             "starts the controller again")
         return ", ".join(steps) + f"; its boot {boot}"

@@ -91,6 +91,13 @@ def test_a_vm_that_differs_is_planned_to_change_in_place_saying_what_differs_and
         f"{kind} the controller VM lap-controller (e2-standard-4, 50 GB, in sim-zone-a, RUNNING), in place: its boot "
         "disk and the state on it are kept", *(f"  {line}" for line in differs), f"  up will: {steps}",
         "  runs going on, which pause for the reboot and resume after it: r-1 (running)"]
+    # A stopped VM is started, not reset (nor stopped again); a suspended one resumed first.
+    stopped = plan_controller(spec(**controller), "lap-controller", vm(status="TERMINATED"), running, WANTED,
+                              "sim-zone-a")
+    assert "reset it" not in stopped.steps() and "stop it" not in stopped.steps() and "start it" in stopped.steps()
+    suspended = plan_controller(spec(**controller), "lap-controller", vm(status="SUSPENDED"), running, WANTED,
+                                "sim-zone-a")
+    assert suspended.steps().startswith("resume it, replace its startup script")
     # A controller that did not answer: its runs are said to be not known.
     unknown = plan_controller(spec(**controller), "lap-controller", vm(), running, WANTED, "sim-zone-a", None)
     assert unknown.describe().endswith("runs going on: not known (the controller does not answer); any pause for "

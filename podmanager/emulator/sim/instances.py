@@ -13,7 +13,9 @@ that it offers none, and a controller's zone is chosen past it. An instance is P
 create latency (its insert operation is RUNNING), then RUNNING; a deleted one is STOPPING for its
 delete latency, then gone (`simulation.instance_*_latency_s`; the rulebook's figures by default). A stopped one is TERMINATED, a
 suspended one SUSPENDED, until started (resumed) again: which calls each state allows is the
-rulebook's (`rulebook.instance_may`); a delete is allowed in any.
+rulebook's (`rulebook.instance_may`); a delete is allowed in any. Changed in place as Google
+allows (the rulebook's rules): reset (RUNNING; its VM boots again), setMachineType (TERMINATED),
+setMetadata (with the current fingerprint), and its boot disk (named after it) resized larger.
 Errors have the API's wording and kind: an unknown zone and a machine type the zone lacks are
 400s in an insert; a machine type the zone lacks is a 404 of its own get.
 """
