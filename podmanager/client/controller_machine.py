@@ -1,17 +1,23 @@
 """The cluster's controller VM as the user's machine makes and removes it (`controller.local:
 false`): what `up` does before it hands the spec to the controller, and what `down` does after.
 
-`plan`: create the VM, or keep the one there (`controller_plan.py`: one that differs from what
-`up` would make is refused, exit 2, before anything changes, as is software that cannot be
-resolved). `bring_up`, after it:
+`plan`: create the VM, keep the one there, or change it in place, its boot disk kept
+(`controller_plan.py`: what cannot be changed in place is refused, exit 2, before anything
+changes, as is software that cannot be resolved; the runs going on are asked of the controller
+and named). `bring_up`, after it:
 1. the channel's token: this machine's for the cluster if it has one, else a new one, kept in
    Secret Manager (`channel_secret_id`) and granted to the VMs' account, and the Ray token
    likewise (`make_secrets`: by the user, never by a VM's account, which may not grant);
 2. the software every VM of the cluster installs (`controller/staging.py`: the wheel staged, the
    lock resolved) and the startup script with the controller role;
-3. the VM and its channel rule (`cloud/gcp/controller_vm.py`), admitting this machine only;
+3. the VM and its channel rule (`cloud/gcp/controller_vm.py`), admitting this machine only; or
+   the VM there changed in place: its startup script replaced (the new software staged as for a
+   new VM), its disk grown, its machine type set, and booted again on its disk (a reset, or a
+   stop and a start): the daemon starts again on the state it left, and its supervisors pick the
+   runs up as after a controller crash;
 4. its boot followed through its guest attributes (`podmanager/boot`: installing, token,
-   starting, serving, or error with its detail) until it serves the channel;
+   starting, serving, or error with its detail) until it serves the channel (after new
+   software, once it reports the versions it installed);
 5. its certificate (`podmanager/channel-cert`) pinned, with its address and the token, in this
    machine's pointer to the cluster (`client/pinned.py`).
 Every step finds what an interrupted `up` left and finishes it.
@@ -25,10 +31,16 @@ import shutil
 from typing import Callable
 
 from podmanager.client import pinned
-from podmanager.client.controller_plan import ControllerPlan, plan_controller
+from podmanager.client.controller_plan import (
+    CREATE,
+    ControllerPlan,
+    drift,
+    plan_controller,
+)
 from podmanager.cloud.gcp.cluster_accounts import grant_channel_token, grant_ray_token
 from podmanager.cloud.gcp.controller_vm import (
     ControllerVmDeleted,
+    change_controller_vm,
     choose_zone,
     controller_vm_name,
     create_controller_vm,
@@ -52,6 +64,7 @@ from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec
+from podmanager.state.run_records import ACTIVE
 from podmanager.vm import procs
 from podmanager.vm.loopback import LOOPBACK_IP
 from podmanager.vm.ray_node import free_port
@@ -109,10 +122,24 @@ class ControllerMachine:
                 existing = None
             reported = instances.guest_attributes(existing.zone, existing.name).get(VERSIONS_KEY, "") if existing else ""
             zone = existing.zone if existing else choose_zone(spec, instances)  # a bad zone or type: refused here
-        plan = plan_controller(spec, controller_vm_name(spec.name), existing, Versions.parse(reported),
-                               wanted_versions(spec), zone)
+        running, wanted = Versions.parse(reported), wanted_versions(spec)
+        going_on = self._going_on() if existing is not None and drift(spec, existing, running, wanted) else ()
+        plan = plan_controller(spec, controller_vm_name(spec.name), existing, running, wanted, zone, going_on)
         self.say(EventKind.CONTROLLER_PLAN, f"plan for the controller: {plan.describe()}")
         return plan
+
+    def _going_on(self) -> tuple[str, ...] | None:
+        """The runs going on on the controller, asked over the channel; None when it does not
+        answer (stopped, or no pointer to it on this machine) or answers what this podmanager
+        cannot read."""
+        from podmanager.client.channel_client import ChannelClient
+
+        try:
+            with ChannelClient(pinned.load(self.spec.name)) as client:
+                runs = client.runs(self.spec.name).runs
+        except PodmanagerError:
+            return None
+        return tuple(f"{run.run_id} ({run.status})" for run in runs if run.status in ACTIVE)
 
     def bring_up(self, *, timeout_s: float, plan: ControllerPlan | None = None) -> pinned.ClientCredentials:
         spec = self.spec
@@ -125,13 +152,23 @@ class ControllerMachine:
             free_port(LOOPBACK_IP) if spec.simulated else CHANNEL_PORT)
         script = render_startup_script(spec.name, software, channel_secret_id(spec.name), role=CONTROLLER_ROLE,
                                        channel_port=port)
-        if plan.kind == "create":
+        if plan.kind == CREATE:
             self.say(EventKind.CONTROLLER_CREATING, f"creating the controller VM {plan.vm} ({plan.machine_type}), "
                                                     f"reachable from {caller_address(spec)} only")
+        elif plan.in_place:
+            self.say(EventKind.CONTROLLER_CHANGING, f"changing the controller VM {plan.vm} in place: {plan.steps()}")
         with backends.make_instances(spec) as instances, backends.make_networks(spec) as networks:
-            vm = create_controller_vm(spec, instances=instances, networks=networks, caller=caller_address(spec),
-                                      port=port, startup_script=script, timeout_s=timeout_s)
-            attributes = self._wait_serving(instances, vm.zone, timeout_s)
+            if plan.in_place:
+                vm = change_controller_vm(spec, instances=instances, networks=networks, caller=caller_address(spec),
+                                          port=port, startup_script=script, machine_type=plan.new_machine_type,
+                                          disk_gb=plan.new_disk_gb, timeout_s=timeout_s)
+            else:
+                vm = create_controller_vm(spec, instances=instances, networks=networks, caller=caller_address(spec),
+                                          port=port, startup_script=script, timeout_s=timeout_s)
+            # New software: its boot is seen through (and the last boot's `serving` not taken for it)
+            # once the VM reports the versions it installed.
+            attributes = self._wait_serving(instances, vm.zone, timeout_s,
+                                            versions=wanted_versions(spec) if plan.new_software else None)
         host, _, served_port = attributes[ADDRESS_KEY].rpartition(":")  # as the controller's certificate names it
         credentials = pinned.install(spec.name, pinned.ControllerAddress(host=host, port=int(served_port)),
                                      attributes[CERT_KEY], token)
@@ -146,7 +183,10 @@ class ControllerMachine:
         except PodmanagerError:
             return secrets.token_urlsafe(32)
 
-    def _wait_serving(self, instances: ComputeInstances, zone: str, timeout_s: float) -> dict[str, str]:
+    def _wait_serving(self, instances: ComputeInstances, zone: str, timeout_s: float,
+                      versions: Versions | None = None) -> dict[str, str]:
+        """The VM's guest attributes once it reports `serving` (and, given `versions`, that it
+        runs them: a VM booted again still shows its last boot's `serving` until it writes anew)."""
         said = [""]
         name = controller_vm_name(self.spec.name)
 
@@ -160,6 +200,9 @@ class ControllerMachine:
                 raise PodmanagerError(f"the controller VM's boot failed: {attributes.get(DETAIL_KEY, '')}",
                                       hint=f"Its serial console has the whole log; 'podmanager down -c "
                                            f"{self.spec.name}' deletes it.")
+            reported = Versions.parse(attributes.get(VERSIONS_KEY, ""))
+            if versions is not None and (reported is None or versions.differences(reported)):
+                return None
             return attributes if stage == SERVING and attributes.get(CERT_KEY) and attributes.get(ADDRESS_KEY) else None
 
         return poll_until(serving, timeout_s=timeout_s, interval_s=Cadence.for_spec(self.spec).boot_poll_s,

@@ -303,7 +303,7 @@ class RemoteCluster:
         say = say_here(self.name, on_event)
         self._use_spec(*before_controller_vm(self.spec, self.raw, say))  # APIs, permissions, the cluster's accounts
         machine = ControllerMachine(self.spec, say)
-        plan = machine.plan()  # a controller VM that differs is refused before anything changes, the pointer too
+        plan = machine.plan()  # what cannot change in place is refused before anything changes, the pointer too
         # The pointer first: an `up` interrupted from here on is finished by `up` or removed by `down`.
         pinned.save_spec(self.name, json.dumps(self.raw))
         machine.bring_up(timeout_s=timeout_s, plan=plan)

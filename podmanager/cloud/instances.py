@@ -42,3 +42,5 @@ class Instance(BaseModel):
     status: str = ""  # PROVISIONING, STAGING, RUNNING, STOPPING, TERMINATED, ...
     internal_ip: str = ""
     external_address: str = ""  # the access config's NAT address, when it has one
+    disk: str = ""  # the boot disk's name (Google names it after the instance unless told otherwise)
+    metadata_fingerprint: str = ""  # what instances.setMetadata must be given back (its lock)

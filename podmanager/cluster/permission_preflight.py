@@ -16,7 +16,8 @@ method's permission as its reference page lists it; docs/permissions.md has the 
 - IAM: the cluster's own account made (when podmanager makes it), and acting as the account the
   VMs run as;
 - for a controller VM (`controller.local: false`, from the user's machine): the VM made, read,
-  followed and deleted, its channel's firewall rule made and deleted (no rule of another will
+  followed, changed in place (started, stopped, reset, its machine type set, its disk grown)
+  and deleted, its channel's firewall rule made and deleted (no rule of another will
   do: it admits one address), and, when podmanager makes the accounts, the controller's roles
   granted on the project and on the VMs' account.
 Cloud Storage's are not asked here: a bucket's own policy may grant them, which the project's
@@ -42,7 +43,10 @@ _CONTROLLER_VM = ("compute.instances.create", "compute.disks.create", "compute.s
                   "compute.instances.setServiceAccount", "compute.instances.get", "compute.instances.list",
                   "compute.instances.delete", "compute.instances.getGuestAttributes", "compute.zones.list",
                   "compute.machineTypes.get", "compute.firewalls.create", "compute.firewalls.delete",
-                  "compute.networks.updatePolicy")
+                  "compute.networks.updatePolicy",
+                  # the VM changed in place (client/controller_plan.py), and a stopped one started again
+                  "compute.instances.start", "compute.instances.stop", "compute.instances.reset",
+                  "compute.instances.setMachineType", "compute.disks.resize")
 _GRANTS = ("resourcemanager.projects.getIamPolicy", "resourcemanager.projects.setIamPolicy",
            "iam.serviceAccounts.getIamPolicy", "iam.serviceAccounts.setIamPolicy")
 

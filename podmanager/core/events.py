@@ -22,8 +22,9 @@ class EventKind(StrEnum):
     SERVICE_ACCOUNT_CREATED = "service_account_created"  # the cluster's own account, made by `up`
     SERVICE_ACCOUNT_GRANTED = "service_account_granted"  # a role granted to it on the project or an account
     # the controller VM (`controller.local: false`), as the user's machine makes and removes it
-    CONTROLLER_PLAN = "controller_plan"  # create it, or keep the one there
+    CONTROLLER_PLAN = "controller_plan"  # create it, keep the one there, or change that one in place
     CONTROLLER_CREATING = "controller_creating"
+    CONTROLLER_CHANGING = "controller_changing"  # upgraded or resized in place, its boot disk kept
     CONTROLLER_BOOT = "controller_boot"
     CONTROLLER_READY = "controller_ready"
     CONTROLLER_DELETED = "controller_deleted"

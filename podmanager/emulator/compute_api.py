@@ -8,7 +8,7 @@ delete, setPrivateIpGoogleAccess), firewalls (get, list, insert, delete), router
 region, insert, delete) and global, region and zone operations (get, wait); (`instance_calls.py`)
 zones (get, list), machine types (get) and instances (insert, get, list per zone or aggregated
 with a label filter, delete, getGuestAttributes: what the VM PUT on its metadata server; start,
-resume, stop, suspend). Bodies and answers are plain JSON under the names of Google's discovery
+resume, stop, suspend, reset, setMachineType, setMetadata) and disks (resize). Bodies and answers are plain JSON under the names of Google's discovery
 document, which the REST door checks every request against (and, in strict mode, every answer:
 `schema_gate.py`), so a field sent or expected by another name fails here as it would on Google.
 Every call is logged in the emulator's request log (`TpuEmulator.requests`, as
@@ -32,11 +32,13 @@ from podmanager.emulator.sim.cloud import SimCloud
 # A collection in the project (zones), globally, in a region, in a zone, or over every zone (aggregated).
 _PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/"
                    r"(?:global/|regions/(?P<region>[^/]+)/|zones/(?P<zone>[^/]+)/|aggregated/)?"
-                   r"(?P<collection>networks|subnetworks|firewalls|routers|operations|instances|machineTypes|zones)"
-                   r"(?:/(?P<name>[^/]+)(?:/(?P<verb>wait|setPrivateIpGoogleAccess|getGuestAttributes|start|resume|stop|suspend))?)?$")
+                   r"(?P<collection>networks|subnetworks|firewalls|routers|operations|instances|disks|machineTypes|zones)"
+                   r"(?:/(?P<name>[^/]+)(?:/(?P<verb>wait|setPrivateIpGoogleAccess|getGuestAttributes|start|resume|stop"
+                   r"|suspend|reset|setMachineType|setMetadata|resize))?)?$")
 _PROJECT = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)$")
 _HTTP = {cloud_errors.NotFoundError: (404, "NOT_FOUND"), cloud_errors.AlreadyExistsError: (409, "ALREADY_EXISTS"),
          cloud_errors.PermissionDeniedError: (403, "PERMISSION_DENIED"),
+         rulebook.ConditionNotMet: (412, "FAILED_PRECONDITION"),
          cloud_errors.InvalidRequestError: (400, "INVALID_ARGUMENT")}
 
 Log = Callable[[str, Json], None]  # (method, the request: `Call.request`): the emulator's request log

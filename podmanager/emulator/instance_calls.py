@@ -66,12 +66,12 @@ def instance_message(call: Call, instance: Instance) -> Json:
             "subnetwork": f"{region}/subnetworks/{instance.subnetwork}", "networkIP": instance.internal_ip,
             "accessConfigs": access})],
         "serviceAccounts": [{"email": instance.service_account, "scopes": instance.scopes}],
-        "metadata": without_empty({"kind": "compute#metadata",
+        "metadata": without_empty({"kind": "compute#metadata", "fingerprint": instance.metadata_fingerprint,
                                    "items": [{"key": k, "value": v} for k, v in instance.metadata.items()]}),
         "tags": without_empty({"items": instance.tags}),
         # diskSizeGb is an int64: a string in JSON.
         "disks": [{"kind": "compute#attachedDisk", "boot": True, "autoDelete": True,
-                   "diskSizeGb": str(instance.disk_gb), "source": f"{zone}/disks/{instance.name}"}]})
+                   "diskSizeGb": str(instance.disk_gb), "source": f"{zone}/disks/{instance.disk or instance.name}"}]})
 
 
 # ---------------------------------------------------------------------- the calls
@@ -160,6 +160,31 @@ def _start_instance(verb: str) -> Callable[[Call], Json]:
     return start
 
 
+def _reset_instance(call: Call) -> Json:
+    call.log("compute.instances.reset", call.request(zone=call.zone, instance=call.resource))
+    return operation_message(call, SimInstances(call.project).reset(call.zone, call.resource))
+
+
+def _set_machine_type(call: Call) -> Json:
+    call.log("compute.instances.setMachineType", call.request(zone=call.zone, instance=call.resource))
+    asked = short_name(call.body.get("machineType", ""))
+    return operation_message(call, SimInstances(call.project).set_machine_type(call.zone, call.resource, asked))
+
+
+def _set_metadata(call: Call) -> Json:
+    call.log("compute.instances.setMetadata", call.request(zone=call.zone, instance=call.resource))
+    items = {item.get("key", ""): item.get("value", "") for item in call.body.get("items", [])}
+    return operation_message(call, SimInstances(call.project).set_metadata(
+        call.zone, call.resource, call.body.get("fingerprint", ""), items))
+
+
+def _resize_disk(call: Call) -> Json:
+    call.log("compute.disks.resize", call.request(zone=call.zone, disk=call.resource))
+    # sizeGb is an int64: a string or a number in JSON.
+    return operation_message(call, SimInstances(call.project).resize_disk(call.zone, call.resource,
+                                                                          int(call.body.get("sizeGb", 0))))
+
+
 def _get_guest_attributes(call: Call) -> Json:
     """instances.getGuestAttributes: what the VM PUT on its metadata server under `queryPath`."""
     query_path = call.query.get("queryPath", [""])[0]
@@ -186,4 +211,8 @@ ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Json]] = {
     ("POST", "instances", True, "suspend"): _halt_instance("suspend", rulebook.SUSPENDED),
     ("POST", "instances", True, "start"): _start_instance("start"),
     ("POST", "instances", True, "resume"): _start_instance("resume"),
+    ("POST", "instances", True, "reset"): _reset_instance,
+    ("POST", "instances", True, "setMachineType"): _set_machine_type,
+    ("POST", "instances", True, "setMetadata"): _set_metadata,
+    ("POST", "disks", True, "resize"): _resize_disk,
 }

@@ -13,7 +13,9 @@ removed. After an emulator restart, `reattach` serves a running VM its metadata 
 it knows. `crash_controller` kills a cluster's controller VM and boots it again on the same root
 folder, as GCE's automatic restart re-runs the startup script on the same disk. A stopped or
 suspended instance's VM ends but keeps its root folder (`halt_controller`: the `sim
-controller-stop` fault); started or resumed, it boots again on it.
+controller-stop` fault); started or resumed, it boots again on it. A reset instance
+(instances.reset) stays RUNNING: its processes are killed and its boot runs again on the same
+root folder, fetching its startup script as the instance's metadata has it now.
 """
 
 from __future__ import annotations
@@ -71,23 +73,32 @@ class InstanceVms:
         self.metadata = metadata
         self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
         self._booted: dict[str, Instance] = {}
+        self._resets: dict[str, int] = {}  # "zone/name" -> the resets its running VM has seen
         self._lock = threading.Lock()
 
-    def _bootable(self) -> tuple[dict[str, Instance], set[str], float | None]:
+    def _bootable(self) -> tuple[dict[str, Instance], set[str], dict[str, int], float | None]:
         """The instances that should be running a VM now, those stopped or suspended (their disks
-        kept), and when the next one turns RUNNING or goes."""
+        kept), how many times each running one was reset, and when the next one turns RUNNING or goes."""
         with self.sim.compute() as project:
             instances = SimInstances(project)
             listed = instances.instances(None, {})
             found = {f"{i.zone}/{i.name}": i for i in listed if i.status == RUNNING and STARTUP_SCRIPT_KEY in i.metadata}
             halted = {f"{i.zone}/{i.name}" for i in listed if i.status in (rulebook.TERMINATED, rulebook.SUSPENDED)}
-            return found, halted, instances.next_change()
+            resets = {key: project.state.instances[key].resets for key in found}
+            return found, halted, resets, instances.next_change()
 
     def reconcile(self) -> float | None:
-        """Boot what should run and does not, stop what runs and should not; returns the simulated
-        time of the next instance change (None: none pending)."""
-        wanted, halted, due = self._bootable()
+        """Boot what should run and does not, stop what runs and should not, and boot again what
+        was reset (instances.reset: its processes killed, its boot run again on the same root
+        folder); returns the simulated time of the next instance change (None: none pending)."""
+        wanted, halted, resets, due = self._bootable()
         with self._lock:
+            for key, instance in wanted.items():
+                if key in self._booted and self._resets.get(key, 0) != resets[key]:
+                    self._kill(procs.read_record(record_path(self.sim.project, instance.zone, instance.name)) or {})
+                    self._boot(instance)
+                    log.info("instance %s reset", key)
+            self._resets.update(resets)
             for key in [key for key in self._booted if key not in wanted]:
                 instance = self._booted.pop(key)
                 if key in halted:  # stopped or suspended: its processes end, its disk stays
@@ -105,7 +116,7 @@ class InstanceVms:
     def reattach(self) -> None:
         """After an emulator restart: serve each recorded VM that still runs its metadata again, on
         its port; a VM whose instance is gone is stopped (`reconcile` boots the rest)."""
-        wanted, halted, _ = self._bootable()
+        wanted, halted, resets, _ = self._bootable()
         live = procs.machines()
         with self._lock:
             for path in sorted(instances_dir(self.sim.project).glob("*/*.json")):
@@ -120,6 +131,7 @@ class InstanceVms:
                     self.metadata.serve_vm(key, InstanceFacts(sim=self.sim, zone=instance.zone, name=instance.name),
                                            port=int(record.get("metadata_port") or 0))
                     self._booted[key] = instance
+                    self._resets[key] = resets[key]
 
     def crash_controller(self, cluster: str) -> str | None:
         """SIGKILL every process of `cluster`'s controller VM, then boot it again from the same root

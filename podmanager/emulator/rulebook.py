@@ -9,6 +9,9 @@ elsewhere; these are the rules that schema cannot state.)
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import threading
 from collections import deque
 
@@ -95,16 +98,66 @@ OPERATION_WAIT_DEADLINE_S = 120.0
 # instances.resume (its memory restored: nothing runs again). Either may be deleted. What the API
 # answers to a call in another state (start of a SUSPENDED instance, resume of a TERMINATED one,
 # stop of one already stopped) the pages do not say: the stricter answer, a 400, is given.
+#
+# https://cloud.google.com/compute/docs/instances/reset-instance
+# A reset wipes the memory and boots the instance again, as a machine's reset button does; it
+# stays RUNNING and keeps its disks, and its startup script runs again at the boot. The page
+# speaks of resetting a running VM only: any other state is refused (400), the stricter answer.
+#
+# https://cloud.google.com/compute/docs/instances/changing-machine-type-of-stopped-instance
+# The machine type is changed only while the instance is stopped (TERMINATED); a type the
+# zone does not offer is refused as an insert's is.
 TERMINATED, SUSPENDED = "TERMINATED", "SUSPENDED"
 _ALLOWED_FROM = {"start": (TERMINATED,), "resume": (SUSPENDED,), "stop": ("RUNNING", "PROVISIONING"),
-                 "suspend": ("RUNNING",)}
+                 "suspend": ("RUNNING",), "reset": ("RUNNING",), "setMachineType": (TERMINATED,)}
 
 
 def instance_may(name: str, status: str, verb: str) -> None:
-    """400 unless an instance in `status` may be `verb`ed (start, resume, stop, suspend)."""
+    """400 unless an instance in `status` may be `verb`ed (start, resume, stop, suspend, reset,
+    setMachineType)."""
     if status not in _ALLOWED_FROM[verb]:
         raise cloud_errors.InvalidRequestError(
             f"The instance '{name}' is {status}: instances.{verb} needs it {' or '.join(_ALLOWED_FROM[verb])}.")
+
+
+# ---------------------------------------------------------------------- Compute Engine: disks and metadata
+
+# https://cloud.google.com/compute/docs/disks/resize-persistent-disk and
+# https://cloud.google.com/compute/docs/reference/rest/v1/disks/resize
+# A disk is resized only to a larger size ("You can only increase, and not decrease, the size of
+# a disk"), while the VM runs or not; the wording of the 400 is as users report it.
+
+
+def disk_may_grow(name: str, size_gb: int, asked_gb: int) -> None:
+    """400 unless `asked_gb` is larger than the disk's `size_gb`."""
+    if asked_gb <= size_gb:
+        raise cloud_errors.InvalidRequestError(
+            f"Invalid value for field 'sizeGb': '{asked_gb}'. Requested disk size cannot be smaller than or equal "
+            f"to the current disk size {size_gb} GB of disk '{name}'; a disk can only grow.")
+
+
+# https://cloud.google.com/compute/docs/reference/rest/v1/instances/setMetadata (the Metadata
+# resource's `fingerprint`): an instance's metadata is replaced whole, and only with the
+# fingerprint of the metadata as it is now; without it, or with a stale one, the request
+# "will fail with error 412 conditionNotMet". (The fingerprint changes with every change.)
+
+
+class ConditionNotMet(cloud_errors.InvalidRequestError):
+    """Google's 412 conditionNotMet (served as HTTP 412)."""
+
+
+def metadata_fingerprint(items: dict[str, str]) -> str:
+    """The metadata's fingerprint as the API reports it: base64 of a hash of its items (Google's
+    hash is its own; any value that changes with every change does)."""
+    digest = hashlib.sha256(json.dumps(sorted(items.items())).encode()).digest()[:8]
+    return base64.b64encode(digest).decode()
+
+
+def metadata_may_change(name: str, current: dict[str, str], fingerprint: str) -> None:
+    """412 unless `fingerprint` is the instance's metadata's as it is now."""
+    if fingerprint != metadata_fingerprint(current):
+        raise ConditionNotMet(f"Supplied fingerprint does not match current metadata fingerprint of instance "
+                              f"'{name}'. (conditionNotMet)")
 
 
 # ---------------------------------------------------------------------- Compute Engine: how long it takes

@@ -3,7 +3,8 @@ startup script, inserted through podmanager's Compute Engine client on a started
 a simulated VM in a root folder of its own, with a metadata server of its own and a fresh
 environment that names the simulated cloud's folder; what its script PUTs as a guest attribute
 is read back through the Compute API; a controller crash kills everything it runs and boots it
-again on the same disk; a delete kills it and removes its disk. No Ray: a tiny script."""
+again on the same disk, as a reset does with its metadata as it is then; a delete kills it and
+removes its disk. No Ray: a tiny script."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.gcp.controller_vm import (
@@ -199,3 +201,57 @@ def test_a_stopped_controller_vm_ends_keeps_its_disk_and_boots_again_when_starte
     booted(instances, "c-controller-2")  # the same disk: its counter went on
     assert record()["temp_dir"] == first["temp_dir"]
     instances.delete(ZONE, "c-controller", timeout_s=30)
+
+
+def test_a_reset_boots_the_vm_again_on_its_disk_with_the_metadata_as_it_is_now(instances):
+    """instances.reset (https://cloud.google.com/compute/docs/instances/reset-instance): the VM
+    stays RUNNING, every process of it is killed, and its startup script, as setMetadata left
+    it, runs again on the same root folder: how `up` upgrades the controller VM in place."""
+    instances.create(controller(), timeout_s=30)
+    booted(instances, "c-controller-1")
+    first = record()
+    head = int(Path(first["temp_dir"], "root/head.pid").read_text())
+    there = instances.get(ZONE, "c-controller")
+    newer = SCRIPT.replace('"$name-$boots"', '"$name-$boots-newer"')
+    instances.set_metadata(there, {**there.metadata, "startup-script": newer}, timeout_s=30)
+    instances.reset(ZONE, "c-controller", timeout_s=30)
+    booted(instances, "c-controller-2-newer")  # the new script, on the disk that counted one boot
+    assert record()["temp_dir"] == first["temp_dir"] and record()["boots"] == 2
+    assert instances.get(ZONE, "c-controller").status == "RUNNING"
+    assert not procs.alive(first["machine_id"])
+    assert not psutil.pid_exists(head) or psutil.Process(head).status() == psutil.STATUS_ZOMBIE
+    # One boot running, not the old one beside the new: every process of its disk is the new machine's
+    # (its guest, its lease holder) or the head the new boot started.
+    assert set(procs.machines()) & {first["machine_id"], record()["machine_id"]} == {record()["machine_id"]}
+    assert len(procs.members(record()["machine_id"])) == 2
+    instances.delete(ZONE, "c-controller", timeout_s=30)
+
+
+def test_google_refuses_a_stale_metadata_fingerprint_a_reset_of_a_stopped_vm_and_a_smaller_disk(instances):
+    """The rules of the calls an in-place change of the controller VM makes (`rulebook.py`, each
+    with its page): setMetadata needs the current fingerprint (412), reset a RUNNING instance,
+    setMachineType a TERMINATED one and a type its zone offers, and disks.resize a larger size."""
+    instances.create(controller("quiet", script=None), timeout_s=30)
+    read = instances.get(ZONE, "quiet")
+    assert read.disk == "quiet" and read.metadata_fingerprint
+    instances.set_metadata(read, {"a": "1"}, timeout_s=30)
+    with pytest.raises(cloud_errors.InvalidRequestError, match="fingerprint"):
+        instances.set_metadata(read, {"a": "2"}, timeout_s=30)  # read before the first change: stale
+    assert instances.get(ZONE, "quiet").metadata == {"a": "1"}
+
+    with pytest.raises(cloud_errors.InvalidRequestError, match="TERMINATED"):
+        instances.set_machine_type(ZONE, "quiet", "e2-standard-8", timeout_s=30)  # while it runs
+    with pytest.raises(cloud_errors.InvalidRequestError, match="quiet"):
+        instances.resize_disk(ZONE, "quiet", 10, timeout_s=30)  # its size: not larger
+    instances.resize_disk(ZONE, "quiet", 20, timeout_s=30)
+    with pytest.raises(cloud_errors.InvalidRequestError, match="can only grow"):
+        instances.resize_disk(ZONE, "quiet", 15, timeout_s=30)
+    instances.stop(ZONE, "quiet", timeout_s=30)
+    with pytest.raises(cloud_errors.InvalidRequestError, match="RUNNING"):
+        instances.reset(ZONE, "quiet", timeout_s=30)
+    with pytest.raises(cloud_errors.InvalidRequestError, match="does not exist in zone"):
+        instances.set_machine_type(ZONE, "quiet", "e2-enormous-999", timeout_s=30)
+    instances.set_machine_type(ZONE, "quiet", "e2-standard-8", timeout_s=30)
+    after = instances.get(ZONE, "quiet")
+    assert (after.machine_type, after.disk_gb, after.status) == ("e2-standard-8", 20, "TERMINATED")
+    instances.delete(ZONE, "quiet", timeout_s=30)

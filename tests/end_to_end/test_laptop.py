@@ -449,6 +449,54 @@ def test_a_controller_crash_mid_run_loses_nothing(laptop, tmp_path):
         assert min(steps) <= at_crash and max(steps) >= 2400, (steps, at_crash)
 
 
+# What a controller VM booted by an older podmanager reported after its install.
+OLDER = "python=3.11.0 ray=2.9.0 jax=0.4.20 podmanager=0.0.9+h0000000000"
+
+
+def test_up_upgrades_a_controller_vm_that_runs_older_software_in_place_and_its_runs_go_on(laptop):
+    """Issue 43: `up` from a laptop whose podmanager differs from the controller VM's plans an
+    upgrade in place, names what differs and the run going on, replaces the VM's startup script
+    and resets it: the same disk boots again, installs this laptop's software and starts the
+    daemon once; the earlier run's record is there, the detached run resumes, `status` answers.
+    (Until now `up` refused it, exit 2.) The VM's report of older software is made by its own
+    guest-attribute writer, as its boot would have made it."""
+    from podmanager.vm import procs
+
+    earlier = json.loads(laptop.ok("run", "-c", NAME, "--detach", "--json", "-r", "requirements.txt",
+                                   "hello.py"))["run_id"]
+    assert json.loads(laptop.ok("attach", earlier, "--json"))["status"] == "succeeded"
+    shutil.copy(laptop.project / "workloads" / "train_mlp.py", laptop.project / "workloads" / "train_upgraded.py")
+    going = json.loads(laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_upgraded.py", "--steps",
+                                 "100000", "--checkpoint-every", "200"))["run_id"]
+    poll_until(lambda: (laptop.run_record(going)["step"] or 0) > 0, timeout_s=240, interval_s=1.0,
+               what="the detached run to train")
+    (record_file,) = (laptop.cloud / "sim" / "instances").glob(f"*/*/{NAME}-controller.json")
+    before = json.loads(record_file.read_text())
+    root = before["temp_dir"]
+    vm_env = {**laptop.env(), "PODMANAGER_ROOT": root,
+              "PODMANAGER_METADATA_URL": f"http://127.0.0.1:{before['metadata_port']}/computeMetadata/v1"}
+    subprocess.run([sys.executable, "-m", "podmanager.vm.guest_attributes", "versions", OLDER], env=vm_env,
+                   check=True, timeout=120)
+
+    said = laptop.ok("up", "-f", "spec.yaml", "--dry-run", timeout=600)
+    assert f"upgrade the controller VM {NAME}-controller" in said, said
+    assert "podmanager 0.0.9+h0000000000 there" in said and "reset it" in said, said
+    assert f"runs going on, which pause for the reboot and resume after it: {going} (running)" in said, said
+    after = json.loads(record_file.read_text())
+    assert after["temp_dir"] == root and after["boots"] == before["boots"] + 1  # the same disk, booted again
+    daemons = [p for p in procs.inside(root) if "controller_daemon" in " ".join(p.cmdline())]
+    assert len(daemons) == 1, [p.cmdline() for p in daemons]  # started once by the boot, not twice
+    assert laptop.run_record(earlier)["status"] == "succeeded"  # its record, on the disk, kept
+    poll_until(lambda: laptop.run_record(going)["last_incident"] == "supervisor-restart", timeout_s=300,
+               interval_s=1.0, what="the run's supervisor started again on the upgraded controller")
+    step = laptop.run_record(going)["step"] or 0
+    poll_until(lambda: (laptop.run_record(going)["step"] or 0) > step, timeout_s=300, interval_s=1.0,
+               what="the run to train on after the upgrade")
+    assert laptop.run_record(going)["status"] == "running"
+    assert json.loads(laptop.ok("status", "-c", NAME, "--json"))["hosts"][0]["healthy"]
+    assert "is cancelled" in laptop.ok("cancel", going)
+
+
 def test_down_leaves_no_vm_rule_secret_or_process(laptop, monkeypatch):
     import psutil
 

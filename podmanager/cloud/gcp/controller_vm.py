@@ -24,6 +24,9 @@ with the one firewall rule that lets the caller reach its channel. Not used by `
 - **The rule** `pm-<cluster>-channel`: TCP on the channel's port, from the caller's one address
   (a /32), to the controller's tag alone. A rule that admits anything else is replaced.
 
+Changed in place (`change_controller_vm`, what `client/controller_plan.py` plans): its startup
+script, its machine type and a larger disk, then booted again on the same disk.
+
 Idempotent: `create_controller_vm` finds what an interrupted call left (the rule, the VM still
 provisioning) and finishes it, and starts a stopped VM (resumes a suspended one) again; a second
 call changes nothing. `delete_controller_vm` deletes the VM in
@@ -57,6 +60,8 @@ from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError, TimeoutExceededError
 from podmanager.core.network_names import cluster_tag, network_project
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE, ClusterSpec
+
+STARTUP_SCRIPT_KEY = "startup-script"  # the metadata key Compute Engine runs at every boot
 
 
 class ControllerVmDeleted(BaseModel):
@@ -169,7 +174,7 @@ def controller_instance(spec: ClusterSpec, zone: str, startup_script: str) -> In
         service_account=controller_account(spec) or "default",
         scopes=[CLOUD_PLATFORM_SCOPE],
         # Google takes guest attributes (how the VM reports its boot and its channel) only with this on.
-        metadata={"startup-script": startup_script, "enable-guest-attributes": "TRUE"},
+        metadata={STARTUP_SCRIPT_KEY: startup_script, "enable-guest-attributes": "TRUE"},
         tags=list(dict.fromkeys([*(network.tags if network else []), cluster_tag(spec.name),
                                  controller_tag(spec.name)])),
         disk_gb=spec.controller.disk_gb)
@@ -206,6 +211,43 @@ def create_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, netw
     elif existing.status == SUSPENDED:
         instances.resume(zone, existing.name, timeout_s=timeout_s)
     return _wait_running(instances, zone, controller_vm_name(spec.name), timeout_s)
+
+
+def change_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, networks: ComputeNetworks,
+                         caller: str, port: int, startup_script: str, machine_type: str = "", disk_gb: int = 0,
+                         timeout_s: float = 300.0) -> Instance:
+    """The controller VM changed in place, RUNNING again on the same boot disk (the state the
+    controller keeps there with it), and its channel rule admitting `caller` alone: its
+    startup script replaced (`startup_script`: it runs at the boot that ends this), its disk
+    grown to `disk_gb` (0: kept; Google grows a disk while the VM runs), then booted again on
+    it: stopped, its machine type set to `machine_type` (Google requires it TERMINATED) and
+    started, or, with the machine type kept, reset (started, if it was stopped). A suspended VM
+    is resumed first. The zone is never changed (no VM moves in place)."""
+    rule = channel_rule(spec, caller, port)  # a bad caller is refused before any call
+    vm = _settled(spec, instances, timeout_s)
+    if vm is None:
+        raise cloud_errors.CloudError(f"controller VM {controller_vm_name(spec.name)} went away before it was changed",
+                                      hint="Run 'podmanager up' again: it creates the controller VM anew.")
+    _ensure_rule(rule, networks.in_project(network_project(spec)))
+    if vm.status == SUSPENDED:  # its memory restored, then changed as a running VM
+        instances.resume(vm.zone, vm.name, timeout_s=timeout_s)
+    if vm.status != STOPPED:  # still provisioning, or resumed: a reset needs it RUNNING
+        vm = _wait_running(instances, vm.zone, vm.name, timeout_s)
+    if disk_gb and disk_gb != vm.disk_gb:
+        instances.resize_disk(vm.zone, vm.disk or vm.name, disk_gb, timeout_s=timeout_s)
+    if vm.metadata.get(STARTUP_SCRIPT_KEY) != startup_script:
+        instances.set_metadata(vm, {**vm.metadata, STARTUP_SCRIPT_KEY: startup_script}, timeout_s=timeout_s)
+    if machine_type and machine_type != vm.machine_type:
+        if vm.status != STOPPED:
+            instances.stop(vm.zone, vm.name, timeout_s=timeout_s)
+            _wait_status(instances, vm.zone, vm.name, STOPPED, timeout_s)
+        instances.set_machine_type(vm.zone, vm.name, machine_type, timeout_s=timeout_s)
+        instances.start(vm.zone, vm.name, timeout_s=timeout_s)
+    elif vm.status == STOPPED:  # started, its startup script runs
+        instances.start(vm.zone, vm.name, timeout_s=timeout_s)
+    else:
+        instances.reset(vm.zone, vm.name, timeout_s=timeout_s)
+    return _wait_running(instances, vm.zone, vm.name, timeout_s)
 
 
 def delete_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, networks: ComputeNetworks,
@@ -253,6 +295,18 @@ def _wait_running(instances: ComputeInstances, zone: str, name: str, timeout_s: 
     return poll_until(running, timeout_s=timeout_s, interval_s=instances.poll_interval_s, clock=instances.clock,
                       on_timeout=lambda: TimeoutExceededError(f"controller VM {name} in {zone} is not RUNNING after "
                                                               f"{timeout_s:g}s"))
+
+
+def _wait_status(instances: ComputeInstances, zone: str, name: str, status: str, timeout_s: float) -> None:
+    def there() -> bool:
+        vm = instances.get(zone, name)
+        if vm is None:
+            raise cloud_errors.CloudError(f"controller VM {name} in {zone} went away while it was being changed",
+                                          hint="Run 'podmanager up' again: it creates the controller VM anew.")
+        return vm.status == status
+
+    poll_until(there, timeout_s=timeout_s, interval_s=instances.poll_interval_s, clock=instances.clock,
+               what=f"controller VM {name} to be {status}")
 
 
 def _settled(spec: ClusterSpec, instances: ComputeInstances, timeout_s: float) -> Instance | None:

@@ -1,7 +1,7 @@
 """Compute Engine VMs through its REST API as plain JSON, as typed records (`cloud/instances.py`):
 the zones of a region, whether a zone offers a machine type, instances created, read, found by
-label, started or resumed, and deleted (each change waited for through its zone operation), and the guest attributes
-a VM wrote. What the controller VM (`controller_vm.py`) is made of.
+label, started, resumed, stopped or reset, their metadata and machine type changed and their disk grown, and
+deleted (each change waited for through its zone operation), and the guest attributes a VM wrote. What the controller VM (`controller_vm.py`) is made of.
 
 Calls, retries, errors, pages and the endpoint (Google's or a dry run's emulator) as `compute.py`'s.
 """
@@ -58,7 +58,8 @@ def instance_record(found: Json) -> Instance:
         metadata={item["key"]: item.get("value", "") for item in found.get("metadata", {}).get("items", [])},
         tags=found.get("tags", {}).get("items", []), disk_gb=int(boot.get("diskSizeGb") or 10),
         status=found.get("status", ""), internal_ip=nic.get("networkIP", ""),
-        external_address=access[0].get("natIP", "") if access else "")
+        external_address=access[0].get("natIP", "") if access else "",
+        disk=short_name(boot.get("source", "")), metadata_fingerprint=found.get("metadata", {}).get("fingerprint", ""))
 
 
 def label_filter(labels: dict[str, str]) -> str:
@@ -137,6 +138,38 @@ class ComputeInstances(ComputeClients):
         """A SUSPENDED instance resumed: its memory restored, what ran runs on."""
         what = f"resume instance {name} in {zone}"
         operation = self._call(what, "POST", self._zone(zone, "instances", name, "resume"))
+        self._wait(operation, zone, what, timeout_s)
+
+    def stop(self, zone: str, name: str, *, timeout_s: float = 300.0) -> None:
+        """A running instance stopped (TERMINATED): its processes end, its disk stays."""
+        self._post(zone, name, "stop", None, timeout_s)
+
+    def reset(self, zone: str, name: str, *, timeout_s: float = 300.0) -> None:
+        """A running instance reset: it boots again on its disk (its startup script runs again)."""
+        self._post(zone, name, "reset", None, timeout_s)
+
+    def set_machine_type(self, zone: str, name: str, machine_type: str, *, timeout_s: float = 300.0) -> None:
+        """A stopped instance's machine type changed (Google refuses it on a running one)."""
+        self._post(zone, name, "setMachineType", {"machineType": f"zones/{zone}/machineTypes/{machine_type}"},
+                   timeout_s)
+
+    def set_metadata(self, instance: Instance, metadata: dict[str, str], *, timeout_s: float = 300.0) -> None:
+        """The instance's metadata replaced by `metadata`, given the fingerprint `instance` was read
+        with (a change made since it was read fails: 412, InvalidRequestError)."""
+        self._post(instance.zone, instance.name, "setMetadata",
+                   {"fingerprint": instance.metadata_fingerprint,
+                    "items": [{"key": key, "value": value} for key, value in metadata.items()]}, timeout_s)
+
+    def resize_disk(self, zone: str, disk: str, size_gb: int, *, timeout_s: float = 300.0) -> None:
+        """A disk grown to `size_gb` (Google refuses a smaller size)."""
+        what = f"resize disk {disk} in {zone} to {size_gb} GB"
+        # sizeGb is an int64: a string in JSON (https://protobuf.dev/programming-guides/json/)
+        operation = self._call(what, "POST", self._zone(zone, "disks", disk, "resize"), body={"sizeGb": str(size_gb)})
+        self._wait(operation, zone, what, timeout_s)
+
+    def _post(self, zone: str, name: str, verb: str, body: Json | None, timeout_s: float) -> None:
+        what = f"{verb} instance {name} in {zone}"
+        operation = self._call(what, "POST", self._zone(zone, "instances", name, verb), body=body)
         self._wait(operation, zone, what, timeout_s)
 
     def _wait(self, operation: Json, zone: str, what: str, timeout_s: float) -> None:

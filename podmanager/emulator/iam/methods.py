@@ -111,6 +111,12 @@ METHODS: dict[str, Method] = {
     "compute.instances.stop": Method(COMPUTE, ("compute.instances.stop",)),
     "compute.instances.suspend": Method(COMPUTE, ("compute.instances.suspend",)),
     "compute.instances.resume": Method(COMPUTE, ("compute.instances.resume",)),
+    # https://docs.cloud.google.com/compute/docs/reference/rest/v1/instances/reset (and setMachineType,
+    # setMetadata; disks/resize)
+    "compute.instances.reset": Method(COMPUTE, ("compute.instances.reset",)),
+    "compute.instances.setMachineType": Method(COMPUTE, ("compute.instances.setMachineType",)),
+    "compute.instances.setMetadata": Method(COMPUTE, ("compute.instances.setMetadata",)),
+    "compute.disks.resize": Method(COMPUTE, ("compute.disks.resize",)),
     "storage.buckets.get": Method(STORAGE, ("storage.buckets.get",)),
     "storage.buckets.getIamPolicy": Method(STORAGE, ("storage.buckets.getIamPolicy",)),
     "storage.buckets.setIamPolicy": Method(STORAGE, ("storage.buckets.setIamPolicy",)),

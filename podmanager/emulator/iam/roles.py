@@ -44,6 +44,7 @@ _COMPUTE_INSTANCE_ADMIN = _COMPUTE_READ_NETWORKS | _COMPUTE_COMMON | {
     "compute.instances.create", "compute.instances.delete", "compute.instances.get", "compute.instances.list",
     "compute.instances.getGuestAttributes", "compute.instances.setMetadata", "compute.instances.setServiceAccount",
     "compute.instances.start", "compute.instances.stop", "compute.instances.suspend", "compute.instances.resume",
+    "compute.instances.reset", "compute.instances.setMachineType", "compute.disks.resize",
     "compute.disks.create", "compute.subnetworks.use", "compute.subnetworks.useExternalIp",
     "compute.machineTypes.get",
 }

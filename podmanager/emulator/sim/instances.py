@@ -13,7 +13,9 @@ that it offers none, and a controller's zone is chosen past it. An instance is P
 create latency (its insert operation is RUNNING), then RUNNING; a deleted one is STOPPING for its
 delete latency, then gone (`simulation.instance_*_latency_s`; the rulebook's figures by default). A stopped one is TERMINATED, a
 suspended one SUSPENDED, until started (resumed) again: which calls each state allows is the
-rulebook's (`rulebook.instance_may`); a delete is allowed in any.
+rulebook's (`rulebook.instance_may`); a delete is allowed in any. Changed in place as Google
+allows (the rulebook's rules): reset (RUNNING; its VM boots again), setMachineType (TERMINATED),
+setMetadata (with the current fingerprint), and its boot disk (named after it) resized larger.
 Errors have the API's wording and kind: an unknown zone and a machine type the zone lacks are
 400s in an insert; a machine type the zone lacks is a 404 of its own get.
 """
@@ -117,7 +119,9 @@ class SimInstances:
     def _as_reported(self, record: InstanceRecord) -> Instance:
         status = ("STOPPING" if record.gone_at is not None else record.halted
                   or ("RUNNING" if self.compute.now >= record.running_at else "PROVISIONING"))
-        return record.instance.model_copy(update={"status": status})
+        return record.instance.model_copy(update={
+            "status": status, "disk": record.instance.disk or record.instance.name,
+            "metadata_fingerprint": rulebook.metadata_fingerprint(record.instance.metadata)})
 
     def insert(self, asked: Instance) -> ComputeOperation:
         zone, name = asked.zone, asked.name
@@ -214,6 +218,55 @@ class SimInstances:
         record.running_at = self.compute.now + create_s
         self.compute.changed = True
         return self.compute.start_operation(verb, f"zones/{zone}/instances/{name}", zone=zone, latency_s=create_s)
+
+    def reset(self, zone: str, name: str) -> ComputeOperation:
+        """instances.reset: the instance stays RUNNING on its disks and boots again (its startup
+        script runs again); its VM is killed and booted again by `instance_vms.py`. The operation
+        takes a boot's time (the instance's create latency)."""
+        record = self._record(zone, name)
+        rulebook.instance_may(name, self._as_reported(record).status, "reset")
+        record.resets += 1
+        self.compute.changed = True
+        return self.compute.start_operation("reset", f"zones/{zone}/instances/{name}", zone=zone,
+                                            latency_s=self._latency(record.instance)[0])
+
+    def set_machine_type(self, zone: str, name: str, machine_type: str) -> ComputeOperation:
+        """instances.setMachineType of a stopped (TERMINATED) instance, to a type its zone offers."""
+        record = self._record(zone, name)
+        rulebook.instance_may(name, self._as_reported(record).status, "setMachineType")
+        if machine_type not in MACHINE_TYPES[zone]:
+            raise cloud_errors.InvalidRequestError(
+                f"Invalid value for field 'machineType': 'zones/{zone}/machineTypes/{machine_type}'. "
+                f"Machine type with name '{machine_type}' does not exist in zone '{zone}'.")
+        record.instance = record.instance.model_copy(update={"machine_type": machine_type})
+        self.compute.changed = True
+        return self.compute.start_operation("setMachineType", f"zones/{zone}/instances/{name}", zone=zone)
+
+    def set_metadata(self, zone: str, name: str, fingerprint: str, items: dict[str, str]) -> ComputeOperation:
+        """instances.setMetadata: the metadata replaced whole, given its current fingerprint (412 else)."""
+        record = self._record(zone, name)
+        rulebook.metadata_may_change(name, record.instance.metadata, fingerprint)
+        record.instance = record.instance.model_copy(update={"metadata": dict(items)})
+        self.compute.changed = True
+        return self.compute.start_operation("setMetadata", f"zones/{zone}/instances/{name}", zone=zone)
+
+    def resize_disk(self, zone: str, disk: str, size_gb: int) -> ComputeOperation:
+        """disks.resize of an instance's boot disk (named as `Instance.disk` reports it): larger only."""
+        self._known_zone(zone)
+        found = [r for r in self.state.instances.values()
+                 if r.instance.zone == zone and (r.instance.disk or r.instance.name) == disk]
+        if not found:
+            raise cloud_errors.NotFoundError(f"The resource 'projects/{self.project}/zones/{zone}/disks/{disk}' was "
+                                             "not found")
+        record = found[0]
+        rulebook.disk_may_grow(disk, record.instance.disk_gb, size_gb)
+        record.instance = record.instance.model_copy(update={"disk_gb": size_gb})
+        self.compute.changed = True
+        return self.compute.start_operation("resize", f"zones/{zone}/disks/{disk}", zone=zone)
+
+    def _record(self, zone: str, name: str) -> InstanceRecord:
+        self.instance(zone, name)  # 400 for an unknown zone, 404 for no such instance
+        return self.state.instances[f"{zone}/{name}"]
 
     def delete(self, zone: str, name: str) -> ComputeOperation:
         self.instance(zone, name)

@@ -169,6 +169,7 @@ class InstanceRecord(BaseModel):
     gone_at: float | None = None  # set by a delete
     halted: str = ""  # TERMINATED (stopped) or SUSPENDED; "": running (or on its way)
     guest_attributes: dict[str, str] = Field(default_factory=dict)  # "NAMESPACE/KEY" -> what the VM PUT
+    resets: int = 0  # instances.reset calls so far: its VM boots again at each
 
 
 class ComputeState(BaseModel):
