@@ -92,18 +92,18 @@ LAPTOP = textwrap.dedent("""
     asked = []
 
     class Controller:
-        def status(self, cluster):
-            return ClusterStatus(name=cluster, backend="simulated", project="p", slices=[SliceStatus(
+        def status(self, request):
+            return ClusterStatus(name=request.cluster, backend="simulated", project="p", slices=[SliceStatus(
                 index=0, name="lap-s0", accelerator="v4-8", zone="z", state="READY", hosts=1, chips=4)])
 
-        def events(self, cluster, after_id):
+        def events(self, request):
             return records.EventsReply(events=[records.EventRecord(id=1, time=1.0, kind="slice_ready", slice_index=0,
                                                                    message="lap-s0 is READY")])
 
-        def runs(self, cluster):
+        def runs(self, request):
             return records.RunsReply(runs=[])
 
-        def services(self, cluster):
+        def services(self, request):
             return records.ServicesReply(services=[])
 
         def fault(self, request):
