@@ -3,5 +3,5 @@
 HTTPS with a certificate the controller makes at its first boot and every client pins, and a
 per-cluster bearer token (docs/channel.md says why). Here: what both ends share (the records,
 `cluster_status.py`, the errors) and the controller's side (`server.py`, answering each request
-with the API it is given: `api/channel_service.py` over this machine's `Cluster`); the laptop's
+with the API it is given: `controller/daemon/channel_service.py` over this machine's `Cluster`); the laptop's
 side is `client/`, which imports neither Ray nor JAX."""

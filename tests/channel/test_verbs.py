@@ -9,7 +9,6 @@ import typing
 
 import pytest
 
-from podmanager.api.channel_service import ControllerChannelApi
 from podmanager.channel import identity, records
 from podmanager.channel.cluster_status import (
     ClusterStatus,
@@ -26,6 +25,7 @@ from podmanager.channel.service_summary import (
 from podmanager.channel.verbs import VERBS, Call, ChannelVerbs, Verb
 from podmanager.client import pinned
 from podmanager.client.channel_client import ChannelClient
+from podmanager.controller.daemon.channel_service import ControllerChannelApi
 from podmanager.core import faults
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord

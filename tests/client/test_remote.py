@@ -1,6 +1,6 @@
 """`RemoteCluster`: the verbs of a cluster whose controller is a VM, from the user's machine,
 over a real channel (HTTPS, pinned certificate, token) to a fake controller API. No Ray: what the
-controller does with a request is `api/channel_service.py`'s, tested end to end in
+controller does with a request is `controller/daemon/channel_service.py`'s, tested end to end in
 tests/end_to_end/test_laptop.py."""
 
 from __future__ import annotations

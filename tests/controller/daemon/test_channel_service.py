@@ -1,4 +1,4 @@
-"""api/channel_service.py: the controller answers the channel's requests with its own API, in the
+"""controller/daemon/channel_service.py: the controller answers the channel's requests with its own API, in the
 channel's records, and a Ray address's token path or exports (the controller's files) never
 cross. No Ray: status is the `ClusterStatus` built here, events come from SQLite."""
 
@@ -9,7 +9,6 @@ import types
 
 import pytest
 
-from podmanager.api.channel_service import ControllerChannelApi
 from podmanager.channel import identity, records
 from podmanager.channel.cluster_status import (
     ClusterStatus,
@@ -21,6 +20,7 @@ from podmanager.channel.errors import RemoteError
 from podmanager.channel.server import ChannelServer
 from podmanager.client import pinned
 from podmanager.client.channel_client import ChannelClient
+from podmanager.controller.daemon.channel_service import ControllerChannelApi
 from podmanager.controller.host_info import HEALTHY, HostInfo
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.core.events import EventKind
@@ -127,7 +127,7 @@ def test_two_ups_of_one_cluster_on_the_controller_take_turns_the_second_saying_w
         first, monkeypatch) -> None:
     import yaml
 
-    from podmanager.api import channel_service
+    from podmanager.controller.daemon import channel_service
     from podmanager.core.clock import poll_until
 
     monkeypatch.setattr(channel_service, "Cluster", OneDriverCluster)
@@ -163,7 +163,7 @@ def test_two_ups_of_one_cluster_on_the_controller_take_turns_the_second_saying_w
 
 
 def test_an_up_that_waits_longer_than_its_timeout_says_which_job_it_waited_for(monkeypatch) -> None:
-    from podmanager.api import channel_service
+    from podmanager.controller.daemon import channel_service
     from podmanager.core.clock import poll_until
 
     monkeypatch.setattr(channel_service, "Cluster", OneDriverCluster)
@@ -189,7 +189,7 @@ def test_an_up_that_waits_longer_than_its_timeout_says_which_job_it_waited_for(m
 def test_a_fault_sent_over_the_channel_is_injected_by_the_controllers_own_cluster(monkeypatch) -> None:
     """`podmanager sim` of a cluster whose controller is a VM: the controller injects it, as `sim`
     next to it would (its hosts, its event log); the laptop builds no cluster of its own."""
-    from podmanager.api import channel_service
+    from podmanager.controller.daemon import channel_service
     from podmanager.core import faults
 
     injected: list[tuple[str, str]] = []

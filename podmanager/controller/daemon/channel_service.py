@@ -8,7 +8,7 @@ or a client's `up` and the one the controller runs after a crash): the second re
 `waiting` event naming the first, waits for it, and then finds its work done. The process has
 one Ray connection (Ray's driver is one per process), which every request and job shares; only
 `down` ends it. A working dir arrives as the zip the client packed, is kept by its content's
-digest until its submit (`api/uploads.py`), and the run is submitted with that zip as its code,
+digest until its submit (`controller/daemon/uploads.py`), and the run is submitted with that zip as its code,
 never unpacked or packed again here."""
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from podmanager.api import uploads
 from podmanager.api.cluster import Cluster
 from podmanager.api.history import cluster_events
 from podmanager.api.page_data import PageData
@@ -35,6 +34,7 @@ from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.private_files import write_private
+from podmanager.controller.daemon import uploads
 from podmanager.core import paths, selectors
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
