@@ -17,9 +17,9 @@ if TYPE_CHECKING:  # annotations only: this module loads nothing
     from podmanager.client.run_view import EventCallback, Printer, RunView
     from podmanager.core.faults import FaultKind
     from podmanager.core.records import RayAccess
+    from podmanager.core.serve_options import ServeOptions
     from podmanager.core.spec import ClusterSpec
     from podmanager.core.workload import Workload
-    from podmanager.serving.options import ServeOptions
     from podmanager.state import Event
     from podmanager.state.run_records import RunRecord
     from podmanager.state.run_results import RunResult

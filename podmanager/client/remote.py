@@ -43,7 +43,7 @@ from podmanager.state.run_results import RunResult
 
 if TYPE_CHECKING:
     from podmanager.core.faults import FaultKind
-    from podmanager.serving.options import ServeOptions
+    from podmanager.core.serve_options import ServeOptions
 
 EventCallback = Callable[[Event], None]
 Printer = Callable[[HostRef, str], None]
@@ -388,7 +388,7 @@ class RemoteCluster:
         """As `Cluster.serve`: the router listens on the controller's loopback, and this machine
         reaches it through a forward (`RemoteServiceHandle.reachable`); so the endpoint's
         address is this machine's loopback, and `options.port` that forward's port."""
-        from podmanager.serving.options import ServeOptions
+        from podmanager.core.serve_options import ServeOptions
 
         options = options or ServeOptions()
         if options.host not in LOOPBACK_NAMES:

@@ -20,7 +20,6 @@ LAYERS = {"core", "state", "cloud", "channel", "client"}
 BEYOND = {
     "podmanager.attempts.code_zip": "the one packer of a run's code (the laptop packs it)",
     "podmanager.attempts.logs": "a run folder's names (runs/, progress.jsonl): a deleted cluster's kept history",
-    "podmanager.serving.options": "`ServeOptions`, what `serve` is asked",
     "podmanager.cluster.backends": "the backend chooser: the controller VM is made in the project's cloud (a dry "
                                    "run's emulator)",
     "podmanager.cluster.teardown": "down by label, when the controller cannot be reached",
@@ -29,7 +28,6 @@ BEYOND = {
     "podmanager.controller.software": "the software pins the controller VM is made with",
     "podmanager.controller.staging": "the wheel staged and the VMs' lock resolved before the VM is made",
     "podmanager.controller.startup": "the controller VM's startup script",
-    "podmanager.controller.host_info": "(through channel/cluster_status.py) a host as `status` shows it",
     "podmanager.vm.procs": "a dry run's VM folder removed with its controller",
     "podmanager.vm.loopback": "a dry run's controller address",
     "podmanager.vm.ray_node": "`free_port`, a dry run's channel port",

@@ -163,7 +163,7 @@ class ControllerChannelApi:
     def serve(self, request: records.ServeRequest) -> records.ServiceReply:
         """The service's router listens on this machine's loopback: the user reaches it through
         a forward over the channel, never through a port of the controller's."""
-        from podmanager.serving.options import ServeOptions
+        from podmanager.core.serve_options import ServeOptions
 
         options = ServeOptions(replicas=request.replicas, host="127.0.0.1", port=0,
                                queue_timeout_s=request.queue_timeout_s, follow_checkpoints=request.follow_checkpoints)
