@@ -4,6 +4,7 @@ through the real server and client (the API an echo served in-process; no Ray)."
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import typing
 
@@ -154,3 +155,33 @@ def test_each_record_round_trips_through_its_json(record) -> None:
 def test_every_record_the_table_names_has_a_sample() -> None:
     named = {v.request for v in VERBS} | {v.reply for v in VERBS}
     assert named == set(SAMPLES)
+
+
+def _fields(kind: type) -> dict[str, object]:
+    """A model's (or a dataclass's) fields and their types."""
+    if dataclasses.is_dataclass(kind):
+        return typing.get_type_hints(kind)
+    return {name: info.annotation for name, info in getattr(kind, "model_fields", {}).items()}
+
+
+def test_no_record_on_the_wire_holds_an_untyped_field() -> None:
+    """Every record the table names, and every record inside one, types each field: no `Any`
+    (a `dict[str, Any]` would carry whatever its writer put in)."""
+    untyped, seen = [], set()
+    todo: list[type] = [t for v in VERBS for t in (v.request, v.reply) if t is not bytes]
+    while todo:
+        kind = todo.pop()
+        if kind in seen:
+            continue
+        seen.add(kind)
+        for name, annotation in _fields(kind).items():
+            stack = [annotation]
+            while stack:
+                part = stack.pop()
+                if part is typing.Any:
+                    untyped.append(f"{kind.__name__}.{name}")
+                stack.extend(typing.get_args(part))
+                if isinstance(part, type) and _fields(part):
+                    todo.append(part)
+    assert untyped == []
+    assert {RunRecord, ServiceSummary, ReplicaIncident, HostStatus, Workload} <= seen  # the walk went inside
