@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "podmanager"
 
 # Lowest first. A module may import its own layer and the layers before it.
 LAYERS = ["runtime", "core", "state", "cloud", "provisioning", "vm", "controller", "emulator", "attempts",
-          "serving", "cluster", "supervision", "channel", "client", "api", "cli"]
+          "serving", "cluster", "supervision", "channel", "client", "api", "controller.daemon", "cli"]
 # Folders inside a layer that the rest of that layer must not reach into: the cloud contract
 # knows no backend.
 PRIVATE = {"cloud.gcp": {"cloud.gcp"}}
@@ -49,7 +49,11 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
 
 
 def layer_of(module: str) -> str | None:
+    """A module's layer: its folder, or its folder's folder where that is a layer of its own
+    (`controller.daemon`: the controller VM's process, above the API it serves)."""
     parts = module.split(".")
+    if ".".join(parts[1:3]) in LAYERS:
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
 
 

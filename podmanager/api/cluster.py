@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.attempts.results import OutputPrinter
     from podmanager.client.cluster_client import ClusterClient
     from podmanager.core.faults import FaultKind
-    from podmanager.serving.options import ServeOptions
+    from podmanager.core.serve_options import ServeOptions
     from podmanager.state.run_results import RunResult
 
 

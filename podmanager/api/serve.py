@@ -20,10 +20,10 @@ from podmanager.attempts.code_zip import PackedCode
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.events import EventKind
+from podmanager.core.serve_options import ServeOptions
 from podmanager.core.workload import Workload
 from podmanager.runtime import replica_protocol as protocol
 from podmanager.runtime.contract import ENV_CHECKPOINT_DIR
-from podmanager.serving.options import ServeOptions
 from podmanager.serving.router import RouterConfig
 from podmanager.serving.router_actor import RouterPlace, start_router, stop_router
 from podmanager.state import service_tokens

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
+from podmanager.channel.service_summary import (
+    ReplicaIncident,
+    ReplicaState,
+    ServiceSummary,
+)
 from podmanager.client.service_wait import (
     REPLICA_ENDS,
     follow_summaries,
@@ -21,18 +25,7 @@ from podmanager.state.services import SERVING, ServiceRecord, ServiceStore
 FRESH_COUNTERS_S = 5.0  # counters older than this say nothing of which replicas are ready
 
 
-@dataclass(frozen=True)
-class ReplicaStatus:
-    replica: int  # its number: the slice it started on (after a spare swap its run is on another)
-    run_id: str
-    state: str  # starting | ready | draining | reloading | replacing (its slice) | restarting (its program),
-    # or its run's end (failed, cancelled)
-    attempt: int
-    served: int | None  # results it returned since it last connected (None: not connected)
-    step: int | None = None  # the checkpoint it serves (None: not connected, or the program does not say)
-
-
-def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: float) -> list[ReplicaStatus]:
+def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: float) -> list[ReplicaState]:
     """Each replica's state from its run's record and the router's counters (when fresh)."""
     counters = service.counters
     fresh = counters.at is not None and now - counters.at <= FRESH_COUNTERS_S
@@ -48,14 +41,15 @@ def replica_states(service: ServiceRecord, runs: list[RunRecord | None], now: fl
             state = seen.state
         else:
             state = "starting"
-        states.append(ReplicaStatus(index, run_id, state, run.attempt if run else 0,
-                                    seen.served if seen is not None else None, seen.step if seen is not None else None))
+        states.append(ReplicaState(replica=index, run_id=run_id, state=state, attempt=run.attempt if run else 0,
+                                   served=seen.served if seen is not None else None,
+                                   step=seen.step if seen is not None else None))
     return states
 
 
-def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus],
-                    incidents: list[dict[str, Any]] | None = None,
-                    endings: dict[int, str] | None = None) -> dict[str, Any]:
+def summary_record(service: ServiceRecord, replicas: list[ReplicaState],
+                   incidents: list[ReplicaIncident] | None = None,
+                   endings: dict[int, str] | None = None) -> ServiceSummary:
     """One entry of `podmanager runs` for a service; `incidents`: its replicas' runs' (each
     with its replica), oldest first; `endings`: why each ended replica's run ended."""
     counters = service.counters
@@ -67,32 +61,30 @@ def service_summary(service: ServiceRecord, replicas: list[ReplicaStatus],
                           + (f": {endings[r.replica]}" if endings and r.replica in endings else "") for r in replicas)
         message = (f"every replica's run ended. {ended}. See each with 'podmanager logs --run RUN_ID'; "
                    f"'podmanager cancel {service.service_id}' stops its router")
-    return {
-        "run_id": service.service_id,
-        "kind": "service",
-        "cluster": service.cluster,
-        "status": status,
-        "message": message,
-        "program": service.program,
-        "endpoint": service.endpoint,
-        "slices": len(service.slices),
-        "replicas": [asdict(r) for r in replicas],
-        "requests": counters.requests,
-        "served": counters.served,
-        "failures": counters.failed,
-        "rejected": counters.rejected,
-        "p50_ms": counters.p50_ms,
-        "p99_ms": counters.p99_ms,
-        "goodput": counters.goodput,
-        "incidents": incidents or [],
-        "started": service.created_at,
-    }
+    return ServiceSummary(
+        run_id=service.service_id, cluster=service.cluster, status=status, message=message,
+        program=service.program, endpoint=service.endpoint, slices=len(service.slices), replicas=replicas,
+        requests=counters.requests, served=counters.served, failures=counters.failed, rejected=counters.rejected,
+        p50_ms=counters.p50_ms, p99_ms=counters.p99_ms, goodput=counters.goodput, incidents=incidents or [],
+        started=service.created_at)
+
+
+def service_summary(service: ServiceRecord, replicas: list[ReplicaState],
+                    incidents: list[ReplicaIncident] | None = None,
+                    endings: dict[int, str] | None = None) -> dict[str, Any]:
+    """`summary_record` as `podmanager runs --json` prints it."""
+    return summary_record(service, replicas, incidents, endings).model_dump(mode="json")
 
 
 def summarize(service: ServiceRecord, runs: RunStore, now: float) -> dict[str, Any]:
-    """`service_summary` of a service, its replicas' states and incidents read from their runs."""
+    """`summarize_record` as `podmanager runs --json` prints it."""
+    return summarize_record(service, runs, now).model_dump(mode="json")
+
+
+def summarize_record(service: ServiceRecord, runs: RunStore, now: float) -> ServiceSummary:
+    """`summary_record` of a service, its replicas' states and incidents read from their runs."""
     replica_runs = [runs.get(r) for r in service.replica_runs]
-    return service_summary(service, replica_states(service, replica_runs, now),
+    return summary_record(service, replica_states(service, replica_runs, now),
                            replica_incidents(service, replica_runs), replica_endings(service, replica_runs))
 
 
@@ -111,11 +103,11 @@ def replica_endings(service: ServiceRecord, runs: list[RunRecord | None]) -> dic
     return endings
 
 
-def replica_incidents(service: ServiceRecord, runs: list[RunRecord | None]) -> list[dict[str, Any]]:
+def replica_incidents(service: ServiceRecord, runs: list[RunRecord | None]) -> list[ReplicaIncident]:
     """Every incident of the service's replicas (from their runs' ledgers), oldest first."""
-    found = [{**incident.model_dump(mode="json"), "replica": index} for index, run in zip(service.slices, runs)
+    found = [ReplicaIncident(**incident.model_dump(), replica=index) for index, run in zip(service.slices, runs)
              if run is not None for incident in run.ledger.incidents]
-    return sorted(found, key=lambda i: i["detected_at"])
+    return sorted(found, key=lambda i: i.detected_at)
 
 
 class ServiceHandle:
@@ -136,12 +128,16 @@ class ServiceHandle:
     def endpoint(self) -> str:
         return self.record().endpoint
 
-    def replicas(self) -> list[ReplicaStatus]:
+    def replicas(self) -> list[ReplicaState]:
         service = self.record()
         return replica_states(service, [self.runs.get(r) for r in service.replica_runs], time.time())
 
+    def summary_record(self) -> ServiceSummary:
+        return summarize_record(self.record(), self.runs, time.time())
+
     def summary(self) -> dict[str, Any]:
-        return summarize(self.record(), self.runs, time.time())
+        """As `podmanager runs --json` prints it."""
+        return self.summary_record().model_dump(mode="json")
 
     def follow(self, on_summary: Callable[[dict[str, Any]], None], *, every_s: float = 2.0) -> dict[str, Any]:
         """Call `on_summary` with the service's summary every `every_s` until it is no longer
@@ -159,7 +155,7 @@ class ServiceHandle:
         (a forward is only needed from a machine that is not the controller)."""
         yield self.endpoint
 
-    def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaStatus]:
+    def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaState]:
         """Wait until `replicas` (default: all) replicas are ready; a replica run that ended
         meanwhile ends the wait with its state."""
         # All: every slice of the service, also those whose replica run is still being submitted.

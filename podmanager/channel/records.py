@@ -10,31 +10,15 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from podmanager.channel.cluster_status import ClusterStatus
+from podmanager.channel.service_summary import ServiceSummary
 from podmanager.core.faults import Fault
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord
-from podmanager.state.run_results import IncidentRecord
 
-API_PREFIX = "/v1"
-STATUS_PATH = f"{API_PREFIX}/status"
-EVENTS_PATH = f"{API_PREFIX}/events"
-UP_PATH = f"{API_PREFIX}/up"
-DOWN_PATH = f"{API_PREFIX}/down"
-JOB_PATH = f"{API_PREFIX}/job"
-CODE_PATH = f"{API_PREFIX}/code"  # the body is the zip itself, not JSON
-SUBMIT_PATH = f"{API_PREFIX}/submit"
-WATCH_PATH = f"{API_PREFIX}/watch"
-CANCEL_PATH = f"{API_PREFIX}/cancel"
-RUN_PATH = f"{API_PREFIX}/run"
-SPEC_PATH = f"{API_PREFIX}/spec"
+WIRE_VERSION = 1  # a reply gains fields with defaults, never loses one; a change that breaks that is v2
+API_PREFIX = f"/v{WIRE_VERSION}"
 FORWARD_PATH = f"{API_PREFIX}/forward"  # a WebSocket carrying one TCP connection to the controller's side
 DASHBOARD = "dashboard"  # a forward's target: the Ray dashboard (and job API), or a service's id
-RUNS_PATH = f"{API_PREFIX}/runs"
-SERVE_PATH = f"{API_PREFIX}/serve"
-SERVICE_PATH = f"{API_PREFIX}/service"
-SERVICE_CANCEL_PATH = f"{API_PREFIX}/service/cancel"
-SERVICES_PATH = f"{API_PREFIX}/services"
-FAULT_PATH = f"{API_PREFIX}/fault"  # a dry run's fault, injected by the controller into its cluster
 
 
 class Record(BaseModel):
@@ -227,45 +211,6 @@ class ServeRequest(Record):
 class ServiceRequest(Record):
     cluster: str = Field(min_length=1)
     service_id: str = Field(min_length=1)
-
-
-class ReplicaState(Record):
-    """One replica as `api/service_handle.py::ReplicaStatus` holds it."""
-
-    replica: int
-    run_id: str
-    state: str
-    attempt: int
-    served: int | None
-    step: int | None = None
-
-
-class ReplicaIncident(IncidentRecord):
-    replica: int  # the replica (its slice) whose run had the incident
-
-
-class ServiceSummary(Record):
-    """One service as `podmanager runs` shows it (`api/service_handle.py::service_summary`);
-    `endpoint` is the router's address on the controller, reached through a forward."""
-
-    run_id: str
-    kind: str = "service"
-    cluster: str
-    status: str
-    message: str
-    program: str
-    endpoint: str
-    slices: int  # one replica each; `replicas` lists only those submitted so far
-    replicas: list[ReplicaState]
-    requests: int
-    served: int
-    failures: int
-    rejected: int
-    p50_ms: float | None
-    p99_ms: float | None
-    goodput: float | None
-    incidents: list[ReplicaIncident] = []
-    started: float
 
 
 class ServiceReply(Record):

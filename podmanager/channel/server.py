@@ -15,16 +15,16 @@ import ipaddress
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import WSCloseCode, web
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
-from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.identity import ControllerIdentity
 from podmanager.channel.loop_thread import STOP_TIMEOUT_S, LoopServer
 from podmanager.channel.page_server import PAGE_PREFIX, ClusterPage, page_app
+from podmanager.channel.verbs import VERBS, Verb
 from podmanager.channel.ws_pipe import pipe
 from podmanager.core import peer
 from podmanager.core.errors import PodmanagerError
@@ -34,46 +34,14 @@ MAX_CODE_BYTES = 80 << 20  # a working dir's zip: its limit (64 MiB, attempts/co
 
 
 class ControllerApi(Protocol):
-    """What the channel serves: the API on the controller, answering in the channel's records.
-    It raises PodmanagerError for what the user must hear (an unknown cluster, ...)."""
-
-    def status(self, cluster: str) -> ClusterStatus: ...
-
-    def events(self, cluster: str, after_id: int) -> records.EventsReply: ...
-
-    def start_up(self, request: records.UpRequest) -> records.JobReply: ...
-
-    def start_down(self, request: records.DownRequest) -> records.JobReply: ...
-
-    def job(self, job_id: str) -> records.JobReply: ...
-
-    def keep_code(self, zipped: bytes) -> records.CodeReply: ...
-
-    def submit(self, request: records.SubmitRequest) -> records.RunReply: ...
-
-    def watch(self, request: records.WatchRequest) -> records.WatchReply: ...
-
-    def cancel(self, request: records.RunRequest) -> records.RunReply: ...
-
-    def run(self, request: records.RunRequest) -> records.RunReply: ...
-
-    def spec(self, cluster: str) -> records.SpecReply: ...
+    """What the channel serves: the API on the controller. Beside these, one method per verb of
+    `verbs.ChannelVerbs`, named as the verb, taking its request record and returning its reply
+    record (looked up per request: a test's fake need have only the verbs it is asked for).
+    Each raises PodmanagerError for what the user must hear (an unknown cluster, ...)."""
 
     def forward_target(self, cluster: str, target: str) -> tuple[str, int]:
         """(host, port) on the controller's side that a forward to `target` reaches."""
         ...
-
-    def runs(self, cluster: str) -> records.RunsReply: ...
-
-    def serve(self, request: records.ServeRequest) -> records.ServiceReply: ...
-
-    def service(self, request: records.ServiceRequest) -> records.ServiceReply: ...
-
-    def cancel_service(self, request: records.ServiceRequest) -> records.ServiceReply: ...
-
-    def services(self, cluster: str) -> records.ServicesReply: ...
-
-    def fault(self, request: records.FaultRequest) -> records.FaultReply: ...
 
     def page(self, cluster: str) -> ClusterPage:
         """What podmanager's page shows of `cluster` (served under PAGE_PREFIX, token required)."""
@@ -110,37 +78,14 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
             return response
         return await handler(request)
 
-    def verb(model: type[RequestT], call: Callable[[RequestT], BaseModel]) -> Handler:
-        """A POST whose JSON body is `model`, answered by `call` (the API, in a worker thread)."""
-        async def answer(request: web.Request) -> web.StreamResponse:
-            asked = await _body(request, model)
-            return await _answer(lambda: call(asked))
-        return answer
-
-    async def code(request: web.Request) -> web.Response:
-        zipped = await request.read()  # bounded by the app's client_max_size
-        return await _answer(lambda: api.keep_code(zipped))
-
-    # Looked up per request: an API (a test's fake) need only have the verbs it is asked for.
-    verbs: dict[str, Handler] = {
-        records.STATUS_PATH: verb(records.StatusRequest, lambda asked: api.status(asked.cluster)),
-        records.EVENTS_PATH: verb(records.EventsRequest, lambda asked: api.events(asked.cluster, asked.after_id)),
-        records.UP_PATH: verb(records.UpRequest, lambda asked: api.start_up(asked)),
-        records.DOWN_PATH: verb(records.DownRequest, lambda asked: api.start_down(asked)),
-        records.JOB_PATH: verb(records.JobRequest, lambda asked: api.job(asked.job_id)),
-        records.CODE_PATH: code,
-        records.SUBMIT_PATH: verb(records.SubmitRequest, lambda asked: api.submit(asked)),
-        records.WATCH_PATH: verb(records.WatchRequest, lambda asked: api.watch(asked)),
-        records.CANCEL_PATH: verb(records.RunRequest, lambda asked: api.cancel(asked)),
-        records.RUN_PATH: verb(records.RunRequest, lambda asked: api.run(asked)),
-        records.SPEC_PATH: verb(records.StatusRequest, lambda asked: api.spec(asked.cluster)),
-        records.RUNS_PATH: verb(records.StatusRequest, lambda asked: api.runs(asked.cluster)),
-        records.SERVE_PATH: verb(records.ServeRequest, lambda asked: api.serve(asked)),
-        records.SERVICE_PATH: verb(records.ServiceRequest, lambda asked: api.service(asked)),
-        records.SERVICE_CANCEL_PATH: verb(records.ServiceRequest, lambda asked: api.cancel_service(asked)),
-        records.SERVICES_PATH: verb(records.StatusRequest, lambda asked: api.services(asked.cluster)),
-        records.FAULT_PATH: verb(records.FaultRequest, lambda asked: api.fault(asked)),
-    }
+    def answer(verb: Verb[Any, Any]) -> Handler:
+        """The route of one verb: its request read (JSON as its record, or the zip's bytes) and
+        answered by the API's method of its name, in a worker thread."""
+        async def route(request: web.Request) -> web.StreamResponse:
+            # The zip is bounded by the app's client_max_size; every JSON body by MAX_BODY_BYTES.
+            asked = await request.read() if verb.request is bytes else await _body(request, verb.request)
+            return await _answer(lambda: getattr(api, verb.name)(asked))
+        return route
 
     async def forward(request: web.Request) -> web.StreamResponse:
         """One TCP connection to what `target` names (the dashboard, a service's router),
@@ -172,8 +117,8 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
 
     # The code's zip is the one large body; every JSON body is held to MAX_BODY_BYTES in `_body`.
     app = web.Application(client_max_size=MAX_CODE_BYTES, middlewares=[owner_only, bearer_token])
-    for path, handler in verbs.items():
-        app.router.add_post(path, handler)
+    for verb in VERBS:
+        app.router.add_route(verb.method, verb.path, answer(verb))
     app.router.add_get(records.FORWARD_PATH, forward)
     # The page: GETs only, behind the same two middlewares (a parent's apply to its sub-apps).
     app.add_subapp(PAGE_PREFIX, page_app(lambda cluster: api.page(cluster)))

@@ -7,14 +7,14 @@ sent; the token goes as a bearer header. Loads without Ray, JAX or the controlle
 
 from __future__ import annotations
 
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import urllib3
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
-from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+from podmanager.channel.verbs import ChannelVerbs, Verb
 from podmanager.client import pinned
 
 ReplyT = TypeVar("ReplyT", bound=BaseModel)
@@ -22,8 +22,9 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # `status` may probe hosts live when the monitor's view is stale
 
 
-class ChannelClient:
-    """One cluster's controller, reached with this machine's credentials for it (`pinned.load`)."""
+class ChannelClient(ChannelVerbs):
+    """One cluster's controller, reached with this machine's credentials for it (`pinned.load`);
+    its calls are the verbs of `ChannelVerbs`, each made by the table."""
 
     def __init__(self, credentials: pinned.ClientCredentials):
         self.credentials = credentials
@@ -46,69 +47,17 @@ class ChannelClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def status(self, cluster: str) -> ClusterStatus:
-        return self._ask(records.STATUS_PATH, records.StatusRequest(cluster=cluster), ClusterStatus)
+    def ask(self, verb: Verb[Any, ReplyT], request: BaseModel | bytes) -> ReplyT:
+        """One verb of the table asked: its request sent, its reply read (each verb is also this
+        client's attribute: `client.status("c1")`, `client.submit(request)`)."""
+        body = request if isinstance(request, bytes) else request.model_dump_json().encode()
+        return self._send(verb.method, verb.path, body, verb.content_type, verb.reply)
 
-    def events(self, cluster: str, *, after_id: int = 0) -> records.EventsReply:
-        return self._ask(records.EVENTS_PATH, records.EventsRequest(cluster=cluster, after_id=after_id),
-                         records.EventsReply)
-
-    def start_up(self, request: records.UpRequest) -> records.JobReply:
-        return self._ask(records.UP_PATH, request, records.JobReply)
-
-    def start_down(self, request: records.DownRequest) -> records.JobReply:
-        return self._ask(records.DOWN_PATH, request, records.JobReply)
-
-    def job(self, job_id: str) -> records.JobReply:
-        return self._ask(records.JOB_PATH, records.JobRequest(job_id=job_id), records.JobReply)
-
-    def send_code(self, zipped: bytes) -> records.CodeReply:
-        """A working dir's zip, kept on the controller by its content (sent again: kept once)."""
-        return self._post(records.CODE_PATH, zipped, "application/zip", records.CodeReply)
-
-    def submit(self, request: records.SubmitRequest) -> records.RunReply:
-        return self._ask(records.SUBMIT_PATH, request, records.RunReply)
-
-    def watch(self, request: records.WatchRequest) -> records.WatchReply:
-        return self._ask(records.WATCH_PATH, request, records.WatchReply)
-
-    def cancel(self, cluster: str, run_id: str) -> records.RunReply:
-        return self._ask(records.CANCEL_PATH, records.RunRequest(cluster=cluster, run_id=run_id), records.RunReply)
-
-    def run(self, cluster: str, run_id: str) -> records.RunReply:
-        return self._ask(records.RUN_PATH, records.RunRequest(cluster=cluster, run_id=run_id), records.RunReply)
-
-    def spec(self, cluster: str) -> records.SpecReply:
-        return self._ask(records.SPEC_PATH, records.StatusRequest(cluster=cluster), records.SpecReply)
-
-    def runs(self, cluster: str) -> records.RunsReply:
-        return self._ask(records.RUNS_PATH, records.StatusRequest(cluster=cluster), records.RunsReply)
-
-    def serve(self, request: records.ServeRequest) -> records.ServiceReply:
-        return self._ask(records.SERVE_PATH, request, records.ServiceReply)
-
-    def service(self, cluster: str, service_id: str) -> records.ServiceReply:
-        return self._ask(records.SERVICE_PATH, records.ServiceRequest(cluster=cluster, service_id=service_id),
-                         records.ServiceReply)
-
-    def cancel_service(self, cluster: str, service_id: str) -> records.ServiceReply:
-        return self._ask(records.SERVICE_CANCEL_PATH, records.ServiceRequest(cluster=cluster, service_id=service_id),
-                         records.ServiceReply)
-
-    def services(self, cluster: str) -> records.ServicesReply:
-        return self._ask(records.SERVICES_PATH, records.StatusRequest(cluster=cluster), records.ServicesReply)
-
-    def fault(self, request: records.FaultRequest) -> records.FaultReply:
-        return self._ask(records.FAULT_PATH, request, records.FaultReply)
-
-    def _ask(self, path: str, request: BaseModel, reply: type[ReplyT]) -> ReplyT:
-        return self._post(path, request.model_dump_json().encode(), "application/json", reply)
-
-    def _post(self, path: str, body: bytes, content_type: str, reply: type[ReplyT]) -> ReplyT:
+    def _send(self, method: str, path: str, body: bytes, content_type: str, reply: type[ReplyT]) -> ReplyT:
         where = f"{self.credentials.address.host}:{self.credentials.address.port}"
         try:
             response = self._pool.urlopen(
-                "POST", path, body=body, redirect=False,
+                method, path, body=body, redirect=False,
                 headers={"Authorization": f"Bearer {self.credentials.token}", "Content-Type": content_type})
         except urllib3.exceptions.SSLError as error:
             raise ChannelCredentialError(

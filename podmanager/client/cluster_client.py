@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:  # annotations only: this module loads nothing
     from podmanager.channel.cluster_status import ClusterStatus
+    from podmanager.channel.service_summary import ReplicaState, ServiceSummary
     from podmanager.client.run_view import EventCallback, Printer, RunView
     from podmanager.core.faults import FaultKind
     from podmanager.core.records import RayAccess
+    from podmanager.core.serve_options import ServeOptions
     from podmanager.core.spec import ClusterSpec
     from podmanager.core.workload import Workload
-    from podmanager.serving.options import ServeOptions
     from podmanager.state import Event
     from podmanager.state.run_records import RunRecord
     from podmanager.state.run_results import RunResult
@@ -36,11 +37,15 @@ class ServiceView(Protocol):
         """How a user reaches the service from this machine, as a phrase."""
         ...
 
-    def summary(self) -> dict[str, Any]: ...
+    def summary_record(self) -> ServiceSummary: ...
+
+    def summary(self) -> dict[str, Any]:
+        """`summary_record`, as `runs --json` prints it."""
+        ...
 
     def follow(self, on_summary: Callable[[dict[str, Any]], None], *, every_s: float = 2.0) -> dict[str, Any]: ...
 
-    def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[Any]: ...
+    def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaState]: ...
 
     def reachable(self, *, port: int = 0) -> AbstractContextManager[str]: ...
 

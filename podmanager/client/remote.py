@@ -21,6 +21,7 @@ from podmanager.attempts import code_zip
 from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+from podmanager.channel.service_summary import ServiceSummary
 from podmanager.client import pinned
 from podmanager.client.channel_client import ChannelClient
 from podmanager.client.cluster_client import Reached
@@ -42,7 +43,7 @@ from podmanager.state.run_results import RunResult
 
 if TYPE_CHECKING:
     from podmanager.core.faults import FaultKind
-    from podmanager.serving.options import ServeOptions
+    from podmanager.core.serve_options import ServeOptions
 
 EventCallback = Callable[[Event], None]
 Printer = Callable[[HostRef, str], None]
@@ -243,7 +244,7 @@ class RemoteCluster:
         # Patiently: `attach` asks this first, also of a controller that is rebooting.
         return any(s.run_id == service_id for s in patiently(self.service_summaries))
 
-    def service_summaries(self) -> list[records.ServiceSummary]:
+    def service_summaries(self) -> list[ServiceSummary]:
         return [as_seen_here(s) for s in self.client.services(self.name).services]
 
     def run_handle(self, run_id: str) -> RemoteRunHandle:
@@ -271,7 +272,7 @@ class RemoteCluster:
         workload.check_program()
         code = code_zip.pack(workload.working_dir)
         workload.check_program(code.files)  # .gitignore may leave the program out
-        digest = self.client.send_code(code.data).digest
+        digest = self.client.keep_code(code.data).digest
         return workload.model_copy(update={"working_dir": "."}), digest
 
     def run(self, workload: Workload, *, printer: Printer | None = None, budgets: dict[str, int] | None = None,
@@ -387,7 +388,7 @@ class RemoteCluster:
         """As `Cluster.serve`: the router listens on the controller's loopback, and this machine
         reaches it through a forward (`RemoteServiceHandle.reachable`); so the endpoint's
         address is this machine's loopback, and `options.port` that forward's port."""
-        from podmanager.serving.options import ServeOptions
+        from podmanager.core.serve_options import ServeOptions
 
         options = options or ServeOptions()
         if options.host not in LOOPBACK_NAMES:
@@ -401,10 +402,10 @@ class RemoteCluster:
 
     def service_handle(self, service_id: str) -> RemoteServiceHandle:
         handle = RemoteServiceHandle(self.client, self.name, service_id)
-        handle.record()  # an unknown id: the controller's clear error, now
+        handle.summary_record()  # an unknown id: the controller's clear error, now
         return handle
 
-    def cancel_service(self, service_id: str) -> records.ServiceSummary:
+    def cancel_service(self, service_id: str) -> ServiceSummary:
         return self.client.cancel_service(self.name, service_id).service
 
     # ------------------------------------------------------------------ a dry run's faults

@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from podmanager.channel import records
+from podmanager.channel.service_summary import ReplicaState, ServiceSummary
 from podmanager.client.channel_client import ChannelClient
 from podmanager.client.forward import Forward
 from podmanager.client.patience import patiently
@@ -23,7 +23,7 @@ def reach(cluster: str, service_id: str) -> str:
     return f"reach it with 'podmanager dashboard -c {cluster} --service {service_id}'"
 
 
-def as_seen_here(service: records.ServiceSummary) -> records.ServiceSummary:
+def as_seen_here(service: ServiceSummary) -> ServiceSummary:
     """The controller's summary of a service with its endpoint as this machine reaches it."""
     return service.model_copy(update={"endpoint": reach(service.cluster, service.run_id)})
 
@@ -44,25 +44,25 @@ class RemoteServiceHandle:
         """How a user reaches the service from this machine, as a phrase."""
         return reach(self.cluster, self.service_id)
 
-    def record(self) -> records.ServiceSummary:
+    def summary_record(self) -> ServiceSummary:
         return as_seen_here(patiently(lambda: self.client.service(self.cluster, self.service_id).service))
 
     def summary(self) -> dict[str, Any]:
         """As `ServiceHandle.summary` (what `podmanager runs --json` prints of a service)."""
-        return self.record().model_dump(mode="json")
+        return self.summary_record().model_dump(mode="json")
 
     def follow(self, on_summary: Callable[[dict[str, Any]], None], *, every_s: float = 2.0) -> dict[str, Any]:
         return follow_summaries(self.summary, on_summary, every_s)
 
-    def replicas(self) -> list[records.ReplicaState]:
-        return self.record().replicas
+    def replicas(self) -> list[ReplicaState]:
+        return self.summary_record().replicas
 
-    def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[records.ReplicaState]:
+    def wait_ready(self, replicas: int | None = None, *, timeout_s: float = 300.0) -> list[ReplicaState]:
         """As `ServiceHandle.wait_ready`: until `replicas` (default all) are ready; a replica whose
         run ended ends the wait."""
         # All: every slice of the service, as its summary counts them, also those whose replica
         # run the controller has not listed yet.
-        wanted = self.record().slices if replicas is None else replicas
+        wanted = self.summary_record().slices if replicas is None else replicas
         return wait_for_replicas(self.service_id, self.replicas, wanted, timeout_s=timeout_s, interval_s=0.5)
 
     @contextmanager

@@ -5,8 +5,9 @@ ready, or following its summary until it stops serving."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Callable
 
+from podmanager.channel.service_summary import ReplicaState
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError
 from podmanager.state.services import SERVING
@@ -14,22 +15,11 @@ from podmanager.state.services import SERVING
 REPLICA_ENDS = ("failed", "cancelled", "succeeded", "missing")  # a replica state that is its run's end
 
 
-class ReplicaView(Protocol):
-    """What waiting for replicas reads of each: `ReplicaStatus` here, the channel's `ReplicaState`."""
-
-    replica: int
-    run_id: str
-    state: str
-
-
-ReplicaT = TypeVar("ReplicaT", bound=ReplicaView)
-
-
-def wait_for_replicas(service_id: str, read: Callable[[], list[ReplicaT]], replicas: int, *,
-                      timeout_s: float, interval_s: float) -> list[ReplicaT]:
+def wait_for_replicas(service_id: str, read: Callable[[], list[ReplicaState]], replicas: int, *,
+                      timeout_s: float, interval_s: float) -> list[ReplicaState]:
     """`read()` until `replicas` are ready; a replica whose run ended ends the wait with its
     state. For a service here and one behind a controller VM alike."""
-    def ready() -> list[ReplicaT] | None:
+    def ready() -> list[ReplicaState] | None:
         states = read()
         ended = [r for r in states if r.state in REPLICA_ENDS]
         if ended:

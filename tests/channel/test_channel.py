@@ -21,6 +21,7 @@ from podmanager.channel.cluster_status import (
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
 from podmanager.channel.private_files import write_private
 from podmanager.channel.server import ChannelServer
+from podmanager.channel.verbs import ChannelVerbs
 from podmanager.client import pinned
 from podmanager.client.channel_client import ChannelClient
 from podmanager.core import peer
@@ -49,7 +50,8 @@ class FakeApi:
         self.asked: list[tuple[str, str, int | None]] = []
         self._lock = threading.Lock()
 
-    def status(self, cluster: str) -> ClusterStatus:
+    def status(self, request: records.StatusRequest) -> ClusterStatus:
+        cluster = request.cluster
         with self._lock:
             self.asked.append(("status", cluster, None))
         if cluster != CLUSTER:
@@ -57,7 +59,8 @@ class FakeApi:
                                        hint="Check the name.")
         return STATUS
 
-    def events(self, cluster: str, after_id: int) -> records.EventsReply:
+    def events(self, request: records.EventsRequest) -> records.EventsReply:
+        cluster, after_id = request.cluster, request.after_id
         with self._lock:
             self.asked.append(("events", cluster, after_id))
         return records.EventsReply(events=[
@@ -116,7 +119,7 @@ def test_a_wrong_or_missing_token_gets_401_and_the_client_names_the_fix(controll
     # On the wire: a 401 asking for a bearer token, for a wrong token and for none.
     pool = ChannelClient(credentials)._pool
     for headers in ({"Authorization": "Bearer not-the-token"}, {"Authorization": f"Basic {made.token()}"}, {}):
-        answer = pool.urlopen("POST", records.STATUS_PATH, body=b'{"cluster": "c1"}', headers=headers)
+        answer = pool.urlopen("POST", ChannelVerbs.status.path, body=b'{"cluster": "c1"}', headers=headers)
         assert answer.status == 401 and answer.headers["WWW-Authenticate"].startswith("Bearer")
         assert records.ErrorReply.model_validate_json(answer.data).exit_code == 2
     assert api.asked == []
@@ -224,7 +227,7 @@ def test_the_controllers_errors_reach_the_client_with_their_exit_code(controller
     assert unknown.value.message == "--cluster: no cluster named 'nope' (known: c1)"
     assert unknown.value.hint == "Check the name." and unknown.value.exit_code == 2
 
-    answer = client._pool.urlopen("POST", records.EVENTS_PATH, body=b'{"cluster": "c1", "after_id": -1}',
+    answer = client._pool.urlopen("POST", ChannelVerbs.events.path, body=b'{"cluster": "c1", "after_id": -1}',
                                   headers={"Authorization": f"Bearer {made.token()}"})
     assert answer.status == 400
     refusal = records.ErrorReply.model_validate_json(answer.data)
@@ -238,16 +241,16 @@ def test_a_number_no_field_can_take_is_a_400_naming_the_field_and_the_api_is_not
     made, server = controller
     client = ChannelClient(install(made, server))
     for path, body, field in [
-            (records.DOWN_PATH, b'{"cluster": "c1", "timeout_s": 1e400}', "timeout_s"),
-            (records.EVENTS_PATH, b'{"cluster": "c1", "after_id": ' + b"9" * 40 + b"}", "after_id"),
-            (records.EVENTS_PATH, b'{"cluster": "c1", "after_id": 9223372036854775808}', "after_id")]:
+            (ChannelVerbs.start_down.path, b'{"cluster": "c1", "timeout_s": 1e400}', "timeout_s"),
+            (ChannelVerbs.events.path, b'{"cluster": "c1", "after_id": ' + b"9" * 40 + b"}", "after_id"),
+            (ChannelVerbs.events.path, b'{"cluster": "c1", "after_id": 9223372036854775808}', "after_id")]:
         answer = client._pool.urlopen("POST", path, body=body, headers={"Authorization": f"Bearer {made.token()}"})
         assert answer.status == 400, (body, answer.status)
         refusal = records.ErrorReply.model_validate_json(answer.data)
         assert refusal.message.startswith(f"{field}:") and refusal.exit_code == 2
     assert api.asked == []
     largest = b'{"cluster": "c1", "after_id": 9223372036854775807}'  # SQLite's largest INTEGER is taken
-    answer = client._pool.urlopen("POST", records.EVENTS_PATH, body=largest,
+    answer = client._pool.urlopen("POST", ChannelVerbs.events.path, body=largest,
                                   headers={"Authorization": f"Bearer {made.token()}"})
     assert answer.status == 200 and api.asked == [("events", CLUSTER, (1 << 63) - 1)]
 
@@ -267,7 +270,7 @@ def test_a_body_over_the_limit_is_refused_with_413_also_when_it_comes_in_chunks(
 
     headers = {"Authorization": f"Bearer {made.token()}"}
     for sent in (body, chunks()):
-        answer = client._pool.urlopen("POST", records.EVENTS_PATH, body=sent, headers=headers,
+        answer = client._pool.urlopen("POST", ChannelVerbs.events.path, body=sent, headers=headers,
                                       chunked=not isinstance(sent, bytes))
         assert answer.status == 413
         assert records.ErrorReply.model_validate_json(answer.data).exit_code == 2

@@ -20,7 +20,6 @@ LAYERS = {"core", "state", "cloud", "channel", "client"}
 BEYOND = {
     "podmanager.attempts.code_zip": "the one packer of a run's code (the laptop packs it)",
     "podmanager.attempts.logs": "a run folder's names (runs/, progress.jsonl): a deleted cluster's kept history",
-    "podmanager.serving.options": "`ServeOptions`, what `serve` is asked",
     "podmanager.cluster.backends": "the backend chooser: the controller VM is made in the project's cloud (a dry "
                                    "run's emulator)",
     "podmanager.cluster.teardown": "down by label, when the controller cannot be reached",
@@ -29,7 +28,6 @@ BEYOND = {
     "podmanager.controller.software": "the software pins the controller VM is made with",
     "podmanager.controller.staging": "the wheel staged and the VMs' lock resolved before the VM is made",
     "podmanager.controller.startup": "the controller VM's startup script",
-    "podmanager.controller.host_info": "(through channel/cluster_status.py) a host as `status` shows it",
     "podmanager.vm.procs": "a dry run's VM folder removed with its controller",
     "podmanager.vm.loopback": "a dry run's controller address",
     "podmanager.vm.ray_node": "`free_port`, a dry run's channel port",
@@ -92,18 +90,18 @@ LAPTOP = textwrap.dedent("""
     asked = []
 
     class Controller:
-        def status(self, cluster):
-            return ClusterStatus(name=cluster, backend="simulated", project="p", slices=[SliceStatus(
+        def status(self, request):
+            return ClusterStatus(name=request.cluster, backend="simulated", project="p", slices=[SliceStatus(
                 index=0, name="lap-s0", accelerator="v4-8", zone="z", state="READY", hosts=1, chips=4)])
 
-        def events(self, cluster, after_id):
+        def events(self, request):
             return records.EventsReply(events=[records.EventRecord(id=1, time=1.0, kind="slice_ready", slice_index=0,
                                                                    message="lap-s0 is READY")])
 
-        def runs(self, cluster):
+        def runs(self, request):
             return records.RunsReply(runs=[])
 
-        def services(self, cluster):
+        def services(self, request):
             return records.ServicesReply(services=[])
 
         def fault(self, request):

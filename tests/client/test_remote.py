@@ -1,6 +1,6 @@
 """`RemoteCluster`: the verbs of a cluster whose controller is a VM, from the user's machine,
 over a real channel (HTTPS, pinned certificate, token) to a fake controller API. No Ray: what the
-controller does with a request is `api/channel_service.py`'s, tested end to end in
+controller does with a request is `controller/daemon/channel_service.py`'s, tested end to end in
 tests/end_to_end/test_laptop.py."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from podmanager.channel import identity, records
 from podmanager.channel.cluster_status import ClusterStatus, ServiceEndpoint
 from podmanager.channel.server import ChannelServer
+from podmanager.channel.service_summary import ReplicaState, ServiceSummary
 from podmanager.client import pinned
 from podmanager.client.forward import Forward
 from podmanager.client.remote import RemoteCluster
@@ -82,20 +83,21 @@ class FakeController:
         self.cancelled.set()
         return records.RunReply(run=record("cancelled"))
 
-    def runs(self, cluster: str) -> records.RunsReply:
+    def runs(self, request: records.StatusRequest) -> records.RunsReply:
         return records.RunsReply(runs=[record()])
 
     def start_up(self, request: records.UpRequest) -> records.JobReply:
         return records.JobReply(job_id="up-1", verb="up", started_at=0.0)
 
-    def job(self, job_id: str) -> records.JobReply:
+    def job(self, request: records.JobRequest) -> records.JobReply:
+        job_id = request.job_id
         self.jobs += 1
         if self.jobs < 2:
             return records.JobReply(job_id=job_id, verb="up", plan=records.PlanReply(cluster=CLUSTER, summary="create 1"))
         return records.JobReply(job_id=job_id, verb="up", done=True,
                                 error=records.ErrorReply(message="up failed there", hint="its fix", exit_code=1))
 
-    def events(self, cluster: str, after_id: int) -> records.EventsReply:
+    def events(self, request: records.EventsRequest) -> records.EventsReply:
         return records.EventsReply(events=[])
 
     def serve(self, request: records.ServeRequest) -> records.ServiceReply:
@@ -112,21 +114,21 @@ class FakeController:
         self.service_cancelled = True
         return records.ServiceReply(service=self.service_summary())
 
-    def services(self, cluster: str) -> records.ServicesReply:
+    def services(self, request: records.StatusRequest) -> records.ServicesReply:
         return records.ServicesReply(services=[self.service_summary()] if self.served else [])
 
-    def service_summary(self) -> records.ServiceSummary:
+    def service_summary(self) -> ServiceSummary:
         """Each replica starting, then ready from the next read; cancelled once asked."""
         listed = [i for i in range(self.slices) if i == 0 or self.service_reads > 2 * i]
-        return records.ServiceSummary(
+        return ServiceSummary(
             run_id=SERVICE, cluster=CLUSTER, status="cancelled" if self.service_cancelled else "serving", message="",
             program="model.py", endpoint="http://127.0.0.1:1", requests=0, served=0, failures=0, rejected=0,
             p50_ms=None, p99_ms=None, goodput=None, started=1.0, slices=self.slices,
-            replicas=[records.ReplicaState(replica=i, run_id=f"r{i + 1}", attempt=1, served=None,
+            replicas=[ReplicaState(replica=i, run_id=f"r{i + 1}", attempt=1, served=None,
                                            state="ready" if self.service_reads >= 2 * i + 2 else "starting")
                       for i in listed])
 
-    def status(self, cluster: str) -> ClusterStatus:
+    def status(self, request: records.StatusRequest) -> ClusterStatus:
         return ClusterStatus(name=CLUSTER, backend="simulated", project="demo", slices=[], services=[
             ServiceEndpoint(service_id=SERVICE, endpoint="http://127.0.0.1:1", slices=[0])])
 
@@ -355,13 +357,14 @@ class JobController(FakeController):
         self.downs.append(request.cluster)
         return records.JobReply(job_id="down-1", verb="down", started_at=0.0)
 
-    def job(self, job_id: str) -> records.JobReply:
+    def job(self, request: records.JobRequest) -> records.JobReply:
+        job_id = request.job_id
         verb = job_id.split("-")[0]
         return records.JobReply(job_id=job_id, verb=verb, done=True,
-                                status=self.status(CLUSTER) if verb == "up" else None)
+                                status=self.status(records.StatusRequest(cluster=CLUSTER)) if verb == "up" else None)
 
-    def status(self, cluster: str) -> ClusterStatus:
-        return ClusterStatus(name=cluster, backend="simulated", project="podmanager-sim", slices=[])
+    def status(self, request: records.StatusRequest) -> ClusterStatus:
+        return ClusterStatus(name=request.cluster, backend="simulated", project="podmanager-sim", slices=[])
 
 
 VM_SPEC = {"name": CLUSTER, "controller": {"local": False}, "slices": [{"accelerator": "v4-8"}]}

@@ -1,4 +1,4 @@
-"""The working dirs sent to the controller (`api/uploads.py`, `api/channel_service.py`): kept as
+"""The working dirs sent to the controller (`controller/daemon/uploads.py`, `controller/daemon/channel_service.py`): kept as
 the zip the client packed, never unpacked on the controller, checked before they are kept,
 and removed once no submit can need them."""
 
@@ -12,9 +12,9 @@ import zipfile
 
 import pytest
 
-from podmanager.api import uploads
-from podmanager.api.channel_service import ControllerChannelApi
 from podmanager.attempts import code_zip
+from podmanager.controller.daemon import uploads
+from podmanager.controller.daemon.channel_service import ControllerChannelApi
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore
@@ -66,7 +66,7 @@ def test_uploads_no_submit_can_need_are_removed_at_the_next_send() -> None:
 
 
 def test_a_submit_names_the_upload_as_its_working_dir_and_hands_the_zip_on(monkeypatch) -> None:
-    from podmanager.api import channel_service
+    from podmanager.controller.daemon import channel_service
 
     code = uploads.keep(zipped({"train.py": b""}))
     workload, handed = channel_service.uploaded(Workload(entrypoint="train.py", working_dir="."), code.digest)

@@ -1,7 +1,7 @@
 """The controller VM's one long-running podmanager process: the channel's server over this
 machine's API, under the startup script's restart loop (a systemd unit on Google Cloud).
 
-    python -m podmanager.api.controller_daemon --cluster NAME --port PORT --token-file FILE
+    python -m podmanager.controller.daemon.process --cluster NAME --port PORT --token-file FILE
 
 At start it makes (or, after a reboot, reuses) the channel's key and certificate for the
 address clients reach (`--address`, else the VM's external address from its metadata server),
@@ -22,9 +22,9 @@ import sys
 import threading
 from pathlib import Path
 
-from podmanager.api.channel_service import ControllerChannelApi
 from podmanager.channel import identity as channel_identity
 from podmanager.channel.server import ChannelServer
+from podmanager.controller.daemon.channel_service import ControllerChannelApi
 from podmanager.core.errors import PodmanagerError
 from podmanager.vm import boot_status
 

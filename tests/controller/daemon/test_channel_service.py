@@ -1,4 +1,4 @@
-"""api/channel_service.py: the controller answers the channel's requests with its own API, in the
+"""controller/daemon/channel_service.py: the controller answers the channel's requests with its own API, in the
 channel's records, and a Ray address's token path or exports (the controller's files) never
 cross. No Ray: status is the `ClusterStatus` built here, events come from SQLite."""
 
@@ -9,7 +9,6 @@ import types
 
 import pytest
 
-from podmanager.api.channel_service import ControllerChannelApi
 from podmanager.channel import identity, records
 from podmanager.channel.cluster_status import (
     ClusterStatus,
@@ -21,12 +20,21 @@ from podmanager.channel.errors import RemoteError
 from podmanager.channel.server import ChannelServer
 from podmanager.client import pinned
 from podmanager.client.channel_client import ChannelClient
+from podmanager.controller.daemon.channel_service import ControllerChannelApi
 from podmanager.controller.host_info import HEALTHY, HostInfo
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.core.events import EventKind
 from podmanager.core.records import RayAccess
 from podmanager.core.spec import parse_spec
 from podmanager.state import StateStore
+
+
+def events_of(api: ControllerChannelApi, cluster: str, after_id: int) -> records.EventsReply:
+    return api.events(records.EventsRequest(cluster=cluster, after_id=after_id))
+
+
+def job_of(api: ControllerChannelApi, job_id: str) -> records.JobReply:
+    return api.job(records.JobRequest(job_id=job_id))
 
 
 def test_a_cluster_status_crosses_as_it_is_without_the_controllers_paths() -> None:
@@ -56,11 +64,11 @@ def test_events_are_read_from_the_store_after_a_cursor_and_an_unknown_cluster_is
     store.add_event("c1", EventKind.SLICE_READY, "c1-s0 is READY", slice_index=0)
     api = ControllerChannelApi(store)
 
-    assert [(e.kind, e.data) for e in api.events("c1", 0).events] == [("slice_creating", {"zone": "z"}),
+    assert [(e.kind, e.data) for e in events_of(api, "c1", 0).events] == [("slice_creating", {"zone": "z"}),
                                                                       ("slice_ready", {})]
-    assert [e.kind for e in api.events("c1", first.id).events] == ["slice_ready"]
+    assert [e.kind for e in events_of(api, "c1", first.id).events] == ["slice_ready"]
     with pytest.raises(ClusterNotFoundError, match="no cluster named 'nope'"):
-        api.events("nope", 0)
+        events_of(api, "nope", 0)
 
 
 def test_the_channel_serves_the_controllers_event_log() -> None:
@@ -119,7 +127,7 @@ def test_two_ups_of_one_cluster_on_the_controller_take_turns_the_second_saying_w
         first, monkeypatch) -> None:
     import yaml
 
-    from podmanager.api import channel_service
+    from podmanager.controller.daemon import channel_service
     from podmanager.core.clock import poll_until
 
     monkeypatch.setattr(channel_service, "Cluster", OneDriverCluster)
@@ -139,23 +147,23 @@ def test_two_ups_of_one_cluster_on_the_controller_take_turns_the_second_saying_w
     two = api.start_up(up)
 
     def said_or_done() -> bool:
-        return bool(store.events("c1", kind=EventKind.WAITING)) or api.job(two.job_id).done
+        return bool(store.events("c1", kind=EventKind.WAITING)) or job_of(api, two.job_id).done
     poll_until(said_or_done, timeout_s=30, interval_s=0.01, what="the second up to wait or end")
-    assert not api.job(two.job_id).done and OneDriverCluster.finished == []
+    assert not job_of(api, two.job_id).done and OneDriverCluster.finished == []
     [waiting] = store.events("c1", kind=EventKind.WAITING)
     assert waiting.message == f"waiting for the controller's {one.job_id} of c1 to finish"
 
     OneDriverCluster.let_finish.set()
-    poll_until(lambda: api.job(one.job_id).done and api.job(two.job_id).done, timeout_s=30, interval_s=0.01,
+    poll_until(lambda: job_of(api, one.job_id).done and job_of(api, two.job_id).done, timeout_s=30, interval_s=0.01,
                what="both ups to end")
     for job in (one, two):
-        done = api.job(job.job_id)
+        done = job_of(api, job.job_id)
         assert done.error is None and done.status is not None and done.status.name == "c1"
     assert OneDriverCluster.finished == ["c1", "c1"]  # one after the other, neither inside the other
 
 
 def test_an_up_that_waits_longer_than_its_timeout_says_which_job_it_waited_for(monkeypatch) -> None:
-    from podmanager.api import channel_service
+    from podmanager.controller.daemon import channel_service
     from podmanager.core.clock import poll_until
 
     monkeypatch.setattr(channel_service, "Cluster", OneDriverCluster)
@@ -168,20 +176,20 @@ def test_an_up_that_waits_longer_than_its_timeout_says_which_job_it_waited_for(m
     assert OneDriverCluster.first_inside.wait(timeout=30)
     two = api.start_up(records.UpRequest(cluster="c1", spec_yaml=SPEC_YAML, timeout_s=0.1))
     try:
-        poll_until(lambda: api.job(two.job_id).done, timeout_s=30, interval_s=0.01, what="the second up to give up")
+        poll_until(lambda: job_of(api, two.job_id).done, timeout_s=30, interval_s=0.01, what="the second up to give up")
     finally:
         OneDriverCluster.let_finish.set()
-    error = api.job(two.job_id).error
+    error = job_of(api, two.job_id).error
     assert error is not None and error.message == f"the controller's {one.job_id} of c1 still runs after 0s"
     assert "podmanager events -c c1" in (error.hint or "")
-    poll_until(lambda: api.job(one.job_id).done, timeout_s=30, interval_s=0.01, what="the first up to end")
-    assert api.job(one.job_id).error is None
+    poll_until(lambda: job_of(api, one.job_id).done, timeout_s=30, interval_s=0.01, what="the first up to end")
+    assert job_of(api, one.job_id).error is None
 
 
 def test_a_fault_sent_over_the_channel_is_injected_by_the_controllers_own_cluster(monkeypatch) -> None:
     """`podmanager sim` of a cluster whose controller is a VM: the controller injects it, as `sim`
     next to it would (its hosts, its event log); the laptop builds no cluster of its own."""
-    from podmanager.api import channel_service
+    from podmanager.controller.daemon import channel_service
     from podmanager.core import faults
 
     injected: list[tuple[str, str]] = []

@@ -8,7 +8,7 @@ or a client's `up` and the one the controller runs after a crash): the second re
 `waiting` event naming the first, waits for it, and then finds its work done. The process has
 one Ray connection (Ray's driver is one per process), which every request and job shares; only
 `down` ends it. A working dir arrives as the zip the client packed, is kept by its content's
-digest until its submit (`api/uploads.py`), and the run is submitted with that zip as its code,
+digest until its submit (`controller/daemon/uploads.py`), and the run is submitted with that zip as its code,
 never unpacked or packed again here."""
 
 from __future__ import annotations
@@ -24,16 +24,17 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from podmanager.api import uploads
 from podmanager.api.cluster import Cluster
-from podmanager.api.history import cluster_events, service_history
+from podmanager.api.history import cluster_events
 from podmanager.api.page_data import PageData
+from podmanager.api.service_handle import summarize_record
 from podmanager.attempts import logs
 from podmanager.attempts.code_zip import PackedCode
 from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.private_files import write_private
+from podmanager.controller.daemon import uploads
 from podmanager.core import paths, selectors
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
@@ -67,14 +68,14 @@ class ControllerChannelApi:
 
     # ------------------------------------------------------------------ reading
 
-    def status(self, cluster: str) -> ClusterStatus:
+    def status(self, request: records.StatusRequest) -> ClusterStatus:
         # The cached Cluster, never closed here: closing is Ray's shutdown, under a running `up`.
-        return self._cluster(cluster).status().for_the_wire()
+        return self._cluster(request.cluster).status().for_the_wire()
 
-    def events(self, cluster: str, after_id: int) -> records.EventsReply:
-        found = self.store.events(cluster, after_id=after_id)
-        if not found and after_id == 0:
-            cluster_events(cluster, store=self.store)  # a name that never had a cluster: its clear error
+    def events(self, request: records.EventsRequest) -> records.EventsReply:
+        found = self.store.events(request.cluster, after_id=request.after_id)
+        if not found and request.after_id == 0:
+            cluster_events(request.cluster, store=self.store)  # a name that never had a cluster: its clear error
         return records.EventsReply(events=[event_record(e) for e in found])
 
     def page(self, cluster: str) -> PageData:
@@ -89,7 +90,8 @@ class ControllerChannelApi:
                 found = self._pages.setdefault(cluster, found)
         return found
 
-    def spec(self, cluster: str) -> records.SpecReply:
+    def spec(self, request: records.StatusRequest) -> records.SpecReply:
+        cluster = request.cluster
         path = client_spec_path(cluster)
         if not path.is_file():
             raise PodmanagerError(f"--cluster {cluster}: this controller was never given its spec",
@@ -114,8 +116,8 @@ class ControllerChannelApi:
             raise PodmanagerError(f"{target} of {cluster} has no address podmanager reads ({url.geturl()})")
         return url.hostname, url.port
 
-    def runs(self, cluster: str) -> records.RunsReply:
-        return records.RunsReply(runs=self.runs_store.list(cluster))
+    def runs(self, request: records.StatusRequest) -> records.RunsReply:
+        return records.RunsReply(runs=self.runs_store.list(request.cluster))
 
     def run(self, request: records.RunRequest) -> records.RunReply:
         return records.RunReply(run=self._run(request.cluster, request.run_id))
@@ -161,25 +163,26 @@ class ControllerChannelApi:
     def serve(self, request: records.ServeRequest) -> records.ServiceReply:
         """The service's router listens on this machine's loopback: the user reaches it through
         a forward over the channel, never through a port of the controller's."""
-        from podmanager.serving.options import ServeOptions
+        from podmanager.core.serve_options import ServeOptions
 
         options = ServeOptions(replicas=request.replicas, host="127.0.0.1", port=0,
                                queue_timeout_s=request.queue_timeout_s, follow_checkpoints=request.follow_checkpoints)
         workload, code = uploaded(request.workload, request.code)
         handle = self._cluster(request.cluster).serve(workload, options, budgets=request.budgets, code=code)
-        return records.ServiceReply(service=service_summary(handle.summary()))
+        return records.ServiceReply(service=handle.summary_record())
 
     def service(self, request: records.ServiceRequest) -> records.ServiceReply:
         handle = self._cluster(request.cluster).service_handle(request.service_id)
-        return records.ServiceReply(service=service_summary(handle.summary()))
+        return records.ServiceReply(service=handle.summary_record())
 
     def cancel_service(self, request: records.ServiceRequest) -> records.ServiceReply:
         self._cluster(request.cluster).cancel_service(request.service_id)  # an unknown id: its clear error
         return self.service(request)
 
-    def services(self, cluster: str) -> records.ServicesReply:
-        return records.ServicesReply(services=[service_summary(s) for s in service_history(
-            cluster, services=ServiceStore(self.store.path), runs=self.runs_store)])
+    def services(self, request: records.StatusRequest) -> records.ServicesReply:
+        services = ServiceStore(self.store.path)
+        return records.ServicesReply(services=[summarize_record(s, self.runs_store, time.time())
+                                               for s in services.list(request.cluster)])
 
     # ------------------------------------------------------------------ a dry run's faults
 
@@ -261,11 +264,11 @@ class ControllerChannelApi:
 
         return self._start("up", cluster, timeout_s, work)
 
-    def job(self, job_id: str) -> records.JobReply:
+    def job(self, request: records.JobRequest) -> records.JobReply:
         with self._mutex:
-            found = self._jobs.get(job_id)
+            found = self._jobs.get(request.job_id)
         if found is None:
-            raise PodmanagerError(f"the controller has no job {job_id}: it restarted since it began",
+            raise PodmanagerError(f"the controller has no job {request.job_id}: it restarted since it began",
                                   hint="Run the command again: up and down finish what an interrupted one left.")
         return found
 
@@ -327,10 +330,6 @@ def uploaded(workload: Workload, digest: str | None) -> tuple[Workload, PackedCo
         return workload, None
     code, path = uploads.take(digest)
     return workload.model_copy(update={"working_dir": str(path)}), code
-
-
-def service_summary(summary: dict[str, object]) -> records.ServiceSummary:
-    return records.ServiceSummary.model_validate(summary)
 
 
 def client_spec_path(cluster: str) -> Path:
