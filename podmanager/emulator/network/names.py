@@ -14,8 +14,12 @@ import signal
 import subprocess
 import sys
 from functools import lru_cache
+from pathlib import Path
 
 PREFIX = re.compile(r"^pm[0-9a-f]{6}$")  # one length: no prefix begins another
+# `ip netns exec NAME` bind-mounts the files of /etc/netns/NAME over /etc (ip-netns(8)): a VM's
+# /etc/hosts, which names its metadata server, lives there and goes with its namespace.
+NETNS_ETC = Path("/etc/netns")
 
 
 def new_prefix() -> str:
@@ -57,9 +61,17 @@ def root_links_of(prefix: str) -> list[str]:
     return sorted(n for n in names if n.startswith(checked(prefix)))
 
 
+def etc_dirs_of(prefix: str) -> list[Path]:
+    if not NETNS_ETC.is_dir():
+        return []
+    return sorted(p for p in NETNS_ETC.iterdir() if p.name.startswith(checked(prefix) + "-"))
+
+
 def leftovers(prefix: str) -> list[str]:
-    """What of this prefix is still there: namespaces, then links of the machine's namespace."""
-    return [f"netns {n}" for n in namespaces_of(prefix)] + [f"link {n}" for n in root_links_of(prefix)]
+    """What of this prefix is still there: namespaces, links of the machine's namespace, and
+    namespaces' /etc files."""
+    return ([f"netns {n}" for n in namespaces_of(prefix)] + [f"link {n}" for n in root_links_of(prefix)]
+            + [f"etc {p}" for p in etc_dirs_of(prefix)])
 
 
 def cleanup_leftovers(prefix: str) -> list[str]:
@@ -82,6 +94,9 @@ def cleanup_leftovers(prefix: str) -> list[str]:
             if name in root_links_of(prefix):
                 raise
         removed.append(f"link {name}")
+    for folder in etc_dirs_of(prefix):
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(f"etc {folder}")
     return removed
 
 
