@@ -19,19 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from podmanager.cloud.base import CLUSTER_LABEL
+from podmanager.cloud.base import CLUSTER_LABEL, NodeRequest
 from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.gcp.controller_vm import channel_rule, controller_tag
 from podmanager.cloud.gcp.instances import ComputeInstances
 from podmanager.cloud.instances import Instance
 from podmanager.cluster.preflight import cluster_rule
+from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core.clock import poll_until
 from podmanager.core.network_names import cluster_tag
-from podmanager.core.spec import parse_spec
-from podmanager.emulator import instance_vms
+from podmanager.core.spec import Capacity, parse_spec
+from podmanager.emulator import instance_vms, vms
 from podmanager.emulator.network import names
 from podmanager.emulator.network.sockets import socket_in
-from podmanager.emulator.network.vm_network import instance_key
+from podmanager.emulator.network.vm_network import instance_key, tpu_key
 from podmanager.emulator.server import Emulator
 from podmanager.vm import procs
 
@@ -190,6 +191,38 @@ def test_a_vm_without_an_external_address_or_cloud_nat_cannot_reach_the_package_
     internet = emulator.network.fabric.internet_namespace
     assert not connects(ns(private), internet, index, index, DENIED_WITHIN_S)
     assert connects(ns(public), internet, index, index, ALLOWED_WITHIN_S)
+
+
+@needs_namespaces
+def test_each_host_of_a_tpu_slice_boots_on_its_own_internal_address(emulator):
+    # Each host reports the address its eth0 holds and the slice's endpoints, as its metadata serves them.
+    script = textwrap.dedent("""\
+        #!/bin/bash
+        M="http://metadata.google.internal/computeMetadata/v1/instance/attributes"
+        own=$(ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)
+        all=$(curl -fsS -H "Metadata-Flavor: Google" "$M/worker-network-endpoints")
+        echo "$own $all" > "$PODMANAGER_ROOT/root/addresses"
+        exec sleep 300
+        """)
+    request = NodeRequest("v4-16", "rt", Capacity.ON_DEMAND, labels={CLUSTER_LABEL: "c"},
+                          metadata={STARTUP_SCRIPT_KEY: script})
+    emulator.sim.create_node(ZONE, "c-s0", request)
+    records = poll_until(lambda: (found := vms.host_records("c")) and len(found) == 2 and found or None,
+                         timeout_s=30, interval_s=0.1, what="the slice's two hosts booting")
+    files = [Path(r["temp_dir"]) / "root/addresses" for r in sorted(records, key=lambda r: r["worker_id"])]
+    reports = poll_until(lambda: all(f.exists() and f.read_text().strip() for f in files) and
+                         [f.read_text().split() for f in files] or None, timeout_s=30, interval_s=0.1,
+                         what="each host's report of its addresses")
+    vpc = emulator.network.vpc
+    internal = [str(vpc.host(tpu_key(ZONE, "c-s0", worker)).internal_ip) for worker in (0, 1)]
+    subnet = vpc.subnet_of(vpc.host(tpu_key(ZONE, "c-s0", 0))).cidr
+    assert all(IPv4Address(address) in subnet for address in internal) and internal[0] != internal[1]
+    assert reports == [[internal[0], ",".join(internal)], [internal[1], ",".join(internal)]]
+    emulator.sim.delete_node(ZONE, "c-s0")
+    poll_until(lambda: not any(tpu_key(ZONE, "c-s0", w) in {h.key for h in emulator.network.sync().hosts}
+                               for w in (0, 1)) or None, timeout_s=30, interval_s=0.1, what="the slice's hosts gone")
+    namespaces = names.namespaces_of(emulator.network.prefix)
+    assert not any(emulator.network.namespace(tpu_key(ZONE, "c-s0", w)) in namespaces for w in (0, 1))
 
 
 KILLED = textwrap.dedent("""
