@@ -29,13 +29,11 @@ import queue
 import signal
 import threading
 import time
-from pathlib import Path
 
 import psutil
 
 from podmanager.cloud.base import Node, NodeState
 from podmanager.cloud.errors import NotFoundError
-from podmanager.core import paths
 from podmanager.core.clock import Clock
 from podmanager.core.files import write_atomic
 from podmanager.emulator import discovery, rest, state_file, storage
@@ -168,10 +166,7 @@ class Emulator:
             log.warning("simulated network: staying with the loopback mode (%s); docs/dry-run.md says what it "
                         "does not rehearse", why)
             return
-        _remove_earlier_network(self.project)
-        self.network = VmNetwork(self.sim)
-        _network_prefix_path(self.project).parent.mkdir(parents=True, exist_ok=True)
-        _network_prefix_path(self.project).write_text(self.network.prefix)
+        self.network = VmNetwork(self.sim)  # its start removes what crashed emulators left (names.py)
         try:
             self.network.start()
         except BaseException:
@@ -229,7 +224,6 @@ class Emulator:
         self.metadata.stop_all()
         if self.network is not None:  # its namespaces, and whatever still runs in them, go with it
             self.network.stop()
-            _network_prefix_path(self.project).unlink(missing_ok=True)
         if self.persist:
             state_file.save(self.project, self.sim)
 
@@ -280,24 +274,6 @@ class Emulator:
             if self.persist and time.monotonic() - last_save >= state_file.SAVE_EVERY_S:
                 state_file.save(self.project, self.sim)
                 last_save = time.monotonic()
-
-
-def _network_prefix_path(project: str) -> Path:
-    """The prefix of the project's simulated network, kept while it exists: what a crashed
-    emulator left is found by it (`network/names.py`)."""
-    return paths.sim_home() / "sim" / "network" / f"{paths.one_name(project, 'project')}.prefix"
-
-
-def _remove_earlier_network(project: str) -> list[str]:
-    """Remove what an earlier emulator of the project left of its network (it crashed)."""
-    found = _network_prefix_path(project)
-    if not found.exists():
-        return []
-    removed = names.cleanup_leftovers(found.read_text().strip())
-    found.unlink(missing_ok=True)
-    if removed:
-        log.info("simulated network: removed what an earlier emulator left: %s", ", ".join(removed))
-    return removed
 
 
 def _write_record(project: str, address: str, rest_root: str) -> None:

@@ -10,6 +10,7 @@ namespaces, or from this machine's namespace to the simulated internet (198.18.k
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -236,8 +237,10 @@ KILLED = textwrap.dedent("""
 
 
 @needs_namespaces
-def test_what_a_killed_emulator_left_the_next_one_removes(sim_home):
-    process = subprocess.Popen([sys.executable, "-c", KILLED, PROJECT], stdout=subprocess.PIPE, text=True)
+def test_what_a_killed_emulator_left_the_next_network_on_the_machine_removes(sim_home, tmp_path):
+    # Another simulated cloud's folder: what the killed one left is found by the machine's claims alone.
+    other = {**os.environ, "PODMANAGER_SIM_HOME": str(tmp_path / "another-cloud")}
+    process = subprocess.Popen([sys.executable, "-c", KILLED, PROJECT], stdout=subprocess.PIPE, text=True, env=other)
     try:
         prefix = process.stdout.readline().strip()
     finally:
@@ -245,15 +248,17 @@ def test_what_a_killed_emulator_left_the_next_one_removes(sim_home):
         process.wait(timeout=30)
     try:
         assert prefix and names.leftovers(prefix), "the killed emulator made no network"
+        assert prefix in names.orphans()
         emulator = Emulator(PROJECT, persist=False, network="namespaces")
         emulator.start()
         try:
-            assert names.leftovers(prefix) == []
+            assert names.leftovers(prefix) == [] and prefix not in names.orphans()
         finally:
             emulator.stop()
         assert names.leftovers(emulator.network.prefix) == []
     finally:
         names.cleanup_leftovers(prefix)
+        names.release(prefix)
 
 
 def test_without_namespaces_the_loopback_mode_stays_and_says_why(sim_home, monkeypatch, caplog):
