@@ -194,6 +194,31 @@ def test_a_vm_without_an_external_address_or_cloud_nat_cannot_reach_the_package_
     assert connects(ns(public), internet, index, index, ALLOWED_WITHIN_S)
 
 
+def http_status(client_ns: str | None, address: IPv4Address, port: int) -> int | None:
+    """The status of a GET / at address:port from `client_ns` (None: this machine's namespace);
+    None when the connection is closed unanswered."""
+    with (socket_in(client_ns) if client_ns else socket.socket()) as client:
+        client.settimeout(ALLOWED_WITHIN_S)
+        client.connect((str(address), port))
+        client.sendall(f"GET / HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
+        try:
+            answer = client.recv(64)
+        except ConnectionResetError:
+            return None
+        return int(answer.split()[1]) if answer.startswith(b"HTTP/") else None
+
+
+@needs_namespaces
+def test_googles_apis_answer_a_vm_at_the_internet_address_and_not_the_laptop_there(emulator, clients):
+    instances, _ = clients
+    public = vm(emulator, instances, "public", [])
+    apis = emulator.network.google_apis
+    # The VM (out through its external address) gets the emulator's own answer; this machine's
+    # processes, any local user's, are turned away there: they reach the emulator on loopback.
+    assert http_status(emulator.network.namespace(public), apis, emulator.rest_port) == 404
+    assert http_status(None, apis, emulator.rest_port) is None
+
+
 @needs_namespaces
 def test_each_host_of_a_tpu_slice_boots_on_its_own_internal_address(emulator):
     # Each host reports the address its eth0 holds and the slice's endpoints, as its metadata serves them.

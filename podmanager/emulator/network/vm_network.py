@@ -117,8 +117,7 @@ class VmNetwork:
         _ip_batch(namespace, [f"addr replace {METADATA_IP}/32 dev lo"])
         etc = names.NETNS_ETC / namespace
         etc.mkdir(parents=True, exist_ok=True)
-        (etc / "hosts").write_text(f"127.0.0.1 localhost\n{METADATA_IP} {METADATA_HOSTNAME}\n"
-                                   f"{host.internal_ip} {key.rsplit('/', 1)[-1]}\n")
+        (etc / "hosts").write_text(f"127.0.0.1 localhost\n{METADATA_IP} {METADATA_HOSTNAME}\n")
         return host
 
     def exec_prefix(self, key: str) -> list[str]:
