@@ -126,7 +126,8 @@ class Emulator:
                    (self._watch_instances, "emulator-instances")]
         if self.network is not None:
             self.network.relay_google_apis([bound])
-            threads.append((self.network.keep_in_step, "emulator-network"))
+            network = self.network
+            threads.append((lambda: network.keep_in_step(self.stopped), "emulator-network"))
         for target, name in threads:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()

@@ -44,6 +44,7 @@ METADATA_PORT = 80
 METADATA_HOSTNAME = "metadata.google.internal"
 LOOPBACK_API = "127.0.0.1"  # where the emulator serves Google's APIs in the machine's own namespace
 RELAY_CHUNK = 65536
+KEEP_IN_STEP_WAIT_S = 60.0  # the longest a sync waits with nothing changing (it wakes on a change)
 
 
 def instance_key(zone: str, name: str) -> str:
@@ -92,15 +93,17 @@ class VmNetwork:
             self.vpc = vpc
             return vpc
 
-    def keep_in_step(self) -> None:
-        """Sync whenever the records change, until `stop` (the emulator runs it in a thread)."""
-        while not self._stopped.is_set():
+    def keep_in_step(self, stopped: threading.Event) -> None:
+        """Sync whenever the records change, until `stopped` is set and the cloud told of it (the
+        emulator runs this in a thread; its stop sets its event and wakes the cloud's waiters)."""
+        while not stopped.is_set() and not self._stopped.is_set():
             version = self.sim.version()
             try:
                 self.sync()
             except Exception:  # noqa: BLE001 - a failed sync must not end the network's upkeep
                 log.exception("simulated network: sync failed")
-            self.sim.wait_for_change(version, 60.0)
+            if not stopped.is_set():
+                self.sim.wait_for_change(version, KEEP_IN_STEP_WAIT_S)
 
     def host(self, key: str) -> Host:
         """The VM's interface, synced first: a VM booting now has its namespace when this returns."""
