@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from podmanager.cloud.base import CLUSTER_LABEL, NodeRequest
+from podmanager.cloud.base import CLUSTER_LABEL, NodeNetwork, NodeRequest
 from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.gcp.controller_vm import channel_rule, controller_tag
 from podmanager.cloud.gcp.instances import ComputeInstances
@@ -133,18 +133,24 @@ def test_google_auth_in_a_vm_finds_its_metadata_server_with_no_override(emulator
 
 
 @needs_namespaces
-def test_a_cluster_vm_cannot_reach_the_controllers_channel_port_the_laptop_can(emulator, clients):
+def test_a_tpu_vm_cannot_reach_the_controllers_channel_port_the_laptop_can(emulator, clients):
     instances, networks = clients
     controller = vm(emulator, instances, "c-controller", [cluster_tag("c"), controller_tag("c")])
-    worker = vm(emulator, instances, "c-worker", [cluster_tag("c")])
+    # A TPU VM of the cluster, with its tag and an external address of its own (no startup script: not booted).
+    emulator.sim.create_node(ZONE, "c-s0", NodeRequest(
+        "v4-8", "rt", Capacity.ON_DEMAND, labels={CLUSTER_LABEL: "c"},
+        network=NodeNetwork(enable_external_ips=True, tags=(cluster_tag("c"),))))
+    worker = tpu_key(ZONE, "c-s0", 0)
+    assert worker in {h.key for h in emulator.network.sync().hosts}  # a node has its VMs from its creation
     internet = emulator.network.fabric.internet
     networks.create_firewall(channel_rule(SPEC, f"{internet.laptop_public}/32", PORT))
     vpc = emulator.network.sync()
     at, external = vpc.host(controller).internal_ip, vpc.host(controller).external_ip
+    assert vpc.host(worker).external_ip is not None
     ns = emulator.network.namespace
     # The channel's rule names the laptop's public address: the laptop gets in at the external address.
     assert connects(None, ns(controller), at, external, ALLOWED_WITHIN_S)
-    # Another VM does not, though it has an external address too.
+    # The TPU VM does not, though it has an external address too.
     assert not connects(ns(worker), ns(controller), at, external, DENIED_WITHIN_S)
     # Nor does a second laptop, with a public address of its own.
     assert not connects(emulator.network.fabric.second_laptop_namespace, ns(controller), at, external, DENIED_WITHIN_S)
