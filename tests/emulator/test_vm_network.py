@@ -147,6 +147,8 @@ def test_a_tpu_vm_cannot_reach_the_controllers_channel_port_the_laptop_can(emula
     vpc = emulator.network.sync()
     at, external = vpc.host(controller).internal_ip, vpc.host(controller).external_ip
     assert vpc.host(worker).external_ip is not None
+    # Where the laptop dials the controller: the Compute API reports the address the network gave it.
+    assert instances.get(ZONE, "c-controller").external_address == str(external)
     ns = emulator.network.namespace
     # The channel's rule names the laptop's public address: the laptop gets in at the external address.
     assert connects(None, ns(controller), at, external, ALLOWED_WITHIN_S)

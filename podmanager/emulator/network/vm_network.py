@@ -12,6 +12,7 @@ subnetwork, and the project's firewall rules are applied again whenever the reco
   where a GCE VM finds its metadata server
   (https://cloud.google.com/compute/docs/metadata/querying-metadata), so google-auth, JAX and
   Ray find it with no override variable;
+- the Compute API and the instance's metadata report the external address the network gave it;
 - Google's APIs (the emulator's ports on 127.0.0.1) are relayed from the internet segment's
   Google API address (`Internet.google_apis`): a VM reaches them through its external address,
   a Cloud NAT or Private Google Access, as the edge lets it (`nft.edge`).
@@ -36,6 +37,7 @@ from podmanager.emulator.network.fabric import INTERNET_BRIDGE, Fabric, _ip_batc
 from podmanager.emulator.network.model import Host, Vpc, build_vpc
 from podmanager.emulator.network.sockets import socket_in
 from podmanager.emulator.sim.cloud import SimCloud
+from podmanager.emulator.sim.compute import SimCompute
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,7 @@ class VmNetwork:
                     project.subnetworks(region)  # an auto-mode network's subnetwork of the region
                 assert self.fabric.internet is not None, "start the network first"
                 vpc = build_vpc(project.state, nodes, self.fabric.internet, self.vpc)
+                _report_external_addresses(project, vpc)
             self.fabric.sync(vpc)
             self.vpc = vpc
             return vpc
@@ -176,6 +179,19 @@ class VmNetwork:
         with self._lock:
             self.vpc = None
             return self.fabric.down()
+
+
+def _report_external_addresses(project: SimCompute, vpc: Vpc) -> None:
+    """The Compute API (its access config's natIP) and the instance's metadata report the
+    external address the network gave the VM, as Google's do: where the laptop dials it."""
+    for key, record in project.state.instances.items():
+        instance = record.instance
+        if not instance.external_address or record.gone_at is not None:
+            continue
+        given = str(vpc.host(instance_key(instance.zone, instance.name)).external_ip)
+        if instance.external_address != given:
+            record.instance = instance.model_copy(update={"external_address": given})
+            project.changed = True
 
 
 def _pump(one: socket.socket, other: socket.socket) -> None:
