@@ -35,6 +35,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
+from urllib.parse import urlparse
 
 from podmanager.cloud.base import DEAD_STATES, Node, NodeState
 from podmanager.controller.startup import STARTUP_SCRIPT_KEY
@@ -42,6 +43,7 @@ from podmanager.core import paths
 from podmanager.core.catalog import lookup
 from podmanager.core.spec import ClusterSpec
 from podmanager.emulator.network.vm_network import VmNetwork, tpu_key
+from podmanager.emulator.record import APIS_HOST_ENV
 from podmanager.vm import procs
 from podmanager.vm.join import JOIN_ARGS_ENV
 from podmanager.vm.loopback import LOOPBACK_IP
@@ -133,6 +135,8 @@ def guest_env(root: Path, metadata_port: int | None, rest_api: str) -> dict[str,
         TOKEN_WAITS_ENV: SIMULATED_TOKEN_WAITS,
         **_metadata_overrides(metadata_port),
         paths.SIM_HOME_ENV: str(paths.sim_home()),
+        # In its own namespace, the VM reaches the emulator where `rest_api` is: the record says so.
+        **({APIS_HOST_ENV: urlparse(rest_api).hostname or ""} if metadata_port is None else {}),
     }
 
 

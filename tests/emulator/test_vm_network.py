@@ -30,7 +30,7 @@ from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core.clock import poll_until
 from podmanager.core.network_names import cluster_tag
 from podmanager.core.spec import Capacity, parse_spec
-from podmanager.emulator import instance_vms, vms
+from podmanager.emulator import instance_vms, server, vms
 from podmanager.emulator.network import names
 from podmanager.emulator.network.sockets import socket_in
 from podmanager.emulator.network.vm_network import instance_key, tpu_key
@@ -61,7 +61,7 @@ def emulator(sim_home):
     served = Emulator(PROJECT, persist=False, network="namespaces")
     served.sim.configure_cluster("c", 0.5, 0.1, instance_create_latency_s=0.3, instance_delete_latency_s=0.3)
     served.serve_rest()
-    served.start()
+    served.grpc_port = served.start()
     prefix = served.network.prefix
     try:
         yield served
@@ -200,6 +200,34 @@ def test_a_vm_without_an_external_address_or_cloud_nat_cannot_reach_the_package_
     internet = emulator.network.fabric.internet_namespace
     assert not connects(ns(private), internet, index, index, DENIED_WITHIN_S)
     assert connects(ns(public), internet, index, index, ALLOWED_WITHIN_S)
+
+
+@needs_namespaces
+def test_podmanager_on_a_vm_finds_the_projects_emulator_where_the_vm_reaches_it(emulator, clients):
+    instances, _ = clients
+    server._write_record(PROJECT, f"127.0.0.1:{emulator.grpc_port}", f"http://127.0.0.1:{emulator.rest_port}")
+    # What the controller's podmanager does: find the emulator by its record, then call it.
+    script = textwrap.dedent("""\
+        #!/bin/bash
+        found=$("$PODMANAGER_ROOT/opt/podmanager/venv/bin/python" -c '
+        import socket, sys, urllib.error, urllib.request
+        from podmanager.emulator import record
+        found = record.read(sys.argv[1])  # launcher.running reads it so (this test is no emulator process)
+        try:
+            urllib.request.urlopen(found.compute_api + "/no-such-route", timeout=10)
+        except urllib.error.HTTPError as answer:
+            status = answer.code
+        host, port = found.address.rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=10).close()
+        print(host, status)' p-net 2>&1 | tail -1)
+        curl -fsS -X PUT -H "Metadata-Flavor: Google" --data-binary "$found" \
+          "http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/podmanager/booted"
+        exec sleep 300
+        """)
+    vm(emulator, instances, "c-controller", [], metadata={"startup-script": script, "enable-guest-attributes": "TRUE"})
+    found = poll_until(lambda: instances.guest_attributes(ZONE, "c-controller").get("booted"), timeout_s=60,
+                       interval_s=0.1, what="the VM's report of the emulator it reached")
+    assert found == f"{emulator.network.google_apis} 404"
 
 
 def http_status(client_ns: str | None, address: IPv4Address, port: int) -> int | None:
