@@ -9,7 +9,6 @@ from pydantic import BaseModel
 
 from podmanager.core import paths
 
-
 # In the namespace mode a simulated VM reaches the emulator not on loopback (its own) but at the
 # simulated internet's Google API address, relayed to the emulator's ports
 # (`network/vm_network.py`); its environment names that host, and the record is read as seen from there.

@@ -30,7 +30,7 @@ from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core.clock import poll_until
 from podmanager.core.network_names import cluster_tag
 from podmanager.core.spec import Capacity, parse_spec
-from podmanager.emulator import instance_vms, server, vms
+from podmanager.emulator import instance_vms, launcher, server, vms
 from podmanager.emulator.network import names
 from podmanager.emulator.network.sockets import socket_in
 from podmanager.emulator.network.vm_network import instance_key, tpu_key
@@ -320,6 +320,34 @@ def test_what_a_killed_emulator_left_the_next_network_on_the_machine_removes(sim
     finally:
         names.cleanup_leftovers(prefix)
         names.release(prefix)
+
+
+FABRIC_KILLED = textwrap.dedent("""
+    import sys, time
+    from podmanager.emulator.network.fabric import Fabric
+    fabric = Fabric(sys.argv[1])
+    fabric.start()
+    print("made", flush=True)
+    time.sleep(300)
+""")
+
+
+@needs_namespaces
+def test_down_with_no_emulator_running_removes_a_killed_processs_network(sim_home):
+    prefix = names.new_prefix()
+    process = subprocess.Popen([sys.executable, "-c", FABRIC_KILLED, prefix], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "made"
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    try:
+        assert names.leftovers(prefix) and prefix in names.orphans()
+        # What `down` of a dry run's last cluster calls (cluster/teardown.py), its emulator gone.
+        assert launcher.stop_if_idle(PROJECT) is False
+        assert names.leftovers(prefix) == []
+    finally:
+        names.cleanup_leftovers(prefix)
 
 
 def test_without_namespaces_the_loopback_mode_stays_and_says_why(sim_home, monkeypatch, caplog):
