@@ -32,6 +32,7 @@ from podmanager.core import paths
 from podmanager.emulator import rulebook
 from podmanager.emulator.instance_metadata import InstanceFacts
 from podmanager.emulator.metadata import MetadataServers
+from podmanager.emulator.network.vm_network import VmNetwork, instance_key
 from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.sim.instances import SimInstances
 from podmanager.emulator.vms import (
@@ -72,6 +73,7 @@ class InstanceVms:
         self.sim = sim
         self.metadata = metadata
         self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
+        self.network: VmNetwork | None = None  # the namespace mode's network (None: loopback)
         self._booted: dict[str, Instance] = {}
         self._resets: dict[str, int] = {}  # "zone/name" -> the resets its running VM has seen
         self._lock = threading.Lock()
@@ -177,7 +179,15 @@ class InstanceVms:
         image = instance.metadata.get(IMAGE_KEY, CONTROLLER_IMAGE)
         make_disk(root, image)
         facts = InstanceFacts(sim=self.sim, zone=instance.zone, name=instance.name)
-        port = self.metadata.serve_vm(key, facts, port=int(before.get("metadata_port") or 0))
+        inside: list[str] = []
+        if self.network is None:
+            port: int | None = self.metadata.serve_vm(key, facts, port=int(before.get("metadata_port") or 0))
+        else:  # its own namespace, its metadata server at 169.254.169.254 there
+            network, where = self.network, instance_key(instance.zone, instance.name)
+            network.place(where)
+            self.metadata.serve_vm(key, facts, inside_vm=(network.namespace(where),
+                                                          lambda: network.metadata_socket(where)))
+            port, inside = None, network.exec_prefix(where)
         env = {**guest_env(root, port, self.rest_api), **image_env(image)}
         # The record first: it is the VM's lease, which the VM checks from its first second.
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +195,7 @@ class InstanceVms:
                            cluster=instance.labels.get(CLUSTER_LABEL), started_at=time.time(),
                            log=str(path.with_suffix(".log")), temp_dir=str(root), metadata_port=port,
                            boots=int(before.get("boots") or 0) + 1)
-        start_guest(root, env, path, machine_id, owner)
+        start_guest(root, env, path, machine_id, owner, inside)
         log.info("instance %s booted (machine %s, root %s)", key, machine_id[:8], root)
 
     def _halt(self, instance: Instance) -> None:

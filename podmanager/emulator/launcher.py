@@ -178,6 +178,7 @@ def stop_if_idle(project: str) -> bool:
 
     found = running(project)
     if found is None:
+        sweep_networks()
         return False
     with EmulatorControl(found.address) as control:
         try:
@@ -185,4 +186,14 @@ def stop_if_idle(project: str) -> bool:
                 return False
         except grpc.RpcError:  # an emulator of an older podmanager that cannot say: left running
             return False
-    return stop(project)
+    stopped = stop(project)  # its simulated network goes with it
+    sweep_networks()
+    return stopped
+
+
+def sweep_networks() -> list[str]:
+    """Remove the simulated networks (the namespace mode's) whose emulator or test is gone: what
+    `down` leaves behind of a crashed one. Nothing to do where none was ever made."""
+    from podmanager.emulator.network import names
+
+    return names.cleanup_orphans() if names.CLAIMS.is_dir() else []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from podmanager.cloud.errors import CloudError
 from podmanager.core.peer import OwnerOnlyRequests
 from podmanager.emulator import rulebook
 from podmanager.emulator.iam import tokens
+from podmanager.emulator.network.sockets import inside
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.emulator.sim.records import NodeRecord
 from podmanager.vm.loopback import LOOPBACK_IP
@@ -41,6 +43,17 @@ PREFIX = "/computeMetadata/v1/"
 GUEST_ATTRIBUTES = "instance/guest-attributes/"
 ATTRIBUTES = "instance/attributes/"
 LONG_POLL_S = 60.0
+# A GCE metadata server's root lists its one version, "computeMetadata/"; google-auth's ping
+# asks it for a 200 with the Metadata-Flavor header
+# (https://cloud.google.com/compute/docs/metadata/querying-metadata).
+ROOT_LISTING = "computeMetadata/\n"
+# The VM's service account, read whole (recursive=true: its email, aliases and scopes), as the
+# predefined keys list it (https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys).
+SERVICE_ACCOUNT = "instance/service-accounts/default"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+# The answers that are JSON, sent as such: google-auth parses a body only when its type says JSON.
+TEXT, JSON = "application/text", "application/json"
+JSON_PATHS = {SERVICE_ACCOUNT, f"{SERVICE_ACCOUNT}/token"}
 # How often a server's loop looks for a shutdown: http.server's default (0.5 s) would make
 # stopping an emulator with many VMs, or a VM's metadata with it, take seconds.
 SHUTDOWN_POLL_S = 0.05
@@ -178,24 +191,36 @@ class MetadataFacts(Protocol):
     def guest_attributes_enabled(self) -> bool: ...
 
 
-def handler_for(vm: MetadataFacts) -> type[BaseHTTPRequestHandler]:
+def handler_for(vm: MetadataFacts, namespace: str | None = None) -> type[BaseHTTPRequestHandler]:
+    """`namespace`: the network namespace the server listens in (its callers' sockets are
+    looked up there), None for this machine's own."""
     rate = rulebook.GuestAttributeRate()  # this VM's writes
 
     class Handler(OwnerOnlyRequests):  # only the owner's processes: the token it serves reads the Ray token
+        def parse_request(self) -> bool:
+            if namespace is None:
+                return super().parse_request()
+            with inside(namespace):  # the kernel answers who owns a socket of its own namespace only
+                return super().parse_request()
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             url = urlparse(self.path)
             if self.headers.get("Metadata-Flavor") != "Google":
                 return self._send(403, "Missing required header: Metadata-Flavor: Google\n")
+            if url.path == "/":  # what google-auth's ping asks for: the server's top listing
+                return self._send(200, ROOT_LISTING)
             if not url.path.startswith(PREFIX):
                 return self._send(404, "not found\n")
             path = url.path[len(PREFIX):]
             value = vm.value(path)
+            if value is None and path.strip("/") == SERVICE_ACCOUNT:
+                value = _service_account(vm)  # google-auth reads it before each token (recursive=true)
             if value is None:
                 return self._send(404, "not found\n")
             query = parse_qs(url.query)
             if query.get("wait_for_change", ["false"])[0].lower() == "true":
                 value = self._wait_for_change(path, value, query)
-            self._send(200, value)
+            self._send(200, value, JSON if path.strip("/") in JSON_PATHS else TEXT)
 
         def do_PUT(self) -> None:  # noqa: N802 - http.server's name
             """A guest attribute the VM writes (`instance/guest-attributes/NAMESPACE/KEY`): what
@@ -235,12 +260,12 @@ def handler_for(vm: MetadataFacts) -> type[BaseHTTPRequestHandler]:
         def refuse(self, reason: str) -> None:
             self._send(403, f"{reason}\n")
 
-        def _send(self, code: int, body: str) -> None:
+        def _send(self, code: int, body: str, kind: str = TEXT) -> None:
             data = body.encode()
             try:
                 self.send_response(code)
                 self.send_header("Metadata-Flavor", "Google")
-                self.send_header("Content-Type", "application/text")
+                self.send_header("Content-Type", kind)
                 self.send_header("ETag", _etag(body))
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -252,6 +277,16 @@ def handler_for(vm: MetadataFacts) -> type[BaseHTTPRequestHandler]:
             pass  # a TPU program polls this; its log would fill the host's
 
     return Handler
+
+
+def _service_account(vm: MetadataFacts) -> str | None:
+    """The account's entry as JSON. The simulated VMs hold the cloud-platform scope: the
+    documentation is silent on what scopes a caller sees for a TPU VM, and access is decided by
+    IAM, which the emulator checks on every call."""
+    email = vm.value(f"{SERVICE_ACCOUNT}/email")
+    if email is None:
+        return None
+    return json.dumps({"aliases": ["default"], "email": email, "scopes": [CLOUD_PLATFORM_SCOPE]})
 
 
 def _rfc3339(when: float) -> str:
@@ -268,6 +303,16 @@ def serve(vm: MetadataFacts, port: int, host: str = LOOPBACK_IP) -> ThreadingHTT
     return server
 
 
+def serve_on(vm: MetadataFacts, bound: socket.socket, namespace: str) -> ThreadingHTTPServer:
+    """A server on a socket already bound inside a VM's namespace (its 169.254.169.254:80)."""
+    server = ThreadingHTTPServer(bound.getsockname()[:2], handler_for(vm, namespace), bind_and_activate=False)
+    server.socket.close()
+    server.socket = bound
+    server.server_activate()
+    server.daemon_threads = True
+    return server
+
+
 class MetadataServers:
     """Every simulated VM's metadata server, in the emulator's process (the simulated hosts'
     `MetadataHost`): started when a VM boots, stopped when it goes."""
@@ -279,20 +324,24 @@ class MetadataServers:
         self._lock = threading.Lock()
 
     def start(self, *, zone: str, node: str, worker: int, accelerator: str, endpoints: list[str],
-              megascale_file: Path, port: int = 0) -> int:
+              megascale_file: Path, port: int = 0,
+              inside_vm: tuple[str, Callable[[], socket.socket]] | None = None) -> int:
         """Serve one VM's metadata on `port` (0: any free port, or the one it had before a
-        restart); returns the port."""
+        restart); returns the port. `inside_vm`: as `serve_vm`'s."""
         vm = SimulatedVm(sim=self.sim, zone=zone, node=node, worker=worker, accelerator=accelerator,
                          endpoints=endpoints, megascale_file=megascale_file)
-        return self.serve_vm(f"{zone}/{node}/{worker}", vm, port)
+        return self.serve_vm(f"{zone}/{node}/{worker}", vm, port, inside_vm)
 
-    def serve_vm(self, key: str, vm: MetadataFacts, port: int = 0) -> int:
-        """Serve `vm`'s metadata as `key` (replacing what served it before) on `port`; returns the port."""
+    def serve_vm(self, key: str, vm: MetadataFacts, port: int = 0,
+                 inside_vm: tuple[str, Callable[[], socket.socket]] | None = None) -> int:
+        """Serve `vm`'s metadata as `key` (replacing what served it before) on `port`; returns the port.
+        `inside_vm`: (the VM's namespace, what binds its socket there) in the namespace mode,
+        where the VM finds its server at 169.254.169.254 (`network/vm_network.py`)."""
         with self._lock:
             old = self._servers.pop(key, None)
         if old is not None:
             _close(old)  # first: a VM booted again keeps its port
-        server = serve(vm, port)
+        server = serve(vm, port) if inside_vm is None else serve_on(vm, inside_vm[1](), inside_vm[0])
         threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), name=f"metadata-{key}",
                          daemon=True).start()
         with self._lock:

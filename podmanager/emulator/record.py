@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from podmanager.core import paths
+
+# In the namespace mode a simulated VM reaches the emulator not on loopback (its own) but at the
+# simulated internet's Google API address, relayed to the emulator's ports
+# (`network/vm_network.py`); its environment names that host, and the record is read as seen from there.
+APIS_HOST_ENV = "PODMANAGER_SIM_APIS_HOST"
+RECORDED_HOST = "127.0.0.1"  # where the emulator serves, as its record says
+ADDRESS_FIELDS = ("address", "secrets_api", "storage_api", "compute_api", "buckets_api")
 
 
 class EmulatorRecord(BaseModel):
@@ -37,7 +45,13 @@ def log_path(project: str) -> Path:
 
 
 def read(project: str) -> EmulatorRecord | None:
+    """The project's emulator record, its addresses as this process reaches them."""
     try:
-        return EmulatorRecord.model_validate_json(record_path(project).read_text())
+        found = EmulatorRecord.model_validate_json(record_path(project).read_text())
     except (OSError, ValueError):
         return None
+    host = os.environ.get(APIS_HOST_ENV)
+    if not host:
+        return found
+    return found.model_copy(update={name: getattr(found, name).replace(RECORDED_HOST, host, 1)
+                                    for name in ADDRESS_FIELDS})

@@ -45,6 +45,8 @@ from podmanager.emulator.iam.gate import Gate, GateInterceptor
 from podmanager.emulator.iam.project import ProjectIam
 from podmanager.emulator.instance_vms import InstanceVms
 from podmanager.emulator.metadata import MetadataServers
+from podmanager.emulator.network import names
+from podmanager.emulator.network.vm_network import VmNetwork
 from podmanager.emulator.secret_manager import SecretManagerEmulator
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.emulator.tpu_api import TpuEmulator
@@ -55,16 +57,25 @@ log = logging.getLogger(__name__)
 RECORD_CHECK_S = 2.0  # how often a background emulator checks that its record still names it
 INSTANCE_WATCH_S = 60.0  # the longest the instance watcher sleeps with nothing changing (it wakes on a change)
 INSTANCE_RETRY_S = 1.0  # after a failed boot
+LOOPBACK, NAMESPACES = "loopback", "namespaces"
+NETWORK_MODES = (LOOPBACK, NAMESPACES)
+NETWORK_ENV = "PODMANAGER_SIM_NETWORK"  # the background emulator's network mode (issue 47: opt-in for now)
 
 
 class Emulator:
     """One simulated project, served: `start()`, then `stop()` (also on failure)."""
 
     def __init__(self, project: str, *, persist: bool, create_latency_s: float = 0.5,
-                 delete_latency_s: float = 0.1, clock: Clock | None = None):
+                 delete_latency_s: float = 0.1, clock: Clock | None = None, network: str = LOOPBACK):
         """`persist`: carry on from the project's saved state and save it on change (the
-        background emulator); else an in-memory project (`podmanager emulator`, tests)."""
+        background emulator); else an in-memory project (`podmanager emulator`, tests).
+        `network`: "loopback" (every VM on this machine's addresses) or "namespaces" (each VM
+        in its own network namespace on the simulated VPC, behind its firewall: `network/`)."""
+        if network not in NETWORK_MODES:
+            raise ValueError(f"network {network!r}: choose one of {', '.join(NETWORK_MODES)}")
         self.project = project
+        self.network_mode = network
+        self.network: VmNetwork | None = None
         self.persist = persist
         state = state_file.load(project) if persist else None
         self.sim = SimCloud(project, state=state, create_latency_s=create_latency_s,
@@ -101,6 +112,7 @@ class Emulator:
     def start(self, host: str = "127.0.0.1", port: int = 0, *, any_port_if_taken: bool = False) -> int:
         """Serve on host:port (0: any free port); returns the port. `any_port_if_taken`: a
         restarted emulator wants its old port back, but takes another rather than fail."""
+        self._start_network()
         for node in self.sim.all_nodes():  # VMs that ran before a restart get their metadata back
             self.booter.reattach(node)
         self.instance_vms.reattach()
@@ -110,8 +122,13 @@ class Emulator:
             if port == 0 or not any_port_if_taken:
                 raise
             self._server, bound = self.api.serve(host, 0)
-        for target, name in ((self._deliver, "emulator-vms"), (self._tick, "emulator-ticker"),
-                             (self._watch_instances, "emulator-instances")):
+        threads = [(self._deliver, "emulator-vms"), (self._tick, "emulator-ticker"),
+                   (self._watch_instances, "emulator-instances")]
+        if self.network is not None:
+            self.network.relay_google_apis([bound])
+            network = self.network
+            threads.append((lambda: network.keep_in_step(self.stopped), "emulator-network"))
+        for target, name in threads:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -125,9 +142,40 @@ class Emulator:
         self._rest, self.rest_port = rest.serve([self.api.secrets.rest_access, storage.download], host, port,
                                                 request_routes=[self.compute, storage.BucketApi(self.sim),
                                                                 IamApi(self.gate)], iam=self._checked)
-        self.booter.rest_api = f"http://{host}:{self.rest_port}"  # where the VMs' scripts reach them
-        self.instance_vms.rest_api = self.booter.rest_api
+        self._point_vms_at_rest()
         return self.rest_port
+
+    def _point_vms_at_rest(self) -> None:
+        """Where the VMs' scripts reach the REST routes: this machine's loopback, or in the
+        namespace mode the internet segment's Google API address, relayed here."""
+        if not self.rest_port:
+            return
+        host = "127.0.0.1"
+        if self.network is not None:
+            self.network.relay_google_apis([self.rest_port])
+            host = str(self.network.google_apis)
+        self.booter.rest_api = f"http://{host}:{self.rest_port}"
+        self.instance_vms.rest_api = self.booter.rest_api
+
+    def _start_network(self) -> None:
+        """The namespace mode's network, before any VM boots; where namespaces cannot be made
+        the loopback mode stays, and the log says why, once."""
+        if self.network_mode != NAMESPACES or self.network is not None:
+            return
+        why = names.unavailable()
+        if why is not None:
+            log.warning("simulated network: staying with the loopback mode (%s); docs/dry-run.md says what it "
+                        "does not rehearse", why)
+            return
+        self.network = VmNetwork(self.sim)  # its start removes what crashed emulators left (names.py)
+        try:
+            self.network.start()
+        except BaseException:
+            self.network.stop()
+            self.network = None
+            raise
+        self.booter.network = self.instance_vms.network = self.network
+        self._point_vms_at_rest()
 
     def _resource_bindings(self, resource: str) -> list[tuple[str, list[str]]]:
         """A resource's own IAM bindings, which count beside the project's: a bucket's or a secret's."""
@@ -175,6 +223,8 @@ class Emulator:
         if not self.persist:
             self.instance_vms.stop_all()  # an in-memory project's VMs vanish with it
         self.metadata.stop_all()
+        if self.network is not None:  # its namespaces, and whatever still runs in them, go with it
+            self.network.stop()
         if self.persist:
             state_file.save(self.project, self.sim)
 
@@ -245,9 +295,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--project", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="the port to serve on (0: any; taken: any)")
+    parser.add_argument("--network", choices=NETWORK_MODES, default=os.environ.get(NETWORK_ENV) or LOOPBACK,
+                        help=f"the simulated VMs' network (default: ${NETWORK_ENV}, else loopback)")
     opts = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    emulator = Emulator(opts.project, persist=True)
+    emulator = Emulator(opts.project, persist=True, network=opts.network)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: emulator.stopped.set())
     try:

@@ -28,18 +28,22 @@ import json
 import logging
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
+from urllib.parse import urlparse
 
 from podmanager.cloud.base import DEAD_STATES, Node, NodeState
 from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core import paths
 from podmanager.core.catalog import lookup
 from podmanager.core.spec import ClusterSpec
+from podmanager.emulator.network.vm_network import VmNetwork, tpu_key
+from podmanager.emulator.record import APIS_HOST_ENV
 from podmanager.vm import procs
 from podmanager.vm.join import JOIN_ARGS_ENV
 from podmanager.vm.loopback import LOOPBACK_IP
@@ -105,42 +109,58 @@ def system_path() -> str:
                            if p and p not in controller_bins)
 
 
-def vm_env(node: Node, worker_id: int, root: Path, metadata_port: int, record: Path, rest_api: str) -> dict[str, str]:
-    """Everything a simulated TPU VM's boot starts with: a fresh environment, not the controller's."""
+def vm_env(node: Node, worker_id: int, root: Path, metadata_port: int | None, record: Path,
+           rest_api: str) -> dict[str, str]:
+    """Everything a simulated TPU VM's boot starts with: a fresh environment, not the controller's.
+    `metadata_port` None: the VM is in its own network namespace, its server at 169.254.169.254."""
     return {**guest_env(root, metadata_port, rest_api), **host_env(node, worker_id),
             **metadata_env(metadata_port, record)}
 
 
-def guest_env(root: Path, metadata_port: int, rest_api: str) -> dict[str, str]:
+def guest_env(root: Path, metadata_port: int | None, rest_api: str) -> dict[str, str]:
     """What every simulated VM (a TPU VM, a Compute Engine instance) boots with: the image's PATH,
     its own root and temp folder, its metadata server, the emulator's APIs (Google's, as the VM
     reaches them), and the simulated cloud's folder, which stands in for "the VM can reach
-    Google's APIs" when a VM runs podmanager itself (docs/dry-run.md)."""
-    address = f"{LOOPBACK_IP}:{metadata_port}"
+    Google's APIs" when a VM runs podmanager itself (docs/dry-run.md). `metadata_port` None:
+    the VM has its own network namespace, where its metadata server is where a GCE VM's is,
+    which Google's libraries find with no override."""
     return {
         "PATH": os.pathsep.join([str(root / IMAGE_BIN), system_path()]),  # the image's python3 first
         "LANG": "C.UTF-8",
         "TMPDIR": str(root / "tmp"),
         procs.ROOT_ENV: str(root),
-        "PODMANAGER_METADATA_URL": f"http://{address}/computeMetadata/v1",
+        "PODMANAGER_METADATA_URL": f"http://{_metadata_address(metadata_port)}/computeMetadata/v1",
         "PODMANAGER_SECRETS_API": f"{rest_api}/v1",
         "PODMANAGER_STORAGE_API": rest_api,
         TOKEN_WAITS_ENV: SIMULATED_TOKEN_WAITS,
-        # JAX (GCE_METADATA_IP), Google's client libraries (GCE_METADATA_HOST): its own server.
-        "GCE_METADATA_IP": address, "GCE_METADATA_HOST": address,
+        **_metadata_overrides(metadata_port),
         paths.SIM_HOME_ENV: str(paths.sim_home()),
+        # In its own namespace, the VM reaches the emulator where `rest_api` is: the record says so.
+        **({APIS_HOST_ENV: urlparse(rest_api).hostname or ""} if metadata_port is None else {}),
     }
 
 
-def metadata_env(port: int, record: Path) -> dict[str, str]:
+def _metadata_address(port: int | None) -> str:
+    return METADATA_HOST if port is None else f"{LOOPBACK_IP}:{port}"
+
+
+def _metadata_overrides(port: int | None) -> dict[str, str]:
+    """JAX (GCE_METADATA_IP), Google's client libraries (GCE_METADATA_HOST): the VM's own server
+    on loopback; none in a namespace of its own."""
+    if port is None:
+        return {}
+    address = _metadata_address(port)
+    return {"GCE_METADATA_IP": address, "GCE_METADATA_HOST": address}
+
+
+def metadata_env(port: int | None, record: Path) -> dict[str, str]:
     """What points a simulated TPU VM's processes at its own metadata server (JAX, Google's client
     libraries, the host agent's notice watch), and where the agent leaves a run's MEGASCALE_*
     values for `tpu-env`."""
-    address = f"{LOOPBACK_IP}:{port}"
-    return {"GCE_METADATA_IP": address, "GCE_METADATA_HOST": address,
-            MEGASCALE_FILE_ENV: str(record.with_suffix(".megascale"))}
+    return {**_metadata_overrides(port), MEGASCALE_FILE_ENV: str(record.with_suffix(".megascale"))}
 
 
+METADATA_HOST = "metadata.google.internal"  # a GCE VM's metadata server, by the name its /etc/hosts gives
 IMAGE_BIN = "usr/bin"  # in a VM's root: the image's own commands, first on its PATH
 
 
@@ -176,21 +196,24 @@ def image_env(image: str) -> dict[str, str]:
     return {}
 
 
-def start_guest(root: Path, env: dict[str, str], record: Path, machine_id: str, owner: str) -> list[subprocess.Popen]:
+def start_guest(root: Path, env: dict[str, str], record: Path, machine_id: str, owner: str,
+                inside: list[str] = ()) -> list[subprocess.Popen]:
     """Boot a simulated VM whose record (its lease) is written: its guest fetches and runs the
     startup script (GUEST_BOOT), and a lease holder stops the VM when the record no longer names it.
-    Both are one `procs` machine: it dies with the VM, and the VM with it. Its console: the record's .log."""
+    Both are one `procs` machine: it dies with the VM, and the VM with it. Its console: the record's .log.
+    `inside`: the command prefix that runs them in the VM's network namespace (the namespace mode)."""
     log_path = record.with_suffix(".log")
     holder = [sys.executable, "-m", "podmanager.emulator.vm_lease", "--lease", str(record), "--temp-dir", str(root)]
-    return [procs.launch(["bash", "-c", GUEST_BOOT], env, log_path, machine_id, owner=owner, cwd=root)[0],
-            procs.launch(holder, env, log_path, machine_id, owner=owner)[0]]
+    return [procs.launch([*inside, "bash", "-c", GUEST_BOOT], env, log_path, machine_id, owner=owner, cwd=root)[0],
+            procs.launch([*inside, *holder], env, log_path, machine_id, owner=owner)[0]]
 
 
 class MetadataHost(Protocol):
     """Where the simulated VMs' metadata servers run (the emulator's `MetadataServers`)."""
 
     def start(self, *, zone: str, node: str, worker: int, accelerator: str, endpoints: list[str],
-              megascale_file: Path, port: int = 0) -> int: ...
+              megascale_file: Path, port: int = 0, inside_vm: tuple[str, Callable[[], socket.socket]] | None = None
+              ) -> int: ...
 
     def stop(self, zone: str, node: str) -> None: ...
 
@@ -224,6 +247,7 @@ class SimHostBooter:
         self.image_of = image_of or (lambda cluster: CONTROLLER_IMAGE)
         self.boot_delay_of = boot_delay_of or (lambda cluster: 0.0)
         self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
+        self.network: VmNetwork | None = None  # the namespace mode's network (None: loopback)
         self._children: list[subprocess.Popen] = []
         self._mutex = threading.Lock()
 
@@ -279,7 +303,14 @@ class SimHostBooter:
             "--light",
         ]
         log_path = path.with_suffix(".log")  # the VM's serial console
-        metadata_port = self._serve_metadata(node, worker_id, path)
+        inside: list[str] = []
+        if self.network is None:
+            metadata_port: int | None = self._serve_metadata(node, worker_id, path)
+        else:
+            key = tpu_key(node.zone, node.name, worker_id)
+            self.network.place(key)
+            self._serve_metadata(node, worker_id, path)
+            metadata_port, inside = None, self.network.exec_prefix(key)
         env = vm_env(node, worker_id, root, metadata_port, path, self.rest_api)
         env[JOIN_ARGS_ENV] = shlex.join(join_args)
         env[BOOT_DELAY_ENV] = f"{self.boot_delay_of(node.cluster):g}"
@@ -290,17 +321,23 @@ class SimHostBooter:
             path, machine_id=machine_id, cluster=node.cluster, node=node.name, worker_id=worker_id,
             started_at=time.time(), log=str(log_path), temp_dir=str(root), metadata_port=metadata_port,
         )
-        children = start_guest(root, env, path, machine_id, procs.sim_owner(node.cluster))
+        children = start_guest(root, env, path, machine_id, procs.sim_owner(node.cluster), inside)
         with self._mutex:
             self._children.extend(children)
         return machine_id
 
     def _serve_metadata(self, node: Node, worker_id: int, path: Path, port: int = 0) -> int:
         assert self.metadata is not None
-        endpoints = list(node.endpoints) or [LOOPBACK_IP] * lookup(node.accelerator_type).hosts
+        hosts = lookup(node.accelerator_type).hosts
+        endpoints = list(node.endpoints) or [LOOPBACK_IP] * hosts
+        inside_vm = None
+        if self.network is not None:  # the workers' internal addresses, its server at 169.254.169.254
+            network, key = self.network, tpu_key(node.zone, node.name, worker_id)
+            endpoints = [str(network.host(tpu_key(node.zone, node.name, w)).internal_ip) for w in range(hosts)]
+            inside_vm = (network.namespace(key), lambda: network.metadata_socket(key))
         return self.metadata.start(zone=node.zone, node=node.name, worker=worker_id,
                                    accelerator=node.accelerator_type, endpoints=endpoints,
-                                   megascale_file=path.with_suffix(".megascale"), port=port)
+                                   megascale_file=path.with_suffix(".megascale"), port=port, inside_vm=inside_vm)
 
     def reattach(self, node: Node) -> None:
         """After an emulator restart: serve a READY node's running VMs their metadata again, on

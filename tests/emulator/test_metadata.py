@@ -208,3 +208,24 @@ def test_a_tpu_vm_without_enable_guest_attributes_may_not_write_them(tmp_path):
         assert sim.guest_attributes("z", "c-s0", "podmanager/") == []
     finally:
         servers.stop_all()
+
+
+def test_google_auth_reads_its_project_account_and_token_from_it(vm, monkeypatch):
+    """What google-auth asks a GCE metadata server, as it asks it: a 200 at the root (its ping),
+    the account whole as JSON, then a token (JSON only when the answer says it is)."""
+    from google.auth.compute_engine import _metadata
+    from google.auth.compute_engine.credentials import Credentials
+    from google.auth.transport.requests import Request
+
+    _, base, _ = vm
+    address = base.split("/")[2]
+    # This test's server is on loopback, not 169.254.169.254 (test_vm_network.py asks the real one).
+    monkeypatch.setenv("GCE_METADATA_IP", address)
+    monkeypatch.setattr(_metadata, "_GCE_METADATA_HOST", address)  # read once, at import
+    request = Request()
+    assert _metadata.ping(request)
+    credentials = Credentials()
+    credentials.refresh(request)
+    email = f"{SIMULATED_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+    assert credentials.service_account_email == email
+    assert tokens.principal_of(credentials.token) == f"serviceAccount:{email}"

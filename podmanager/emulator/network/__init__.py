@@ -7,6 +7,7 @@ behind Google Cloud's firewall.
 - `fabric.py`: the VPC made real on Linux as root: namespaces, bridges, veth pairs, NAT, nftables.
 - `names.py`: the per-emulator prefix every made object carries, and the cleanup of leftovers.
 - `sockets.py`: a socket opened inside a namespace, from this process.
+- `vm_network.py`: the emulator's namespace mode: the simulated VMs on that network.
 
-Only the emulator imports this folder. The simulated VMs do not run in it yet: see docs/dry-run.md.
+Only the emulator imports this folder. The VMs run in it in the namespace mode only: see docs/dry-run.md.
 """

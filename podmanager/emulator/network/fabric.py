@@ -10,7 +10,8 @@ between them; its `wan` leg holds the edge's, the external and the Cloud NAT add
 the internet segment, one for the laptop's home router and one for a second laptop. The
 machine's own namespace gets one link, to the home router, and a route to the internet segment
 through it. Every name carries the emulator's prefix (`names.py`): `down`, and a failure or a
-Ctrl-C part-way, remove everything through `cleanup_leftovers`.
+Ctrl-C part-way, remove everything through `cleanup_leftovers`; a fabric whose process died is
+removed by the next one started on the machine (`names.cleanup_orphans`).
 
 nftables through the `nft` binary (Debian's `nftables` package), not pyroute2's NFTables: `nft
 -f` replaces a table in one kernel transaction from a readable script, its syntax is nftables'
@@ -166,6 +167,8 @@ class Fabric:
             return self.internet
         try:
             with _slot_lock():
+                names.cleanup_orphans()  # what crashed emulators and killed tests left, and its slots
+                names.claim(self.prefix)
                 internet = Internet(_free_slot())
                 self._make_outside(internet)
         except BaseException:
@@ -278,6 +281,7 @@ class Fabric:
     def down(self) -> list[str]:
         """Remove everything of this prefix (also what an earlier, crashed process made)."""
         removed = names.cleanup_leftovers(self.prefix)
+        names.release(self.prefix)
         self.internet = None
         self._networks.clear()
         self._hosts.clear()

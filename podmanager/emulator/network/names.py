@@ -2,7 +2,9 @@
 crash left behind can be found and removed: namespaces `PREFIX-...` (everything inside them,
 links and bridges, goes with them) and, in the machine's own namespace, the one link `PREFIXl`
 to the laptop's home router. `cleanup_leftovers` removes all of that, and ends whatever a
-leftover namespace still runs."""
+leftover namespace still runs. Each prefix in use is claimed by its process in `CLAIMS`
+(pid and start time): a prefix whose process is gone (a crashed emulator, a killed test) is an
+orphan, which the next network made on this machine removes (`cleanup_orphans`)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,16 @@ import signal
 import subprocess
 import sys
 from functools import lru_cache
+from pathlib import Path
+
+import psutil
 
 PREFIX = re.compile(r"^pm[0-9a-f]{6}$")  # one length: no prefix begins another
+# `ip netns exec NAME` bind-mounts the files of /etc/netns/NAME over /etc (ip-netns(8)): a VM's
+# /etc/hosts, which names its metadata server, lives there and goes with its namespace.
+NETNS_ETC = Path("/etc/netns")
+# Who holds each prefix: /run is the machine's own and emptied at boot, as its namespaces are.
+CLAIMS = Path("/run/podmanager-network")
 
 
 def new_prefix() -> str:
@@ -57,9 +67,17 @@ def root_links_of(prefix: str) -> list[str]:
     return sorted(n for n in names if n.startswith(checked(prefix)))
 
 
+def etc_dirs_of(prefix: str) -> list[Path]:
+    if not NETNS_ETC.is_dir():
+        return []
+    return sorted(p for p in NETNS_ETC.iterdir() if p.name.startswith(checked(prefix) + "-"))
+
+
 def leftovers(prefix: str) -> list[str]:
-    """What of this prefix is still there: namespaces, then links of the machine's namespace."""
-    return [f"netns {n}" for n in namespaces_of(prefix)] + [f"link {n}" for n in root_links_of(prefix)]
+    """What of this prefix is still there: namespaces, links of the machine's namespace, and
+    namespaces' /etc files."""
+    return ([f"netns {n}" for n in namespaces_of(prefix)] + [f"link {n}" for n in root_links_of(prefix)]
+            + [f"etc {p}" for p in etc_dirs_of(prefix)])
 
 
 def cleanup_leftovers(prefix: str) -> list[str]:
@@ -82,6 +100,49 @@ def cleanup_leftovers(prefix: str) -> list[str]:
             if name in root_links_of(prefix):
                 raise
         removed.append(f"link {name}")
+    for folder in etc_dirs_of(prefix):
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(f"etc {folder}")
+    release(prefix)  # nothing of it is left to claim
+    return removed
+
+
+def _process_tag(pid: int) -> str:
+    return f"{pid} {psutil.Process(pid).create_time():.3f}"
+
+
+def claim(prefix: str) -> None:
+    """This process holds `prefix` until `release` (or until it is gone: then it is an orphan)."""
+    CLAIMS.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (CLAIMS / checked(prefix)).write_text(_process_tag(os.getpid()))
+
+
+def release(prefix: str) -> None:
+    (CLAIMS / checked(prefix)).unlink(missing_ok=True)
+
+
+def orphans() -> list[str]:
+    """The claimed prefixes whose process is gone (a pid reused since is another process)."""
+    found = []
+    for path in sorted(CLAIMS.glob("pm*")) if CLAIMS.is_dir() else []:
+        if not PREFIX.match(path.name):
+            continue
+        words = path.read_text().split()
+        try:
+            alive = bool(words) and _process_tag(int(words[0])) == " ".join(words)
+        except (psutil.Error, ValueError):
+            alive = False
+        if not alive:
+            found.append(path.name)
+    return found
+
+
+def cleanup_orphans() -> list[str]:
+    """Remove everything of every orphaned prefix; what was removed."""
+    removed = []
+    for prefix in orphans():
+        removed += cleanup_leftovers(prefix)
+        release(prefix)
     return removed
 
 

@@ -240,6 +240,11 @@ class SimCloud:
             record = state.nodes.get(f"{zone}/{node_id}")
             return record.model_copy(deep=True) if record else None
 
+    def node_records(self) -> list[NodeRecord]:
+        """Copies of every node's record as it is now (what the simulated network places)."""
+        with self._transaction() as state:
+            return [record.model_copy(deep=True) for record in state.nodes.values()]
+
     # ---------------------------------------------------------------- state machine
 
     def _due_at(self, when: float, kind: str, key: str) -> None:
