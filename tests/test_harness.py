@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from cluster_pool import FRESH, SPENDS, ClusterPool, order_by_spec, register
 from fired_faults import FiredFaults
+from local_reference import uninterrupted_run
 
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeState
 from podmanager.provisioning.plan import Observed
@@ -194,3 +195,29 @@ def test_a_preemption_that_failed_in_its_thread_fails_its_test():
         with FiredFaults(cloud) as faults:
             faults.preempt(3)
 
+
+# A training program's stand-in: its loss at each step, and a line in a file for each run of it.
+COUNTS_ITS_RUNS = """
+import sys
+steps = int(sys.argv[sys.argv.index("--steps") + 1])
+with open(sys.argv[1], "a") as runs:
+    runs.write(f"{steps}\\n")
+for step in range(1, steps + 1):
+    print(f"step {step} loss {1 / step:.6f}")
+"""
+
+
+def test_an_uninterrupted_run_is_computed_once_for_every_test_that_declares_it(tmp_path):
+    """Declared by two modules at their import (200 and 400 steps): one run, to 400, answers both;
+    a declaration of more after it ran runs the program again."""
+    program, runs = tmp_path / "train.py", tmp_path / "runs"
+    program.write_text(COUNTS_ITS_RUNS)
+    shorter = uninterrupted_run(str(program), 200, devices=2, args=(str(runs),))
+    longer = uninterrupted_run(str(program), 400, devices=2, args=(str(runs),))
+    with shorter.meanwhile() as final_loss:
+        assert final_loss() == pytest.approx(1 / 200, abs=1e-6)
+    assert longer.final_loss() == pytest.approx(1 / 400, abs=1e-6)
+    assert shorter.losses() == longer.losses()[:200]
+    assert runs.read_text().split() == ["400"]
+    assert uninterrupted_run(str(program), 500, devices=2, args=(str(runs),)).final_loss() == pytest.approx(1 / 500)
+    assert runs.read_text().split() == ["400", "500"]

@@ -11,7 +11,7 @@ import psutil
 import pytest
 from cluster_specs import ONE_CHIP_PAIR
 from fired_faults import FiredFaults
-from local_reference import final_loss_meanwhile
+from local_reference import uninterrupted_run
 from ray_fixtures import module_cluster
 from sim_view import sim_nodes
 
@@ -29,6 +29,8 @@ NAME = SPEC["name"]
 # or a notice after a restarted emulator, reaches it.
 STEPS = 200
 TRAIN = ["--steps", str(STEPS), "--checkpoint-every", "20", "--log-every", "1"]
+# Where an uninterrupted run of it ends: one local process with a device for each one-chip slice.
+UNINTERRUPTED = uninterrupted_run("workloads/train_mlp.py", STEPS, devices=2)
 
 
 home, cluster, _shared_home = module_cluster(SPEC)
@@ -85,7 +87,7 @@ def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, f
     sim = cluster.simulator
     sim.inject_create_fault("sim-zone-a", "capacity", times=1)
     sim.inject_create_fault("sim-zone-b", "preempt-while-creating", times=1)
-    with final_loss_meanwhile("workloads/train_mlp.py", TRAIN[:2], devices=2) as uninterrupted:  # 2 one-chip slices
+    with UNINTERRUPTED.meanwhile() as uninterrupted:
         result = cluster.run(train(tmp_path / "recovered"), printer=PreemptAt(faults, 1, step=50))
         reference = uninterrupted()
 
@@ -255,6 +257,7 @@ def test_a_program_that_exits_0_on_the_notices_sigterm_resumes_on_the_replacemen
 
 ELASTIC_CREATE_LATENCY_S = 16.0  # the replacement takes this (and its host's join): the run must not wait for it
 ELASTIC_STEPS = 300
+ELASTIC_UNINTERRUPTED = uninterrupted_run("workloads/train_mlp.py", ELASTIC_STEPS, devices=2)
 # A program of the test's own: train_mlp, except that an attempt on one slice of the two (shrunk)
 # holds after its first step until it is asked to stop, as the grow-back asks. So the run is still
 # going when the replacement has joined, however fast this machine steps: the grow-back happens
@@ -297,7 +300,7 @@ def test_an_elastic_run_goes_on_with_the_slice_left_grows_back_and_ends_at_the_s
         update={"entrypoint": "hold_when_shrunk.py", "working_dir": str(project)})
     cluster.simulator.configure_cluster(NAME, ELASTIC_CREATE_LATENCY_S, 0.0)
     try:
-        with final_loss_meanwhile("workloads/train_mlp.py", ["--steps", str(ELASTIC_STEPS)], devices=2) as uninterrupted:
+        with ELASTIC_UNINTERRUPTED.meanwhile() as uninterrupted:
             result = cluster.run(workload, printer=PreemptAt(faults, 1, step=50))
             reference = uninterrupted()
     finally:
