@@ -144,13 +144,14 @@ class SlowCloud:
     def __init__(self) -> None:
         self.answer = threading.Event()
         self.node = Node(name="c-s0", zone="z", accelerator_type="v4-8", state=NodeState.READY,
-                         labels={CLUSTER_LABEL: "c", SLICE_LABEL: "0"}, create_time=1.0)
+                         labels={CLUSTER_LABEL: "c", SLICE_LABEL: "0"}, create_time=1.0000004)
         self.preempted: list[tuple[str, float]] = []
         self.landed = False
         self.simulator = self
 
     def observe(self) -> Observed:
-        return Observed(nodes=(self.node,))
+        """As the Cloud TPU API reports the nodes: the create time to the microsecond."""
+        return Observed(nodes=(dataclasses.replace(self.node, create_time=round(self.node.create_time, 6)),))
 
     def record(self, *event: object) -> None:
         pass
@@ -160,7 +161,7 @@ class SlowCloud:
         self.preempted.append((name, notice_s))
 
     def land(self) -> None:
-        self.node = dataclasses.replace(self.node, create_time=2.0)  # PREEMPTED, then made again: READY
+        self.node = dataclasses.replace(self.node, create_time=2.0000004)  # PREEMPTED, then made again: READY
         self.landed = True
 
     def all_nodes(self) -> list[Node]:

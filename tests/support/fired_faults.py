@@ -69,12 +69,14 @@ class FiredFaults:
 
     def _preempt(self, slice_index: int, notice_s: float) -> None:
         try:
-            held = [n for n in self.runtime.observe().nodes if n.slice_index == slice_index]
+            # The node is told from a later one of its name by its create time as the simulator
+            # keeps it (the Cloud TPU API's is rounded to the microsecond: never equal to it).
+            held = {n.name: n.create_time for n in self.runtime.simulator.all_nodes()
+                    if n.cluster == self.runtime.name and n.slice_index == slice_index}
             name = simulation.preempt(self.runtime, slice_index, notice_s)
             if notice_s > 0:
-                created = next((n.create_time for n in held if n.name == name), None)
                 with self._lock:
-                    self._noticed.append(Noticed(slice_index, name, created, notice_s))
+                    self._noticed.append(Noticed(slice_index, name, held.get(name), notice_s))
         except Exception as error:  # told by settle, in the test, not lost in this thread
             with self._lock:
                 self._errors.append(f"preempting slice {slice_index}: {type(error).__name__}: {error}")
