@@ -13,6 +13,7 @@ preempted, so the next test is handed a cluster whose faults are all behind it
 from __future__ import annotations
 
 import threading
+import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -78,8 +79,9 @@ class FiredFaults:
                 with self._lock:
                     self._noticed.append(Noticed(slice_index, name, held.get(name), notice_s))
         except Exception as error:  # told by settle, in the test, not lost in this thread
+            where = "".join(traceback.format_tb(error.__traceback__)).rstrip()  # which call failed
             with self._lock:
-                self._errors.append(f"preempting slice {slice_index}: {type(error).__name__}: {error}")
+                self._errors.append(f"preempting slice {slice_index}: {type(error).__name__}: {error}\n{where}")
 
     def settle(self) -> None:
         """Join every fired preemption, then wait for every announced one to land."""
