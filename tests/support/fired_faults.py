@@ -70,14 +70,17 @@ class FiredFaults:
 
     def _preempt(self, slice_index: int, notice_s: float) -> None:
         try:
-            # The node is told from a later one of its name by its create time as the simulator
-            # keeps it (the Cloud TPU API's is rounded to the microsecond: never equal to it).
-            held = {n.name: n.create_time for n in self.runtime.simulator.all_nodes()
-                    if n.cluster == self.runtime.name and n.slice_index == slice_index}
+            # The product's own fault verb first: its first call goes through the Cloud TPU
+            # client, which retries an UNAVAILABLE; a first call on the simulator's controls
+            # after the emulator's restart failed so (restarted-emulator test, load 6).
             name = simulation.preempt(self.runtime, slice_index, notice_s)
             if notice_s > 0:
-                with self._lock:
-                    self._noticed.append(Noticed(slice_index, name, held.get(name), notice_s))
+                # The noticed node, still READY for its notice period, is told from a later one
+                # of its name by its create time as the simulator keeps it (the Cloud TPU API's
+                # is rounded to the microsecond: never equal to it).
+                created = [n.create_time for n in self.runtime.simulator.all_nodes() if n.name == name]
+                with self._lock:  # (a node gone already has nothing left to land)
+                    self._noticed += [Noticed(slice_index, name, time, notice_s) for time in created]
         except Exception as error:  # told by settle, in the test, not lost in this thread
             where = "".join(traceback.format_tb(error.__traceback__)).rstrip()  # which call failed
             with self._lock:
