@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from cluster_pool import FRESH, SPENDS, ClusterPool, order_by_spec, register
+from fired_faults import FiredFaults
+from local_reference import uninterrupted_run
+
+from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, Node, NodeState
+from podmanager.provisioning.plan import Observed
 
 REPO = Path(__file__).resolve().parents[1]
 PRINT_SIGINT = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
@@ -125,3 +132,93 @@ def test_a_spec_whose_up_failed_is_not_brought_up_again_for_every_test():
     with pytest.raises(RuntimeError, match="the cluster a failed to come up for an earlier test: TimeoutError: the hosts"):
         pool.get(A)
     assert tries == ["a"]
+
+
+class SlowCloud:
+    """A dry-run cluster's runtime as `FiredFaults` uses it, on a loaded machine: one READY node
+    for slice 0; a preemption reaches the cloud only once `answer` is set, and an announced one
+    lands only when `land` is called (the node preempted, and a replacement made under its name)."""
+
+    name = "c"
+
+    def __init__(self) -> None:
+        self.answer = threading.Event()
+        self.node = Node(name="c-s0", zone="z", accelerator_type="v4-8", state=NodeState.READY,
+                         labels={CLUSTER_LABEL: "c", SLICE_LABEL: "0"}, create_time=1.0000004)
+        self.preempted: list[tuple[str, float]] = []
+        self.landed = False
+        self.simulator = self
+
+    def observe(self) -> Observed:
+        """As the Cloud TPU API reports the nodes: the create time to the microsecond."""
+        return Observed(nodes=(dataclasses.replace(self.node, create_time=round(self.node.create_time, 6)),))
+
+    def record(self, *event: object) -> None:
+        pass
+
+    def preempt(self, zone: str, name: str, notice_s: float = 0.0) -> None:
+        self.answer.wait()
+        self.preempted.append((name, notice_s))
+
+    def land(self) -> None:
+        self.node = dataclasses.replace(self.node, create_time=2.0000004)  # PREEMPTED, then made again: READY
+        self.landed = True
+
+    def all_nodes(self) -> list[Node]:
+        return [self.node]
+
+
+def test_a_preemption_fired_from_a_thread_has_reached_the_cloud_when_its_test_ends():
+    """The printer fires it at step 50; the run ends before the cloud has answered. Left to
+    itself the call would land in the next test's run on the shared cluster."""
+    cloud = SlowCloud()
+    with FiredFaults(cloud) as faults:
+        faults.preempt(0)
+        assert cloud.preempted == []  # the run has ended; the cloud answers a moment later
+        threading.Timer(0.2, cloud.answer.set).start()
+    assert cloud.preempted == [("c-s0", 0.0)]
+
+
+def test_an_announced_preemption_has_landed_when_its_test_ends():
+    """A notice's preemption lands its notice period later: not in the next test's run. (A
+    node made again under the same name afterwards is not the one noticed.)"""
+    cloud = SlowCloud()
+    cloud.answer.set()
+    with FiredFaults(cloud) as faults:
+        faults.preempt(0, notice_s=30.0)
+        threading.Timer(0.2, cloud.land).start()  # the run ended before its notice period did
+    assert cloud.preempted == [("c-s0", 30.0)] and cloud.landed
+
+
+def test_a_preemption_that_failed_in_its_thread_fails_its_test():
+    cloud = SlowCloud()
+    with pytest.raises(AssertionError, match="preempting slice 3: SpecError: --slice: cluster c has no node for slice 3"):
+        with FiredFaults(cloud) as faults:
+            faults.preempt(3)
+
+
+# A training program's stand-in: its loss at each step, and a line in a file for each run of it.
+COUNTS_ITS_RUNS = """
+import sys
+steps = int(sys.argv[sys.argv.index("--steps") + 1])
+with open(sys.argv[1], "a") as runs:
+    runs.write(f"{steps}\\n")
+for step in range(1, steps + 1):
+    print(f"step {step} loss {1 / step:.6f}")
+"""
+
+
+def test_an_uninterrupted_run_is_computed_once_for_every_test_that_declares_it(tmp_path):
+    """Declared by two modules at their import (200 and 400 steps): one run, to 400, answers both;
+    a declaration of more after it ran runs the program again."""
+    program, runs = tmp_path / "train.py", tmp_path / "runs"
+    program.write_text(COUNTS_ITS_RUNS)
+    shorter = uninterrupted_run(str(program), 200, devices=2, args=(str(runs),))
+    longer = uninterrupted_run(str(program), 400, devices=2, args=(str(runs),))
+    with shorter.meanwhile() as final_loss:
+        assert final_loss() == pytest.approx(1 / 200, abs=1e-6)
+    assert longer.final_loss() == pytest.approx(1 / 400, abs=1e-6)
+    assert shorter.losses() == longer.losses()[:200]
+    assert runs.read_text().split() == ["400"]
+    assert uninterrupted_run(str(program), 500, devices=2, args=(str(runs),)).final_loss() == pytest.approx(1 / 500)
+    assert runs.read_text().split() == ["400", "500"]

@@ -19,7 +19,7 @@ import pytest
 import ray
 from cluster_specs import ONE_CHIP_PAIR
 from homes import home_env
-from local_reference import final_loss_meanwhile
+from local_reference import uninterrupted_run
 from ray_fixtures import module_cluster
 from sim_view import sim_nodes
 
@@ -38,6 +38,8 @@ STEPS = 150
 # Steps take ~35 ms on one-chip hosts: a run that must still be going after a client's or a
 # supervisor's end and a preemption takes this many.
 LONG_STEPS = 400
+# Where an uninterrupted run of LONG_STEPS ends: one local process with a device for each one-chip slice.
+UNINTERRUPTED = uninterrupted_run("workloads/train_mlp.py", LONG_STEPS, devices=2)
 
 
 home, cluster, _shared_home = module_cluster(SPEC)
@@ -95,8 +97,7 @@ def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
 
 
 def test_killing_the_client_leaves_the_run_supervised_to_the_same_result(cluster, home, tmp_path):
-    # The reference: one process with as many devices as the two one-chip slices, meanwhile.
-    with final_loss_meanwhile("workloads/train_mlp.py", ["--steps", str(LONG_STEPS)], devices=2) as uninterrupted:
+    with UNINTERRUPTED.meanwhile() as uninterrupted:
         result = client_killed_then_preempted(cluster, home, tmp_path)
         reference = uninterrupted()
     assert result.metrics.last_step == LONG_STEPS

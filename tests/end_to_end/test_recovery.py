@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-import threading
 from pathlib import Path
 
 import psutil
 import pytest
 from cluster_specs import ONE_CHIP_PAIR
-from local_reference import final_loss_meanwhile
+from fired_faults import FiredFaults
+from local_reference import uninterrupted_run
 from ray_fixtures import module_cluster
 from sim_view import sim_nodes
 
-from podmanager.api import Cluster, simulation
+from podmanager.api import Cluster
 from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
 from podmanager.emulator import launcher, vms
@@ -29,6 +29,8 @@ NAME = SPEC["name"]
 # or a notice after a restarted emulator, reaches it.
 STEPS = 200
 TRAIN = ["--steps", str(STEPS), "--checkpoint-every", "20", "--log-every", "1"]
+# Where an uninterrupted run of it ends: one local process with a device for each one-chip slice.
+UNINTERRUPTED = uninterrupted_run("workloads/train_mlp.py", STEPS, devices=2)
 
 
 home, cluster, _shared_home = module_cluster(SPEC)
@@ -54,29 +56,39 @@ def train(checkpoints: Path, steps: int = STEPS, **fields) -> Workload:
                     checkpoint_dir=str(checkpoints), **fields)
 
 
+@pytest.fixture
+def faults(cluster):
+    """The test's preemptions, fired from threads: all over before the next test is handed the
+    cluster (a late one would land in its run)."""
+    with FiredFaults(cluster.runtime) as fired:
+        yield fired
+
+
 class PreemptAt:
     """Preempts `slice_index` (from another thread, as the cloud would) when worker 0
     prints step `step`."""
 
-    def __init__(self, cluster: Cluster, slice_index: int, step: int):
-        self.cluster, self.slice_index, self.step, self.fired = cluster, slice_index, step, False
+    notice_s = 0.0
+
+    def __init__(self, faults: FiredFaults, slice_index: int, step: int):
+        self.faults, self.slice_index, self.step, self.fired = faults, slice_index, step, False
 
     def __call__(self, slot, text):
         for line in text.splitlines():
             parts = line.split()
             if not self.fired and parts[:1] == ["step"] and int(parts[1]) >= self.step:
                 self.fired = True
-                threading.Thread(target=simulation.preempt, args=(self.cluster.runtime, self.slice_index)).start()
+                self.faults.preempt(self.slice_index, self.notice_s)
 
 
-def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, tmp_path):
+def test_preemption_replaces_the_slice_and_resumes_to_the_same_result(cluster, faults, tmp_path):
     # The recovery meets a full zone and a preemption while creating, and gets through both.
     since = cluster.events()[-1].id  # the shared cluster's earlier events are other tests'
     sim = cluster.simulator
     sim.inject_create_fault("sim-zone-a", "capacity", times=1)
     sim.inject_create_fault("sim-zone-b", "preempt-while-creating", times=1)
-    with final_loss_meanwhile("workloads/train_mlp.py", TRAIN[:2], devices=2) as uninterrupted:  # 2 one-chip slices
-        result = cluster.run(train(tmp_path / "recovered"), printer=PreemptAt(cluster, 1, step=50))
+    with UNINTERRUPTED.meanwhile() as uninterrupted:
+        result = cluster.run(train(tmp_path / "recovered"), printer=PreemptAt(faults, 1, step=50))
         reference = uninterrupted()
 
     assert result.status == "succeeded", result.message
@@ -142,12 +154,7 @@ def test_a_hang_is_detected_and_restarted(cluster, tmp_path):
 class NoticeAt(PreemptAt):
     """Announces a preemption of `slice_index` with a notice period at step `step`."""
 
-    def __call__(self, slot, text):
-        for line in text.splitlines():
-            parts = line.split()
-            if not self.fired and parts[:1] == ["step"] and int(parts[1]) >= self.step:
-                self.fired = True
-                threading.Thread(target=simulation.preempt, args=(self.cluster.runtime, self.slice_index, 30.0)).start()
+    notice_s = 30.0
 
 
 def live_hosts() -> set[str]:
@@ -159,9 +166,9 @@ class KillEmulatorAt(PreemptAt):
     """SIGKILLs the project's emulator at step `step`, then announces a preemption of slice 0
     (with notice) at step `notice_step`."""
 
-    def __init__(self, cluster: Cluster, step: int, notice_step: int):
-        super().__init__(cluster, 0, step)
-        self.notice = NoticeAt(cluster, 0, notice_step)
+    def __init__(self, faults: FiredFaults, step: int, notice_step: int):
+        super().__init__(faults, 0, step)
+        self.notice = NoticeAt(faults, 0, notice_step)
         self.killed: int | None = None
 
     def __call__(self, slot, text):
@@ -173,7 +180,7 @@ class KillEmulatorAt(PreemptAt):
         self.notice(slot, text)
 
 
-def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restarted_emulator(cluster, tmp_path):
+def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restarted_emulator(cluster, faults, tmp_path):
     """`status` and `runs` change nothing; then the project's emulator is killed mid-run: the
     next call restarts it from its saved state, the VMs get their metadata servers back, and a
     preemption notice after that still lets the program checkpoint and stop at a step boundary."""
@@ -188,7 +195,7 @@ def test_reading_starts_no_vm_and_a_notice_reaches_the_program_through_a_restart
     assert live_hosts() == hosts and len(hosts) == 2 and cluster.simulator.version() == version
 
     before = launcher.running("podmanager-sim")
-    printer = KillEmulatorAt(cluster, step=10, notice_step=40)
+    printer = KillEmulatorAt(faults, step=10, notice_step=40)
     result = cluster.run(train(tmp_path / "noticed", steps=400), printer=printer)
     assert printer.killed == before.pid
     after = launcher.running("podmanager-sim")
@@ -230,14 +237,14 @@ EXITS_0_ON_SIGTERM = textwrap.dedent("""
 SIGTERM_STEPS = 300  # ~15 s at 50 ms a step: still going when the notice's SIGTERM comes (~1 s after it)
 
 
-def test_a_program_that_exits_0_on_the_notices_sigterm_resumes_on_the_replacement_and_finishes(cluster, tmp_path):
+def test_a_program_that_exits_0_on_the_notices_sigterm_resumes_on_the_replacement_and_finishes(cluster, faults, tmp_path):
     """Issue 43: preempted with a notice at step 14, the program checkpointed and exited 0, and the
     run was recorded `succeeded` with its other steps dropped. A stop after podmanager asked for it
     is a stop for the notice: the slice is replaced and the run resumes from its checkpoint."""
     (tmp_path / "graceful.py").write_text(EXITS_0_ON_SIGTERM)
     workload = Workload(entrypoint="graceful.py", args=[str(SIGTERM_STEPS)], working_dir=str(tmp_path),
                         checkpoint_dir=str(tmp_path / "checkpoints"))
-    result = cluster.run(workload, printer=NoticeAt(cluster, 0, step=14))
+    result = cluster.run(workload, printer=NoticeAt(faults, 0, step=14))
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions) == (2, 1)
     stopped, resumed = result.attempt_log
@@ -250,6 +257,7 @@ def test_a_program_that_exits_0_on_the_notices_sigterm_resumes_on_the_replacemen
 
 ELASTIC_CREATE_LATENCY_S = 16.0  # the replacement takes this (and its host's join): the run must not wait for it
 ELASTIC_STEPS = 300
+ELASTIC_UNINTERRUPTED = uninterrupted_run("workloads/train_mlp.py", ELASTIC_STEPS, devices=2)
 # A program of the test's own: train_mlp, except that an attempt on one slice of the two (shrunk)
 # holds after its first step until it is asked to stop, as the grow-back asks. So the run is still
 # going when the replacement has joined, however fast this machine steps: the grow-back happens
@@ -281,7 +289,7 @@ sys.exit(train_mlp.run())
 """
 
 
-def test_an_elastic_run_goes_on_with_the_slice_left_grows_back_and_ends_at_the_same_loss(cluster, tmp_path):
+def test_an_elastic_run_goes_on_with_the_slice_left_grows_back_and_ends_at_the_same_loss(cluster, faults, tmp_path):
     """`--min-slices 1`, slice 1 preempted with no spare: the run resumes on slice 0 alone at
     once, the slice is made again meanwhile, and the run grows back to both at a checkpoint,
     ending where an uninterrupted run on both ends (the global batch is the same on one slice)."""
@@ -292,8 +300,8 @@ def test_an_elastic_run_goes_on_with_the_slice_left_grows_back_and_ends_at_the_s
         update={"entrypoint": "hold_when_shrunk.py", "working_dir": str(project)})
     cluster.simulator.configure_cluster(NAME, ELASTIC_CREATE_LATENCY_S, 0.0)
     try:
-        with final_loss_meanwhile("workloads/train_mlp.py", ["--steps", str(ELASTIC_STEPS)], devices=2) as uninterrupted:
-            result = cluster.run(workload, printer=PreemptAt(cluster, 1, step=50))
+        with ELASTIC_UNINTERRUPTED.meanwhile() as uninterrupted:
+            result = cluster.run(workload, printer=PreemptAt(faults, 1, step=50))
             reference = uninterrupted()
     finally:
         cluster.simulator.configure_cluster(NAME, SPEC["simulation"]["create_latency_s"],
@@ -320,8 +328,8 @@ def test_an_elastic_run_goes_on_with_the_slice_left_grows_back_and_ends_at_the_s
     assert first[("run_shrunk", None)] < first[("attempt_started", 1)] < replaced < first[("run_grew", None)]
 
 
-def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices(cluster, tmp_path):
-    result = cluster.run(train(tmp_path / "spent"), printer=PreemptAt(cluster, 0, step=5),
+def test_spent_preemption_budget_stops_with_a_clear_message_and_keeps_the_slices(cluster, faults, tmp_path):
+    result = cluster.run(train(tmp_path / "spent"), printer=PreemptAt(faults, 0, step=5),
                          budgets={"max_preemptions": 0})
     assert result.status == "failed"
     assert "max_preemptions budget is spent: 1 preemption incident(s), 0 allowed" in result.message

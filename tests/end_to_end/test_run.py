@@ -28,7 +28,7 @@ import pytest
 import ray
 import requests
 from cluster_specs import MULTISLICE
-from local_reference import final_loss_meanwhile
+from local_reference import uninterrupted_run
 from ray_fixtures import module_cluster
 from typer.testing import CliRunner
 
@@ -50,6 +50,10 @@ NAME = SPEC["name"]
 
 home, cluster, _shared_home = module_cluster(SPEC)
 
+# Uninterrupted runs on one local process with as many devices as the slices' chips (v4-16: 8).
+MLP_ON_THE_V4_16 = uninterrupted_run("workloads/train_mlp.py", 30, devices=8)
+TRANSFORMER_ON_8_CHIPS = uninterrupted_run("workloads/train_transformer.py", 40, devices=8)
+
 
 def losses(result) -> list[float]:
     """The per-step losses worker 0 of slice 0 printed (`step N loss X`)."""
@@ -62,21 +66,12 @@ def test_data_parallel_on_one_multi_host_slice(cluster):
                         slices=[0], parallelism="data", working_dir=str(REPO))
     # The same program on one local process with the same global batch gives the same losses
     # (run meanwhile).
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    local = subprocess.Popen([sys.executable, "workloads/train_mlp.py", "--steps", "30", "--log-every", "1"],
-                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        result = cluster.run(workload)
-        stdout, stderr = local.communicate(timeout=120)
-    finally:
-        local.kill()
-        local.communicate()
+    expected = MLP_ON_THE_V4_16.start()
+    result = cluster.run(workload)
     assert result.status == "succeeded", result.message
     assert [(h.slice, h.worker_id, h.exit_code) for h in result.hosts] == [(0, 0, 0), (0, 1, 0)]
     assert result.metrics.last_step == 30 and result.metrics.last_loss < result.metrics.first_loss
-    assert local.returncode == 0, stderr[-3000:]
-    reference = [float(line.split()[3]) for line in stdout.splitlines() if line.startswith("step ")]
-    assert losses(result) == pytest.approx(reference, rel=1e-4)
+    assert losses(result) == pytest.approx(expected.losses(), rel=1e-4)
 
 
 PROBE = textwrap.dedent("""
@@ -121,7 +116,7 @@ LOCAL_FORWARD = textwrap.dedent("""
 
 def test_model_parallel_transformer_trains_and_a_replica_over_both_hosts_serves_and_follows_its_checkpoints(
         cluster, tmp_path):
-    with final_loss_meanwhile("workloads/train_transformer.py", ["--steps", "40"], devices=8) as uninterrupted:
+    with TRANSFORMER_ON_8_CHIPS.meanwhile() as uninterrupted:
         trained_and_served(cluster, tmp_path, uninterrupted)
 
 
