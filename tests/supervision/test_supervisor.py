@@ -30,6 +30,7 @@ from podmanager.state.run_state import (
 )
 from podmanager.supervision.supervisor import RunSupervisor, new_run
 from podmanager.vm.environments import HostSetup
+from podmanager.vm.host_wire import HostLaunch, RunSetup
 
 ZONE = "sim-zone-a"
 
@@ -195,7 +196,8 @@ def test_a_supervisor_started_on_a_running_attempt_reattaches_instead_of_launchi
     cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=3))
     run_id = submit(cluster, runs)
     for _, agent in cluster.hosts:  # attempt 0 is running on every host, started by the killed supervisor
-        agent.start_workload.remote(run_id, "{}", {"PODMANAGER_ATTEMPT": "0"})
+        agent.start_workload.remote(HostLaunch(run=RunSetup(run_id=run_id, workload=runs.get(run_id).workload), attempt=0,
+                                                env={"PODMANAGER_ATTEMPT": "0"}))
     run = runs.get(run_id)
     run.status, run.supervisor = "running", SupervisorProcess(starts=1)
     run.phase = Running(attempt=0, started=1.0)
