@@ -15,6 +15,7 @@ from podmanager.api.run_handle import run_summary
 from podmanager.attempts.logs import RunFolder
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
 from podmanager.core.clock import Clock, FakeClock, RealClock
+from podmanager.core.event_data import payload
 from podmanager.core.records import SliceRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
@@ -64,6 +65,7 @@ class FakeCluster:
         return self.cloud.list_nodes(zone)
 
     def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> None:
+        payload(kind, data)  # as the store checks it: each field of the kind's record, of its type
         self.events.append((kind, data))
         self.messages.append(message)
 
