@@ -61,7 +61,7 @@ def main() -> None:
         run_id = handle.run_id
 
         def event_time(kind: str, after: int = 0) -> float | None:
-            found = [e for e in cluster.events(after_id=after) if e.kind == kind and e.data.get("run_id") == run_id]
+            found = [e for e in cluster.events(after_id=after) if e.kind == kind and e.run_id == run_id]
             return found[0].time if found else None
 
         started = wait_for(lambda: event_time("run_started"), 60, "the supervisor to start") - submitted

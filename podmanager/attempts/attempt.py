@@ -29,6 +29,7 @@ from podmanager.core.workload import Workload, check_parallelism
 from podmanager.runtime.contract import EXIT_PREEMPTED
 from podmanager.state.run_results import AttemptResult, HostResult, SetupError
 from podmanager.vm.environments import HostSetup
+from podmanager.vm.host_wire import RunSetup
 
 CANCELLED = "cancelled on request"  # the reason an attempt stops when its run is cancelled
 # The reason an elastic run's attempt on fewer slices stops once its lost slices are back: the
@@ -75,7 +76,9 @@ class AttemptRunner:
         # the user ran podmanager, handed as it is to every host through Ray's object store.
         self.code_zip = code_zip
         self._code_ref = None
-        self.workload_json = workload.model_dump_json()
+        # The run as every host sets it up; the kept zip is named by its digest (`package.py`).
+        self.setup_record = RunSetup(run_id=run_id, workload=workload,
+                                     code_digest=code_zip.stem if code_zip is not None else None)
 
     def code(self) -> Any:
         if self._code_ref is None and self.code_zip is not None:
@@ -102,7 +105,7 @@ class AttemptRunner:
         setup_s, installed, already = 0.0, [], []
         if reattach is None:
             setup_started = self.clock.now()
-            reports = gang.setup(self.workload_json, self.code(), on_ready=on_setup)
+            reports = gang.setup(self.setup_record, self.code(), on_ready=on_setup)
             setup_s = self.clock.now() - setup_started
             failed = next(((slot, r) for slot, r in reports if not r.ok), None)
             if failed is not None:
@@ -125,7 +128,7 @@ class AttemptRunner:
                                        run_id=self.run_id, attempt=attempt, checkpoint_dir=self.checkpoint_dir,
                                        parallelism=self.workload.parallelism, simulated=self.simulated,
                                        extra=self.secret_env, compile_cache=self.compile_cache)
-                    gang.start(self.workload_json, envs)
+                    gang.start(self.setup_record, attempt, envs)
                 except (RayActorError, GetTimeoutError):
                     pass  # a host went away during the launch: the next poll names it as lost
             if on_launched:

@@ -15,8 +15,8 @@ from podmanager.attempts.remote import RAY, Remote
 from podmanager.core.records import HostSlot
 from podmanager.runtime.contract import ProgressRecord
 from podmanager.vm.environments import HostSetup
+from podmanager.vm.host_wire import HostLaunch, PollReply, RunSetup
 from podmanager.vm.process import TAIL_BYTES, TAIL_LINES
-from podmanager.vm.workload_runs import PollReply
 
 SETUP_TIMEOUT_S = 1800.0  # installing a run's requirements on a host may take minutes
 
@@ -70,12 +70,12 @@ class Gang:
         """A free port on the coordinator host (worker 0 of the first slice)."""
         return self.remote.get(self.agents[0][1].free_port.remote(), timeout=self.poll_timeout_s)
 
-    def setup(self, workload_json: str, code: Any, *, timeout_s: float = SETUP_TIMEOUT_S,
+    def setup(self, run: RunSetup, code: Any, *, timeout_s: float = SETUP_TIMEOUT_S,
               on_ready: Callable[[int, int], None] | None = None) -> list[tuple[HostSlot, HostSetup]]:
         """Set the run up on every host at once (code, requirements, program check); each
         reachable host's report, `on_ready(done, of)` told as hosts finish. A host that is lost
         meanwhile is marked lost, for the attempt's first poll to name."""
-        pending = {agent.setup_workload.remote(self.run_id, workload_json, code): host
+        pending = {agent.setup_workload.remote(run, code): host
                    for host, (_, agent) in zip(self.hosts, self.agents)}
         reports: list[tuple[HostSlot, HostSetup]] = []
         deadline = time.monotonic() + timeout_s
@@ -94,8 +94,9 @@ class Gang:
                 on_ready(len(self.hosts) - len(pending), len(self.hosts))
         return reports
 
-    def start(self, workload_json: str, envs: list[dict[str, str]]) -> None:
-        calls = [agent.start_workload.remote(self.run_id, workload_json, env)
+    def start(self, run: RunSetup, attempt: int, envs: list[dict[str, str]]) -> None:
+        """Start `attempt` of the run on every host that is not lost, each with its own environment."""
+        calls = [agent.start_workload.remote(HostLaunch(run=run, attempt=attempt, env=env))
                  for (host, (_, agent)), env in zip(zip(self.hosts, self.agents), envs) if not host.lost]
         self.remote.get(calls, timeout=120)
 

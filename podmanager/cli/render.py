@@ -15,9 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from podmanager.core.records import HostSlot, host_label
-from podmanager.state import Event
 
 if TYPE_CHECKING:  # pydantic loads when a result is shown, not for --help
+    from podmanager.state import Event
     from podmanager.state.run_results import RunResult
 
 # Off a terminal (a pipe, a file, CI) rich would wrap at 80 columns and cut table cells: there,

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import typer
 from rich.markup import escape
 
 from podmanager import api
 from podmanager.cli.render import console, print_event, print_json, print_status
-from podmanager.state import Event
+
+if TYPE_CHECKING:  # for annotations: the state's records load pydantic, which --help does not need
+    from podmanager.state import Event
 
 # Of a run of events of one kind (one per slice: 1,024 slices make 1,024 "creating" lines),
 # this many are printed, then one line that counts the rest; `podmanager events` has them all.

@@ -33,6 +33,7 @@ from podmanager.client.run_to_end import run_to_end
 from podmanager.client.run_view import RunView
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
+from podmanager.core.event_data import EventData, stored
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.core.spec import ClusterSpec, parse_spec
@@ -75,13 +76,13 @@ def say_here(cluster: str, on_event: EventCallback | None) -> Callable[[EventKin
     def say(kind: EventKind, message: str) -> None:
         if on_event is not None:
             on_event(Event(id=0, cluster=cluster, time=time.time(), kind=kind.value, slice_index=None,
-                           message=message, data={}))
+                           message=message, data=EventData()))
     return say
 
 
 def as_event(cluster: str, event: records.EventRecord) -> Event:
     return Event(id=event.id, cluster=cluster, time=event.time, kind=event.kind, slice_index=event.slice_index,
-                 message=event.message, data=dict(event.data))
+                 message=event.message, data=stored(event.kind, dict(event.data)))
 
 
 def as_seen_here_status(status: ClusterStatus) -> ClusterStatus:

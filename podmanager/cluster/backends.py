@@ -216,9 +216,11 @@ def change_simulated_project(project: str, **changes: object) -> dict[str, objec
     running); the project's policy and enabled APIs as they are then."""
     from podmanager.emulator import launcher
     from podmanager.emulator.control import EmulatorControl
+    from podmanager.emulator.control_verbs import PROJECT, ProjectChange
 
     with EmulatorControl(launcher.ensure(project)) as control:
-        return control.call("project", **{key: value for key, value in changes.items() if value})
+        asked = ProjectChange.model_validate({key: value for key, value in changes.items() if value})
+        return control.ask(PROJECT, asked).model_dump(mode="json")
 
 
 def halt_controller_vm(spec: ClusterSpec, state: str) -> str | None:

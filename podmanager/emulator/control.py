@@ -1,8 +1,8 @@
 """Controlling a running emulator from another process: fault specs and the Control client.
 
 The emulator (`tpu_api.TpuEmulator`) answers a third gRPC service,
-`podmanager.emulator.Control/Call`, whose request and reply are JSON:
-`{"method": "fault", "args": {"spec": "capacity:us-central2-b"}}` -> `{"result": null}`.
+`podmanager.emulator.Control/Call`; its verbs, each with a typed request and reply, are
+declared once in `control_verbs.py`, which this client and the server's dispatch both read.
 A fault's text is the one every form of a fault shares (`core/faults.py`, with its defaults:
 TIMES 1, -1 until cleared); a `preempt:SLICE` also names its cluster (`"cluster": "demo"`).
 
@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-from pydantic import TypeAdapter
+from typing import Any, TypeVar
 
 from podmanager.cloud.base import Node, NodeState, QueuedResource
 from podmanager.cloud.instances import Instance
@@ -29,14 +27,23 @@ from podmanager.core.fault_text import (
     FAULT_HELP,
 )
 from podmanager.core.faults import FaultKind, FaultTarget, parse
+from podmanager.emulator import control_verbs as verbs
+from podmanager.emulator.control_verbs import (
+    CONTROL_SERVICE,
+    CONTROL_VERSION,
+    ControlRequest,
+    ControlVerb,
+    IamCall,
+    LoggedRequest,
+)
+from podmanager.emulator.iam.project import ProjectPolicy
 from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 from podmanager.emulator.sim.records import Faults
 
-CONTROL_SERVICE = "podmanager.emulator.Control"
-# What the reads return, on the wire as JSON: the same records the Cloud TPU client returns.
-_NODES = TypeAdapter(list[Node])
-_QUEUED = TypeAdapter(list[QueuedResource])
-_INSTANCES = TypeAdapter(list[Instance])
+__all__ = ["CONTROL_SERVICE", "EmulatorControl", "apply_fault", "main"]
+
+Request = TypeVar("Request", bound=ControlRequest)
+Reply = TypeVar("Reply")
 
 
 def apply_fault(sim: FaultTarget, spec: str | FaultKind, *, cluster: str | None = None, flag: str = "fault") -> None:
@@ -60,72 +67,82 @@ class EmulatorControl:
         self._call = self._channel.unary_unary(f"/{CONTROL_SERVICE}/Call")
         self._timeout_s = timeout_s
 
+    def ask(self, verb: ControlVerb[Request, Reply], request: Request) -> Reply:
+        """One verb's request sent; its reply, typed by the verb."""
+        return verb.read_reply(self._send(verb.name, request.model_dump(mode="json")))
+
     def call(self, method: str, **args: Any) -> Any:
-        reply = self._call(json.dumps({"method": method, "args": args}).encode(), timeout=self._timeout_s)
+        """A verb by its name, its reply as the wire's JSON (for a script or test that reads it as such)."""
+        verb = verbs.verb_named(method)
+        return self._send(verb.name, verb.request.model_validate(args).model_dump(mode="json"))
+
+    def _send(self, method: str, args: dict[str, Any]) -> Any:
+        payload = {"version": CONTROL_VERSION, "method": method, "args": args}
+        reply = self._call(json.dumps(payload).encode(), timeout=self._timeout_s)
         return json.loads(reply)["result"]
 
     def fault(self, spec: str | FaultKind, *, cluster: str | None = None) -> None:
         """One fault, as text or a `core/faults.py` fault (sent as its text; the emulator parses it)."""
-        self.call("fault", spec=spec if isinstance(spec, str) else spec.text(),
-                  **({"cluster": cluster} if cluster is not None else {}))
+        self.ask(verbs.FAULT, verbs.FaultText(spec=spec if isinstance(spec, str) else spec.text(), cluster=cluster))
 
     def inject_create_fault(self, zone: str, kind: str, times: int = DEFAULT_TIMES) -> None:
-        self.call("inject_create_fault", zone=zone, kind=kind, times=times)
+        self.ask(verbs.INJECT_CREATE_FAULT, verbs.CreateFault(zone=zone, kind=kind, times=times))
 
     def inject_quota(self, quota: str = DEFAULT_QUOTA, times: int = DEFAULT_TIMES) -> None:
-        self.call("inject_quota", quota=quota, times=times)
+        self.ask(verbs.INJECT_QUOTA, verbs.QuotaFault(quota=quota, times=times))
 
     def inject_transient(self, calls: int) -> None:
-        self.call("inject_transient", calls=calls)
+        self.ask(verbs.INJECT_TRANSIENT, verbs.TransientFault(calls=calls))
 
     def deny_secret_reads(self, reads: int) -> None:
-        self.call("deny_secret_reads", reads=reads)
+        self.ask(verbs.DENY_SECRET_READS, verbs.SecretReadsDenied(reads=reads))
 
     def deny_firewall_changes(self, denied: bool = True) -> None:
-        self.call("deny_firewall_changes", denied=denied)
+        self.ask(verbs.DENY_FIREWALL_CHANGES, verbs.Denial(denied=denied))
 
     def create_bucket(self, name: str) -> None:
-        self.call("create_bucket", name=name)
+        self.ask(verbs.CREATE_BUCKET, verbs.BucketName(name=name))
 
     def delete_bucket(self, name: str) -> None:
-        self.call("delete_bucket", name=name)
+        self.ask(verbs.DELETE_BUCKET, verbs.BucketName(name=name))
 
     def deny_bucket_iam_changes(self, denied: bool = True) -> None:
-        self.call("deny_bucket_iam_changes", denied=denied)
+        self.ask(verbs.DENY_BUCKET_IAM_CHANGES, verbs.Denial(denied=denied))
 
     def clear_faults(self) -> None:
-        self.call("clear_faults")
+        self.ask(verbs.CLEAR_FAULTS, verbs.NoArgs())
 
     def preempt_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0) -> None:
-        self.call("preempt_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s, notice_s=notice_s)
+        self.ask(verbs.PREEMPT_SLICE_LATER, verbs.SlicePreemptLater(cluster=cluster, slice_index=slice_index,
+                                                                    after_s=after_s, notice_s=notice_s))
 
     def degrade_slice_later(self, cluster: str, slice_index: int, after_s: float, health: str,
                             for_s: float | None = None) -> None:
-        self.call("degrade_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s, health=health,
-                  for_s=for_s)
+        self.ask(verbs.DEGRADE_SLICE_LATER, verbs.SliceDegradeLater(cluster=cluster, slice_index=slice_index,
+                                                                    after_s=after_s, health=health, for_s=for_s))
 
     def maintain_slice_later(self, cluster: str, slice_index: int, after_s: float, notice_s: float = 0.0,
                              duration_s: float = DEFAULT_MAINTENANCE_S) -> None:
-        self.call("maintain_slice_later", cluster=cluster, slice_index=slice_index, after_s=after_s,
-                  notice_s=notice_s, duration_s=duration_s)
+        self.ask(verbs.MAINTAIN_SLICE_LATER, verbs.SliceMaintainLater(
+            cluster=cluster, slice_index=slice_index, after_s=after_s, notice_s=notice_s, duration_s=duration_s))
 
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None:
-        self.call("preempt", zone=zone, node_id=node_id, notice_s=notice_s)
+        self.ask(verbs.PREEMPT, verbs.NodePreempt(zone=zone, node_id=node_id, notice_s=notice_s))
 
     def repair(self, zone: str, node_id: str, duration_s: float) -> None:
-        self.call("repair", zone=zone, node_id=node_id, duration_s=duration_s)
+        self.ask(verbs.REPAIR, verbs.NodeRepair(zone=zone, node_id=node_id, duration_s=duration_s))
 
     def schedule_maintenance(self, zone: str, node_id: str, after_s: float, duration_s: float) -> None:
         """Announce maintenance (the VM's `upcoming-maintenance`); `after_s` on, REPAIRING for `duration_s`."""
-        self.call("schedule_maintenance", zone=zone, node_id=node_id, after_s=after_s, duration_s=duration_s)
+        self.ask(verbs.SCHEDULE_MAINTENANCE, verbs.NodeMaintenance(zone=zone, node_id=node_id, after_s=after_s,
+                                                                   duration_s=duration_s))
 
     def terminate(self, zone: str, node_id: str) -> None:
-        self.call("terminate", zone=zone, node_id=node_id)
+        self.ask(verbs.TERMINATE, verbs.NodeName(zone=zone, node_id=node_id))
 
     def degrade(self, zone: str, node_id: str, *, state: NodeState | None = None, health: str | None = None,
                 for_s: float | None = None) -> None:
-        self.call("degrade", zone=zone, node_id=node_id, state=state.value if state else None, health=health,
-                  for_s=for_s)
+        self.ask(verbs.DEGRADE, verbs.NodeDegrade(zone=zone, node_id=node_id, state=state, health=health, for_s=for_s))
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
                           vm_image: str = "controller", boot_delay_s: float = 0.0,
@@ -133,46 +150,57 @@ class EmulatorControl:
                           instance_delete_latency_s: float = INSTANCE_DELETE_S) -> None:
         """A cluster's simulated latencies, VM image and boot delay (its spec's `simulation`): `up`
         hands them over (the laptop's before it makes the controller VM, the controller's at its own)."""
-        self.call("configure_cluster", cluster=cluster, create_latency_s=create_latency_s,
-                  delete_latency_s=delete_latency_s, vm_image=vm_image, boot_delay_s=boot_delay_s,
-                  instance_create_latency_s=instance_create_latency_s,
-                  instance_delete_latency_s=instance_delete_latency_s)
+        self.ask(verbs.CONFIGURE_CLUSTER, verbs.ClusterSimulation(
+            cluster=cluster, create_latency_s=create_latency_s, delete_latency_s=delete_latency_s,
+            vm_image=vm_image, boot_delay_s=boot_delay_s, instance_create_latency_s=instance_create_latency_s,
+            instance_delete_latency_s=instance_delete_latency_s))
 
     def crash_controller_vm(self, cluster: str) -> str | None:
         """Kill every process of `cluster`'s controller VM and boot it again on the same disk; its
         instance name, None when the cluster has no running controller VM."""
-        return self.call("crash_controller_vm", cluster=cluster)
+        return self.ask(verbs.CRASH_CONTROLLER_VM, verbs.ClusterName(cluster=cluster))
 
     def halt_controller_vm(self, cluster: str, state: str) -> str | None:
         """Stop (TERMINATED) or suspend (SUSPENDED) `cluster`'s controller VM, as Compute Engine may;
         its instance name, None when the cluster has no running controller VM."""
-        return self.call("halt_controller_vm", cluster=cluster, state=state)
+        return self.ask(verbs.HALT_CONTROLLER_VM, verbs.ControllerHalt(cluster=cluster, state=state))
+
+    def project(self, *, kind: str | None = None, grant: str | None = None, revoke: str | None = None,
+                member: str | None = None, enable: list[str] | None = None) -> ProjectPolicy:
+        """What the console would do to the project: start it again as `kind`, grant or revoke a
+        role of `member`, enable APIs; the project's policy and enabled APIs as they are then."""
+        return self.ask(verbs.PROJECT, verbs.ProjectChange(kind=kind, grant=grant, revoke=revoke, member=member,
+                                                           enable=enable))
+
+    def iam_calls(self, *methods: str) -> list[IamCall]:
+        """The calls the project's IAM checked, oldest first (only `methods`' if given)."""
+        return self.ask(verbs.IAM_CALLS, verbs.MethodsAsked(methods=list(methods) if methods else None))
 
     def all_nodes(self) -> list[Node]:
         """Every node in every zone, read without a Cloud TPU API call (no injected fault hits it)."""
-        return _NODES.validate_python(self.call("all_nodes"))
+        return self.ask(verbs.ALL_NODES, verbs.NoArgs())
 
     def all_queued_resources(self) -> list[QueuedResource]:
-        return _QUEUED.validate_python(self.call("all_queued_resources"))
+        return self.ask(verbs.ALL_QUEUED_RESOURCES, verbs.NoArgs())
 
     def all_instances(self) -> list[Instance]:
         """Every Compute Engine instance (a controller VM), read without an API call."""
-        return _INSTANCES.validate_python(self.call("all_instances"))
+        return self.ask(verbs.ALL_INSTANCES, verbs.NoArgs())
 
     def known_zones(self) -> list[str]:
-        return list(self.call("known_zones"))
+        return self.ask(verbs.KNOWN_ZONES, verbs.NoArgs())
 
     def pending_faults(self) -> Faults:
         """The faults still waiting to happen, as the simulator records them."""
-        return Faults.model_validate(self.call("pending_faults"))
+        return self.ask(verbs.PENDING_FAULTS, verbs.NoArgs())
 
     def version(self) -> int:
         """How many changes the simulated cloud has had: the same number means nothing changed."""
-        return int(self.call("version"))
+        return self.ask(verbs.VERSION, verbs.NoArgs())
 
-    def requests(self, *methods: str) -> list[dict[str, Any]]:
-        """The API requests the emulator received, oldest first, as JSON (only `methods`' if given)."""
-        return self.call("requests", **({"methods": list(methods)} if methods else {}))
+    def requests(self, *methods: str) -> list[LoggedRequest]:
+        """The API requests the emulator received, oldest first (only `methods`' if given)."""
+        return self.ask(verbs.REQUESTS, verbs.MethodsAsked(methods=list(methods) if methods else None))
 
     def close(self) -> None:
         self._channel.close()
@@ -204,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
             for fault in faults:
                 control.fault(fault, cluster=args.cluster)
         else:
-            print(json.dumps(_NODES.dump_python(control.all_nodes(), mode="json"), indent=2))
+            print(json.dumps(verbs.ALL_NODES.reply_json(control.all_nodes()), indent=2))
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from podmanager.emulator.compute_api import ComputeApi
 from podmanager.emulator.iam import tokens
 from podmanager.emulator.iam.api import IamApi
 from podmanager.emulator.iam.gate import Gate, GateInterceptor
-from podmanager.emulator.iam.project import ProjectIam
+from podmanager.emulator.iam.project import ProjectIam, ProjectPolicy
 from podmanager.emulator.instance_vms import InstanceVms
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.network import names
@@ -87,16 +87,17 @@ class Emulator:
         secrets = SecretManagerEmulator({project: SIMULATED_PROJECT_NUMBER},
                                         saved_at=state_file.secrets_path(project) if persist else None)
         self.api = TpuEmulator(self.sim, secrets,
-                               controls={"crash_controller_vm": self.instance_vms.crash_controller,
-                                         "halt_controller_vm": self.instance_vms.halt_controller,
-                                         "project": self.change_project})
+                               controls={"crash_controller_vm": lambda r: self.instance_vms.crash_controller(r.cluster),
+                                         "halt_controller_vm": lambda r: self.instance_vms.halt_controller(
+                                             r.cluster, r.state),
+                                         "project": lambda r: self.change_project(**dict(r))})
         # Every call is someone's, checked against the project's IAM and enabled APIs (issue 45).
         self.iam = ProjectIam.load(project, SIMULATED_PROJECT_NUMBER, persist=persist)
         tokens.write_user_credentials()  # the laptop's user: the simulated application default credentials
         secrets.gated = True
         self.gate = Gate(self.iam, self._resource_bindings)
         self.api.interceptors.append(GateInterceptor(self.gate))
-        self.api.controls["iam_calls"] = self.gate.calls_made  # who made each call: `EmulatorControl.call("iam_calls")`
+        self.api.controls["iam_calls"] = lambda r: self.gate.calls_made(r.methods)  # who made each call
         # Compute Engine's network calls, logged with the Cloud TPU requests (one log to assert on).
         self.compute = ComputeApi(self.sim, log=lambda method, request: self.api.requests.append((method, request)))
         self.stopped = threading.Event()
@@ -194,7 +195,7 @@ class Emulator:
         return None if denial is None else rest.Answer(denial.http, denial.json_body())
 
     def change_project(self, kind: str | None = None, grant: str | None = None, revoke: str | None = None,
-                       member: str | None = None, enable: list[str] | None = None) -> dict[str, object]:
+                       member: str | None = None, enable: list[str] | None = None) -> ProjectPolicy:
         """What the console would do to the project (`podmanager sim project`): start it again as
         `kind`, grant or revoke a role of `member`, enable APIs; the policy as it is then."""
         if kind:
@@ -206,7 +207,7 @@ class Emulator:
                 change(role, member)
         for service in enable or []:
             self.iam.enable(service)
-        return self.iam.policy().model_dump()
+        return self.iam.policy()
 
     def stop(self) -> None:
         self.stopped.set()

@@ -23,7 +23,7 @@ How it maps the simulator onto the API:
   project runs unchanged against the emulator.
 
 A third service, `podmanager.emulator.Control/Call` (JSON in, JSON out), lets another
-process inject the simulator's faults and read the request log: see `sim_control`
+process inject the simulator's faults and read the request log: its verbs are `control_verbs.py`'s table
 (`EmulatorControl`, `python -m podmanager.emulator.control inject ADDRESS FAULT...`).
 """
 
@@ -43,31 +43,32 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from pydantic import TypeAdapter
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import (
     Node,
     NodeRequest,
-    NodeState,
     Operation,
     QueuedResource,
 )
 from podmanager.cloud.gcp.client import network_record
-from podmanager.cloud.instances import Instance
 from podmanager.core.errors import SpecError
 from podmanager.core.peer import OwnerOnlyInterceptor, listening_address
 from podmanager.core.spec import Capacity
 from podmanager.emulator.control import (
-    CONTROL_SERVICE,
     FAULT_HELP,
     EmulatorControl,
     apply_fault,
 )
+from podmanager.emulator.control_verbs import (
+    CONTROL_SERVICE,
+    CONTROL_VERSION,
+    MethodsAsked,
+    verb_named,
+)
 from podmanager.emulator.grpc_validation import SchemaInterceptor
 from podmanager.emulator.secret_manager import SecretManagerEmulator
 from podmanager.emulator.sim.cloud import SimCloud
-from podmanager.emulator.sim.records import Faults
 from podmanager.emulator.sim.refusal import Refused
 
 TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
@@ -226,11 +227,11 @@ class TpuEmulator:
     Secret Manager; keeps a log of every Cloud TPU request received."""
 
     def __init__(self, sim: SimCloud, secrets: SecretManagerEmulator | None = None, *,
-                 controls: dict[str, Callable[..., Any]] | None = None):
-        """`controls`: control calls served beside the simulator's own, by name (the emulator's
-        VMs: `crash_controller_vm`, `halt_controller_vm`)."""
+                 controls: dict[str, Callable[[Any], Any]] | None = None):
+        """`controls`: handlers of control verbs served beside the simulator's own, by the
+        verb's name (`control_verbs.py`; the emulator's VMs and project: `server.py`)."""
         self.sim = sim
-        self.controls = dict(controls or {})
+        self.controls: dict[str, Callable[[Any], Any]] = {**self._sim_controls(), **(controls or {})}
         self.interceptors: list[grpc.ServerInterceptor] = []  # after the owner's check: the project's IAM
         # Always served: the real path creates the token secret wherever it creates nodes.
         self.secrets = secrets if secrets is not None else SecretManagerEmulator()
@@ -516,49 +517,60 @@ class TpuEmulator:
     def _control(self, payload: bytes, context: grpc.ServicerContext) -> bytes:
         try:
             call = json.loads(payload)
+            if call.get("version", CONTROL_VERSION) != CONTROL_VERSION:
+                raise ValueError(f"control version {call['version']}; this emulator speaks version {CONTROL_VERSION}")
             result = self.control(call["method"], **call.get("args", {}))
         except (KeyError, TypeError, ValueError, SpecError, cloud_errors.CloudError) as error:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{type(error).__name__}: {error}")
         return json.dumps({"result": result}).encode()
 
     def control(self, method: str, **args: Any) -> Any:
-        """Run one control call: a fault injection on the simulator, or a read of its state."""
-        if method == "fault":
-            apply_fault(self.sim, args["spec"], cluster=args.get("cluster"))
-            return None
-        if method == "degrade":
-            state = args.pop("state", None)
-            self.sim.degrade(**args, state=NodeState(state) if state else None)
-            return None
-        if method in _SIM_CONTROLS:
-            getattr(self.sim, method)(**args)
-            return None
-        if method in self.controls:
-            return self.controls[method](**args)
-        if method in _SIM_READS:
-            return _SIM_READS[method].dump_python(getattr(self.sim, method)(), mode="json")
-        if method == "requests":
-            with self._lock:
-                log = list(self.requests)
-            return [{"method": name, "request": _to_json(request)} for name, request in log if name in args.get("methods", [name])]
-        known = ["fault", "degrade", "requests", *sorted(_SIM_CONTROLS), *sorted(_SIM_READS), *sorted(self.controls)]
-        raise ValueError(f"unknown control method {method!r}; known: {', '.join(known)}")
+        """Run one control verb (a fault injection on the simulator, or a read of its state): its
+        request checked and its reply written as JSON by the verb's entry (`control_verbs.py`)."""
+        verb = verb_named(method)
+        handler = self.controls.get(verb.name)
+        if handler is None:  # an emulator's own verb, asked of a bare TpuEmulator (a test's)
+            raise ValueError(f"control method {method!r} is not served here; served: {', '.join(sorted(self.controls))}")
+        return verb.reply_json(handler(verb.request.model_validate(args)))
 
+    def _sim_controls(self) -> dict[str, Callable[[Any], Any]]:
+        """The handler of each verb the simulator answers; each request's fields are the
+        simulator method's parameters."""
+        sim = self.sim
+        return {
+            "fault": lambda r: apply_fault(sim, r.spec, cluster=r.cluster),
+            "inject_create_fault": lambda r: sim.inject_create_fault(**dict(r)),
+            "inject_quota": lambda r: sim.inject_quota(**dict(r)),
+            "inject_transient": lambda r: sim.inject_transient(**dict(r)),
+            "deny_secret_reads": lambda r: sim.deny_secret_reads(**dict(r)),
+            "deny_firewall_changes": lambda r: sim.deny_firewall_changes(**dict(r)),
+            "create_bucket": lambda r: sim.create_bucket(**dict(r)),
+            "delete_bucket": lambda r: sim.delete_bucket(**dict(r)),
+            "deny_bucket_iam_changes": lambda r: sim.deny_bucket_iam_changes(**dict(r)),
+            "clear_faults": lambda r: sim.clear_faults(),
+            "preempt_slice_later": lambda r: sim.preempt_slice_later(**dict(r)),
+            "degrade_slice_later": lambda r: sim.degrade_slice_later(**dict(r)),
+            "maintain_slice_later": lambda r: sim.maintain_slice_later(**dict(r)),
+            "preempt": lambda r: sim.preempt(**dict(r)),
+            "repair": lambda r: sim.repair(**dict(r)),
+            "schedule_maintenance": lambda r: sim.schedule_maintenance(**dict(r)),
+            "terminate": lambda r: sim.terminate(**dict(r)),
+            "degrade": lambda r: sim.degrade(**dict(r)),
+            "configure_cluster": lambda r: sim.configure_cluster(**dict(r)),
+            "all_nodes": lambda r: sim.all_nodes(),
+            "all_queued_resources": lambda r: sim.all_queued_resources(),
+            "all_instances": lambda r: sim.all_instances(),
+            "known_zones": lambda r: sim.known_zones(),
+            "version": lambda r: sim.version(),
+            "pending_faults": lambda r: sim.pending_faults(),
+            "requests": self._logged_requests,
+        }
 
-_SIM_CONTROLS = frozenset({"inject_create_fault", "inject_quota", "inject_transient", "deny_secret_reads",
-                           "deny_firewall_changes", "create_bucket", "delete_bucket", "deny_bucket_iam_changes",
-                           "clear_faults", "preempt",
-                           "preempt_slice_later", "degrade_slice_later", "maintain_slice_later", "repair",
-                           "schedule_maintenance", "terminate", "configure_cluster"})
-# Reads of the simulator's own view (no API call: no injected fault hits them), as the client's records.
-_SIM_READS: dict[str, TypeAdapter[Any]] = {
-    "all_nodes": TypeAdapter(list[Node]),
-    "all_queued_resources": TypeAdapter(list[QueuedResource]),
-    "all_instances": TypeAdapter(list[Instance]),
-    "known_zones": TypeAdapter(list[str]),
-    "version": TypeAdapter(int),
-    "pending_faults": TypeAdapter(Faults),
-}
+    def _logged_requests(self, asked: MethodsAsked) -> list[dict[str, Any]]:
+        with self._lock:
+            log = list(self.requests)
+        return [{"method": name, "request": _to_json(request)} for name, request in log
+                if asked.methods is None or name in asked.methods]
 
 
 def _to_json(request: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Iterable, Protocol
 
 from pydantic import BaseModel, Field
 
+from podmanager.core.event_data import EventData
 from podmanager.state.run_results import AttemptResult, IncidentRecord
 from podmanager.state.run_state import Launching, Running
 
@@ -62,7 +63,7 @@ class EventLike(Protocol):
     kind: str
     slice_index: int | None
     message: str
-    data: dict
+    data: EventData
 
 
 class RunLike(Protocol):
@@ -267,7 +268,7 @@ def _incident(record: IncidentRecord) -> IncidentMark:
 
 def _belongs(event: EventLike, run_id: str, slices: set[int], start: float, end: float) -> bool:
     """The run's own events, and a notice for one of its slices while it ran (a notice names no run)."""
-    owner = event.data.get("run_id") if isinstance(event.data, dict) else None
+    owner = event.data.run_id
     if owner is not None:
         return owner == run_id
     return event.slice_index is not None and event.slice_index in slices and start <= event.time <= end
@@ -281,7 +282,7 @@ def _marks(events: list[EventLike]) -> list[Mark]:
             continue
         mark = _mark(event)
         if mark.kind == "checkpoint":
-            key = (event.data.get("attempt"), mark.step)
+            key = (event.data.as_json().get("attempt"), mark.step)
             if key in checkpoints:
                 continue
             checkpoints.add(key)
@@ -290,7 +291,7 @@ def _marks(events: list[EventLike]) -> list[Mark]:
 
 
 def _mark(event: EventLike) -> Mark:
-    data = event.data if isinstance(event.data, dict) else {}
+    data = event.data.as_json()  # the fields as the page shows them, whichever kind holds them
     step = data.get("step") if isinstance(data.get("step"), int) else None
     saved_at = data.get("saved_at")
     at = float(saved_at) if event.kind == "checkpoint_saved" and isinstance(saved_at, (int, float)) else event.time

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from podmanager.core.event_data import EventData, payload, stored
 from podmanager.core.events import EventKind
 from podmanager.core.files import write_atomic
 from podmanager.state.db import MEMORY, Database, default_path, spec_copy_path
@@ -59,12 +60,12 @@ class Event:
     kind: str  # an `EventKind`'s value; an old log may hold one no longer written
     slice_index: int | None
     message: str
-    data: dict[str, Any]
+    data: EventData  # the kind's record (`core/event_data.py`)
 
     @property
     def run_id(self) -> str | None:
         """The run that caused this event, if one did."""
-        return self.data.get("run_id")
+        return self.data.run_id
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -73,7 +74,7 @@ class Event:
             "kind": self.kind,
             "slice": self.slice_index,
             "message": self.message,
-            **({"data": self.data} if self.data else {}),
+            **({"data": fields} if (fields := self.data.as_json()) else {}),
         }
 
 
@@ -143,12 +144,13 @@ class StateStore:
                   when: float | None = None, **data: Any) -> Event:
         if not isinstance(kind, EventKind):  # a bare string could be misspelt: no filter would see it
             raise TypeError(f"event kind {kind!r} is not an EventKind member (podmanager/core/events.py)")
+        fields = payload(kind, data)  # a field the kind does not hold fails here, where it is written
         when = time.time() if when is None else when
         event_id = self._db.insert(
             "INSERT INTO events (cluster, time, kind, slice_index, message, data) VALUES (?, ?, ?, ?, ?, ?)",
-            (cluster, when, kind.value, slice_index, message, json.dumps(data, default=str)),
+            (cluster, when, kind.value, slice_index, message, json.dumps(fields.as_json())),
         )
-        return Event(event_id, cluster, when, kind, slice_index, message, data)
+        return Event(event_id, cluster, when, kind, slice_index, message, fields)
 
     def last_event_time(self, cluster: str) -> float | None:
         """When the cluster's latest event was recorded; None if it has none."""
@@ -170,7 +172,7 @@ class StateStore:
             sql += " AND json_extract(data, '$.run_id')=?"
             args += (run_id,)
         rows = self._execute(sql + " ORDER BY id", args)
-        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+        return [_event(row) for row in rows]
 
     def events_page(self, cluster: str, *, before_id: int | None = None, after_id: int = 0,
                     kinds: tuple[str, ...] = (), slice_index: int | None = None, run_id: str | None = None,
@@ -200,10 +202,14 @@ class StateStore:
             args += (until,)
         sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
         rows = self._execute(sql, args + (limit,))
-        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+        return [_event(row) for row in rows]
 
     def count_events(self, cluster: str) -> int:
         return int(self._execute("SELECT COUNT(*) FROM events WHERE cluster=?", (cluster,))[0][0])
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    return Event(row[0], row[1], row[2], row[3], row[4], row[5], stored(row[3], json.loads(row[6])))
 
 
 def _cluster(row: tuple[Any, ...]) -> ClusterRecord:

@@ -22,7 +22,7 @@ from podmanager.state.run_results import AttemptResult
 from podmanager.state.run_state import Launching, Running
 from podmanager.supervision.left_output import keep_left_output
 from podmanager.supervision.ports import SupervisedCluster
-from podmanager.vm.workload_runs import HeldRun
+from podmanager.vm.host_wire import HeldRun
 
 
 class AttemptLauncher:

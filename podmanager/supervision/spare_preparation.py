@@ -58,7 +58,7 @@ class SparePreparer:
                 continue  # not ready yet: looked at again next time
             for slot, agent in hosts:
                 if slot.label not in asked and slot.label not in self._failed:
-                    call = agent.setup_workload.remote(self.run_id, self.runner.workload_json, self.runner.code())
+                    call = agent.setup_workload.remote(self.runner.setup_record, self.runner.code())
                     self._asked[call] = slot
 
     def _collect(self) -> None:

@@ -2,8 +2,9 @@
 
 It is created by `fleet` (named, detached, in the podmanager namespace, inside the
 slice's placement group). It reports who it is, answers health probes, and runs the
-workload processes of a run as its own children (their machinery is `host_runs`), so a
-crash or kill of a program never takes the agent down.
+workload processes of a run as its own children (their machinery is `workload_runs`; what
+the controller sends and gets back is `host_wire`), so a crash or kill of a program never
+takes the agent down.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import time
 from pydantic import BaseModel, ConfigDict
 
 from podmanager.vm.environments import HostSetup
+from podmanager.vm.host_wire import HeldRun, HostLaunch, PollReply, RunSetup
 from podmanager.vm.probe import ProbeResult, probe_host
 from podmanager.vm.ray_node import free_port
-from podmanager.vm.workload_runs import HeldRun, HostRuns, PollReply
+from podmanager.vm.workload_runs import HostRuns
 
 
 class AgentIdentity(BaseModel):
@@ -78,12 +80,13 @@ class HostAgent:
         """A free port on this host (all interfaces), for the JAX coordinator."""
         return free_port("")
 
-    def setup_workload(self, run_id: str, workload_json: str, code_zip: bytes | None) -> HostSetup:
+    def setup_workload(self, run: RunSetup, code_zip: bytes | None) -> HostSetup:
         """Ready the run here (its code, its requirements, its program); see `HostRuns.setup`."""
-        return self._runs().setup(run_id, workload_json, code_zip)
+        return self._runs().setup(run, code_zip)
 
-    def start_workload(self, run_id: str, workload_json: str, env: dict) -> int:
-        return self._runs().start(run_id, workload_json, env)
+    def start_workload(self, launch: HostLaunch) -> int:
+        """Start one attempt's process of the run here; see `HostRuns.start`."""
+        return self._runs().start(launch)
 
     def poll_workload(self, run_id: str, offset: int, hold_s: float = 0.0) -> PollReply:
         return self._runs().poll(run_id, offset, hold_s)

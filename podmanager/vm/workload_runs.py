@@ -8,6 +8,7 @@ so it is tested directly.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -23,6 +24,13 @@ from podmanager.runtime import contract
 from podmanager.runtime.launch import JAX_COMPILATION_CACHE_ENV
 from podmanager.vm import environments
 from podmanager.vm.environments import Environment, HostSetup
+from podmanager.vm.host_wire import (
+    HeldRun,
+    HostLaunch,
+    PollReply,
+    RunSetup,
+    check_version,
+)
 from podmanager.vm.process import (
     WorkloadProcess,
     first_progress,
@@ -43,33 +51,6 @@ MEGASCALE_FILE_ENV = "PODMANAGER_SIM_MEGASCALE_FILE"
 # Output sent per poll: a program that writes faster than this per `hold_s` is caught up
 # by polls that do not hold (see `Gang.poll`).
 OUTPUT_CHUNK = 4 << 20
-
-
-@dataclass(frozen=True)
-class PollReply:
-    """One poll of a run's process on a host (`HostRuns.poll`)."""
-
-    running: bool
-    exit_code: int | None
-    pid: int
-    output: bytes  # as the program wrote it, from the asked offset, in whole lines
-    offset: int  # where the next poll reads from
-    left: int  # bytes written after `offset`, not in this reply: ask again without holding
-    progress: contract.ProgressRecord | None  # the last step the program reported
-    first_progress: contract.ProgressRecord | None  # the first step it reported in this attempt
-    tail: tuple[str, ...] = ()  # once the process has exited: the last lines of all its output
-    asked_to_stop: bool = False  # the agent sent it SIGTERM (a notice's, or a stop's)
-
-
-@dataclass(frozen=True)
-class HeldRun:
-    """Which attempt of a run a host holds and how its process is (`HostRuns.describe`):
-    what a restarted supervisor re-attaches by."""
-
-    attempt: int
-    running: bool
-    exit_code: int | None
-    pid: int
 
 
 @dataclass(frozen=True)
@@ -107,16 +88,22 @@ class HostRuns:
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
 
-    def setup(self, run_id: str, workload_json: str, code_zip: bytes | None) -> HostSetup:
-        """Make the run ready to start here: its code unpacked, its requirements installed (or
-        found installed), its program found. Done once per run on a host: a later attempt on
-        the same host finds it ready and pays nothing."""
+    def setup(self, run: RunSetup, code_zip: bytes | None) -> HostSetup:
+        """Make the run ready to start here: its code (`code_zip`, the bytes of the zip the
+        record names) unpacked, its requirements installed (or found installed), its program
+        found. Done once per run on a host: a later attempt on the same host finds it ready
+        and pays nothing."""
+        check_version(run)
         started = time.monotonic()
+        run_id, workload = run.run_id, run.workload
         if run_id in self.prepared:
             return HostSetup(True, time.monotonic() - started, reused=True, already=True)
-        workload = Workload.model_validate_json(workload_json)
         cwd = self.run_dir(run_id) / "working_dir"
         if code_zip is not None and not cwd.exists():
+            shipped = hashlib.sha256(code_zip).hexdigest()
+            if run.code_digest is not None and shipped != run.code_digest:
+                return HostSetup(False, time.monotonic() - started,
+                                 error=f"the shipped code's SHA-256 is {shipped}, not the {run.code_digest} its run names")
             unpacking = cwd.with_name("working_dir.unpacking")
             shutil.rmtree(unpacking, ignore_errors=True)
             with zipfile.ZipFile(io.BytesIO(code_zip)) as archive:
@@ -152,17 +139,18 @@ class HostRuns:
         process_env["PYTHONUNBUFFERED"] = "1"
         return process_env
 
-    def start(self, run_id: str, workload_json: str, env: dict[str, str]) -> int:
+    def start(self, launch: HostLaunch) -> int:
+        """Start the launch's attempt of its run here; the process's pid."""
+        check_version(launch)
+        run_id, workload, env, attempt = launch.run_id, launch.run.workload, launch.env, launch.attempt
         current = self.processes.get(run_id)
         if current is not None and current.status().running:
             raise RuntimeError(f"run {run_id} already has a live process (pid {current.pid}) on this host")
-        workload = Workload.model_validate_json(workload_json)
         if run_id not in self.prepared:  # a run that ships nothing and needs nothing
-            report = self.setup(run_id, workload_json, None)
+            report = self.setup(launch.run, None)
             if not report.ok:
                 raise RuntimeError(f"run {run_id} cannot start here: {report.error}")
         prepared = self.prepared[run_id]
-        attempt = int(env.get(contract.ENV_ATTEMPT, "0"))
         folder = self.run_dir(run_id)
         cwd = prepared.cwd
         process_env = self._process_env(prepared, env, workload)

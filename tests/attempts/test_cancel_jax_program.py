@@ -20,6 +20,7 @@ from podmanager.core.clock import poll_until
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
 from podmanager.runtime.contract import EXIT_PREEMPTED
+from podmanager.vm.host_wire import HostLaunch, RunSetup
 from podmanager.vm.ray_node import free_port
 from podmanager.vm.workload_runs import HostRuns
 
@@ -50,8 +51,8 @@ def _start(runs: HostRuns, mode: str) -> None:
     slot = HostSlot(0, 0, "node", "127.0.0.1", 1, "v4-8")
     env, = launch_envs([slot], coordinator_port=free_port(), cluster="c", run_id="r", attempt=0,
                        checkpoint_dir=None, parallelism=None, simulated=False)
-    workload = Workload(command=[sys.executable, "-c", PROGRAM, mode], working_dir=None).model_dump_json()
-    runs.start("r", workload, {**env, "JAX_PLATFORMS": "cpu"})
+    workload = Workload(command=[sys.executable, "-c", PROGRAM, mode], working_dir=None)
+    runs.start(HostLaunch(run=RunSetup(run_id="r", workload=workload), attempt=0, env={**env, "JAX_PLATFORMS": "cpu"}))
     poll_until(lambda: b"joined" in runs.poll("r", 0).output or not runs.poll("r", 0).running, timeout_s=120,
                interval_s=0.1, what="the program to join its JAX job")
     assert runs.poll("r", 0).running, runs.poll("r", 0).output.decode()[-2000:]

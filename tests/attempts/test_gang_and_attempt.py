@@ -9,6 +9,9 @@ from fake_hosts import Behaviour, FakeRemote, agents
 from podmanager.attempts.attempt import AttemptRunner
 from podmanager.attempts.gang import Gang
 from podmanager.core.workload import Workload
+from podmanager.vm.host_wire import RunSetup
+
+RUN = RunSetup(run_id="run-1", workload=Workload(command=["train"], working_dir=None))
 
 
 @pytest.fixture
@@ -25,7 +28,7 @@ def runner(remote, **options) -> AttemptRunner:
 def test_the_gang_starts_every_host_with_its_own_env_and_polls_until_all_exit(remote):
     hosts = agents(lambda s, attempt: Behaviour(polls=2, lines=[f"hello from {s.label}", "bye"]))
     gang = Gang(hosts, "run-1", remote=remote)
-    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0", "JAX_PROCESS_ID": str(i)} for i in range(2)])
+    gang.start(RUN, 0, [{"PODMANAGER_ATTEMPT": "0", "JAX_PROCESS_ID": str(i)} for i in range(2)])
     seen: list[tuple[str, str]] = []
     for _ in range(3):
         gang.poll(lambda s, text: seen.append((s.label, text)), wait_s=0)
@@ -39,7 +42,7 @@ def test_the_gang_starts_every_host_with_its_own_env_and_polls_until_all_exit(re
 def test_a_host_that_does_not_answer_is_lost_without_stalling_the_others(remote):
     hosts = agents(lambda s, attempt: Behaviour(polls=5, silent=s.slice_index == 1))
     gang = Gang(hosts, "run-1", remote=remote, poll_timeout_s=0.0)
-    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0"}] * 2)
+    gang.start(RUN, 0, [{"PODMANAGER_ATTEMPT": "0"}] * 2)
     gang.poll(wait_s=0)
     assert gang.hosts[0].progress.step == 1  # the answering host was heard
     assert gang.hosts[1].lost == "no answer for 0s" and not gang.hosts[1].running
@@ -48,7 +51,7 @@ def test_a_host_that_does_not_answer_is_lost_without_stalling_the_others(remote)
 def test_a_dead_agent_is_lost_with_the_reason_and_skipped_when_stopping(remote):
     hosts = agents(lambda s, attempt: Behaviour(polls=5, lost_after=1 if s.slice_index == 0 else None))
     gang = Gang(hosts, "run-1", remote=remote)
-    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0"}] * 2)
+    gang.start(RUN, 0, [{"PODMANAGER_ATTEMPT": "0"}] * 2)
     gang.poll(wait_s=0)
     gang.poll(wait_s=0)
     assert gang.hosts[0].lost.startswith("RayActorError")
@@ -63,7 +66,7 @@ def test_an_agent_that_answers_a_poll_with_an_error_loses_its_host_not_the_gang(
     # supervisor stop with the agent's KeyError).
     hosts = agents(lambda s, attempt: Behaviour(polls=5, forgot_after=1 if s.slice_index == 0 else None))
     gang = Gang(hosts, "run-1", remote=remote)
-    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0"}] * 2)
+    gang.start(RUN, 0, [{"PODMANAGER_ATTEMPT": "0"}] * 2)
     gang.poll(wait_s=0)
     gang.poll(wait_s=0)
     assert gang.hosts[0].lost == "the host's agent failed to poll: this host's agent holds no process of run run-1"
@@ -143,7 +146,7 @@ def test_reattaching_watches_the_running_processes_without_launching_again(remot
     hosts = agents(lambda s, attempt: Behaviour(polls=3, lines=["one", "two", "three"]))
     first = runner(remote)
     gang = Gang(hosts, "run-1", remote=remote)
-    gang.start("{}", [{"PODMANAGER_ATTEMPT": "2"}] * 2)
+    gang.start(RUN, 2, [{"PODMANAGER_ATTEMPT": "2"}] * 2)
     gang.poll(wait_s=0)  # the old supervisor saw "one", then died
     launched = [len(a.started) for _, a in hosts]
 

@@ -20,8 +20,11 @@ from podmanager.core.records import HostRef
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.run_results import RunResult
+from podmanager.vm.host_wire import HostLaunch, PollReply, RunSetup
 from podmanager.vm.process import read_chunk, read_tail
-from podmanager.vm.workload_runs import HostRuns, PollReply
+from podmanager.vm.workload_runs import HostRuns
+
+RUN = RunSetup(run_id="run-1", workload=Workload(command=["train"], working_dir=None))
 
 
 def read_all(path, max_bytes: int, *, final: bool) -> list[bytes]:
@@ -67,8 +70,8 @@ def test_the_tail_is_the_last_lines_read_from_the_end_only(tmp_path):
 
 
 def start(runs: HostRuns, code: str) -> int:
-    return runs.start("r", Workload(command=[sys.executable, "-c", textwrap.dedent(code)],
-                                    working_dir=None).model_dump_json(), {})
+    workload = Workload(command=[sys.executable, "-c", textwrap.dedent(code)], working_dir=None)
+    return runs.start(HostLaunch(run=RunSetup(run_id="r", workload=workload), attempt=0))
 
 
 def poll_to_the_end(runs: HostRuns, max_bytes: int) -> tuple[bytes, list[PollReply]]:
@@ -132,7 +135,7 @@ def test_the_gang_collects_output_larger_than_a_reply_without_holding(remote):
     lines = [f"line {i}" for i in range(50)]
     hosts = agents(lambda s, attempt: Behaviour(polls=1, lines=["\n".join(lines)], reply_bytes=64), slices=1)
     gang = Gang(hosts, "run-1", remote=remote, hold_s=1.0)
-    gang.start("{}", [{"PODMANAGER_ATTEMPT": "0"}])
+    gang.start(RUN, 0, [{"PODMANAGER_ATTEMPT": "0"}])
     seen: list[bytes] = []
     gang.poll(lambda s, data: seen.append(data), wait_s=0)  # the process exits with all its output unsent
     assert gang.hosts[0].exit_code == 0 and not gang.hosts[0].collected

@@ -4,6 +4,7 @@ rounded figures, and no empty figures for a plain command."""
 import pytest
 
 from podmanager.cli import render
+from podmanager.core.event_data import EventData
 from podmanager.core.records import HostRef
 from podmanager.state import Event
 from podmanager.state.run_results import (
@@ -16,7 +17,7 @@ from podmanager.state.run_results import (
 
 def test_event_lines_keep_brackets_and_never_wrap(capsys):
     message = "slice 0 replaced (preemption) in " + ", ".join(f"phase{i} {i}.0s" for i in range(20))
-    render.print_event(Event(1, "c", 0.0, "slices_replaced", 0, f"[slice 0] {message}", {}))
+    render.print_event(Event(1, "c", 0.0, "slices_replaced", 0, f"[slice 0] {message}", EventData()))
     out = capsys.readouterr().out
     assert out.count("\n") == 1  # one line however long
     assert "slices_replaced [slice 0]: [slice 0] slice 0 replaced" in out

@@ -88,7 +88,7 @@ def logged_steps(cluster: Cluster, run_id: str) -> list[int]:
 
 
 def run_events(cluster: Cluster, run_id: str, kind: str) -> list:
-    return [e for e in cluster.events() if e.kind == kind and e.data.get("run_id") == run_id]
+    return [e for e in cluster.events() if e.kind == kind and e.run_id == run_id]
 
 
 def cli(*args: str, home: Path) -> subprocess.CompletedProcess:

@@ -323,7 +323,7 @@ def test_an_elastic_run_goes_on_with_the_slice_left_grows_back_and_ends_at_the_s
     events = [e for e in cluster.events() if e.run_id == result.run_id]
     first = {}
     for event in events:
-        first.setdefault((event.kind, event.data.get("attempt")), event.time)
+        first.setdefault((event.kind, event.data.as_json().get("attempt")), event.time)
     replaced = next(e.time for e in events if e.kind == "slices_replaced")
     assert first[("run_shrunk", None)] < first[("attempt_started", 1)] < replaced < first[("run_grew", None)]
 

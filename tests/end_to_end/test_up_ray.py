@@ -298,7 +298,7 @@ def test_up_that_drops_a_slice_of_a_run_refuses_and_with_force_cancels_the_run_f
         < said.index("slice_deleting")
     assert handle.status().status == "cancelled"  # stopped on its hosts, not taken for a preemption
     assert nodes() == ["twoups-s0"]
-    assert [e.kind for e in cluster.events() if e.data.get("run_id") == handle.run_id].count("incident") == 0
+    assert [e.kind for e in cluster.events() if e.run_id == handle.run_id].count("incident") == 0
 
 
 def test_a_failing_script_in_a_down_on_exit_context_leaves_nothing(two_ups, home, tmp_path):

@@ -152,8 +152,8 @@ def test_after_a_preemption_only_the_replacement_host_sets_up_again(cluster, pro
     simulation.preempt(cluster.runtime, 2)
     result = cluster.run_handle(run_id).wait(timeout_s=240)
     assert result.status == "succeeded" and result.preemptions == 1, result.message
-    setups = [e.data for e in cluster.store.events(NAME, kind="setup_done") if e.data.get("run_id") == run_id]
-    assert [s["installed"] for s in setups] == [["slice-1/host-0", "slice-2/host-0"], ["slice-2/host-0"]]
+    setups = [e.data for e in cluster.store.events(NAME, kind="setup_done") if e.run_id == run_id]
+    assert [s.installed for s in setups] == [["slice-1/host-0", "slice-2/host-0"], ["slice-2/host-0"]]
 
 
 def test_attaching_to_one_run_shows_none_of_anothers_events(cluster, project):

@@ -100,7 +100,7 @@ def test_preempted_slices_are_deleted_and_replaced_by_the_next_pass(sim, clock):
     cluster.up()
     assert [s.state for s in cluster.status().slices] == ["READY", "READY"]
     deleted = [e for e in cluster.events() if e.kind == "slice_deleting"]
-    assert [(e.slice_index, e.data["reason"]) for e in deleted] == [(1, "node is PREEMPTED")]
+    assert [(e.slice_index, e.data.reason) for e in deleted] == [(1, "node is PREEMPTED")]
 
 
 def test_preempted_while_creating_is_replaced(sim, clock):

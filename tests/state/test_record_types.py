@@ -27,9 +27,6 @@ EXCEPTIONS = {
     # "stored spec of NAME"): a spec this version cannot validate any more is reported there,
     # and `down` still finds its cluster, instead of every read of the clusters table failing.
     "podmanager.state.store.ClusterRecord.spec",
-    # Each event kind carries details of its own (run_id, slices, phases, ...), shown as they are by
-    # `events --json`; typing them per kind belongs with the event kinds, not with the records.
-    "podmanager.state.store.Event.data",
     # A service's requests and answers: the user's program's own data, whatever its model takes
     # and returns; podmanager carries them from the router to a replica and back without looking.
     "podmanager.runtime.replica_protocol.Request.inputs",

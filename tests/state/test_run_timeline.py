@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from podmanager.core.event_data import stored
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord
 from podmanager.state.run_results import (
@@ -37,7 +38,7 @@ def record(status: str = "succeeded", slices: list[int] | None = None) -> RunRec
 
 
 def event(i: int, kind: str, at: float, slice_index: int | None = None, **data: object) -> Event:
-    return Event(i, "c", T0 + at, kind, slice_index, f"{kind} {i}", dict(data))
+    return Event(i, "c", T0 + at, kind, slice_index, f"{kind} {i}", stored(kind, dict(data)))
 
 
 PREEMPTED_ONCE = [

@@ -19,6 +19,7 @@ from podmanager.state.run_state import Launching, Running, SupervisorProcess
 from podmanager.supervision.ledger import badput
 from podmanager.supervision.policy import slices_left
 from podmanager.supervision.supervisor import RunSupervisor, new_run
+from podmanager.vm.host_wire import HostLaunch, RunSetup
 
 GATE_S = 30.0  # the longest a test waits for the other thread (a deadline, not a pause)
 
@@ -145,7 +146,8 @@ def test_a_supervisor_started_on_a_shrunk_attempt_reattaches_and_still_brings_th
     cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=100_000 if attempt == 1 else 3))
     elastic_run(runs, cluster, min_slices=1)
     (_, on_0), (_, on_1) = cluster.hosts
-    on_0.start_workload.remote("run-1", "{}", {"PODMANAGER_ATTEMPT": "1"})  # left running by the killed supervisor
+    on_0.start_workload.remote(HostLaunch(run=RunSetup(run_id="run-1", workload=runs.get("run-1").workload), attempt=1,
+                                          env={"PODMANAGER_ATTEMPT": "1"}))  # left running by the killed supervisor
     cluster.cloud.preempt(ZONE, "c-s1")  # lost, and not yet made again
     run = runs.get("run-1")
     run.status, run.attempt, run.supervisor = "running", 1, SupervisorProcess(starts=1)

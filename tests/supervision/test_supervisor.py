@@ -15,6 +15,7 @@ from podmanager.api.run_handle import run_summary
 from podmanager.attempts.logs import RunFolder
 from podmanager.cloud.base import CLUSTER_LABEL, SLICE_LABEL, NodeRequest
 from podmanager.core.clock import Clock, FakeClock, RealClock
+from podmanager.core.event_data import payload
 from podmanager.core.records import SliceRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
@@ -30,6 +31,7 @@ from podmanager.state.run_state import (
 )
 from podmanager.supervision.supervisor import RunSupervisor, new_run
 from podmanager.vm.environments import HostSetup
+from podmanager.vm.host_wire import HostLaunch, RunSetup
 
 ZONE = "sim-zone-a"
 
@@ -63,6 +65,7 @@ class FakeCluster:
         return self.cloud.list_nodes(zone)
 
     def record(self, kind: str, message: str, slice_index: int | None = None, **data: Any) -> None:
+        payload(kind, data)  # as the store checks it: each field of the kind's record, of its type
         self.events.append((kind, data))
         self.messages.append(message)
 
@@ -195,7 +198,8 @@ def test_a_supervisor_started_on_a_running_attempt_reattaches_instead_of_launchi
     cluster = FakeCluster(tmp_path, lambda s, attempt: Behaviour(polls=3))
     run_id = submit(cluster, runs)
     for _, agent in cluster.hosts:  # attempt 0 is running on every host, started by the killed supervisor
-        agent.start_workload.remote(run_id, "{}", {"PODMANAGER_ATTEMPT": "0"})
+        agent.start_workload.remote(HostLaunch(run=RunSetup(run_id=run_id, workload=runs.get(run_id).workload), attempt=0,
+                                                env={"PODMANAGER_ATTEMPT": "0"}))
     run = runs.get(run_id)
     run.status, run.supervisor = "running", SupervisorProcess(starts=1)
     run.phase = Running(attempt=0, started=1.0)

@@ -17,7 +17,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from podmanager.core.records import HostSlot
 from podmanager.runtime.contract import ProgressRecord
 from podmanager.vm.environments import HostSetup
-from podmanager.vm.workload_runs import HeldRun, PollReply
+from podmanager.vm.host_wire import HeldRun, HostLaunch, PollReply, RunSetup
 
 
 @dataclass
@@ -104,14 +104,15 @@ class FakeAgent:
         self.preemption_notice = _Method(lambda: FakeRef("preempted" if self.notice else None))
         self.signal_workload = _Method(self._signal)
 
-    def _setup(self, run_id: str, workload_json: str, code: Any) -> FakeRef:
+    def _setup(self, run: RunSetup, code: Any) -> FakeRef:
         """As `HostRuns.setup`: a run set up here once is found set up (nothing done) after."""
+        run_id = run.run_id
         before = self.setup_report.ok and run_id in self.setups
         self.setups.append(run_id)
         return FakeRef(replace(self.setup_report, reused=True, already=True) if before else self.setup_report)
 
-    def _start(self, run_id: str, workload_json: str, env: dict[str, str]) -> FakeRef:
-        attempt = int(env["PODMANAGER_ATTEMPT"])
+    def _start(self, launch: HostLaunch) -> FakeRef:
+        run_id, attempt, env = launch.run_id, launch.attempt, launch.env
         self.started.append(env)
         self.files.pop((run_id, attempt), None)
         self.runs[run_id] = {"attempt": attempt, "behaviour": self.script(attempt), "polls": 0, "running": True,

@@ -15,6 +15,7 @@ import pytest
 from podmanager.core.clock import poll_until
 from podmanager.core.workload import Workload
 from podmanager.runtime.contract import ProgressRecord
+from podmanager.vm.host_wire import HostLaunch, RunSetup
 from podmanager.vm.procs import MACHINE_ENV, OWNER_ENV
 from podmanager.vm.workload_runs import HostRuns
 
@@ -25,7 +26,11 @@ def wait_exit(runs, run_id, timeout=30):
 
 
 def command(code):
-    return Workload(command=[sys.executable, "-c", code], working_dir=None).model_dump_json()
+    return Workload(command=[sys.executable, "-c", code], working_dir=None)
+
+
+def launch(run_id, workload, env, attempt=0):
+    return HostLaunch(run=RunSetup(run_id=run_id, workload=workload), attempt=attempt, env=env)
 
 
 def test_output_exit_code_and_environment(tmp_path):
@@ -34,7 +39,7 @@ def test_output_exit_code_and_environment(tmp_path):
             "print('token' , os.environ.get('RAY_AUTH_TOKEN')); sys.stdout.write('no newline'); sys.exit(3)")
     os.environ["RAY_AUTH_TOKEN"] = "secret"
     try:
-        runs.start("r", command(code), {"JAX_PROCESS_ID": "5"})
+        runs.start(launch("r", command(code), {"JAX_PROCESS_ID": "5"}))
     finally:
         del os.environ["RAY_AUTH_TOKEN"]
     report = wait_exit(runs, "r")
@@ -44,7 +49,7 @@ def test_output_exit_code_and_environment(tmp_path):
 
 def test_an_agent_started_again_reads_an_earlier_agents_attempt_output_from_its_file(tmp_path):
     earlier = HostRuns(tmp_path)
-    earlier.start("r", command("print('one'); print('two'); print('three', end='')"), {"PODMANAGER_ATTEMPT": "2"})
+    earlier.start(launch("r", command("print('one'); print('two'); print('three', end='')"), {}, attempt=2))
     wait_exit(earlier, "r")
     again = HostRuns(tmp_path)  # the agent after a lost head: it holds no process of the run
     assert again.left_output("r", 2, 4) == b"two\nthree"  # from the offset on, the unterminated end too
@@ -58,7 +63,7 @@ def test_progress_is_reported(tmp_path):
     runs = HostRuns(tmp_path)
     code = ("import json,os\nwith open(os.environ['PODMANAGER_PROGRESS_FILE'],'a') as f:\n"
             "  [f.write(json.dumps({'step': s, 'time': 100 + s, 'loss': 10 - s}) + '\\n') for s in range(4)]")
-    runs.start("r", command(code), {})
+    runs.start(launch("r", command(code), {}))
     report = wait_exit(runs, "r")
     assert report.exit_code == 0
     assert report.first_progress == ProgressRecord(0, 100.0, loss=10.0)
@@ -71,9 +76,9 @@ def test_working_dir_is_unpacked_and_importable(tmp_path):
         z.writestr("helper_mod.py", "VALUE = 42\n")
         z.writestr("main.py", "import helper_mod; print(helper_mod.VALUE)\n")
     runs = HostRuns(tmp_path)
-    workload = Workload(entrypoint="main.py").model_dump_json()
-    assert runs.setup("r", workload, archive.getvalue()).ok
-    runs.start("r", workload, {})
+    workload = Workload(entrypoint="main.py")
+    assert runs.setup(RunSetup(run_id="r", workload=workload), archive.getvalue()).ok
+    runs.start(launch("r", workload, {}))
     assert wait_exit(runs, "r").output == b"42\n"
 
 
@@ -81,7 +86,7 @@ def test_stop_terminates_the_whole_process_group(tmp_path):
     runs = HostRuns(tmp_path)
     code = ("import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']); "
             "print('ready', flush=True); time.sleep(600)")
-    pid = runs.start("r", command(code), {})
+    pid = runs.start(launch("r", command(code), {}))
     while b"ready" not in runs.poll("r", 0).output:
         runs.processes["r"].wait(0.05)
     children = psutil.Process(pid).children(recursive=True)
@@ -95,7 +100,7 @@ def test_stop_terminates_the_whole_process_group(tmp_path):
 def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path):
     runs = HostRuns(tmp_path)
     code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
-    runs.start("r", command(code), {})
+    runs.start(launch("r", command(code), {}))
     while b"ready" not in runs.poll("r", 0).output:
         runs.processes["r"].wait(0.05)
     assert runs.stop("r", grace_s=0.5) == -signal.SIGKILL
@@ -116,7 +121,7 @@ def test_a_program_already_told_to_stop_gets_no_second_sigterm_while_it_exits(tm
         print("ready", flush=True)
         time.sleep(600)
     """)
-    runs.start("r", command(code), {})
+    runs.start(launch("r", command(code), {}))
     poll_until(lambda: b"ready" in runs.poll("r", 0).output, timeout_s=30, interval_s=0.05)
     runs.signal("r", signal.SIGTERM)
     poll_until(lambda: b"exiting" in runs.poll("r", 0).output, timeout_s=30, interval_s=0.01)
@@ -133,22 +138,22 @@ def test_the_poll_says_whether_the_agent_asked_the_program_to_stop(tmp_path):
         print("ready", flush=True)
         time.sleep(600)
     """)
-    runs.start("r", command(code), {})
+    runs.start(launch("r", command(code), {}))
     poll_until(lambda: b"ready" in runs.poll("r", 0).output, timeout_s=30, interval_s=0.05)
     assert runs.poll("r", 0).asked_to_stop is False
     runs.signal("r", signal.SIGTERM)
     report = wait_exit(runs, "r")
     assert (report.exit_code, report.asked_to_stop) == (0, True)
-    runs.start("finished", command("print('done')"), {})
+    runs.start(launch("finished", command("print('done')"), {}))
     assert wait_exit(runs, "finished").asked_to_stop is False
 
 
 def test_a_second_start_of_a_live_run_is_refused(tmp_path):
     runs = HostRuns(tmp_path)
-    runs.start("r", command("import time; time.sleep(600)"), {})
+    runs.start(launch("r", command("import time; time.sleep(600)"), {}))
     try:
         with pytest.raises(RuntimeError, match="already has a live process"):
-            runs.start("r", command("print(1)"), {})
+            runs.start(launch("r", command("print(1)"), {}))
     finally:
         runs.stop_all(grace_s=1)
 
@@ -160,11 +165,13 @@ def test_the_program_does_not_inherit_the_agents_niceness(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys
         os.nice(15)
+        from podmanager.vm.host_wire import HostLaunch, RunSetup
         from podmanager.vm.workload_runs import HostRuns
         from podmanager.core.workload import Workload
         runs = HostRuns(__import__("pathlib").Path({str(tmp_path)!r}))
         code = "import os; print(os.nice(0))"
-        runs.start("r", Workload(command=[sys.executable, "-c", code], working_dir=None).model_dump_json(), {{}})
+        workload = Workload(command=[sys.executable, "-c", code], working_dir=None)
+        runs.start(HostLaunch(run=RunSetup(run_id="r", workload=workload), attempt=0))
         runs.processes["r"].wait(30)
         print(runs.poll("r", 0).output.decode().strip())
     """)
@@ -174,7 +181,7 @@ def test_the_program_does_not_inherit_the_agents_niceness(tmp_path):
 
 def test_a_held_poll_answers_as_soon_as_the_process_exits(tmp_path):
     runs = HostRuns(tmp_path)
-    runs.start("r", command("import time; time.sleep(0.3); print('bye')"), {})
+    runs.start(launch("r", command("import time; time.sleep(0.3); print('bye')"), {}))
     started = time.monotonic()
     report = runs.poll("r", 0, hold_s=120)
     assert report.running is False and report.exit_code == 0 and report.output == b"bye\n"
@@ -183,7 +190,7 @@ def test_a_held_poll_answers_as_soon_as_the_process_exits(tmp_path):
 
 def test_a_held_poll_of_a_running_process_answers_after_the_hold(tmp_path):
     runs = HostRuns(tmp_path)
-    runs.start("r", command("import time; print('up', flush=True); time.sleep(120)"), {})
+    runs.start(launch("r", command("import time; print('up', flush=True); time.sleep(120)"), {}))
     try:
         started = time.monotonic()
         report = runs.poll("r", 0, hold_s=0.5)
@@ -201,7 +208,7 @@ def test_the_simulated_host_tags_are_inherited_but_not_other_podmanager_settings
     runs = HostRuns(tmp_path)
     code = (f"import os; print(os.environ.get('{MACHINE_ENV}'), os.environ.get('{OWNER_ENV}'), "
             "os.environ.get('PODMANAGER_RUN_ID'))")
-    runs.start("r", command(code), {})
+    runs.start(launch("r", command(code), {}))
     # The program dies with its simulated host, and `down` finds it by its owner even once its
     # agent is gone (and it with no tagged parent left).
     assert wait_exit(runs, "r").output == b"host-tag c@home None\n"
@@ -210,13 +217,13 @@ def test_the_simulated_host_tags_are_inherited_but_not_other_podmanager_settings
 def test_a_program_keeps_what_xla_compiled_in_its_hosts_cache_unless_the_run_names_another(tmp_path):
     runs = HostRuns(tmp_path / "host", compile_cache=tmp_path / "jax-cache")
     code = "import os; print(os.environ.get('JAX_COMPILATION_CACHE_DIR'))"
-    runs.start("r", command(code), {})
+    runs.start(launch("r", command(code), {}))
     assert wait_exit(runs, "r").output == f"{tmp_path / 'jax-cache'}\n".encode()  # every launch on the host: one cache
     own = Workload(command=[sys.executable, "-c", code], working_dir=None, env={"JAX_COMPILATION_CACHE_DIR": "/mine"})
-    runs.start("mine", own.model_dump_json(), {})
+    runs.start(launch("mine", own, {}))
     assert wait_exit(runs, "mine").output == b"/mine\n"  # --env wins
     bare = HostRuns(tmp_path / "bare")  # no cache given: none set (the agent's own JAX_* never passes)
-    bare.start("r", command(code), {})
+    bare.start(launch("r", command(code), {}))
     assert wait_exit(bare, "r").output == b"None\n"
 
 
@@ -226,22 +233,22 @@ def test_setup_finds_a_missing_module_or_command_on_the_host_before_anything_sta
         z.writestr("pkg/__init__.py", "raise SystemExit('the check must not import the package')\n")
         z.writestr("pkg/main.py", "print('main')\n")
     runs = HostRuns(tmp_path)
-    found = Workload(entrypoint="-m pkg.main").model_dump_json()
-    assert runs.setup("a", found, archive.getvalue()).ok
-    missing = runs.setup("b", Workload(entrypoint="-m pkg.nope").model_dump_json(), archive.getvalue())
+    found = Workload(entrypoint="-m pkg.main")
+    assert runs.setup(RunSetup(run_id="a", workload=found), archive.getvalue()).ok
+    missing = runs.setup(RunSetup(run_id="b", workload=Workload(entrypoint="-m pkg.nope")), archive.getvalue())
     assert not missing.ok and "module 'pkg.nope'" in missing.error
-    typo = runs.setup("c", Workload(command=["pythn", "x.py"], working_dir=None).model_dump_json(), None)
+    typo = runs.setup(RunSetup(run_id="c", workload=Workload(command=["pythn", "x.py"], working_dir=None)), None)
     assert not typo.ok and "'pythn' is not on the host's PATH" in typo.error
     # `python` is the run's environment's interpreter, first on PATH
-    assert runs.setup("d", Workload(command=["python", "x.py"], working_dir=None).model_dump_json(), None).ok
+    assert runs.setup(RunSetup(run_id="d", workload=Workload(command=["python", "x.py"], working_dir=None)), None).ok
     assert runs.processes == {}
 
 
 def test_a_second_setup_of_a_run_on_the_same_host_is_free(tmp_path):
     runs = HostRuns(tmp_path)
     workload = command("print(1)")
-    first = runs.setup("r", workload, None)
-    again = runs.setup("r", workload, None)
+    first = runs.setup(RunSetup(run_id="r", workload=workload), None)
+    again = runs.setup(RunSetup(run_id="r", workload=workload), None)
     assert first.ok and again.ok and again.reused
     assert not first.already and again.already  # (a hot spare set up ahead answers so at the swap's relaunch)
 
@@ -274,8 +281,8 @@ def test_an_attempt_leaves_no_child_of_the_program_behind_not_even_one_in_its_ow
     """On a TPU VM a leftover child holds the chips the next run needs."""
     runs = HostRuns(tmp_path)
     workload = Workload(command=[sys.executable, "-c", LEAVES_CHILDREN, "wait" if ending == "stop" else "exit"],
-                        working_dir=None).model_dump_json()
-    runs.start("r", workload, {})
+                        working_dir=None)
+    runs.start(launch("r", workload, {}))
     output = poll_until(lambda: (out := runs.poll("r", 0).output) and b"\n" in out and out, timeout_s=60,
                         interval_s=0.05, what="the program to print its children's pids")
     child, grandchild, session, its_session = (int(p) for p in output.split()[1:5])

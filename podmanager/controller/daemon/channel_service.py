@@ -338,4 +338,4 @@ def client_spec_path(cluster: str) -> Path:
 
 def event_record(event: Event) -> records.EventRecord:
     return records.EventRecord(id=event.id, time=event.time, kind=event.kind, slice_index=event.slice_index,
-                               message=event.message, data=event.data)
+                               message=event.message, data=event.data.as_json())
