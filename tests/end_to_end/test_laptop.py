@@ -484,7 +484,7 @@ def test_up_upgrades_a_controller_vm_that_runs_older_software_in_place_and_its_r
     assert f"runs going on, which pause for the reboot and resume after it: {going} (running)" in said, said
     after = json.loads(record_file.read_text())
     assert after["temp_dir"] == root and after["boots"] == before["boots"] + 1  # the same disk, booted again
-    daemons = [p for p in procs.inside(root) if "controller_daemon" in " ".join(p.cmdline())]
+    daemons = [p for p in procs.inside(root) if "podmanager.controller.daemon.process" in " ".join(p.cmdline())]
     assert len(daemons) == 1, [p.cmdline() for p in daemons]  # started once by the boot, not twice
     assert laptop.run_record(earlier)["status"] == "succeeded"  # its record, on the disk, kept
     poll_until(lambda: laptop.run_record(going)["last_incident"] == "supervisor-restart", timeout_s=300,
