@@ -230,6 +230,30 @@ def test_podmanager_on_a_vm_finds_the_projects_emulator_where_the_vm_reaches_it(
     assert found == f"{emulator.network.google_apis} 404"
 
 
+@needs_namespaces
+def test_a_vms_ray_node_address_is_its_internal_address_on_the_vpc(emulator, clients):
+    """What the controller VM's Ray head binds and advertises (controller/head.py): the address
+    its metadata server gives, on an interface of its own, not the loopback every VM shares."""
+    instances, _ = clients
+    script = textwrap.dedent("""\
+        #!/bin/bash
+        found=$("$PODMANAGER_ROOT/opt/podmanager/venv/bin/python" -c '
+        import socket
+        from podmanager.vm.node_address import simulated_node_address
+        address = simulated_node_address()
+        socket.create_server((address, 0)).close()  # bound: an interface of this VM
+        print(address)' 2>&1 | tail -1)
+        curl -fsS -X PUT -H "Metadata-Flavor: Google" --data-binary "$found" \
+          "http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/podmanager/node-address"
+        exec sleep 300
+        """)
+    key = vm(emulator, instances, "c-controller", [], metadata={"startup-script": script,
+                                                               "enable-guest-attributes": "TRUE"})
+    found = poll_until(lambda: instances.guest_attributes(ZONE, "c-controller").get("node-address"), timeout_s=60,
+                       interval_s=0.1, what="the VM's report of its Ray node address")
+    assert found == str(emulator.network.vpc.host(key).internal_ip)
+
+
 def http_status(client_ns: str | None, address: IPv4Address, port: int) -> int | None:
     """The status of a GET / at address:port from `client_ns` (None: this machine's namespace);
     None when the connection is closed unanswered."""
