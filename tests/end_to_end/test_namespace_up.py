@@ -76,6 +76,9 @@ def test_up_status_down_with_a_controller_vm_in_the_namespace_mode(tmp_path):
         assert not ipaddress.ip_address(host["ip"]).is_loopback  # the TPU VM's internal address
     finally:
         down = podmanager("down", "-c", NAME, timeout=600)
+        # A failed `up` or `down` may leave the emulator, and with it its network: stop it anyway.
+        subprocess.run([sys.executable, "-c", "from podmanager.emulator import launcher; launcher.stop_all()"],
+                       env=env, timeout=120, check=False)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not {n for n in namespaces() if n.startswith(prefix)}
     assert not {link for link in links() if link.startswith(prefix)}
