@@ -78,16 +78,24 @@ Say = Callable[[EventKind, str], None]
 
 def caller_address(spec: ClusterSpec) -> str:
     """The one address the channel's rule admits: this machine's as the controller sees it. A
-    dry run's controller is on this machine (loopback); on Google Cloud the address the internet
+    dry run's controller is on this machine's loopback, or, in the emulator's namespace mode,
+    behind the simulated internet, where this machine is its home router's address, which the
+    emulator's record tells (docs/channel.md says why); on Google Cloud the address the internet
     sees this machine by, which the user gives (`controller.caller`): podmanager asks no outside
     service for it."""
     if spec.simulated:
-        return f"{LOOPBACK_IP}/32"
+        return f"{backends.simulated_laptop_address(spec) or LOOPBACK_IP}/32"
     if spec.controller.caller:
         return spec.controller.caller
     raise PodmanagerError("controller.caller: podmanager needs this machine's public address for the controller's "
                           "firewall rule", hint="Set controller.caller: ADDRESS/32 (e.g. from "
                                                 "'curl -s https://checkip.amazonaws.com').")
+
+
+def on_loopback(spec: ClusterSpec) -> bool:
+    """A dry run in the loopback mode: its controller VM shares this machine's ports (a free one is
+    taken); in the namespace mode the VM has its own, as on Google Cloud."""
+    return spec.simulated and backends.simulated_laptop_address(spec) is None
 
 
 def make_secrets(spec: ClusterSpec, *, channel_token: str) -> None:
@@ -149,7 +157,7 @@ class ControllerMachine:
         make_secrets(spec, channel_token=token)
         software = resolve_software(spec)
         port = pinned.load_address(spec.name).port if pinned.has_address(spec.name) else (
-            free_port(LOOPBACK_IP) if spec.simulated else CHANNEL_PORT)
+            free_port(LOOPBACK_IP) if on_loopback(spec) else CHANNEL_PORT)
         script = render_startup_script(spec.name, software, channel_secret_id(spec.name), role=CONTROLLER_ROLE,
                                        channel_port=port)
         if plan.kind == CREATE:

@@ -125,6 +125,16 @@ def make_networks(spec: ClusterSpec) -> ComputeNetworks:
     return found
 
 
+def simulated_laptop_address(spec: ClusterSpec) -> str | None:
+    """A dry run's laptop as its simulated VMs see it: its home router's address on the simulated
+    internet in the emulator's namespace mode; None in the loopback mode (VMs share its loopback)."""
+    if not spec.simulated:
+        return None
+    from podmanager.emulator import launcher
+
+    return launcher.laptop_public(spec.project or "") or None
+
+
 def secrets_host(spec: ClusterSpec) -> str | None:
     """Where a dry run's Secret Manager is (its emulator, started if it is not running); None on
     Google Cloud (the client finds Google's)."""

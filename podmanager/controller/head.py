@@ -20,7 +20,7 @@ from podmanager.core import paths
 from podmanager.core.cadence import Cadence
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.spec import ClusterSpec
-from podmanager.vm import auth, loopback, procs
+from podmanager.vm import auth, loopback, node_address, procs
 from podmanager.vm.ray_node import OBJECT_STORE_BYTES, free_ports, reachable
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,8 @@ def _launch(spec: ClusterSpec) -> HeadStart:
     # Ray's sockets, session files and logs: only the owner may enter (paths.private_dir).
     paths.private_dir(Path(head_temp_dir(spec.name)).parent)
     simulated = spec.simulated
-    ip = loopback.LOOPBACK_IP if simulated else _node_ip()
+    # Simulated: only the VM's own address (loopback, or its internal one in the namespace mode).
+    ip = node_address.simulated_node_address() if simulated else _node_ip()
     bind = ip if simulated else ""
     dashboard_bind = spec.head.dashboard_host if spec.head.dashboard_host != "0.0.0.0" else ""
     if spec.head.port:
@@ -190,7 +191,7 @@ def _launch(spec: ClusterSpec) -> HeadStart:
         port, dashboard_port, client_port, agent_port = free_ports(bind, dashboard_bind, bind, bind)
     command = head_command(spec, ip, port, dashboard_port, client_port, agent_port)
     env = auth.child_env(token)
-    if simulated:
+    if simulated and loopback.is_loopback(ip):  # Ray's loopback rewrite, kept off (vm/loopback.py)
         env.update(loopback.HEAD_ENV)
     address = f"{ip}:{port}"
     log_path = paths.cluster_dir(spec.name) / HEAD_LOG

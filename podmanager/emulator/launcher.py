@@ -44,6 +44,14 @@ def running(project: str) -> EmulatorRecord | None:
     return found if found is not None and _alive(found) else None
 
 
+def laptop_public(project: str) -> str:
+    """This machine's public address as the project's emulator simulates it (the namespace mode),
+    "" in the loopback mode; the emulator started if it is not running."""
+    ensure(project)
+    found = running(project)
+    return found.laptop_public if found is not None else ""
+
+
 def ensure(project: str) -> str:
     """The address of the project's emulator, started (from its saved state) if it is not running."""
     found = running(project)

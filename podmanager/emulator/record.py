@@ -26,6 +26,9 @@ class EmulatorRecord(BaseModel):
     storage_api: str = ""  # Cloud Storage's root (http://host:port): downloads from the simulated buckets
     compute_api: str = ""  # Compute Engine's root (http://host:port): the network the preflight reads
     buckets_api: str = ""  # Cloud Storage's root for the bucket calls the preflight makes ("": an older emulator)
+    # The namespace mode only: the address this machine's processes (the dry run's laptop) come
+    # from on the simulated internet, its home router's; "" in the loopback mode.
+    laptop_public: str = ""
     pid: int
     started: float  # the process's create time, as psutil reports it
 

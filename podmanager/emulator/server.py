@@ -158,6 +158,11 @@ class Emulator:
         self.booter.rest_api = f"http://{host}:{self.rest_port}"
         self.instance_vms.rest_api = self.booter.rest_api
 
+    def laptop_public(self) -> str:
+        """This machine's address on the simulated internet (namespace mode), "" in the loopback mode."""
+        internet = self.network.fabric.internet if self.network is not None else None
+        return str(internet.laptop_public) if internet is not None else ""
+
     def _start_network(self) -> None:
         """The namespace mode's network, before any VM boots; where namespaces cannot be made
         the loopback mode stays, and the log says why, once."""
@@ -278,11 +283,11 @@ class Emulator:
                 last_save = time.monotonic()
 
 
-def _write_record(project: str, address: str, rest_root: str) -> None:
+def _write_record(project: str, address: str, rest_root: str, laptop_public: str = "") -> None:
     me = psutil.Process()
     record = emulator_record.EmulatorRecord(project=project, address=address, secrets_api=f"{rest_root}/v1",
                                             storage_api=rest_root, compute_api=rest_root, buckets_api=rest_root,
-                                            pid=me.pid, started=me.create_time())
+                                            laptop_public=laptop_public, pid=me.pid, started=me.create_time())
     write_atomic(emulator_record.record_path(project), record.model_dump_json())
 
 
@@ -306,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rest_port = emulator.serve_rest(opts.host)  # first: VMs booted again at start read their token by it
         port = emulator.start(opts.host, opts.port, any_port_if_taken=True)
-        _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}")
+        _write_record(opts.project, f"{opts.host}:{port}", f"http://{opts.host}:{rest_port}", emulator.laptop_public())
         discovery.warm()  # Google's API definitions, which every request is checked against
         log.info("serving the simulated project %s on %s:%d", opts.project, opts.host, port)
         while not emulator.stopped.wait(RECORD_CHECK_S):

@@ -20,6 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from podmanager.client.controller_machine import (
+    CHANNEL_PORT,
+    caller_address,
+    on_loopback,
+)
 from podmanager.cloud.base import CLUSTER_LABEL, NodeNetwork, NodeRequest
 from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.gcp.controller_vm import channel_rule, controller_tag
@@ -30,7 +35,7 @@ from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core.clock import poll_until
 from podmanager.core.network_names import cluster_tag
 from podmanager.core.spec import Capacity, parse_spec
-from podmanager.emulator import instance_vms, launcher, server, vms
+from podmanager.emulator import instance_vms, launcher, record, server, vms
 from podmanager.emulator.network import names
 from podmanager.emulator.network.sockets import socket_in
 from podmanager.emulator.network.vm_network import instance_key, tpu_key
@@ -159,6 +164,31 @@ def test_a_tpu_vm_cannot_reach_the_controllers_channel_port_the_laptop_can(emula
 
 
 @needs_namespaces
+def test_the_channels_rule_admits_the_laptop_where_the_controller_sees_it(emulator, clients, monkeypatch):
+    """`up`'s channel rule and port in the namespace mode (client/controller_machine.py): the
+    laptop's address as the controller VM sees it, which the emulator's record tells, not the
+    loopback the rule names in the loopback mode (there the laptop would be refused)."""
+    instances, networks = clients
+    server._write_record(PROJECT, f"127.0.0.1:{emulator.grpc_port}", f"http://127.0.0.1:{emulator.rest_port}",
+                         emulator.laptop_public())
+    monkeypatch.setattr(launcher, "running", lambda project: record.read(project))  # this test is no emulator process
+    spec = SPEC.model_copy(update={"project": PROJECT})
+    caller = caller_address(spec)
+    assert caller == f"{emulator.network.fabric.internet.laptop_public}/32"
+    assert not on_loopback(spec)  # the VM's ports are its own: the channel takes Google Cloud's
+    controller = vm(emulator, instances, "c-controller", [cluster_tag("c"), controller_tag("c")])
+    networks.create_firewall(channel_rule(spec, caller, CHANNEL_PORT))
+    vpc = emulator.network.sync()
+    ns, at, external = emulator.network.namespace, vpc.host(controller).internal_ip, vpc.host(controller).external_ip
+    with socket_in(ns(controller)) as served:
+        served.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        served.bind((str(at), CHANNEL_PORT))
+        served.listen()
+        with socket.create_connection((str(external), CHANNEL_PORT), timeout=ALLOWED_WITHIN_S):
+            pass
+
+
+@needs_namespaces
 def test_the_laptop_has_no_route_to_a_vms_internal_address(emulator, clients):
     instances, _ = clients
     controller = vm(emulator, instances, "c-controller", [])
@@ -228,6 +258,30 @@ def test_podmanager_on_a_vm_finds_the_projects_emulator_where_the_vm_reaches_it(
     found = poll_until(lambda: instances.guest_attributes(ZONE, "c-controller").get("booted"), timeout_s=60,
                        interval_s=0.1, what="the VM's report of the emulator it reached")
     assert found == f"{emulator.network.google_apis} 404"
+
+
+@needs_namespaces
+def test_a_vms_ray_node_address_is_its_internal_address_on_the_vpc(emulator, clients):
+    """What the controller VM's Ray head binds and advertises (controller/head.py): the address
+    its metadata server gives, on an interface of its own, not the loopback every VM shares."""
+    instances, _ = clients
+    script = textwrap.dedent("""\
+        #!/bin/bash
+        found=$("$PODMANAGER_ROOT/opt/podmanager/venv/bin/python" -c '
+        import socket
+        from podmanager.vm.node_address import simulated_node_address
+        address = simulated_node_address()
+        socket.create_server((address, 0)).close()  # bound: an interface of this VM
+        print(address)' 2>&1 | tail -1)
+        curl -fsS -X PUT -H "Metadata-Flavor: Google" --data-binary "$found" \
+          "http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/podmanager/node-address"
+        exec sleep 300
+        """)
+    key = vm(emulator, instances, "c-controller", [], metadata={"startup-script": script,
+                                                               "enable-guest-attributes": "TRUE"})
+    found = poll_until(lambda: instances.guest_attributes(ZONE, "c-controller").get("node-address"), timeout_s=60,
+                       interval_s=0.1, what="the VM's report of its Ray node address")
+    assert found == str(emulator.network.vpc.host(key).internal_ip)
 
 
 def http_status(client_ns: str | None, address: IPv4Address, port: int) -> int | None:
