@@ -533,36 +533,25 @@ class TpuEmulator:
             raise ValueError(f"control method {method!r} is not served here; served: {', '.join(sorted(self.controls))}")
         return verb.reply_json(handler(verb.request.model_validate(args)))
 
+    # The control verbs that are the simulator's method of the same name, called with the
+    # request's fields (a verb without fields: its request is empty).
+    _SIM_METHODS = (
+        "inject_create_fault", "inject_quota", "inject_transient", "deny_secret_reads", "deny_firewall_changes",
+        "create_bucket", "delete_bucket", "deny_bucket_iam_changes", "clear_faults", "preempt_slice_later",
+        "degrade_slice_later", "maintain_slice_later", "preempt", "repair", "schedule_maintenance", "terminate",
+        "degrade", "configure_cluster", "all_nodes", "all_queued_resources", "all_instances", "known_zones",
+        "version", "pending_faults",
+    )
+
     def _sim_controls(self) -> dict[str, Callable[[Any], Any]]:
-        """The handler of each verb the simulator answers; each request's fields are the
-        simulator method's parameters."""
+        """The handler of each verb the simulator answers."""
+        def forwarded(method: Callable[..., Any]) -> Callable[[Any], Any]:
+            return lambda request: method(**dict(request))
+
         sim = self.sim
         return {
+            **{name: forwarded(getattr(sim, name)) for name in self._SIM_METHODS},
             "fault": lambda r: apply_fault(sim, r.spec, cluster=r.cluster),
-            "inject_create_fault": lambda r: sim.inject_create_fault(**dict(r)),
-            "inject_quota": lambda r: sim.inject_quota(**dict(r)),
-            "inject_transient": lambda r: sim.inject_transient(**dict(r)),
-            "deny_secret_reads": lambda r: sim.deny_secret_reads(**dict(r)),
-            "deny_firewall_changes": lambda r: sim.deny_firewall_changes(**dict(r)),
-            "create_bucket": lambda r: sim.create_bucket(**dict(r)),
-            "delete_bucket": lambda r: sim.delete_bucket(**dict(r)),
-            "deny_bucket_iam_changes": lambda r: sim.deny_bucket_iam_changes(**dict(r)),
-            "clear_faults": lambda r: sim.clear_faults(),
-            "preempt_slice_later": lambda r: sim.preempt_slice_later(**dict(r)),
-            "degrade_slice_later": lambda r: sim.degrade_slice_later(**dict(r)),
-            "maintain_slice_later": lambda r: sim.maintain_slice_later(**dict(r)),
-            "preempt": lambda r: sim.preempt(**dict(r)),
-            "repair": lambda r: sim.repair(**dict(r)),
-            "schedule_maintenance": lambda r: sim.schedule_maintenance(**dict(r)),
-            "terminate": lambda r: sim.terminate(**dict(r)),
-            "degrade": lambda r: sim.degrade(**dict(r)),
-            "configure_cluster": lambda r: sim.configure_cluster(**dict(r)),
-            "all_nodes": lambda r: sim.all_nodes(),
-            "all_queued_resources": lambda r: sim.all_queued_resources(),
-            "all_instances": lambda r: sim.all_instances(),
-            "known_zones": lambda r: sim.known_zones(),
-            "version": lambda r: sim.version(),
-            "pending_faults": lambda r: sim.pending_faults(),
             "requests": self._logged_requests,
         }
 
