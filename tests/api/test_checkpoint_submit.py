@@ -22,7 +22,9 @@ from podmanager.provisioning.plan import desired_slices
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunStore
 
-SPEC = {"name": "c", "project": "my-project", "zones": ["zone-a"], "slices": [{"accelerator": "v4-16"}]}
+# This machine as the controller (a GCP run from inside the VPC): the submit's checks run here.
+SPEC = {"name": "c", "project": "my-project", "zones": ["zone-a"], "slices": [{"accelerator": "v4-16"}],
+        "controller": {"local": True}}
 
 
 class NoRay:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from browser import chromium, page_errors
 from cluster_specs import ONE_CHIP_PAIR_AND_A_SPARE
+from fired_faults import FiredFaults
 from ray_fixtures import module_cluster
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -76,7 +77,8 @@ def a_ready_spare(cluster) -> int:  # type: ignore[no-untyped-def]
 def test_a_preempted_run_shows_two_attempts_its_incident_and_where_its_time_went(cluster, page, browser, tmp_path):
     a_ready_spare(cluster)
     working = [s.index for s in cluster.status().slices if not s.spare]  # shared: a swap moves the spare
-    result = cluster.run(train(tmp_path / "ck", steps=120), printer=PreemptAt(cluster, working[-1], step=40))
+    with FiredFaults(cluster.runtime) as faults:  # its preemption over before the next test
+        result = cluster.run(train(tmp_path / "ck", steps=120), printer=PreemptAt(faults, working[-1], step=40))
     assert result.status == "succeeded" and (result.attempts, result.preemptions) == (2, 1), result.message
     [incident] = result.incidents
     assert incident.swaps, "the preempted slice was swapped for the spare"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 from cluster_specs import ONE_CHIP_PAIR_AND_A_SPARE
+from fired_faults import FiredFaults
 from ray_fixtures import module_cluster
 from test_inference import Load
 from test_recovery import PreemptAt, train
@@ -45,7 +46,8 @@ def test_a_preempted_slice_is_swapped_for_the_spare_at_once_and_a_new_spare_is_m
     since = cluster.events()[-1].id  # the shared cluster's earlier events are other tests'
     cluster.simulator.configure_cluster(NAME, CREATE_LATENCY_S, 0.0)
 
-    result = cluster.run(train(tmp_path / "spared"), printer=PreemptAt(cluster, lost, step=50))
+    with FiredFaults(cluster.runtime) as faults:  # its preemption over before the next test
+        result = cluster.run(train(tmp_path / "spared"), printer=PreemptAt(faults, lost, step=50))
 
     assert result.status == "succeeded", result.message
     assert (result.attempts, result.preemptions) == (2, 1)
