@@ -24,6 +24,7 @@ from browser import chromium, page_errors
 from cluster_specs import ONE_CHIP_PAIR_AND_A_SPARE
 from fired_faults import FiredFaults
 from ray_fixtures import module_cluster
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from test_inference import Load
@@ -65,7 +66,10 @@ def screenshot(driver, name: str, tmp_path: Path) -> None:  # type: ignore[no-un
 
 
 def wait(driver, condition, what: str, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
-    return WebDriverWait(driver, timeout_s, poll_frequency=0.05).until(lambda d: condition(d), message=what)
+    """`condition`'s first true answer. The page redraws its tables as new data comes: an element
+    found and then redrawn before it is read (stale) is a poll to make again, not a failure."""
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.05,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(lambda d: condition(d), message=what)
 
 
 def a_ready_spare(cluster) -> int:  # type: ignore[no-untyped-def]
@@ -125,12 +129,14 @@ def test_a_services_page_shows_its_preemption_and_no_failed_request(cluster, pag
             after = time.monotonic()
             poll_until(lambda: len(load.since(after)) >= 50, timeout_s=60, interval_s=0.05, what="load afterwards")
         assert [a for a in load.answers if a.status != 200 or a.error] == []
-        mark = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, '#preemptions tr.preemption'), "the preemption")
-        assert "preemption" in mark[0].text
-        counters = wait(browser, lambda d: (c := d.find_elements(By.CSS_SELECTOR, "#counters")) and
-                        int(c[0].find_elements(By.TAG_NAME, "td")[0].text) >= len(load.answers) and c[0],
-                        "the router's counters with every request of the load")
-        assert counters.get_attribute("data-failed") == "0"
+        # Each read inside its wait: the page redraws these tables, so an element kept is stale later.
+        mark = wait(browser, lambda d: (m := d.find_elements(By.CSS_SELECTOR, '#preemptions tr.preemption'))
+                    and m[0].text, "the preemption")
+        assert "preemption" in mark
+        failed = wait(browser, lambda d: (c := d.find_elements(By.CSS_SELECTOR, "#counters")) and
+                      int(c[0].find_elements(By.TAG_NAME, "td")[0].text) >= len(load.answers)
+                      and c[0].get_attribute("data-failed"), "the router's counters with every request of the load")
+        assert failed == "0"
         assert browser.find_elements(By.CSS_SELECTOR, ".chart line.preempt")  # marked on the charts
         assert page_errors(browser) == []
         screenshot(browser, "dashboard-service.png", tmp_path)
@@ -138,12 +144,13 @@ def test_a_services_page_shows_its_preemption_and_no_failed_request(cluster, pag
         browser.get(f"{page}#/cluster")
         browser.get(f"{page}#/service/{handle.service_id}")
         kept = wait(browser, lambda d: (p := d.find_elements(By.CSS_SELECTOR, '.chart[data-chart="requests"] path.line'))
-                    and int(p[0].get_attribute("data-points")) >= 5 and p, "the requests' history, kept by the router")
+                    and (points := int(p[0].get_attribute("data-points"))) >= 5 and points,
+                    "the requests' history, kept by the router")
         assert browser.find_elements(By.CSS_SELECTOR, '.chart[data-chart="requests"] line.preempt')
         rows = poll_until(lambda: (found := ServiceHistory().series(handle.service_id))
                           and sum(r.requests for r in found) >= len(load.answers) and found,
                           timeout_s=30, interval_s=0.2, what="every request of the load in the service's history")
-        assert sum(r.failed for r in rows) == 0 and int(kept[0].get_attribute("data-points")) <= len(rows)
+        assert sum(r.failed for r in rows) == 0 and kept <= len(rows)
     finally:
         cluster.cancel_service(handle.service_id)
 
