@@ -2,7 +2,8 @@
 from a temporary folder outside the repository.
 
 - A boot error (a podmanager wheel that does not exist; a token the VM may not read) fails `up`
-  within a minute, naming the host and the script's error; `up` again with the spec fixed makes
+  when the host reports it, not at `up`'s deadline for the join, naming the host and the
+  script's error (under a minute on a quiet machine: the figure is benchmarks/vm_boot.py's); `up` again with the spec fixed makes
   the slice again.
 - A host's processes run from its own root folder, started by the node's startup script
   (fetched from its own metadata server and run with bash); its token comes from Secret
@@ -85,7 +86,7 @@ def host_processes(cluster: str) -> list[psutil.Process]:
     return procs.members(records[0]["machine_id"])
 
 
-def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_own_root_and_rejoins_a_new_head(
+def test_boot_errors_fail_up_as_the_host_reports_them_then_a_fixed_host_boots_from_its_own_root_and_rejoins_a_new_head(
         tmp_path) -> None:
     """Two clusters brought up at once, each with a host that cannot boot: one's podmanager
     wheel does not exist; the other's VM may not read the Ray token (a `secret-denied` fault
@@ -113,21 +114,21 @@ def test_boot_errors_fail_up_within_a_minute_then_a_fixed_host_boots_from_its_ow
             failed[name] = (process.returncode, stderr, time.monotonic() - started)
         print({name: f"{took:.1f}s" for name, (_, _, took) in failed.items()})
 
-        code, stderr, took = failed["vmboot"]
+        code, stderr, _ = failed["vmboot"]
         assert code == 1, stderr
         assert "slice 0 worker 0 (vmboot-s0) failed to boot" in stderr
+        # The script's own error, as the host reported it: `up` stopped on the report, not at its
+        # deadline for the join (which would name no error).
         assert f"download {missing} failed" in stderr and "404" in stderr
         # What the failed `up` leaves billing, and the command that deletes it.
         assert "Left running and billing: vmboot-s0 (v4-8, READY for " in stderr and "the Ray head" in stderr
         assert "'podmanager down -c vmboot' deletes them" in stderr
-        assert took < 60, took
 
-        code, stderr, took = failed["tokenfail"]
+        code, stderr, _ = failed["tokenfail"]
         assert code == 1, stderr
         assert "slice 0 worker 0 (tokenfail-s0) failed to boot" in stderr
         assert "cannot read the Ray token secret podmanager-tokenfail-ray-token" in stderr
         assert "roles/secretmanager.secretAccessor" in stderr and "403" in stderr
-        assert took < 60, took
         assert "--delete-on-failure: the cluster was deleted" in stderr
         assert not [n for n in sim_nodes() if n.cluster == "tokenfail"] and not vms.host_records("tokenfail")
         assert not procs.owned(procs.owner("tokenfail"))
