@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,9 @@ def base_parser(description: str, *, default_parallelism: str, default_batch: in
                    help="checkpoint directory (default $PODMANAGER_CHECKPOINT_DIR)")
     p.add_argument("--log-every", type=int, default=10, metavar="K",
                    help="print the loss every K steps, 0 = first and last only (default 10)")
+    p.add_argument("--min-step-s", type=float, default=0.0, metavar="S",
+                   help="make each step last at least S seconds (a long dry-run run on CPU devices that "
+                        "leaves the machine's cores to the rest; default 0: as fast as it goes)")
     return p
 
 
@@ -139,6 +143,7 @@ def train_loop(args: argparse.Namespace, state: dict[str, Any],
         loss = float(state["loss"])
         first = done + 1
         for step in range(first, args.steps + 1):
+            began = time.monotonic()
             state, loss_arr = train_step(state, make_batch(step))
             loss, done = float(loss_arr), step
             runtime.report_progress(step, loss=loss, total_steps=args.steps)  # a notice at the last step ends the run
@@ -149,6 +154,8 @@ def train_loop(args: argparse.Namespace, state: dict[str, Any],
                 ckpt.save(step, state, force=True)
                 say(f"preempted step={step} checkpoint={ckpt.latest_step()}")
                 return runtime.EXIT_PREEMPTED
+            if args.min_step_s > 0:
+                time.sleep(max(0.0, began + args.min_step_s - time.monotonic()))
     finally:
         ckpt.close()
     say(f"done steps={done} final_loss={loss:.6f}")

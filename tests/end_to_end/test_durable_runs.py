@@ -45,6 +45,10 @@ UNINTERRUPTED = uninterrupted_run("workloads/train_mlp.py", LONG_STEPS, devices=
 home, cluster, _shared_home = module_cluster(SPEC)
 
 
+# A run kept going until the test ends it steps every 20 ms, leaving the cores to the cluster.
+PACED = ["--min-step-s", "0.02"]
+
+
 def train_args(steps: int = STEPS) -> list[str]:
     return ["--steps", str(steps), "--checkpoint-every", "20", "--log-every", "1"]
 
@@ -186,7 +190,7 @@ def interrupted_client(cluster: Cluster, home: Path, folder: Path,
     before = {r.run_id for r in cluster.runs()}
     client = subprocess.Popen(
         [sys.executable, "-m", "podmanager", "run", "-c", NAME, "--working-dir", str(REPO), "--checkpoint-dir",
-         str(folder / f"ck{times}"), "workloads/train_mlp.py", *train_args(100_000)],
+         str(folder / f"ck{times}"), "workloads/train_mlp.py", *train_args(100_000), *PACED],
         cwd=REPO, env={**os.environ, **home_env(home)}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     run_id = wait_for(lambda: [r.run_id for r in cluster.runs() if r.run_id not in before
@@ -208,7 +212,7 @@ def test_a_run_holds_its_slices_until_cancelled_ctrl_c_detaches_or_cancels_and_d
     # --detach returns once the run is submitted; the run holds its slices until it is cancelled.
     started = time.monotonic()
     done = cli("run", "-c", NAME, "--detach", "--json", "--working-dir", str(REPO), "--checkpoint-dir",
-               str(tmp_path / "first"), "workloads/train_mlp.py", *train_args(100_000), home=home)
+               str(tmp_path / "first"), "workloads/train_mlp.py", *train_args(100_000), *PACED, home=home)
     assert done.returncode == 0, done.stderr
     first = cluster.run_handle(json.loads(done.stdout)["run_id"])
     assert time.monotonic() - started < 30

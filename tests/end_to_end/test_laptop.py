@@ -33,6 +33,8 @@ from podmanager.state import run_records, services
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 NAME = "laptop"
+# A run kept going until the test ends it steps every 20 ms, leaving the cores to the cluster.
+PACED = ["--min-step-s", "0.02"]
 ENDED = {*run_records.FINISHED, *services.FINISHED}  # a run's or a service's status once it is over
 REPO = Path(__file__).resolve().parents[2]
 SPEC = textwrap.dedent(f"""
@@ -200,7 +202,7 @@ def test_a_run_of_this_folder_and_every_read_answer_over_the_channel(laptop):
 
 def test_detach_attach_follow_and_cancel(laptop):
     submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_mlp.py", "--steps", "100000",
-                          "--checkpoint-every", "500")
+                          "--checkpoint-every", "500", *PACED)
     run_id = json.loads(submitted)["run_id"]
     follow = laptop.start("logs", "-F", "-c", NAME, "--run", run_id)
     first = follow.stdout.readline()
@@ -262,7 +264,7 @@ def test_a_scripts_up_reaches_the_controller_and_leaves_the_running_run_alone(la
 
     shutil.copy(laptop.project / "workloads" / "train_mlp.py", laptop.project / "workloads" / "train_alone.py")
     submitted = laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_alone.py", "--steps", "100000",
-                          "--checkpoint-every", "500")
+                          "--checkpoint-every", "500", *PACED)
     run_id = json.loads(submitted)["run_id"]
     poll_until(lambda: (laptop.run_record(run_id)["step"] or 0) > 0, timeout_s=240, interval_s=1.0,
                what="the run to train")
@@ -467,7 +469,7 @@ def test_up_upgrades_a_controller_vm_that_runs_older_software_in_place_and_its_r
     assert json.loads(laptop.ok("attach", earlier, "--json"))["status"] == "succeeded"
     shutil.copy(laptop.project / "workloads" / "train_mlp.py", laptop.project / "workloads" / "train_upgraded.py")
     going = json.loads(laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_upgraded.py", "--steps",
-                                 "100000", "--checkpoint-every", "200"))["run_id"]
+                                 "100000", "--checkpoint-every", "200", *PACED))["run_id"]
     poll_until(lambda: (laptop.run_record(going)["step"] or 0) > 0, timeout_s=240, interval_s=1.0,
                what="the detached run to train")
     (record_file,) = (laptop.cloud / "sim" / "instances").glob(f"*/*/{NAME}-controller.json")

@@ -147,6 +147,21 @@ def test_mlp_one_process_learns_and_reports(mlp_one_process):
 
 
 @pytest.mark.processes  # JAX processes
+def test_min_step_s_paces_the_steps_and_changes_no_loss(workdir, mlp_one_process):
+    """A run kept going for a rehearsal leaves the CPU to the rest: each step lasts at least
+    --min-step-s, and the losses are the unpaced run's."""
+    steps = 6
+    job = run_job(workdir, "paced", MLP, ["--steps", str(steps), "--min-step-s", "0.3"], processes=1,
+                  devices_per_process=8)
+    times = {r["step"]: r["time"] for r in job.records()}
+    # Step k's record is written between step k's start and step k+1's, and each step starts at
+    # least 0.3 s after the one before: step 6's record is at least 3 x 0.3 s after step 2's
+    # (unpaced, the five steps after the first take a few milliseconds each).
+    assert times[steps] - times[2] >= (steps - 3) * 0.3, times
+    assert_losses_close(job.losses(), mlp_one_process.losses(), range(1, steps + 1))
+
+
+@pytest.mark.processes  # JAX processes
 def test_mlp_two_processes_match_one_process(workdir, mlp_one_process):
     job = run_job(workdir, "mlp2", MLP, ["--steps", str(BASE_STEPS)], processes=2,
                   devices_per_process=4)
