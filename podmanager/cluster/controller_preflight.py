@@ -18,12 +18,14 @@ from podmanager.cloud.gcp.cluster_accounts import (
     CONTROLLER,
     CONTROLLER_ON_BUCKETS,
     ON_VMS_ACCOUNT,
-    PROJECT_ROLES,
+    REPLACED_PROJECT_ROLES,
     VMS,
     account_id,
     accounts_for,
+    ensure_controller_role,
     with_vms_account,
 )
+from podmanager.cloud.gcp.project_roles import take_back
 from podmanager.cluster.bucket_preflight import BucketCheck, bucket_needs
 from podmanager.cluster.permission_preflight import needed_permissions, refuse_missing
 from podmanager.cluster.preflight import check_network, needed_apis, refuse_disabled
@@ -83,8 +85,8 @@ def before_controller_vm(spec: ClusterSpec, raw: dict[str, Any], record: Record)
 
 
 def _make_accounts(spec: ClusterSpec, record: Record) -> None:
-    """Both accounts made (unless there) and the controller's granted its project roles and
-    actAs on the VMs' account alone."""
+    """Both accounts made (unless there) and the controller's granted its custom role on the
+    project (made or brought up to date first) and actAs on the VMs' account alone."""
     from podmanager.cluster import backends
 
     iam = backends.make_project_iam(spec)
@@ -98,7 +100,13 @@ def _make_accounts(spec: ClusterSpec, record: Record) -> None:
             if made:
                 record(EventKind.SERVICE_ACCOUNT_CREATED, f"service account {email} created: the {what} run as it")
         controller = f"serviceAccount:{emails[CONTROLLER]}"
-        added = iam.grant([(role, controller) for role in PROJECT_ROLES[CONTROLLER]])
+        custom, done = ensure_controller_role(iam, spec.name)
+        if done is not None:
+            record(EventKind.SERVICE_ACCOUNT_GRANTED, f"custom role {custom} {done}: what the controller VM calls")
+        added = iam.grant([(custom, controller)])
         added += iam.grant_on_account(emails[VMS], [(role, controller) for role in ON_VMS_ACCOUNT[CONTROLLER]])
+        taken = take_back(iam, [(role, controller) for role in REPLACED_PROJECT_ROLES])
     for role, member in added:
         record(EventKind.SERVICE_ACCOUNT_GRANTED, f"{member} granted {role}")
+    for role, member in taken:
+        record(EventKind.SERVICE_ACCOUNT_GRANTED, f"{member} no longer granted {role}: its custom role replaces it")

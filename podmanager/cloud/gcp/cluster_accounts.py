@@ -15,18 +15,27 @@ and need no role. So the VMs' account gets no project role at all: only roles on
 (the secret's and each bucket's own policy), granted where they are made (`secrets.grant_access`,
 `cluster/bucket_preflight.py`).
 
-The controller VM's account (`controller.local: false`) is granted on the project what its `up`
-calls: Cloud TPU nodes and queued resources (roles/tpu.admin), the network read and the
-cluster's firewall rule made and deleted (roles/compute.securityAdmin, the only predefined role
-that creates firewall rules), and on the VMs' account iam.serviceAccounts.actAs
-(roles/iam.serviceAccountUser granted on that account alone, not the project: it may then act as
-no other account). On the cluster's own resources: the channel token read at boot; the Ray
-token read, rewritten with the head's, its grant read and the secret deleted by `down`
-(roles/secretmanager.admin on that one secret); each bucket read with its policy (its `up`
-checks the VMs' access) and the staged wheel read and written (roles/storage.legacyBucketOwner,
-the narrowest predefined role holding storage.buckets.getIamPolicy on one bucket, with
-roles/storage.objectViewer for storage.objects.get). The user's machine makes these grants
-before the controller VM boots (`cluster/preflight.py`).
+The controller VM's account (`controller.local: false`) is granted on the project one custom role
+of the cluster's own, `projects/<project>/roles/podmanager.<cluster>.controller` (`-` as `_`: a
+role id holds no hyphen), holding exactly the permissions of the calls its `up` and `down` make
+on the project (`CONTROLLER_CALLS`): Cloud TPU nodes and queued resources made, read, changed
+(their metadata) and deleted, and their operations; the network read, the cluster's firewall
+rule found, made and deleted (and the operation waited for); Cloud Routers listed; Service
+Usage's API check. The predefined roles it replaces are wider: roles/tpu.admin also reimages,
+stops and starts nodes, and roles/compute.securityAdmin changes every firewall rule and SSL
+policy of the project. The user's machine makes the role, grants it, and takes back those two
+from an account an earlier podmanager granted them (`project_roles.py`); a later `up` from a
+podmanager whose controller calls more patches the role to its set.
+
+Beside it: on the VMs' account iam.serviceAccounts.actAs (roles/iam.serviceAccountUser granted on
+that account alone, not the project: it may then act as no other account). On the cluster's own
+resources: the channel token read at boot; the Ray token read, rewritten with the head's, its
+grant read and the secret deleted by `down` (roles/secretmanager.admin on that one secret); each
+bucket read with its policy (its `up` checks the VMs' access) and the staged wheel read and
+written (roles/storage.legacyBucketOwner, the narrowest predefined role holding
+storage.buckets.getIamPolicy on one bucket, with roles/storage.objectViewer for
+storage.objects.get). The user's machine makes these grants before the controller VM boots
+(`cluster/controller_preflight.py`).
 """
 
 from __future__ import annotations
@@ -35,17 +44,42 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from podmanager.cloud.gcp.project_iam import account_email
+from podmanager.cloud.gcp.project_iam import ProjectIam, account_email
+from podmanager.cloud.gcp.project_roles import CustomRole, ensure_role
 from podmanager.core.spec import ClusterSpec
 
 VMS, CONTROLLER = "vms", "ctl"
 
-# (account, role, where): the grants `up` makes beside the resources' own (module docstring).
-# https://docs.cloud.google.com/iam/docs/roles-permissions/tpu, .../compute, .../iam
-PROJECT_ROLES: dict[str, tuple[str, ...]] = {
-    VMS: (),
-    CONTROLLER: ("roles/tpu.admin", "roles/compute.securityAdmin"),
-}
+# The methods (discovery ids) the controller VM calls whose permission is checked on the project:
+# its `up` (the network checked, the cluster's firewall rule made when missing, slices made,
+# followed and their metadata kept, Service Usage's API check) and its `down`. The emulator's
+# method table (emulator/iam/methods.py, from each method's reference page) says what each
+# needs; tests/cloud/test_cluster_accounts.py holds CONTROLLER_PERMISSIONS to exactly that.
+CONTROLLER_CALLS = (
+    "tpu.projects.locations.nodes.create", "tpu.projects.locations.nodes.get", "tpu.projects.locations.nodes.list",
+    "tpu.projects.locations.nodes.delete", "tpu.projects.locations.nodes.patch",
+    "tpu.projects.locations.nodes.getGuestAttributes", "tpu.projects.locations.queuedResources.create",
+    "tpu.projects.locations.queuedResources.get", "tpu.projects.locations.queuedResources.list",
+    "tpu.projects.locations.queuedResources.delete", "tpu.projects.locations.operations.get",
+    "compute.networks.get", "compute.subnetworks.list", "compute.routers.list", "compute.firewalls.list",
+    "compute.firewalls.insert", "compute.firewalls.delete", "compute.globalOperations.wait",
+    "serviceusage.services.get",
+)
+# https://docs.cloud.google.com/iam/docs/custom-roles-permissions-support: each is usable in a
+# project's custom role (none is listed TESTING or NOT_SUPPORTED to our knowledge: docs/permissions.md).
+CONTROLLER_PERMISSIONS = (
+    "tpu.nodes.create", "tpu.nodes.get", "tpu.nodes.list", "tpu.nodes.delete", "tpu.nodes.update",
+    "tpu.operations.get", "compute.networks.get", "compute.subnetworks.list", "compute.routers.list",
+    "compute.firewalls.list", "compute.firewalls.create", "compute.firewalls.delete",
+    "compute.networks.updatePolicy", "compute.globalOperations.get", "serviceusage.services.get",
+)
+# What podmanager before the custom role granted the controller's account on the project: taken back.
+REPLACED_PROJECT_ROLES = ("roles/tpu.admin", "roles/compute.securityAdmin")
+
+# (account, role, where): the predefined roles `up` grants beside the custom role and the
+# resources' own (module docstring): none on the project.
+# https://docs.cloud.google.com/iam/docs/roles-permissions/iam
+PROJECT_ROLES: dict[str, tuple[str, ...]] = {VMS: (), CONTROLLER: ()}
 ON_VMS_ACCOUNT: dict[str, tuple[str, ...]] = {VMS: (), CONTROLLER: ("roles/iam.serviceAccountUser",)}
 # Granted on the resources themselves, by the code that makes them (listed for docs and tests).
 ON_RESOURCES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -91,6 +125,22 @@ class ClusterAccounts:
         """Whether this `up` asks the caller's permissions: not when the spec names the cluster's
         own account, which the `up` that made it (the user's machine's) asked already."""
         return self.to_make or not self.own
+
+
+def controller_role_id(cluster: str) -> str:
+    """`podmanager.<cluster>.controller`, `-` as `_`: a role id is letters, digits, `_` and `.`,
+    3-64 of them (https://docs.cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create);
+    a cluster name (at most 30 characters, no `_`) keeps two clusters' roles apart."""
+    return f"podmanager.{cluster.replace('-', '_')}.controller"
+
+
+def ensure_controller_role(iam: ProjectIam, cluster: str) -> tuple[str, str | None]:
+    """The cluster's controller role made, undeleted or patched to CONTROLLER_PERMISSIONS: its
+    name and what was done (`project_roles.ensure_role`)."""
+    return ensure_role(iam, CustomRole(
+        role_id=controller_role_id(cluster), title=f"podmanager {cluster}: controller VM"[:100],
+        description=f"What the controller VM of podmanager cluster {cluster} calls on the project "
+                    "(docs/permissions.md).", permissions=CONTROLLER_PERMISSIONS))
 
 
 def accounts_for(spec: ClusterSpec) -> ClusterAccounts:
