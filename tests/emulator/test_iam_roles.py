@@ -171,6 +171,25 @@ def test_podmanagers_client_makes_keeps_updates_and_undeletes_a_role_through_bot
                       "iam.projects.roles.undelete", "iam.projects.roles.patch"]
 
 
+def test_a_role_changed_between_its_read_and_its_patch_is_read_again(emulator):
+    asked = CustomRole("r.one", "t", "d", ("tpu.nodes.get",))
+    emulator.iam.roles_call(custom_roles.create, "r.one", TPU_ROLE)
+    changed = []
+
+    def someone_else_patches(response, *args, **kwargs):  # after this `up`'s read, before its patch
+        if response.request.method == "GET" and "/roles/" in response.url and not changed:
+            changed.append(True)
+            emulator.iam.roles_call(custom_roles.patch, "r.one", {"title": "theirs"}, ["title"])
+
+    with client(emulator) as iam:
+        iam._session.hooks["response"].append(someone_else_patches)
+        assert ensure_role(iam, asked) == (f"projects/{PROJECT}/roles/r.one", "updated")
+    role = emulator.iam.policy().custom_roles["r.one"]
+    assert (role.title, role.permissions) == ("t", ["tpu.nodes.get"])
+    patches = emulator.gate.calls_made(["iam.projects.roles.patch"])
+    assert len(patches) == 2  # the first refused 409 ABORTED (a stale etag), the one after reading again
+
+
 def test_predefined_roles_are_taken_back_from_one_member_alone(emulator):
     emulator.iam.grant("roles/tpu.admin", OPS)
     emulator.iam.grant("roles/tpu.admin", "user:other@example.com")
