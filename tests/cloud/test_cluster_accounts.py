@@ -10,15 +10,24 @@ import re
 import pytest
 
 from podmanager.cloud.gcp.cluster_accounts import (
+    BUCKET_CALLS,
+    BUCKET_PERMISSIONS,
     CONTROLLER,
     CONTROLLER_CALLS,
     CONTROLLER_PERMISSIONS,
+    ON_BUCKETS,
     ON_RESOURCES,
+    ON_TOKEN,
     ON_VMS_ACCOUNT,
     PROJECT_ROLES,
+    REPLACED_ON_BUCKETS,
+    REPLACED_ON_TOKEN,
+    TOKEN_CALLS,
+    TOKEN_PERMISSIONS,
     VMS,
     account_id,
     accounts_for,
+    controller_role,
     controller_role_id,
     with_vms_account,
 )
@@ -45,9 +54,8 @@ def test_what_each_account_is_granted():
                                  ("roles/storage.objectViewer", "the stage bucket"),
                                  ("roles/storage.objectUser", "the checkpoint bucket"))
     assert ON_RESOURCES[CONTROLLER] == (("roles/secretmanager.secretAccessor", "the channel-token secret"),
-                                        ("roles/secretmanager.admin", "the Ray-token secret"),
-                                        ("roles/storage.legacyBucketOwner", "each of the cluster's buckets"),
-                                        ("roles/storage.objectViewer", "each of the cluster's buckets"))
+                                        ("podmanager.<cluster>.controller_token", "the Ray-token secret"),
+                                        ("podmanager.<cluster>.controller_buckets", "each of the cluster's buckets"))
 
 
 def test_no_project_role_changes_access_or_acts_as_an_account():
@@ -58,8 +66,75 @@ def test_no_project_role_changes_access_or_acts_as_an_account():
         # actAs only through serviceAccountUser, which is granted on the VMs' account alone
         assert risky <= ({"iam.serviceAccounts.actAs"} if role == "roles/iam.serviceAccountUser" else set()), role
     for grants in ON_RESOURCES.values():
-        assert all(role in ROLES for role, _ in grants)
-    assert "storage.buckets.getIamPolicy" in ROLES["roles/storage.legacyBucketOwner"]
+        assert all(role in ROLES or role.startswith("podmanager.<cluster>.") for role, _ in grants)
+
+
+def _granted_on_resources(account):
+    """The permissions each role granted to `account` on a resource holds (a custom role's: its own)."""
+    custom = {f"podmanager.<cluster>.{ON_TOKEN}": TOKEN_PERMISSIONS, f"podmanager.<cluster>.{ON_BUCKETS}": BUCKET_PERMISSIONS}
+    return {role: set(custom[role]) if role in custom else set(ROLES[role]) for role, _ in ON_RESOURCES[account]}
+
+
+def test_no_role_on_a_resource_lets_the_controller_change_who_may_use_it():
+    # Neither the secret's nor a bucket's policy: roles/secretmanager.admin and
+    # roles/storage.legacyBucketOwner (what an earlier podmanager granted) hold setIamPolicy.
+    for role, permissions in _granted_on_resources(CONTROLLER).items():
+        assert not {p for p in permissions if p.endswith(".setIamPolicy")}, role
+
+
+@pytest.mark.parametrize(("calls", "permissions", "replaced", "beyond_the_gate"), [
+    (TOKEN_CALLS, TOKEN_PERMISSIONS, REPLACED_ON_TOKEN, set()),
+    (BUCKET_CALLS, BUCKET_PERMISSIONS, REPLACED_ON_BUCKETS, {"storage.objects.create"}),  # the wheel's upload
+])
+def test_each_resource_role_holds_exactly_what_the_controllers_calls_on_it_need(calls, permissions, replaced,
+                                                                                beyond_the_gate):
+    assert set(calls) <= set(methods.METHODS), set(calls) - set(methods.METHODS)
+    needed = {p for call in calls for p in methods.METHODS[call].permissions} | beyond_the_gate
+    assert sorted(permissions) == sorted(needed) and len(set(permissions)) == len(permissions)
+    # Narrower than the predefined roles it replaces, and usable in a project's custom role.
+    assert set(permissions) < set().union(*(ROLES[role] for role in replaced))
+    assert all(rulebook.custom_role_support(p) == "SUPPORTED" for p in permissions)
+
+
+def _controller_with_resource_role(part, permissions, resource):
+    """A project whose controller account holds, in `resource`'s own policy alone, a custom role of
+    the project holding `permissions` (the project's policy grants it nothing)."""
+    number = SIMULATED_PROJECT_NUMBER
+    iam = ProjectIam(number, starting_point("new", number), project="my-proj")
+    for service in (methods.SECRET_MANAGER, methods.STORAGE):
+        iam.enable(service)
+    iam.roles_call(custom_roles.create, controller_role_id("demo", part),
+                   {"title": "t", "includedPermissions": sorted(permissions)})
+    controller = f"serviceAccount:{accounts_for(spec()).controller}"
+    bound = [(controller_role("my-proj", "demo", part), [controller])]
+    return Gate(iam, lambda name: bound if name == resource else []), controller
+
+
+SECRET = "projects/my-proj/secrets/podmanager-demo-ray-token"
+BUCKET = "projects/_/buckets/demo-stage"
+ON_EACH = [(ON_TOKEN, TOKEN_CALLS, TOKEN_PERMISSIONS, SECRET), (ON_BUCKETS, BUCKET_CALLS, BUCKET_PERMISSIONS, BUCKET)]
+
+
+@pytest.mark.parametrize(("part", "calls", "permissions", "resource"), ON_EACH)
+def test_with_its_role_on_the_resource_every_controller_call_on_it_passes(part, calls, permissions, resource):
+    gate, controller = _controller_with_resource_role(part, permissions, resource)
+    for call in calls:
+        assert gate.check(call, controller, resource) is None, call
+        # Granted on that resource only: another secret or bucket of the project is refused.
+        assert gate.check(call, controller, resource + "-other") is not None, call
+
+
+@pytest.mark.parametrize(("part", "calls", "left_out", "resource"), [
+    (part, calls, left_out, resource) for part, calls, permissions, resource in ON_EACH
+    for left_out in permissions if left_out != "storage.objects.create"])
+def test_one_permission_fewer_in_a_resource_role_is_a_403_naming_it(part, calls, left_out, resource):
+    permissions = dict((p, ps) for p, _c, ps, _r in ON_EACH)[part]
+    gate, controller = _controller_with_resource_role(part, set(permissions) - {left_out}, resource)
+    needing = [call for call in calls if left_out in methods.METHODS[call].permissions]
+    assert needing
+    for call in needing:
+        denial = gate.check(call, controller, resource)
+        assert denial is not None and denial.http == 403 and f"'{left_out}'" in denial.message, call
 
 
 def test_the_controllers_role_holds_exactly_what_its_calls_need_by_the_emulators_method_table():
@@ -118,7 +193,9 @@ def test_account_ids_fit_googles_rule_and_keep_long_cluster_names_apart():
 def test_the_controllers_role_id_fits_googles_rule_for_every_cluster_name():
     assert controller_role_id("demo") == "podmanager.demo.controller"
     for name in ("x", "a-b-c", "a" * 30):
-        assert rulebook.CUSTOM_ROLE_ID.fullmatch(controller_role_id(name)), name
+        for part in ("controller", ON_TOKEN, ON_BUCKETS):
+            assert rulebook.CUSTOM_ROLE_ID.fullmatch(controller_role_id(name, part)), (name, part)
+    assert controller_role("my-proj", "a-b", ON_TOKEN) == "projects/my-proj/roles/podmanager.a_b.controller_token"
     assert controller_role_id("a-b") != controller_role_id("ab")
 
 

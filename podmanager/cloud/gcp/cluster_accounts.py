@@ -15,7 +15,7 @@ and need no role. So the VMs' account gets no project role at all: only roles on
 (the secret's and each bucket's own policy), granted where they are made (`secrets.grant_access`,
 `cluster/bucket_preflight.py`).
 
-The controller VM's account (`controller.local: false`) is granted on the project one custom role
+The controller VM's account (`controller.local: false`) is granted on the project a custom role
 of the cluster's own, `projects/<project>/roles/podmanager.<cluster>.controller` (`-` as `_`: a
 role id holds no hyphen), holding exactly the permissions of the calls its `up` and `down` make
 on the project (`CONTROLLER_CALLS`): Cloud TPU nodes and queued resources made, read, changed
@@ -29,13 +29,15 @@ podmanager whose controller calls more patches the role to its set.
 
 Beside it: on the VMs' account iam.serviceAccounts.actAs (roles/iam.serviceAccountUser granted on
 that account alone, not the project: it may then act as no other account). On the cluster's own
-resources: the channel token read at boot; the Ray token read, rewritten with the head's, its
-grant read and the secret deleted by `down` (roles/secretmanager.admin on that one secret); each
-bucket read with its policy (its `up` checks the VMs' access) and the staged wheel read and
-written (roles/storage.legacyBucketOwner, the narrowest predefined role holding
-storage.buckets.getIamPolicy on one bucket, with roles/storage.objectViewer for
-storage.objects.get). The user's machine makes these grants before the controller VM boots
-(`cluster/controller_preflight.py`).
+resources, in each one's own policy: the channel token read at boot (roles/secretmanager.secretAccessor);
+on the Ray-token secret `podmanager.<cluster>.controller_token` (the token read, rewritten with the
+head's, its grant read, the secret deleted by `down`: TOKEN_PERMISSIONS); on each bucket
+`podmanager.<cluster>.controller_buckets` (the bucket and its policy read, as its `up` checks the
+VMs' access, the staged wheel read and uploaded when missing: BUCKET_PERMISSIONS). No predefined
+role holds exactly these: roles/secretmanager.admin and roles/storage.legacyBucketOwner, which an
+earlier podmanager granted and `up` takes back, could also change the resource's policy. The
+user's machine makes all three roles and these grants before the controller VM boots
+(`cluster/controller_preflight.py`, `client/controller_machine.py`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podmanager.cloud.gcp.project_iam import ProjectIam, account_email
-from podmanager.cloud.gcp.project_roles import CustomRole, ensure_role
+from podmanager.cloud.gcp.project_roles import CustomRole, ensure_role, role_name
 from podmanager.core.spec import ClusterSpec
 
 VMS, CONTROLLER = "vms", "ctl"
@@ -81,18 +83,40 @@ REPLACED_PROJECT_ROLES = ("roles/tpu.admin", "roles/compute.securityAdmin")
 # https://docs.cloud.google.com/iam/docs/roles-permissions/iam
 PROJECT_ROLES: dict[str, tuple[str, ...]] = {VMS: (), CONTROLLER: ()}
 ON_VMS_ACCOUNT: dict[str, tuple[str, ...]] = {VMS: (), CONTROLLER: ("roles/iam.serviceAccountUser",)}
+# The controller's calls on the cluster's own resources, each held by a custom role of the cluster's
+# bound in that resource's own policy (no predefined role holds exactly them: roles/secretmanager.admin
+# also sets the secret's policy, roles/storage.legacyBucketOwner the bucket's). A project's custom role
+# may be bound in the policy of a resource of the same project ("Custom roles can only be used to
+# grant permissions in policies for the same project": https://docs.cloud.google.com/iam/docs/roles-overview#custom;
+# a bucket's, by example: https://cloud.google.com/sdk/gcloud/reference/storage/buckets/add-iam-policy-binding).
+# On the Ray-token secret: its `up` reads the token and rewrites it with its head's, reads the VMs'
+# grant (present: written by the user's machine), and its `down` deletes the secret.
+TOKEN_CALLS = ("secretmanager.projects.secrets.versions.access", "secretmanager.projects.secrets.addVersion",
+               "secretmanager.projects.secrets.getIamPolicy", "secretmanager.projects.secrets.delete")
+TOKEN_PERMISSIONS = ("secretmanager.versions.access", "secretmanager.versions.add",
+                     "secretmanager.secrets.getIamPolicy", "secretmanager.secrets.delete")
+# On each of the cluster's buckets: the bucket and its policy read (the VMs' access checked), the
+# staged wheel read, and uploaded when missing (objects.insert, storage.objects.create: a call the
+# emulator's gate does not see, the staging writes directly;
+# https://docs.cloud.google.com/storage/docs/access-control/iam-json).
+BUCKET_CALLS = ("storage.buckets.get", "storage.buckets.getIamPolicy", "storage.objects.get")
+BUCKET_PERMISSIONS = ("storage.buckets.get", "storage.buckets.getIamPolicy", "storage.objects.get",
+                      "storage.objects.create")
+# The role ids' last parts: `podmanager.<cluster>.<part>`.
+ON_PROJECT, ON_TOKEN, ON_BUCKETS = "controller", "controller_token", "controller_buckets"
+# What podmanager before these roles granted the controller's account on those resources: taken back.
+REPLACED_ON_TOKEN = ("roles/secretmanager.admin",)
+REPLACED_ON_BUCKETS = ("roles/storage.legacyBucketOwner", "roles/storage.objectViewer")
+
 # Granted on the resources themselves, by the code that makes them (listed for docs and tests).
 ON_RESOURCES: dict[str, tuple[tuple[str, str], ...]] = {
     VMS: (("roles/secretmanager.secretAccessor", "the Ray-token secret"),
           ("roles/storage.objectViewer", "the stage bucket"),
           ("roles/storage.objectUser", "the checkpoint bucket")),
     CONTROLLER: (("roles/secretmanager.secretAccessor", "the channel-token secret"),
-                 ("roles/secretmanager.admin", "the Ray-token secret"),
-                 ("roles/storage.legacyBucketOwner", "each of the cluster's buckets"),
-                 ("roles/storage.objectViewer", "each of the cluster's buckets")),
+                 (f"podmanager.<cluster>.{ON_TOKEN}", "the Ray-token secret"),
+                 (f"podmanager.<cluster>.{ON_BUCKETS}", "each of the cluster's buckets")),
 }
-CONTROLLER_ON_RAY_TOKEN = "roles/secretmanager.admin"
-CONTROLLER_ON_BUCKETS = ("roles/storage.legacyBucketOwner", "roles/storage.objectViewer")
 
 
 def account_id(cluster: str, role: str) -> str:
@@ -127,20 +151,30 @@ class ClusterAccounts:
         return self.to_make or not self.own
 
 
-def controller_role_id(cluster: str) -> str:
-    """`podmanager.<cluster>.controller`, `-` as `_`: a role id is letters, digits, `_` and `.`,
+def controller_role_id(cluster: str, part: str = ON_PROJECT) -> str:
+    """`podmanager.<cluster>.<part>`, `-` as `_`: a role id is letters, digits, `_` and `.`,
     3-64 of them (https://docs.cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create);
     a cluster name (at most 30 characters, no `_`) keeps two clusters' roles apart."""
-    return f"podmanager.{cluster.replace('-', '_')}.controller"
+    return f"podmanager.{cluster.replace('-', '_')}.{part}"
 
 
-def ensure_controller_role(iam: ProjectIam, cluster: str) -> tuple[str, str | None]:
-    """The cluster's controller role made, undeleted or patched to CONTROLLER_PERMISSIONS: its
-    name and what was done (`project_roles.ensure_role`)."""
-    return ensure_role(iam, CustomRole(
-        role_id=controller_role_id(cluster), title=f"podmanager {cluster}: controller VM"[:100],
-        description=f"What the controller VM of podmanager cluster {cluster} calls on the project "
-                    "(docs/permissions.md).", permissions=CONTROLLER_PERMISSIONS))
+def controller_role(project: str, cluster: str, part: str) -> str:
+    """The full name a binding names: `projects/<project>/roles/podmanager.<cluster>.<part>`."""
+    return role_name(project, controller_role_id(cluster, part))
+
+
+# Each custom role of the controller's: (part, what it is granted on, its permissions).
+_ROLES = ((ON_PROJECT, "the project", CONTROLLER_PERMISSIONS), (ON_TOKEN, "its Ray-token secret", TOKEN_PERMISSIONS),
+          (ON_BUCKETS, "each of its buckets", BUCKET_PERMISSIONS))
+
+
+def ensure_controller_roles(iam: ProjectIam, cluster: str) -> list[tuple[str, str | None]]:
+    """The cluster's three controller roles made, undeleted or patched to their permissions: each
+    one's name and what was done (`project_roles.ensure_role`)."""
+    return [ensure_role(iam, CustomRole(
+        role_id=controller_role_id(cluster, part), title=f"podmanager {cluster}: controller VM on {where}"[:100],
+        description=f"What the controller VM of podmanager cluster {cluster} calls on {where} "
+                    "(docs/permissions.md).", permissions=permissions)) for part, where, permissions in _ROLES]
 
 
 def accounts_for(spec: ClusterSpec) -> ClusterAccounts:
@@ -181,4 +215,5 @@ def grant_ray_token(secrets: Any, spec: ClusterSpec) -> None:
     secrets.grant_access(spec.name, vms)
     controller = controller_account(spec)
     if controller != vms:
-        secrets.grant_access(spec.name, controller, role=CONTROLLER_ON_RAY_TOKEN)
+        secrets.grant_access(spec.name, controller, role=controller_role(spec.project or "", spec.name, ON_TOKEN))
+        secrets.take_back(spec.name, [(role, f"serviceAccount:{controller}") for role in REPLACED_ON_TOKEN])
