@@ -16,14 +16,19 @@ from typing import Any, Callable
 
 from podmanager.cloud.gcp.cluster_accounts import (
     CONTROLLER,
-    CONTROLLER_ON_BUCKETS,
+    ON_BUCKETS,
+    ON_PROJECT,
     ON_VMS_ACCOUNT,
-    PROJECT_ROLES,
+    REPLACED_ON_BUCKETS,
+    REPLACED_PROJECT_ROLES,
     VMS,
     account_id,
     accounts_for,
+    controller_role,
+    ensure_controller_roles,
     with_vms_account,
 )
+from podmanager.cloud.gcp.project_roles import take_back
 from podmanager.cluster.bucket_preflight import BucketCheck, bucket_needs
 from podmanager.cluster.permission_preflight import needed_permissions, refuse_missing
 from podmanager.cluster.preflight import check_network, needed_apis, refuse_disabled
@@ -62,9 +67,8 @@ def before_controller_vm(spec: ClusterSpec, raw: dict[str, Any], record: Record)
     def make_accounts() -> None:
         _make_accounts(filled, record)
         if check is not None:  # the controller's `up` reads each bucket and its policy, and the wheel
-            controller = f"serviceAccount:{accounts.controller}"
-            for need in needs:
-                check.buckets.bind(need.bucket, [(role, controller) for role in CONTROLLER_ON_BUCKETS])
+            grant_on_buckets(filled, check.buckets, [need.bucket for need in needs],
+                             f"serviceAccount:{accounts.controller}", record)
 
     compute = backends.make_compute(filled)
     try:
@@ -82,9 +86,21 @@ def before_controller_vm(spec: ClusterSpec, raw: dict[str, Any], record: Record)
     return filled, {**raw, "network": {**network, "service_account": accounts.vms}}
 
 
+def grant_on_buckets(spec: ClusterSpec, buckets: Any, names: list[str], controller: str, record: Record) -> None:
+    """On each bucket the cluster's `controller_buckets` role granted to `controller`, and the
+    predefined roles an earlier podmanager granted it there taken back (`cluster_accounts.py`)."""
+    role = controller_role(spec.project or "", spec.name, ON_BUCKETS)
+    for bucket in names:
+        if buckets.bind(bucket, [(role, controller)]):
+            record(EventKind.SERVICE_ACCOUNT_GRANTED, f"{controller} granted {role} on bucket {bucket}")
+        for old, _member in buckets.unbind(bucket, [(old, controller) for old in REPLACED_ON_BUCKETS]):
+            record(EventKind.SERVICE_ACCOUNT_GRANTED,
+                   f"{controller} no longer granted {old} on bucket {bucket}: {role} replaces it")
+
+
 def _make_accounts(spec: ClusterSpec, record: Record) -> None:
-    """Both accounts made (unless there) and the controller's granted its project roles and
-    actAs on the VMs' account alone."""
+    """Both accounts made (unless there) and the controller's granted its custom role on the
+    project (made or brought up to date first) and actAs on the VMs' account alone."""
     from podmanager.cluster import backends
 
     iam = backends.make_project_iam(spec)
@@ -98,7 +114,13 @@ def _make_accounts(spec: ClusterSpec, record: Record) -> None:
             if made:
                 record(EventKind.SERVICE_ACCOUNT_CREATED, f"service account {email} created: the {what} run as it")
         controller = f"serviceAccount:{emails[CONTROLLER]}"
-        added = iam.grant([(role, controller) for role in PROJECT_ROLES[CONTROLLER]])
+        for custom, done in ensure_controller_roles(iam, spec.name):
+            if done is not None:
+                record(EventKind.SERVICE_ACCOUNT_GRANTED, f"custom role {custom} {done}: what the controller VM calls")
+        added = iam.grant([(controller_role(iam.project, spec.name, ON_PROJECT), controller)])
         added += iam.grant_on_account(emails[VMS], [(role, controller) for role in ON_VMS_ACCOUNT[CONTROLLER]])
+        taken = take_back(iam, [(role, controller) for role in REPLACED_PROJECT_ROLES])
     for role, member in added:
         record(EventKind.SERVICE_ACCOUNT_GRANTED, f"{member} granted {role}")
+    for role, member in taken:
+        record(EventKind.SERVICE_ACCOUNT_GRANTED, f"{member} no longer granted {role}: its custom role replaces it")

@@ -18,8 +18,8 @@ method's permission as its reference page lists it; docs/permissions.md has the 
 - for a controller VM (`controller.local: false`, from the user's machine): the VM made, read,
   followed, changed in place (started, stopped, reset, its machine type set, its disk grown)
   and deleted, its channel's firewall rule made and deleted (no rule of another will
-  do: it admits one address), and, when podmanager makes the accounts, the controller's roles
-  granted on the project and on the VMs' account.
+  do: it admits one address), and, when podmanager makes the accounts, the controller's custom
+  role made (or brought up to date) and granted on the project, and its role on the VMs' account.
 Cloud Storage's are not asked here: a bucket's own policy may grant them, which the project's
 answer would miss; `bucket_preflight.py` asks each bucket.
 """
@@ -48,7 +48,9 @@ _CONTROLLER_VM = ("compute.instances.create", "compute.disks.create", "compute.s
                   "compute.instances.start", "compute.instances.stop", "compute.instances.reset",
                   "compute.instances.setMachineType", "compute.disks.resize")
 _GRANTS = ("resourcemanager.projects.getIamPolicy", "resourcemanager.projects.setIamPolicy",
-           "iam.serviceAccounts.getIamPolicy", "iam.serviceAccounts.setIamPolicy")
+           "iam.serviceAccounts.getIamPolicy", "iam.serviceAccounts.setIamPolicy",
+           # the controller's custom role made, read, brought up to date or undeleted (cluster_accounts.py)
+           "iam.roles.create", "iam.roles.get", "iam.roles.update", "iam.roles.undelete")
 
 
 def needed_permissions(spec: ClusterSpec, *, vms_boot: bool, makes_account: bool,

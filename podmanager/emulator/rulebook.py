@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
 from collections import deque
 
@@ -170,3 +171,48 @@ def metadata_may_change(name: str, current: dict[str, str], fingerprint: str) ->
 # resume an insert's.
 INSTANCE_CREATE_S = 20.0
 INSTANCE_DELETE_S = 30.0
+
+
+# ---------------------------------------------------------------------- IAM: custom roles
+
+# https://docs.cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create (`roleId`): "A
+# role ID may contain alphanumeric characters, underscores (_), and periods (.). It must contain a
+# minimum of 3 characters and a maximum of 64 characters."
+CUSTOM_ROLE_ID = re.compile(r"[A-Za-z0-9_.]{3,64}")
+
+# The Role schema (iam.v1's discovery document, `title`): "Typically this is limited to 100 UTF-8
+# bytes." "Typically": the emulator refuses a longer one (the stricter reading).
+CUSTOM_ROLE_TITLE_BYTES = 100
+
+# https://docs.cloud.google.com/iam/quotas: at most 300 custom roles in a project (a deleted one
+# counts until it is permanently deleted: the delete page below) and 3,000 permissions in one.
+CUSTOM_ROLES_PER_PROJECT = 300
+PERMISSIONS_PER_CUSTOM_ROLE = 3000
+
+# https://docs.cloud.google.com/iam/docs/reference/rest/v1/projects.roles/delete: a deleted role's
+# bindings stay but have no effect, no new binding may name it, and it can be undeleted for 7
+# days; then it is deleted for good. Its id is free again only once that is done: 37 days after
+# the delete (7 + the 30 days permanent deletion takes), as Google's custom-roles page is quoted
+# [R: https://docs.cloud.google.com/iam/docs/creating-custom-roles, the figure from a copy of it];
+# until then a create with that id is refused and the role is to be undeleted instead.
+CUSTOM_ROLE_UNDELETE_S = 7 * 86400.0
+CUSTOM_ROLE_ID_REUSE_S = 37 * 86400.0
+
+# https://docs.cloud.google.com/iam/docs/custom-roles-permissions-support: each permission is
+# SUPPORTED, TESTING (may be included; "you might see unexpected behavior") or NOT_SUPPORTED in
+# custom roles; "If the response omits the level of support for a permission, then that
+# permission is supported." And https://docs.cloud.google.com/iam/docs/creating-custom-roles: a
+# permission usable only on an organization (or a folder) cannot be in a project's custom role.
+# The levels of the permissions the emulated methods check could not be read one by one from the
+# stored copy of the support page; none is known to be TESTING or NOT_SUPPORTED, so the table
+# holds only the organization's and folders' permissions. A permission the simulated project does
+# not know at all is refused as not valid (the stricter answer: Google refuses a permission it
+# does not know; the emulator knows only the ones its roles hold).
+CUSTOM_ROLE_SUPPORT_PREFIXES = {"resourcemanager.organizations.": "NOT_SUPPORTED",
+                                "resourcemanager.folders.": "NOT_SUPPORTED"}
+
+
+def custom_role_support(permission: str) -> str:
+    """SUPPORTED, TESTING or NOT_SUPPORTED: the permission's level in a project's custom role."""
+    return next((level for prefix, level in CUSTOM_ROLE_SUPPORT_PREFIXES.items() if permission.startswith(prefix)),
+                "SUPPORTED")

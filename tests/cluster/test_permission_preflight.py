@@ -46,3 +46,17 @@ def test_each_missing_permission_is_named_with_its_role_and_the_grant():
     assert ("gcloud projects add-iam-policy-binding my-proj --member user:me@example.com "
             "--role roles/iam.serviceAccountCreator") in said
     refuse_missing(spec(), [], "user:me@example.com")  # nothing missing: nothing said
+
+
+def test_a_controller_vms_up_asks_for_the_custom_role_and_names_its_grant():
+    """The controller's custom role is made, brought up to date or undeleted by the user's `up`
+    (cloud/gcp/cluster_accounts.py): asked before anything bills, with Role Administrator's grant."""
+    roles = ("iam.roles.create", "iam.roles.get", "iam.roles.update", "iam.roles.undelete")
+    assert set(roles) <= set(needed_permissions(spec(), vms_boot=True, makes_account=True, controller_vm=True))
+    named = needed_permissions(spec(), vms_boot=True, makes_account=False, controller_vm=True)
+    assert not set(roles) & set(named)  # the user's account: no role made
+    with pytest.raises(SpecError) as refused:
+        refuse_missing(spec(), ["iam.roles.create", "iam.roles.update"], "user:me@example.com")
+    said = str(refused.value) + (refused.value.hint or "")
+    assert "iam.roles.create (granted by roles/iam.roleAdmin)" in said
+    assert "gcloud projects add-iam-policy-binding my-proj --member user:me@example.com --role roles/iam.roleAdmin" in said

@@ -5,7 +5,9 @@ anything is made, naming each with its role and command, and then `up` comes up 
 cluster's own service account: the TPU VM reads the Ray token as that account (the emulator
 checks every call by identity), and the default compute account, which has no role in such a
 project, makes no call at all. With a controller VM (`controller.local: false`) the controller
-runs as the cluster's second account and makes the cluster's calls as it, none refused."""
+runs as the cluster's second account and makes the cluster's calls as it, none refused: on the
+project its account holds only the cluster's custom role, whose permissions are exactly those of
+the calls it makes there."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ import sys
 import pytest
 import yaml
 
+from podmanager.cloud.gcp.cluster_accounts import (
+    CONTROLLER_CALLS,
+    CONTROLLER_PERMISSIONS,
+)
 from podmanager.emulator import launcher
 from podmanager.emulator.control import EmulatorControl
 from podmanager.emulator.iam.tokens import USER
@@ -102,8 +108,16 @@ def test_a_controller_vm_in_a_secure_by_default_project_runs_as_the_clusters_con
     with EmulatorControl(launcher.running(PROJECT).address) as control:
         [node] = control.all_nodes()
         calls = control.call("iam_calls")
+        policy = control.project()
     assert node.network is not None and node.network.service_account == VMS.split(":")[1]
+    # On the project the controller's account holds its custom role and no predefined role.
+    role_id = f"podmanager.{NAME}.controller"
+    assert sorted(role for role, members in policy.bindings.items() if CONTROLLER in members) == [
+        f"projects/{PROJECT}/roles/{role_id}"]
+    assert sorted(policy.custom_roles[role_id].permissions) == sorted(CONTROLLER_PERMISSIONS)
     by_controller = {c["method"] for c in calls if c["principal"] == CONTROLLER}
+    # Every call it made on the project is one the role was made for (the rest: its secrets' and buckets').
+    assert {m for m in by_controller if not m.startswith(("secretmanager.", "storage."))} <= set(CONTROLLER_CALLS)
     # The controller VM's `up`: its boot's tokens, the network checked, the slice made and followed.
     assert {"secretmanager.projects.secrets.versions.access", "compute.networks.get",
             "tpu.projects.locations.nodes.create", "tpu.projects.locations.nodes.list"} <= by_controller

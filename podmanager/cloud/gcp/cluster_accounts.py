@@ -15,18 +15,29 @@ and need no role. So the VMs' account gets no project role at all: only roles on
 (the secret's and each bucket's own policy), granted where they are made (`secrets.grant_access`,
 `cluster/bucket_preflight.py`).
 
-The controller VM's account (`controller.local: false`) is granted on the project what its `up`
-calls: Cloud TPU nodes and queued resources (roles/tpu.admin), the network read and the
-cluster's firewall rule made and deleted (roles/compute.securityAdmin, the only predefined role
-that creates firewall rules), and on the VMs' account iam.serviceAccounts.actAs
-(roles/iam.serviceAccountUser granted on that account alone, not the project: it may then act as
-no other account). On the cluster's own resources: the channel token read at boot; the Ray
-token read, rewritten with the head's, its grant read and the secret deleted by `down`
-(roles/secretmanager.admin on that one secret); each bucket read with its policy (its `up`
-checks the VMs' access) and the staged wheel read and written (roles/storage.legacyBucketOwner,
-the narrowest predefined role holding storage.buckets.getIamPolicy on one bucket, with
-roles/storage.objectViewer for storage.objects.get). The user's machine makes these grants
-before the controller VM boots (`cluster/preflight.py`).
+The controller VM's account (`controller.local: false`) is granted on the project a custom role
+of the cluster's own, `projects/<project>/roles/podmanager.<cluster>.controller` (`-` as `_`: a
+role id holds no hyphen), holding exactly the permissions of the calls its `up` and `down` make
+on the project (`CONTROLLER_CALLS`): Cloud TPU nodes and queued resources made, read, changed
+(their metadata) and deleted, and their operations; the network read, the cluster's firewall
+rule found, made and deleted (and the operation waited for); Cloud Routers listed; Service
+Usage's API check. The predefined roles it replaces are wider: roles/tpu.admin also reimages,
+stops and starts nodes, and roles/compute.securityAdmin changes every firewall rule and SSL
+policy of the project. The user's machine makes the role, grants it, and takes back those two
+from an account an earlier podmanager granted them (`project_roles.py`); a later `up` from a
+podmanager whose controller calls more patches the role to its set.
+
+Beside it: on the VMs' account iam.serviceAccounts.actAs (roles/iam.serviceAccountUser granted on
+that account alone, not the project: it may then act as no other account). On the cluster's own
+resources, in each one's own policy: the channel token read at boot (roles/secretmanager.secretAccessor);
+on the Ray-token secret `podmanager.<cluster>.controller_token` (the token read, rewritten with the
+head's, its grant read, the secret deleted by `down`: TOKEN_PERMISSIONS); on each bucket
+`podmanager.<cluster>.controller_buckets` (the bucket and its policy read, as its `up` checks the
+VMs' access, the staged wheel read and uploaded when missing: BUCKET_PERMISSIONS). No predefined
+role holds exactly these: roles/secretmanager.admin and roles/storage.legacyBucketOwner, which an
+earlier podmanager granted and `up` takes back, could also change the resource's policy. The
+user's machine makes all three roles and these grants before the controller VM boots
+(`cluster/controller_preflight.py`, `client/controller_machine.py`).
 """
 
 from __future__ import annotations
@@ -35,30 +46,77 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from podmanager.cloud.gcp.project_iam import account_email
+from podmanager.cloud.gcp.project_iam import ProjectIam, account_email
+from podmanager.cloud.gcp.project_roles import CustomRole, ensure_role, role_name
 from podmanager.core.spec import ClusterSpec
 
 VMS, CONTROLLER = "vms", "ctl"
 
-# (account, role, where): the grants `up` makes beside the resources' own (module docstring).
-# https://docs.cloud.google.com/iam/docs/roles-permissions/tpu, .../compute, .../iam
-PROJECT_ROLES: dict[str, tuple[str, ...]] = {
-    VMS: (),
-    CONTROLLER: ("roles/tpu.admin", "roles/compute.securityAdmin"),
-}
+# The methods (discovery ids) the controller VM calls whose permission is checked on the project:
+# its `up` (the network checked, the cluster's firewall rule made when missing, slices made,
+# followed and their metadata kept, Service Usage's API check) and its `down`. The emulator's
+# method table (emulator/iam/methods.py, from each method's reference page) says what each
+# needs; tests/cloud/test_cluster_accounts.py holds CONTROLLER_PERMISSIONS to exactly that.
+CONTROLLER_CALLS = (
+    "tpu.projects.locations.nodes.create", "tpu.projects.locations.nodes.get", "tpu.projects.locations.nodes.list",
+    "tpu.projects.locations.nodes.delete", "tpu.projects.locations.nodes.patch",
+    "tpu.projects.locations.nodes.getGuestAttributes", "tpu.projects.locations.queuedResources.create",
+    "tpu.projects.locations.queuedResources.get", "tpu.projects.locations.queuedResources.list",
+    "tpu.projects.locations.queuedResources.delete", "tpu.projects.locations.operations.get",
+    "compute.networks.get", "compute.subnetworks.list", "compute.routers.list", "compute.firewalls.list",
+    "compute.firewalls.insert", "compute.firewalls.delete", "compute.globalOperations.wait",
+    "serviceusage.services.get",
+)
+# https://docs.cloud.google.com/iam/docs/custom-roles-permissions-support: each is usable in a
+# project's custom role (none is listed TESTING or NOT_SUPPORTED to our knowledge: docs/permissions.md).
+CONTROLLER_PERMISSIONS = (
+    "tpu.nodes.create", "tpu.nodes.get", "tpu.nodes.list", "tpu.nodes.delete", "tpu.nodes.update",
+    "tpu.operations.get", "compute.networks.get", "compute.subnetworks.list", "compute.routers.list",
+    "compute.firewalls.list", "compute.firewalls.create", "compute.firewalls.delete",
+    "compute.networks.updatePolicy", "compute.globalOperations.get", "serviceusage.services.get",
+)
+# What podmanager before the custom role granted the controller's account on the project: taken back.
+REPLACED_PROJECT_ROLES = ("roles/tpu.admin", "roles/compute.securityAdmin")
+
+# (account, role, where): the predefined roles `up` grants beside the custom role and the
+# resources' own (module docstring): none on the project.
+# https://docs.cloud.google.com/iam/docs/roles-permissions/iam
+PROJECT_ROLES: dict[str, tuple[str, ...]] = {VMS: (), CONTROLLER: ()}
 ON_VMS_ACCOUNT: dict[str, tuple[str, ...]] = {VMS: (), CONTROLLER: ("roles/iam.serviceAccountUser",)}
+# The controller's calls on the cluster's own resources, each held by a custom role of the cluster's
+# bound in that resource's own policy (no predefined role holds exactly them: roles/secretmanager.admin
+# also sets the secret's policy, roles/storage.legacyBucketOwner the bucket's). A project's custom role
+# may be bound in the policy of a resource of the same project ("Custom roles can only be used to
+# grant permissions in policies for the same project": https://docs.cloud.google.com/iam/docs/roles-overview#custom;
+# a bucket's, by example: https://cloud.google.com/sdk/gcloud/reference/storage/buckets/add-iam-policy-binding).
+# On the Ray-token secret: its `up` reads the token and rewrites it with its head's, reads the VMs'
+# grant (present: written by the user's machine), and its `down` deletes the secret.
+TOKEN_CALLS = ("secretmanager.projects.secrets.versions.access", "secretmanager.projects.secrets.addVersion",
+               "secretmanager.projects.secrets.getIamPolicy", "secretmanager.projects.secrets.delete")
+TOKEN_PERMISSIONS = ("secretmanager.versions.access", "secretmanager.versions.add",
+                     "secretmanager.secrets.getIamPolicy", "secretmanager.secrets.delete")
+# On each of the cluster's buckets: the bucket and its policy read (the VMs' access checked), the
+# staged wheel read, and uploaded when missing (objects.insert, storage.objects.create: a call the
+# emulator's gate does not see, the staging writes directly;
+# https://docs.cloud.google.com/storage/docs/access-control/iam-json).
+BUCKET_CALLS = ("storage.buckets.get", "storage.buckets.getIamPolicy", "storage.objects.get")
+BUCKET_PERMISSIONS = ("storage.buckets.get", "storage.buckets.getIamPolicy", "storage.objects.get",
+                      "storage.objects.create")
+# The role ids' last parts: `podmanager.<cluster>.<part>`.
+ON_PROJECT, ON_TOKEN, ON_BUCKETS = "controller", "controller_token", "controller_buckets"
+# What podmanager before these roles granted the controller's account on those resources: taken back.
+REPLACED_ON_TOKEN = ("roles/secretmanager.admin",)
+REPLACED_ON_BUCKETS = ("roles/storage.legacyBucketOwner", "roles/storage.objectViewer")
+
 # Granted on the resources themselves, by the code that makes them (listed for docs and tests).
 ON_RESOURCES: dict[str, tuple[tuple[str, str], ...]] = {
     VMS: (("roles/secretmanager.secretAccessor", "the Ray-token secret"),
           ("roles/storage.objectViewer", "the stage bucket"),
           ("roles/storage.objectUser", "the checkpoint bucket")),
     CONTROLLER: (("roles/secretmanager.secretAccessor", "the channel-token secret"),
-                 ("roles/secretmanager.admin", "the Ray-token secret"),
-                 ("roles/storage.legacyBucketOwner", "each of the cluster's buckets"),
-                 ("roles/storage.objectViewer", "each of the cluster's buckets")),
+                 (f"podmanager.<cluster>.{ON_TOKEN}", "the Ray-token secret"),
+                 (f"podmanager.<cluster>.{ON_BUCKETS}", "each of the cluster's buckets")),
 }
-CONTROLLER_ON_RAY_TOKEN = "roles/secretmanager.admin"
-CONTROLLER_ON_BUCKETS = ("roles/storage.legacyBucketOwner", "roles/storage.objectViewer")
 
 
 def account_id(cluster: str, role: str) -> str:
@@ -91,6 +149,32 @@ class ClusterAccounts:
         """Whether this `up` asks the caller's permissions: not when the spec names the cluster's
         own account, which the `up` that made it (the user's machine's) asked already."""
         return self.to_make or not self.own
+
+
+def controller_role_id(cluster: str, part: str = ON_PROJECT) -> str:
+    """`podmanager.<cluster>.<part>`, `-` as `_`: a role id is letters, digits, `_` and `.`,
+    3-64 of them (https://docs.cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create);
+    a cluster name (at most 30 characters, no `_`) keeps two clusters' roles apart."""
+    return f"podmanager.{cluster.replace('-', '_')}.{part}"
+
+
+def controller_role(project: str, cluster: str, part: str) -> str:
+    """The full name a binding names: `projects/<project>/roles/podmanager.<cluster>.<part>`."""
+    return role_name(project, controller_role_id(cluster, part))
+
+
+# Each custom role of the controller's: (part, what it is granted on, its permissions).
+_ROLES = ((ON_PROJECT, "the project", CONTROLLER_PERMISSIONS), (ON_TOKEN, "its Ray-token secret", TOKEN_PERMISSIONS),
+          (ON_BUCKETS, "each of its buckets", BUCKET_PERMISSIONS))
+
+
+def ensure_controller_roles(iam: ProjectIam, cluster: str) -> list[tuple[str, str | None]]:
+    """The cluster's three controller roles made, undeleted or patched to their permissions: each
+    one's name and what was done (`project_roles.ensure_role`)."""
+    return [ensure_role(iam, CustomRole(
+        role_id=controller_role_id(cluster, part), title=f"podmanager {cluster}: controller VM on {where}"[:100],
+        description=f"What the controller VM of podmanager cluster {cluster} calls on {where} "
+                    "(docs/permissions.md).", permissions=permissions)) for part, where, permissions in _ROLES]
 
 
 def accounts_for(spec: ClusterSpec) -> ClusterAccounts:
@@ -131,4 +215,5 @@ def grant_ray_token(secrets: Any, spec: ClusterSpec) -> None:
     secrets.grant_access(spec.name, vms)
     controller = controller_account(spec)
     if controller != vms:
-        secrets.grant_access(spec.name, controller, role=CONTROLLER_ON_RAY_TOKEN)
+        secrets.grant_access(spec.name, controller, role=controller_role(spec.project or "", spec.name, ON_TOKEN))
+        secrets.take_back(spec.name, [(role, f"serviceAccount:{controller}") for role in REPLACED_ON_TOKEN])

@@ -24,7 +24,7 @@ _ROLES = (("secretmanager.versions.access", "roles/secretmanager.secretAccessor"
           ("secretmanager.", "roles/secretmanager.admin"), ("tpu.", "roles/tpu.admin"),
           ("iam.serviceAccounts.actAs", "roles/iam.serviceAccountUser"),
           ("iam.serviceAccounts.create", "roles/iam.serviceAccountCreator"),
-          ("iam.serviceAccounts.", "roles/iam.serviceAccountAdmin"),
+          ("iam.serviceAccounts.", "roles/iam.serviceAccountAdmin"), ("iam.roles.", "roles/iam.roleAdmin"),
           ("compute.networks.get", "roles/compute.networkViewer"),
           ("compute.subnetworks.list", "roles/compute.networkViewer"),
           ("compute.firewalls.list", "roles/compute.networkViewer"),

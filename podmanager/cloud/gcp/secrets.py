@@ -257,6 +257,36 @@ class TokenSecrets:
                     raise
         raise AssertionError("unreachable: the second attempt returns or raises")
 
+    def take_back(self, cluster: str, grants: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Each (role, member) bound without a condition on the cluster's secret removed (a role an
+        earlier podmanager granted that a narrower one replaces); the pairs removed. A stale etag
+        (ABORTED) reads the policy again once, as `grant_access` does."""
+        name = self.secret_name(cluster)
+        for attempt in (1, 2):
+            try:
+                return self._unbind(name, grants)
+            except cloud_errors.CloudError as error:
+                if attempt == 2 or not isinstance(error.__cause__, google_exceptions.Aborted):
+                    raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _unbind(self, name: str, grants: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        policy = self._call(f"read the IAM policy of secret {name}", self._client.get_iam_policy, resource=name,
+                            options=options_pb2.GetPolicyOptions(requested_policy_version=3))
+        removed = []
+        for binding in policy.bindings:
+            for role, member in grants:
+                if binding.role == role and not binding.HasField("condition") and member in binding.members:
+                    binding.members.remove(member)
+                    removed.append((role, member))
+        if removed:
+            kept = [b for b in policy.bindings if b.members]
+            del policy.bindings[:]
+            policy.bindings.extend(kept)
+            self._call(f"take back {removed} on secret {name}", self._client.set_iam_policy, resource=name,
+                       policy=policy)
+        return removed
+
     def _bind(self, name: str, member: str, role: str = ACCESSOR_ROLE) -> SecretAccess:
         """One read-modify-write of the secret's IAM policy."""
         # Version 3: a policy with conditional bindings is read whole, so writing it back loses none.

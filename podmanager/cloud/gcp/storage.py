@@ -105,6 +105,29 @@ class BucketIam:
                     raise
         raise AssertionError("unreachable: the second attempt returns or raises")
 
+    def unbind(self, bucket: str, grants: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Each (role, member) bound without a condition on the bucket removed; the pairs removed."""
+        for attempt in (1, 2):
+            policy, removed = self.policy(bucket), []
+            kept = []
+            for binding in policy.bindings:
+                gone = [(role, member) for role, member in grants
+                        if binding.role == role and binding.condition is None and member in binding.members]
+                removed += gone
+                members = [m for m in binding.members if (binding.role, m) not in gone]
+                if members:
+                    kept.append(binding.model_copy(update={"members": members}))
+            if not removed:
+                return []
+            try:
+                self._call("PUT", bucket, "/iam", f"take back {removed} on bucket {bucket}",
+                           json=policy.model_copy(update={"bindings": kept}).model_dump(mode="json", exclude_none=True))
+                return removed
+            except StalePolicyError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
     def _call(self, method: str, bucket: str, tail: str, what: str, **body: Any) -> dict[str, Any]:
         url = f"{self.root}/storage/v1/b/{quote(bucket, safe='')}{tail}"
         for attempt in range(1, _TRIES + 1):

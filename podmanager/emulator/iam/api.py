@@ -1,6 +1,6 @@
 """Resource Manager's `projects.testIamPermissions` (v3) and Service Usage's services (v1) over
 REST, on the emulator's REST port (a `rest.RequestRoute`; the gate has checked the caller); the
-project's policy and its service accounts are `policy_api`'s.
+project's policy and its service accounts are `policy_api`'s, its custom roles `roles_api`'s.
 
 - `POST /v3/projects/P:testIamPermissions` {"permissions": [...]}: the subset the caller holds
   (https://docs.cloud.google.com/resource-manager/reference/rest/v3/projects/testIamPermissions).
@@ -16,7 +16,7 @@ import re
 from urllib.parse import urlsplit
 
 from podmanager.emulator import rest
-from podmanager.emulator.iam import methods, policy_api
+from podmanager.emulator.iam import methods, policy_api, roles_api
 from podmanager.emulator.iam.gate import Gate
 
 _TEST = re.compile(r"^/v3/projects/(?P<project>[^/:]+):testIamPermissions$")
@@ -35,7 +35,7 @@ class IamApi:
             held = self.gate.holding(who, asked) if isinstance(who, str) else []
             return rest.json_answer(200, {"permissions": held} if held else {})
         if (found := _SERVICES.match(path)) is None:
-            return policy_api.answer(self.gate.iam, request)
+            return roles_api.answer(self.gate.iam, request) or policy_api.answer(self.gate.iam, request)
         number = self.gate.iam.number
         if found["enable"] and request.method == "POST":
             self.gate.iam.enable(found["service"])

@@ -129,6 +129,14 @@ METHODS: dict[str, Method] = {
     "iam.projects.serviceAccounts.get": Method(IAM, ("iam.serviceAccounts.get",)),
     "iam.projects.serviceAccounts.getIamPolicy": Method(IAM, ("iam.serviceAccounts.getIamPolicy",)),
     "iam.projects.serviceAccounts.setIamPolicy": Method(IAM, ("iam.serviceAccounts.setIamPolicy",)),
+    # https://docs.cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create (and get, list,
+    # patch, delete, undelete: each page's "Authorization requires the following IAM permission").
+    "iam.projects.roles.create": Method(IAM, ("iam.roles.create",)),
+    "iam.projects.roles.get": Method(IAM, ("iam.roles.get",)),
+    "iam.projects.roles.list": Method(IAM, ("iam.roles.list",)),
+    "iam.projects.roles.patch": Method(IAM, ("iam.roles.update",)),
+    "iam.projects.roles.delete": Method(IAM, ("iam.roles.delete",)),
+    "iam.projects.roles.undelete": Method(IAM, ("iam.roles.undelete",)),
     "serviceusage.services.get": Method(SERVICE_USAGE, ("serviceusage.services.get",)),
     "serviceusage.services.list": Method(SERVICE_USAGE, ("serviceusage.services.list",)),
     "serviceusage.services.enable": Method(SERVICE_USAGE, ("serviceusage.services.enable",)),
@@ -167,6 +175,9 @@ _STORAGE_BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)(?P<iam>/iam(?P<t
 _SECRET_ACCESS = re.compile(r"^/v1/(?P<name>projects/[^/]+/secrets/[^/]+/versions/[^/:]+):access$")
 _PROJECT_IAM = re.compile(r"^/v3/projects/(?P<project>[^/:]+):(?P<verb>testIamPermissions|getIamPolicy|setIamPolicy)$")
 _ACCOUNTS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/serviceAccounts(?:/(?P<email>[^/:]+)(?::(?P<verb>getIamPolicy|setIamPolicy))?)?$")
+_ROLES = re.compile(r"^/v1/projects/(?P<project>[^/]+)/roles(?:/(?P<role>[^/:]+)(?P<undelete>:undelete)?)?$")
+_ROLE_VERBS = {("POST", False): "create", ("GET", False): "list", ("GET", True): "get", ("PATCH", True): "patch",
+               ("DELETE", True): "delete"}
 _SERVICES = re.compile(r"^/v1/projects/(?P<project>[^/]+)/services(?:/(?P<service>[^/:]+)(?P<enable>:enable)?)?$")
 
 
@@ -198,6 +209,12 @@ def rest_call(http_method: str, path: str) -> RestCall | None:
                 if http_method == "POST" else None
         return RestCall(f"iam.projects.serviceAccounts.{found['verb'] or 'get'}",
                         f"projects/{found['project']}/serviceAccounts/{found['email']}")
+    if (found := _ROLES.match(unquote(url))) is not None:
+        verb = "undelete" if found["undelete"] else _ROLE_VERBS.get((http_method, bool(found["role"])))
+        if verb is None:
+            return None
+        where = f"projects/{found['project']}"
+        return RestCall(f"iam.projects.roles.{verb}", f"{where}/roles/{found['role']}" if found["role"] else where)
     if (found := _SERVICES.match(url)) is not None:
         verb = "enable" if found["enable"] else ("get" if found["service"] else "list")
         return RestCall(f"serviceusage.services.{verb}", f"projects/{found['project']}")

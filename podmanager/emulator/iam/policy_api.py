@@ -28,7 +28,6 @@ from urllib.parse import unquote, urlsplit
 
 from podmanager.emulator import rest
 from podmanager.emulator.iam.project import NoSuchAccount, ProjectIam, StalePolicy
-from podmanager.emulator.iam.roles import ROLES
 
 _PROJECT_POLICY = re.compile(r"^/v3/projects/(?P<project>[^/:]+):(?P<verb>getIamPolicy|setIamPolicy)$")
 _ACCOUNTS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/serviceAccounts"
@@ -78,23 +77,24 @@ def _content_etag(bindings: dict[str, list[str]]) -> str:
     return base64.b64encode(hashlib.sha256(text.encode()).digest()[:9]).decode()
 
 
-def _bindings(policy: dict[str, Any]) -> dict[str, list[str]] | rest.Answer:
-    """The policy's bindings as role -> members, or the 400 Google answers."""
+def _bindings(iam: ProjectIam, policy: dict[str, Any]) -> dict[str, list[str]] | rest.Answer:
+    """The policy's bindings as role -> members, or the 400 Google answers (a role unknown, or a
+    deleted custom role: `ProjectIam.bindable`)."""
     bindings: dict[str, list[str]] = {}
     for binding in policy.get("bindings") or []:
         role = binding.get("role", "")
         if binding.get("condition"):
             return rest.error_answer(400, "INVALID_ARGUMENT", "the simulated project keeps no conditional bindings")
-        if role not in ROLES:
-            return rest.error_answer(400, "INVALID_ARGUMENT",
-                                     f"Role ({role}) does not exist in the resource's hierarchy.")
+        refused = iam.bindable(role)
+        if refused is not None:
+            return rest.error_answer(400, "INVALID_ARGUMENT", refused)
         bindings.setdefault(role, []).extend(m for m in binding.get("members") or [] if m not in bindings[role])
     return bindings
 
 
 def _set_project_policy(iam: ProjectIam, body: dict[str, Any]) -> rest.Answer:
     policy = body.get("policy") or {}
-    bindings = _bindings(policy)
+    bindings = _bindings(iam, policy)
     if isinstance(bindings, rest.Answer):
         return bindings
     try:
@@ -109,7 +109,7 @@ def _set_project_policy(iam: ProjectIam, body: dict[str, Any]) -> rest.Answer:
 
 def _set_account_policy(iam: ProjectIam, email: str, body: dict[str, Any]) -> rest.Answer:
     policy = body.get("policy") or {}
-    bindings = _bindings(policy)
+    bindings = _bindings(iam, policy)
     if isinstance(bindings, rest.Answer):
         return bindings
     current = iam.account_policy(email)

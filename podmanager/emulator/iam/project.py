@@ -16,16 +16,18 @@ Kinds (facts: /work/shared/DESIGN.md "Google Cloud's rules"):
 Besides the policy it keeps the project's service accounts (those made with the IAM API; the
 default compute account exists once Compute Engine is enabled: "Enabling Compute creates ... the
 default compute account", https://docs.cloud.google.com/compute/docs/access/service-accounts#default_service_account)
-and each account's own policy (who may act as it), and an etag that changes with every write of
-the project's policy (https://docs.cloud.google.com/iam/docs/policies#etag).
+and each account's own policy (who may act as it), an etag that changes with every write of
+the project's policy (https://docs.cloud.google.com/iam/docs/policies#etag), and the project's
+custom roles (`custom_roles.py`), which a binding grants as a predefined role's does.
 """
 
 from __future__ import annotations
 
 import base64
 import threading
+import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from pydantic import BaseModel
 
@@ -33,6 +35,7 @@ from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.files import write_atomic
 from podmanager.emulator.iam import methods
+from podmanager.emulator.iam.custom_roles import CustomRole
 from podmanager.emulator.iam.roles import ROLES, permissions_of
 from podmanager.emulator.iam.tokens import USER
 
@@ -56,6 +59,10 @@ class ProjectPolicy(BaseModel):
     accounts: dict[str, str] = {}  # email -> display name: the service accounts made with the IAM API
     account_bindings: dict[str, dict[str, list[str]]] = {}  # email -> its own policy (role -> members)
     version: int = 0  # every write of `bindings` counts one: the etag
+    custom_roles: dict[str, CustomRole] = {}  # role id -> the role (`projects/P/roles/ID`)
+
+
+T = TypeVar("T")
 
 
 class StalePolicy(Exception):
@@ -92,10 +99,13 @@ def policy_path(project: str) -> Path:
 class ProjectIam:
     """One project's policy and services, thread-safe; saved on every change when `saved_at`."""
 
-    def __init__(self, number: str, policy: ProjectPolicy, saved_at: Path | None = None):
+    def __init__(self, number: str, policy: ProjectPolicy, saved_at: Path | None = None, *, project: str = "",
+                 clock: Callable[[], float] = time.time):
         self.number = number
+        self.project = project  # its id: what its custom roles' names hold
         self._policy = policy
         self._saved_at = saved_at
+        self._clock = clock
         self._lock = threading.Lock()
 
     @classmethod
@@ -103,8 +113,8 @@ class ProjectIam:
         """The project's saved policy (a persistent emulator), else the default starting point."""
         where = policy_path(project) if persist else None
         if where is not None and where.is_file():
-            return cls(number, ProjectPolicy.model_validate_json(where.read_text()), where)
-        return cls(number, starting_point("no-organization", number), where)
+            return cls(number, ProjectPolicy.model_validate_json(where.read_text()), where, project=project)
+        return cls(number, starting_point("no-organization", number), where, project=project)
 
     def policy(self) -> ProjectPolicy:
         with self._lock:
@@ -174,12 +184,49 @@ class ProjectIam:
             bindings = [*self._policy.bindings.items(), *extra]
             basic = {kind: principal in self._policy.bindings.get(f"roles/{kind.removeprefix('project').lower()}", [])
                      for kind in _CONVENIENCE}
+            granted = {role: self._grants(role) for role, _ in bindings}
         # A member `projectEditor:P` (a bucket's policy) is whoever holds roles/editor on the project
         # (https://docs.cloud.google.com/storage/docs/access-control/iam#convenience-values).
-        return any(permission in permissions_of(role)
+        return any(permission in granted[role]
                    and any(member == principal or (member.split(":")[0] in basic and basic[member.split(":")[0]])
                            for member in members)
                    for role, members in bindings)
+
+    def _grants(self, role: str) -> frozenset[str]:
+        """What a binding to `role` grants: a predefined role's permissions, or a live custom
+        role's of this project (another project's grants nothing here: "Custom roles can only be
+        used to grant permissions in policies for the same project",
+        https://docs.cloud.google.com/iam/docs/roles-overview#custom). Called holding the lock."""
+        prefix = f"projects/{self.project}/roles/"
+        if not role.startswith("projects/"):
+            return permissions_of(role)
+        found = self._policy.custom_roles.get(role.removeprefix(prefix)) if role.startswith(prefix) else None
+        return found.grants() if found is not None else frozenset()
+
+    def bindable(self, role: str) -> str | None:
+        """None if a binding may name `role` (a predefined role known here, or a live custom role
+        of this project); else why not (a deleted role may not be bound: the delete page in
+        `custom_roles.py`)."""
+        if role in ROLES:
+            return None
+        prefix = f"projects/{self.project}/roles/"
+        with self._lock:
+            found = self._policy.custom_roles.get(role.removeprefix(prefix)) if role.startswith(prefix) else None
+        if found is None:
+            return f"Role ({role}) does not exist in the resource's hierarchy."
+        if found.deleted_at is not None:
+            return f"Role ({role}) is deleted: a binding may not name it."
+        return None
+
+    # ------------------------------------------------------------------ custom roles
+
+    def roles_call(self, change: Callable[..., T], *args: Any) -> T:
+        """`change(roles, project, *args, now)` (a `custom_roles` function) on this project's
+        custom roles under the lock, saved; RoleRefusal as it raises. The role answered is a copy."""
+        with self._lock:
+            found = change(self._policy.custom_roles, self.project, *args, self._clock())
+            self._changed()
+            return found.model_copy(deep=True) if isinstance(found, CustomRole) else found
 
     def enabled(self, service: str) -> bool:
         with self._lock:
@@ -193,9 +240,10 @@ class ProjectIam:
             self._changed()
 
     def grant(self, role: str, member: str) -> None:
-        if role not in ROLES:
+        if self.bindable(role) is not None:
             raise SpecError(f"--grant {role!r}: a role the simulated project does not know",
-                            hint=f"Use one of: {', '.join(sorted(ROLES))}.")
+                            hint=f"Use one of: {', '.join(sorted(ROLES))}, or a custom role of the project "
+                                 f"(projects/{self.project}/roles/ID).")
         if ":" not in member:
             raise SpecError(f"--member {member!r}: a member is TYPE:ID",
                             hint="e.g. user:owner@example.com or serviceAccount:NAME@PROJECT.iam.gserviceaccount.com.")

@@ -86,12 +86,18 @@ _ACCOUNT_ADMIN = frozenset({"iam.serviceAccounts.create", "iam.serviceAccounts.d
                             "iam.serviceAccounts.list", "iam.serviceAccounts.update",
                             "iam.serviceAccounts.getIamPolicy", "iam.serviceAccounts.setIamPolicy"})
 
+# The same page: roles/iam.roleAdmin makes, reads, changes, deletes and undeletes the project's
+# custom roles (iam.roles.*); roles/iam.roleViewer reads them.
+_ROLE_ADMIN = frozenset({"iam.roles.create", "iam.roles.delete", "iam.roles.get", "iam.roles.list",
+                         "iam.roles.undelete", "iam.roles.update"})
+
 # https://docs.cloud.google.com/iam/docs/roles-permissions/resourcemanager.md.txt
 _PROJECT_IAM = frozenset({"resourcemanager.projects.getIamPolicy", "resourcemanager.projects.setIamPolicy"})
 
 EVERYTHING = (_PROJECT_READ | _TPU_ALL | _SECRETS_ALL | _COMPUTE_INSTANCE_ADMIN | _COMPUTE_NETWORK_ADMIN
               | _COMPUTE_SECURITY_ADMIN
-              | _STORAGE_OBJECTS | _STORAGE_BUCKETS | _SERVICE_USAGE | _ACT_AS | _ACCOUNT_ADMIN | _PROJECT_IAM)
+              | _STORAGE_OBJECTS | _STORAGE_BUCKETS | _SERVICE_USAGE | _ACT_AS | _ACCOUNT_ADMIN | _PROJECT_IAM
+              | _ROLE_ADMIN)
 
 # Basic roles: https://docs.cloud.google.com/iam/docs/roles-permissions/basic.md.txt and
 # https://docs.cloud.google.com/iam/docs/roles-overview#basic. Editor lacks the permissions that
@@ -101,10 +107,13 @@ EVERYTHING = (_PROJECT_READ | _TPU_ALL | _SECRETS_ALL | _COMPUTE_INSTANCE_ADMIN 
 # setIamPolicy permissions on no resource emulated here, so storage.buckets.setIamPolicy and
 # iam.serviceAccounts.setIamPolicy are left out too (the stricter answer). Editor includes
 # iam.serviceAccounts.actAs and .create (its listing on the basic roles page names them beside
-# iam.serviceAccounts.get and .list).
+# iam.serviceAccounts.get and .list). Managing roles changes access too: whether Editor may
+# create, change, delete or undelete custom roles the pages do not list, so it may not here (the
+# stricter answer; it reads them, as Viewer does).
 EDITOR_LACKS = frozenset({"secretmanager.versions.access", "secretmanager.secrets.setIamPolicy",
                           "resourcemanager.projects.setIamPolicy", "storage.buckets.setIamPolicy",
-                          "iam.serviceAccounts.setIamPolicy"})
+                          "iam.serviceAccounts.setIamPolicy", "iam.roles.create", "iam.roles.update",
+                          "iam.roles.delete", "iam.roles.undelete"})
 _VIEWER = frozenset(p for p in EVERYTHING if p.rsplit(".", 1)[1] in ("get", "list", "getIamPolicy")
                     and p != "secretmanager.versions.access")
 
@@ -132,10 +141,13 @@ ROLES: dict[str, frozenset[str]] = {
     "roles/iam.serviceAccountUser": _PROJECT_READ | _ACT_AS,
     "roles/iam.serviceAccountAdmin": _PROJECT_READ | _ACCOUNT_ADMIN,
     "roles/iam.serviceAccountCreator": _PROJECT_READ | {"iam.serviceAccounts.create"},
+    "roles/iam.roleAdmin": _PROJECT_READ | _ROLE_ADMIN,
+    "roles/iam.roleViewer": _PROJECT_READ | {"iam.roles.get", "iam.roles.list"},
     "roles/resourcemanager.projectIamAdmin": _PROJECT_READ | _PROJECT_IAM,
 }
 
 
 def permissions_of(role: str) -> frozenset[str]:
-    """What `role` grants here; empty for a role this table does not know (it grants nothing)."""
+    """What predefined `role` grants here; empty for a role this table does not know (it grants
+    nothing). A project's custom roles are the project's (`project.ProjectIam.role_permissions`)."""
     return ROLES.get(role, frozenset())
