@@ -148,6 +148,16 @@ def test_a_range_wider_than_one_address_is_dropped_from_the_rule_never_kept(emul
     assert list(rule.source_ranges) == ["192.0.2.9/32", CALLER]
 
 
+def test_delete_also_removes_an_opening_an_interrupted_access_add_left(emulator, clients):
+    create(spec(), clients)
+    opening = channel_rule(spec(), CALLER, PORT).model_copy(update={"name": "pm-c-channel-open",
+                                                                  "source_ranges": ["0.0.0.0/0"]})
+    clients["networks"].create_firewall(opening)
+    delete_controller_vm(spec(), timeout_s=30, **clients)
+    assert [r.name for r in raw(compute_v1.FirewallsClient, emulator).list(project=PROJECT)
+            if r.name.startswith("pm-c-")] == []
+
+
 def test_delete_removes_the_vm_and_the_rule_and_a_second_delete_is_fine(emulator, clients):
     create(spec(), clients)
     assert delete_controller_vm(spec(), timeout_s=30, **clients) == ControllerVmDeleted(

@@ -57,9 +57,11 @@ def links() -> set[str]:
 class Laptop:
     folder: Path
     env: dict[str, str]
+    namespace: str | None = None  # the second laptop's; None: this machine's own (the first laptop)
 
     def cmd(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "podmanager", *args], cwd=self.folder, env=self.env,
+        inside = ["ip", "netns", "exec", self.namespace] if self.namespace else []
+        return subprocess.run([*inside, sys.executable, "-m", "podmanager", *args], cwd=self.folder, env=self.env,
                               capture_output=True, text=True, timeout=timeout)
 
     def ok(self, *args: str, timeout: float = 300) -> str:
@@ -77,6 +79,21 @@ class Cluster:
     laptop: Laptop
     up: subprocess.CompletedProcess
     prefix: str  # the network's (emulator/network/names.py)
+    root: Path
+
+    def public(self, offset: int) -> ipaddress.IPv4Address:
+        """An address of the simulated internet (network/model.py's `Internet`): 1 the first
+        laptop's (its home router's), 2 the second laptop's, 4 Google's APIs."""
+        [record] = (self.root / "cloud" / "sim" / "emulators").glob("*.json")
+        return ipaddress.ip_address(json.loads(record.read_text())["laptop_public"]) + (offset - 1)
+
+    def second_laptop(self) -> Laptop:
+        """Another machine of the user, straight on the simulated internet at its own public
+        address, with a home of its own; it reaches Google's APIs as the VMs do, at their address."""
+        (self.root / "laptop2").mkdir(exist_ok=True)
+        env = {**self.laptop.env, "PODMANAGER_HOME": str(self.root / "laptop2"),
+               "PODMANAGER_SIM_APIS_HOST": str(self.public(4))}
+        return Laptop(self.root / "laptop2", env, names.namespace(self.prefix, "laptop2"))
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +114,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         ours = {n for n in namespaces() - before if f"-{NAME}-controller-" in n or f"-{NAME}-s0-" in n}
         assert ours, f"no namespace of the cluster's VMs: {namespaces() - before}\n{up.stdout}\n{up.stderr}"
         prefix = next(iter(ours)).split("-", 1)[0]
-        yield Cluster(laptop, up, prefix)
+        yield Cluster(laptop, up, prefix, root)
     finally:
         down = laptop.cmd("down", "-c", NAME, timeout=600)
         # A failed `up` or `down` may leave the emulator, and with it its network: stop it anyway.
@@ -155,3 +172,35 @@ def test_a_service_answers_through_the_laptops_forwarded_port(cluster):
             cancelled = laptop.cmd("cancel", service_id)
     assert serving.returncode == 130, out + err
     assert cancelled.returncode == 0 and "is cancelled" in cancelled.stdout, cancelled.stdout + cancelled.stderr
+
+
+def test_a_second_laptop_is_refused_then_admitted_by_access_add_then_refused_after_revoke(cluster):
+    first, second = cluster.laptop, cluster.second_laptop()
+    first_address, second_address = f"{cluster.public(1)}/32", f"{cluster.public(2)}/32"
+    refused = second.cmd("connect", "-c", NAME, "--dry-run")  # the firewall drops it: no answer
+    assert refused.returncode == 1 and "cannot reach the controller" in refused.stdout + refused.stderr, \
+        refused.stdout + refused.stderr
+
+    added = second.cmd("access", "add", "-c", NAME, "--dry-run", "--json")
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert json.loads(added.stdout)["added"] == second_address  # as the controller saw it
+    listed = json.loads(first.ok("access", "-c", NAME, "--dry-run", "--json"))
+    assert listed["rule"] == f"pm-{NAME}-channel" and listed["callers"] == [first_address, second_address]
+    second.ok("connect", "-c", NAME, "--dry-run")
+    assert [s["state"] for s in json.loads(second.ok("status", "-c", NAME, "--json"))["slices"]] == ["READY"]
+    first.ok("status", "-c", NAME)  # the first laptop is still admitted
+
+    first.ok("access", "revoke", str(cluster.public(2)), "-c", NAME, "--dry-run")
+    # The rule's change holds once the network syncs (seconds): until then the second laptop still gets in.
+    gone = poll_until(lambda: (lambda done: done if done.returncode != 0 else None)(second.cmd("status", "-c", NAME)),
+                      timeout_s=120, interval_s=1.0, what="the second laptop to be refused")
+    # The address-change message: the rule, the addresses it admits, the one command that fixes it.
+    said = gone.stdout + gone.stderr
+    assert gone.returncode == 1, said
+    assert f"pm-{NAME}-channel admits {first_address}" in said, said
+    assert f"podmanager access add -c {NAME} --dry-run" in said, said
+    first.ok("status", "-c", NAME)
+
+    last = first.cmd("access", "revoke", str(cluster.public(1)), "-c", NAME, "--dry-run")
+    assert last.returncode == 2 and "last caller" in last.stdout + last.stderr, last.stdout + last.stderr
+    assert json.loads(first.ok("access", "-c", NAME, "--dry-run", "--json"))["callers"] == [first_address]

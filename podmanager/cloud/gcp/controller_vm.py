@@ -84,6 +84,11 @@ def channel_rule_name(cluster: str) -> str:
     return f"pm-{cluster}-channel"
 
 
+def opening_rule_name(cluster: str) -> str:
+    """`podmanager access add`'s short opening of the channel's port (client/channel_access.py)."""
+    return f"pm-{cluster}-channel-open"
+
+
 def controller_tag(cluster: str) -> str:
     """The network tag only the controller carries: what the channel's rule admits traffic to."""
     return f"pm-{cluster}-controller"
@@ -270,6 +275,12 @@ def delete_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, netw
         networks.in_project(network_project(spec)).delete_firewall(name)
     except cloud_errors.NotFoundError:
         name = None
+    rules = networks.in_project(network_project(spec))
+    if rules.firewall(opening_rule_name(spec.name)) is not None:  # an `access add` cut short left its opening
+        try:
+            rules.delete_firewall(opening_rule_name(spec.name))
+        except cloud_errors.NotFoundError:
+            pass
     return ControllerVmDeleted(instance=found.name if found is not None else None, rule=name)
 
 
