@@ -95,8 +95,8 @@ def access_revoke(name: str, address: str, *, project: str | None = None, dry_ru
         if admitted == [wanted]:
             raise SpecError(f"ADDR: {address} is the last caller {rule.name} admits; a rule with no source "
                             "would admit every address",
-                                  hint=f"Add another first ('podmanager access add -c {name}' on that machine), "
-                                       f"or 'podmanager down -c {name}' removes the cluster and its rule.")
+                            hint=f"Add another first ('podmanager access add -c {name}' on that machine), "
+                                 f"or 'podmanager down -c {name}' removes the cluster and its rule.")
         kept = [a for a in admitted if a != wanted]
         networks.patch_firewall_sources(rule.name, kept)
     return ChannelAccess(name, rule.name, kept, revoked=wanted)

@@ -12,9 +12,9 @@ from podmanager.cloud.gcp.compute import ComputeNetworks
 from podmanager.cloud.gcp.controller_vm import admitted_callers, channel_rule_name
 from podmanager.cloud.network import FirewallRule
 from podmanager.cluster import backends
-from podmanager.core.errors import ClusterNotFoundError
+from podmanager.core.errors import ClusterNotFoundError, SpecError
 from podmanager.core.network_names import network_project
-from podmanager.core.spec import ClusterSpec
+from podmanager.core.spec import ClusterSpec, parse_spec
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,6 @@ class ChannelAccess:
 def controller_spec(name: str, *, project: str | None, dry_run: bool) -> ClusterSpec:
     """A spec that finds cluster `name`'s controller VM in its project (the rest is placeholder:
     the cluster's own spec is on the controller)."""
-    from podmanager.core.errors import SpecError
-    from podmanager.core.spec import parse_spec
-
     if not dry_run and not project:
         raise SpecError("--project: a cluster on Google Cloud is found in its project; pass --project PROJECT "
                         "(or --dry-run for the simulated cloud)")

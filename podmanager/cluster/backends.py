@@ -142,7 +142,7 @@ def secrets_host(spec: ClusterSpec) -> str | None:
         return None
     from podmanager.emulator import launcher
 
-    return launcher.ensure(spec.project or "")
+    return launcher.ensure(spec.project or "", simulated_network(spec))
 
 
 def make_buckets(spec: ClusterSpec) -> BucketIam | None:

@@ -36,7 +36,7 @@ NAME = "nsup"
 SPEC = textwrap.dedent(f"""
     name: {NAME}
     controller: {{local: false}}
-    simulation: {{create_latency_s: 0.0, delete_latency_s: 0.0, instance_create_latency_s: 1.0,
+    simulation: {{network: namespaces, create_latency_s: 0.0, delete_latency_s: 0.0, instance_create_latency_s: 1.0,
                   instance_delete_latency_s: 1.0}}
     slices:
       - {{accelerator: v4-8}}
@@ -102,10 +102,10 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
     folder = root / "project"
     folder.mkdir()
     (folder / "spec.yaml").write_text(SPEC)
-    env = {k: v for k, v in os.environ.items() if k not in ("PODMANAGER_HOME", "PODMANAGER_SIM_HOME")}
-    # The emulator `up` starts takes its network mode from the environment.
-    env.update(PODMANAGER_HOME=str(root / "home"), PODMANAGER_SIM_HOME=str(root / "cloud"),
-               PODMANAGER_SIM_NETWORK="namespaces")
+    # The emulator `up` starts takes its network mode from the spec (simulation.network).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PODMANAGER_HOME", "PODMANAGER_SIM_HOME", "PODMANAGER_SIM_NETWORK")}
+    env.update(PODMANAGER_HOME=str(root / "home"), PODMANAGER_SIM_HOME=str(root / "cloud"))
     laptop = Laptop(folder, env)
     before = namespaces()
     up = laptop.cmd("up", "-f", "spec.yaml", "--dry-run", timeout=600)
