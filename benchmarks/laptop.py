@@ -2,7 +2,7 @@
 against the same cluster with this machine as its controller (`controller.local: true`, the
 only mode before).
 
-    python benchmarks/laptop.py [--repeats 5] [--mode both|local|vm]
+    python benchmarks/laptop.py [--repeats 5] [--mode both|local|vm|network]
 
 For each mode, in a fresh $PODMANAGER_HOME (and, for the VM, a separate simulated cloud folder):
 `up` of two v4-8 (the controller VM included), `status` (the CLI, a new process each time, as
@@ -10,7 +10,9 @@ a user runs it), a short run's wall time (`podmanager run hello.py`: submit, thr
 summary), and the delay from a line printed on a host to the same line shown on the laptop
 (`time.time()` printed by the program, compared when the follower receives it: one clock, one
 machine). Medians of --repeats; prints a markdown table. The previous main (no VM mode) runs
-with `--mode local`.
+with `--mode local`. `--mode network` measures the VM mode twice, back to back: every simulated
+machine sharing this one's loopback, then each in its own network namespace behind the firewall
+(the emulator's namespace mode, issue 47: Linux as root).
 """
 
 from __future__ import annotations
@@ -81,14 +83,15 @@ def line_delays(cwd: Path, env: dict[str, str]) -> list[float]:
     return delays[1:]  # the first waits for the attempt to start
 
 
-def measure(local: bool, repeats: int) -> dict[str, float]:
+def measure(local: bool, repeats: int, network: str = "loopback") -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="pm-bench-laptop-"))
     project = root / "project"
     project.mkdir()
     (project / "spec.yaml").write_text(spec(local))
     (project / "hello.py").write_text(HELLO)
     (project / "stamps.py").write_text(STAMPS)
-    env = {**os.environ, "PODMANAGER_HOME": str(root / "home"), "PODMANAGER_SIM_HOME": str(root / "cloud")}
+    env = {**os.environ, "PODMANAGER_HOME": str(root / "home"), "PODMANAGER_SIM_HOME": str(root / "cloud"),
+           "PODMANAGER_SIM_NETWORK": network}
     try:
         up = timed([*PODMANAGER, "up", "-f", "spec.yaml", "--dry-run"], project, env)
         status = [timed([*PODMANAGER, "status", "-c", "bench", "--json"], project, env) for _ in range(repeats)]
@@ -108,15 +111,19 @@ def measure(local: bool, repeats: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--mode", choices=["both", "local", "vm"], default="both")
+    parser.add_argument("--mode", choices=["both", "local", "vm", "network"], default="both")
     args = parser.parse_args()
-    modes = {"local": [True], "vm": [False], "both": [True, False]}[args.mode]
+    modes = {"local": [(True, "loopback")], "vm": [(False, "loopback")],
+             "both": [(True, "loopback"), (False, "loopback")],
+             "network": [(False, "loopback"), (False, "namespaces")]}[args.mode]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print("| controller | up (2 x v4-8) s | status (CLI) s | status (API) s | run hello.py s | host line -> laptop s |")
     print("|---|---|---|---|---|---|")
-    for local in modes:
-        figures = measure(local, args.repeats)
-        print(f"| {'this machine (local)' if local else 'VM over the channel'} | {figures['up_s']:.1f} | "
+    for local, network in modes:
+        figures = measure(local, args.repeats, network)
+        name = "this machine (local)" if local else "VM over the channel" + (
+            ", namespaces" if network == "namespaces" else "")
+        print(f"| {name} | {figures['up_s']:.1f} | "
               f"{figures['status_s']:.2f} | {figures['status_api_s']:.3f} | {figures['run_s']:.2f} | {figures['line_s']:.3f} |")
         print(json.dumps(figures), file=sys.stderr)
 

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from podmanager.api.timeline import run_timeline, write_timeline_html
     from podmanager.api.up_plan import UpPlan
     from podmanager.channel.cluster_status import ClusterStatus, SliceStatus
+    from podmanager.client.channel_access import (
+        ChannelAccess,
+        access_add,
+        access_callers,
+        access_revoke,
+    )
     from podmanager.client.cluster_client import ClusterClient
     from podmanager.client.controller_machine import connect
     from podmanager.client.remote import RemoteCluster, forward, ray_token_file
@@ -45,9 +51,11 @@ _WHERE = {
     "teardown": "podmanager.cluster.teardown", "open_spec": "podmanager.client.remote_up_down",
     "RemoteCluster": "podmanager.client.remote", "ClusterClient": "podmanager.client.cluster_client", "RemoteServiceHandle": "podmanager.client.remote_service", "connect": "podmanager.client.controller_machine",
     "forward": "podmanager.client.remote", "ray_token_file": "podmanager.client.remote", "StateStore": "podmanager.state", "EventKind": "podmanager.core.events",
+    "ChannelAccess": "podmanager.client.channel_callers", "access_add": "podmanager.client.channel_access",
+    "access_callers": "podmanager.client.channel_callers", "access_revoke": "podmanager.client.channel_access",
     "open_page": "podmanager.api.dashboard", "run_timeline": "podmanager.api.timeline", "write_timeline_html": "podmanager.api.timeline",
 }
-__all__ = ["Cluster", "ClusterClient", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RemoteServiceHandle", "RunHandle",
+__all__ = ["ChannelAccess", "access_add", "access_callers", "access_revoke", "Cluster", "ClusterClient", "ClusterStatus", "DownReport", "EventKind", "LabelDownReport", "RemoteCluster", "RemoteServiceHandle", "RunHandle",
            "ServiceHandle", "SliceStatus", "connect", "forward", "open_page", "open_spec", "ray_token_file",
            "StateStore", "UpPlan", "cluster_events", "down", "down_by_label", "latest_run_id", "resolve_cluster",
            "run_history", "run_log_lines", "run_summary", "run_timeline", "service_history", "teardown",

@@ -18,6 +18,7 @@ from podmanager.state.run_records import RunRecord
 WIRE_VERSION = 1  # a reply gains fields with defaults, never loses one; a change that breaks that is v2
 API_PREFIX = f"/v{WIRE_VERSION}"
 FORWARD_PATH = f"{API_PREFIX}/forward"  # a WebSocket carrying one TCP connection to the controller's side
+CALLER_PATH = f"{API_PREFIX}/caller"  # GET: the caller's address as the controller sees it (`access add`)
 DASHBOARD = "dashboard"  # a forward's target: the Ray dashboard (and job API), or a service's id
 
 
@@ -74,6 +75,14 @@ class EventRecord(Record):
 
 class EventsReply(Record):
     events: list[EventRecord]
+
+
+class CallerReply(Record):
+    """The address an authenticated request came from, as the controller saw it: the caller's
+    public one when it is behind a NAT (docs/channel.md, "Reaching the controller from another
+    laptop")."""
+
+    address: str
 
 
 class ErrorReply(Record):

@@ -108,6 +108,14 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
             forwards.discard(socket)
         return socket
 
+    async def caller(request: web.Request) -> web.StreamResponse:
+        """Where this (authenticated) request came from: what `access add` adds to the rule."""
+        peer_address = request.transport.get_extra_info("peername") if request.transport else None
+        if not peer_address:
+            return _error(500, "the controller cannot tell where this request came from")
+        return web.Response(text=records.CallerReply(address=peer_address[0]).model_dump_json(),
+                            content_type="application/json")
+
     forwards: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
 
     async def close_forwards(app: web.Application) -> None:
@@ -120,6 +128,7 @@ def build_app(api: ControllerApi, token: str) -> web.Application:
     for verb in VERBS:
         app.router.add_route(verb.method, verb.path, answer(verb))
     app.router.add_get(records.FORWARD_PATH, forward)
+    app.router.add_get(records.CALLER_PATH, caller)
     # The page: GETs only, behind the same two middlewares (a parent's apply to its sub-apps).
     app.add_subapp(PAGE_PREFIX, page_app(lambda cluster: api.page(cluster)))
     app.on_shutdown.append(close_forwards)

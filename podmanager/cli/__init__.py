@@ -150,6 +150,7 @@ def root(ctx: typer.Context,
 
 from podmanager.cli import (  # noqa: E402  (the commands register on `app`)
     accelerators,
+    access,
     connect,
     dashboard,
     demo,
@@ -175,6 +176,7 @@ for command in (up.up, status.status, down.down, events.events, demo.demo, logs.
 app.command(cls=ProgramCommand)(run.run)
 app.command(cls=ProgramCommand)(serve.serve)
 sim.register(app, group=PodmanagerGroup, command=PodmanagerCommand)
+access.register(app, group=PodmanagerGroup, command=PodmanagerCommand)
 app.command(cls=PodmanagerCommand, help="Serve the simulated Cloud TPU API over gRPC (for TPU_EMULATOR_HOST).",
             epilog=emulator.FAULTS_EPILOG)(emulator.emulator)
 app.command(cls=PodmanagerCommand, help="List every Cloud TPU accelerator type and its shape.")(accelerators.accelerators)

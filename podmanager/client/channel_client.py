@@ -26,8 +26,9 @@ class ChannelClient(ChannelVerbs):
     """One cluster's controller, reached with this machine's credentials for it (`pinned.load`);
     its calls are the verbs of `ChannelVerbs`, each made by the table."""
 
-    def __init__(self, credentials: pinned.ClientCredentials):
+    def __init__(self, credentials: pinned.ClientCredentials, *, explain_unreachable: bool = True):
         self.credentials = credentials
+        self.explain_unreachable = explain_unreachable  # an unreachable controller's error reads its rule
         context = credentials.tls_context()
         address = credentials.address
         self._pool = urllib3.HTTPSConnectionPool(
@@ -53,6 +54,10 @@ class ChannelClient(ChannelVerbs):
         body = request if isinstance(request, bytes) else request.model_dump_json().encode()
         return self._send(verb.method, verb.path, body, verb.content_type, verb.reply)
 
+    def caller(self) -> str:
+        """This machine's address as the controller sees it (behind a NAT: its public one)."""
+        return self._send("GET", records.CALLER_PATH, b"", "application/json", records.CallerReply).address
+
     def _send(self, method: str, path: str, body: bytes, content_type: str, reply: type[ReplyT]) -> ReplyT:
         where = f"{self.credentials.address.host}:{self.credentials.address.port}"
         try:
@@ -67,8 +72,7 @@ class ChannelClient(ChannelVerbs):
                       + pinned.refetch_hint(self.credentials.cluster))) from None
         except urllib3.exceptions.HTTPError as error:
             raise ChannelError(f"cannot reach the controller of {self.credentials.cluster} at {where}: "
-                               f"{_reason(error)}",
-                               hint="Check that the controller is up and that this machine may reach its address.") from None
+                               f"{_reason(error)}", hint=self._unreachable_hint()) from None
         if response.status == 401:
             raise ChannelCredentialError(
                 f"the controller at {where} refused the token in {self.credentials.folder / pinned.TOKEN_FILE}: "
@@ -85,6 +89,15 @@ class ChannelClient(ChannelVerbs):
         except ValidationError as error:
             raise ChannelError(f"the controller at {where} answered {path} with a reply this client cannot read "
                                f"({error.errors()[0]['msg']}); is it another podmanager version?") from None
+
+
+    def _unreachable_hint(self) -> str:
+        if not self.explain_unreachable:
+            return "Check that the controller is up and that this machine may reach its address."
+        # The cloud's client, loaded on this path only (the channel's client loads without it).
+        from podmanager.client.channel_callers import unreachable_hint
+
+        return unreachable_hint(self.credentials.cluster)
 
 
 def _reason(error: Exception) -> str:

@@ -31,6 +31,7 @@ import shutil
 from typing import Callable
 
 from podmanager.client import pinned
+from podmanager.client.channel_callers import controller_spec
 from podmanager.client.controller_plan import (
     CREATE,
     ControllerPlan,
@@ -237,21 +238,13 @@ class ControllerMachine:
         return deleted
 
 
-def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCredentials:
-    """This machine's pointer to a cluster made from another (or whose pointer was lost): its
-    controller VM found by its labels in the project, its certificate and address read from its
-    guest attributes, the token from Secret Manager (with this user's credentials), and the
-    spec from the controller itself. Nothing of the cluster changes."""
-    from podmanager.client.channel_client import ChannelClient
-    from podmanager.core.errors import ClusterNotFoundError, SpecError
-    from podmanager.core.spec import parse_spec
+def cloud_credentials(spec: ClusterSpec) -> pinned.ClientCredentials:
+    """The channel's credentials as the cloud holds them, kept nowhere yet: the controller VM
+    found by its labels, its certificate and address read from its guest attributes, the token
+    from Secret Manager (with this user's credentials)."""
+    from podmanager.core.errors import ClusterNotFoundError
 
-    if not dry_run and not project:
-        raise SpecError("--project: a cluster on Google Cloud is found in its project; pass --project PROJECT "
-                        "(or --dry-run for the simulated cloud)")
-    placeholder = {"name": name, "slices": [{"accelerator": "v4-8"}], "controller": {"local": False}}
-    spec = parse_spec({**placeholder, **({"project": project} if project else {})}, source="--cluster/--project",
-                      dry_run=dry_run)
+    name = spec.name
     with backends.make_instances(spec) as instances:
         vm = find_controller_vm(spec, instances)
         if vm is None:
@@ -271,8 +264,18 @@ def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCr
         raise PodmanagerError(f"Secret Manager holds no channel token of {name} ({channel_secret_id(name)})",
                               hint="'podmanager up -f SPEC' makes it again.")
     host, _, port = attributes[ADDRESS_KEY].rpartition(":")
-    credentials = pinned.install(name, pinned.ControllerAddress(host=host, port=int(port)), attributes[CERT_KEY],
-                                 token)
+    return pinned.ClientCredentials(name, pinned.ControllerAddress(host=host, port=int(port)), attributes[CERT_KEY],
+                                    token.strip(), pinned.folder(name))
+
+
+def connect(name: str, *, project: str | None, dry_run: bool) -> pinned.ClientCredentials:
+    """This machine's pointer to a cluster made from another (or whose pointer was lost): the
+    channel's credentials read from the cloud (`cloud_credentials`) and kept, and the spec from
+    the controller itself. Nothing of the cluster changes."""
+    from podmanager.client.channel_client import ChannelClient
+
+    found = cloud_credentials(controller_spec(name, project=project, dry_run=dry_run))
+    credentials = pinned.install(name, found.address, found.cert_pem, found.token)
     with ChannelClient(credentials) as client:
         pinned.save_spec(name, client.spec(name).spec_json)
     return credentials

@@ -45,7 +45,7 @@ def make_cloud(spec: ClusterSpec, *, clock: Clock | None = None,
     """The backend the spec asks for, retrying transient API errors, and (dry runs) the
     emulator's control service, for fault injection."""
     if spec.simulated:
-        return simulated_cloud(spec.project or "", clock=clock, on_retry=on_retry)
+        return simulated_cloud(spec.project or "", clock=clock, on_retry=on_retry, network=simulated_network(spec))
     from podmanager.cloud.gcp.client import GcpCloud, check_credentials
 
     emulator = os.environ.get("TPU_EMULATOR_HOST")
@@ -92,7 +92,7 @@ def make_instances(spec: ClusterSpec) -> ComputeInstances:
         from podmanager.emulator import launcher
         from podmanager.emulator.control import EmulatorControl
 
-        with EmulatorControl(launcher.ensure(spec.project or "")) as control:
+        with EmulatorControl(launcher.ensure(spec.project or "", simulated_network(spec))) as control:
             configure_simulation(spec, control)  # how long its VMs take, before any is made
         endpoint = emulator_json_api(spec)
         if endpoint is None:
@@ -142,7 +142,7 @@ def secrets_host(spec: ClusterSpec) -> str | None:
         return None
     from podmanager.emulator import launcher
 
-    return launcher.ensure(spec.project or "")
+    return launcher.ensure(spec.project or "", simulated_network(spec))
 
 
 def make_buckets(spec: ClusterSpec) -> BucketIam | None:
@@ -255,8 +255,13 @@ def standalone_emulator(project: str, create_latency_s: float) -> Emulator:
     return Emulator(project, persist=False, create_latency_s=create_latency_s)
 
 
-def simulated_cloud(project: str, *, clock: Clock | None = None,
-                    on_retry: RetryCallback | None = None) -> tuple[GcpCloud, EmulatorControl]:
+def simulated_network(spec: ClusterSpec) -> str | None:
+    """The network mode the spec asks of its project's emulator; None: whichever it runs."""
+    return None if spec.simulation.network == "default" else spec.simulation.network
+
+
+def simulated_cloud(project: str, *, clock: Clock | None = None, on_retry: RetryCallback | None = None,
+                    network: str | None = None) -> tuple[GcpCloud, EmulatorControl]:
     """The real client on the project's local emulator (started if it is not running), and its
     control service. A call the emulator did not answer (it died) restarts it before the retry."""
     from podmanager.emulator import launcher
@@ -268,7 +273,7 @@ def simulated_cloud(project: str, *, clock: Clock | None = None,
 
     with ThreadPoolExecutor(max_workers=1) as starter:
         # A first command starts the emulator (most of a second) while it loads the client.
-        starting = starter.submit(launcher.ensure, project)
+        starting = starter.submit(launcher.ensure, project, network)
         from podmanager.cloud.gcp.client import GcpCloud
         from podmanager.emulator.control import EmulatorControl
 

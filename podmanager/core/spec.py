@@ -396,6 +396,12 @@ class SimulationSpec(_Model):
     vm_image: Literal["controller", "bare"] = Field("controller", description="controller: the VMs find this "
                                                     "machine's environment (boots in seconds); bare: they install "
                                                     "everything, as a fresh TPU VM")
+    # The simulated VMs' network (issue 47; docs/dry-run.md): the mode belongs to the project's
+    # emulator, so a running one in another mode is refused rather than changed under its clusters.
+    network: Literal["default", "loopback", "namespaces"] = Field(
+        "default", description="loopback: every simulated VM on this machine's addresses; namespaces: each in its "
+                               "own network namespace behind the project's firewall (Linux as root); default: "
+                               "$PODMANAGER_SIM_NETWORK, else loopback")
     faults: list[Fault] = Field(default_factory=list,  # one type for every form of a fault: core/faults.py
                                 description="scripted faults, armed at the cluster's first `up` (below)")
 

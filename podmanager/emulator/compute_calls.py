@@ -190,6 +190,11 @@ def _insert_firewall(call: Call) -> Json:
     return operation_message(call, call.project.insert_firewall(_firewall_record(call.body)))
 
 
+def _patch_firewall(call: Call) -> Json:
+    call.log("compute.firewalls.patch", call.request(firewall=call.resource))
+    return operation_message(call, call.project.patch_firewall(call.resource, list(call.body.get("sourceRanges", []))))
+
+
 def _delete_firewall(call: Call) -> Json:
     call.log("compute.firewalls.delete", call.request(firewall=call.resource))
     return operation_message(call, call.project.delete_firewall(call.resource))
@@ -247,6 +252,7 @@ ROUTES: dict[tuple[str, str, bool, str | None], Callable[[Call], Json]] = {
     ("GET", "firewalls", True, None): _get_firewall,
     ("GET", "firewalls", False, None): _list_firewalls,
     ("POST", "firewalls", False, None): _insert_firewall,
+    ("PATCH", "firewalls", True, None): _patch_firewall,
     ("DELETE", "firewalls", True, None): _delete_firewall,
     ("GET", "routers", True, None): _get_router,
     ("GET", "routers", False, None): _list_routers,

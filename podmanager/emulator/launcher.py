@@ -23,10 +23,12 @@ import grpc
 import psutil
 
 from podmanager.core import paths
-from podmanager.core.errors import PodmanagerError
+from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator.record import EmulatorRecord
 from podmanager.vm import procs
+
+LOOPBACK, NAMESPACES = "loopback", "namespaces"  # the simulated VMs' network modes (server.py's --network)
 
 MODULE = "podmanager.emulator"
 START_TIMEOUT_S = 30.0
@@ -52,16 +54,36 @@ def laptop_public(project: str) -> str:
     return found.laptop_public if found is not None else ""
 
 
-def ensure(project: str) -> str:
-    """The address of the project's emulator, started (from its saved state) if it is not running."""
+def ensure(project: str, network: str | None = None) -> str:
+    """The address of the project's emulator, started (from its saved state) if it is not running.
+    `network` (a spec's `simulation.network`; None: whichever): the mode its VMs must run in, that
+    of a new one; a running one in the other mode is refused (SpecError), never changed."""
     found = running(project)
-    if found is not None:
-        return found.address
-    with _start_lock(project):
-        found = running(project)  # another command may have started it meanwhile
-        if found is not None:
-            return found.address
-        return _start(project, emulator_record.read(project)).address
+    if found is None:
+        with _start_lock(project):
+            found = running(project)  # another command may have started it meanwhile
+            if found is None:
+                _check_can(network)
+                found = _start(project, emulator_record.read(project), network)
+    _check_mode(project, found, network)
+    return found.address
+
+
+def _check_can(network: str | None) -> None:
+    from podmanager.emulator.network import names
+
+    if network == NAMESPACES and (why := names.unavailable()) is not None:
+        raise SpecError(f"simulation.network: namespaces cannot be made on this machine ({why})",
+                        hint="Run as root on Linux, or leave simulation.network out (loopback).")
+
+
+def _check_mode(project: str, found: EmulatorRecord, network: str | None) -> None:
+    running_mode = NAMESPACES if found.laptop_public else LOOPBACK
+    if network is not None and network != running_mode:
+        raise SpecError(f"simulation.network: {network}, but the emulator of the simulated project {project} "
+                        f"runs its VMs in the {running_mode} mode",
+                        hint="Leave simulation.network out, or 'podmanager down' the project's clusters first (its "
+                             "last down stops the emulator; the next command starts it in the mode asked).")
 
 
 def stop(project: str) -> bool:
@@ -121,7 +143,7 @@ def _start_lock(project: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _start(project: str, previous: EmulatorRecord | None) -> EmulatorRecord:
+def _start(project: str, previous: EmulatorRecord | None, network: str | None = None) -> EmulatorRecord:
     port = previous.address.rsplit(":", 1)[1] if previous is not None else "0"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.pop(procs.MACHINE_ENV, None)
@@ -131,7 +153,7 @@ def _start(project: str, previous: EmulatorRecord | None) -> EmulatorRecord:
     log_path = emulator_record.log_path(project)
     launched = subprocess.run(
         [sys.executable, "-c", _LAUNCHER, str(log_path), sys.executable, "-m", MODULE, "--project", project,
-         "--port", port],
+         "--port", port, *(["--network", network] if network else [])],
         env=env, cwd=paths.sim_home(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_TIMEOUT_S)
     if launched.returncode != 0:
         raise PodmanagerError(f"the local Cloud TPU emulator of the simulated project {project} could not be "

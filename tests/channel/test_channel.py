@@ -293,6 +293,18 @@ def test_an_unreachable_controller_is_a_clear_error(controller) -> None:
     with pytest.raises(ChannelError) as unreachable:
         ChannelClient(credentials).status(CLUSTER)
     assert f"cannot reach the controller of {CLUSTER} at 127.0.0.1:{server.port}" in unreachable.value.message
+    # The fix for a laptop whose address changed: the rule named, and the one command that admits it.
+    assert f"pm-{CLUSTER}-channel" in unreachable.value.hint
+    assert f"'podmanager access add -c {CLUSTER} " in unreachable.value.hint
+
+
+def test_the_controller_tells_an_authenticated_caller_where_it_came_from(controller, api) -> None:
+    made, server = controller
+    credentials = install(made, server)
+    with ChannelClient(credentials) as client:
+        assert client.caller() == "127.0.0.1"  # the connection's source, as the controller saw it
+    answer = ChannelClient(credentials)._pool.urlopen("GET", records.CALLER_PATH, headers={})
+    assert answer.status == 401  # behind the token, as every verb
 
 
 def test_the_client_imports_neither_ray_nor_jax() -> None:

@@ -129,12 +129,33 @@ def test_an_interrupted_create_is_found_and_finished(emulator, clients):
     assert changes(emulator) == ["compute.firewalls.insert"]
 
 
-def test_another_caller_address_replaces_the_rule_never_widens_it(emulator, clients):
+def test_another_caller_address_is_added_to_the_rule_and_the_first_kept(emulator, clients):
     create(spec(), clients)
-    create(spec(), clients, caller="198.51.100.4")
+    emulator.api.requests.clear()
+    create(spec(), clients, caller="198.51.100.4")  # a second laptop's `up`: the first is not locked out
     [rule] = channel_rules(emulator)
-    assert list(rule.source_ranges) == ["198.51.100.4/32"]
+    assert list(rule.source_ranges) == [CALLER, "198.51.100.4/32"]
+    assert [name for name, _ in emulator.api.requests if name.startswith("compute.firewalls.")
+            and not name.endswith((".get", ".list"))] == ["compute.firewalls.patch"]
     assert len(listed_instances(emulator)) == 1
+
+
+def test_a_range_wider_than_one_address_is_dropped_from_the_rule_never_kept(emulator, clients):
+    wide = channel_rule(spec(), CALLER, PORT)
+    clients["networks"].create_firewall(wide.model_copy(update={"source_ranges": ["0.0.0.0/0", "192.0.2.9/32"]}))
+    create(spec(), clients)
+    [rule] = channel_rules(emulator)
+    assert list(rule.source_ranges) == ["192.0.2.9/32", CALLER]
+
+
+def test_delete_also_removes_an_opening_an_interrupted_access_add_left(emulator, clients):
+    create(spec(), clients)
+    opening = channel_rule(spec(), CALLER, PORT).model_copy(update={"name": "pm-c-channel-open",
+                                                                  "source_ranges": ["0.0.0.0/0"]})
+    clients["networks"].create_firewall(opening)
+    delete_controller_vm(spec(), timeout_s=30, **clients)
+    assert [r.name for r in raw(compute_v1.FirewallsClient, emulator).list(project=PROJECT)
+            if r.name.startswith("pm-c-")] == []
 
 
 def test_delete_removes_the_vm_and_the_rule_and_a_second_delete_is_fine(emulator, clients):

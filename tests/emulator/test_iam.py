@@ -74,6 +74,7 @@ def test_every_permission_an_emulated_method_needs_is_the_owners():
     ("POST", "/compute/v1/projects/p/zones/z/operations/op-1/wait", "compute.zoneOperations.wait"),
     ("GET", "/compute/v1/projects/p/zones/z/instances/vm/getGuestAttributes", "compute.instances.getGuestAttributes"),
     ("POST", "/compute/v1/projects/p/global/firewalls", "compute.firewalls.insert"),
+    ("PATCH", "/compute/v1/projects/p/global/firewalls/pm-c-channel", "compute.firewalls.patch"),
     ("GET", "/compute/v1/projects/p", "compute.projects.get"),
     ("GET", "/storage/v1/b/bkt/o/a%2Fb?alt=media", "storage.objects.get"),
     ("PUT", "/storage/v1/b/bkt/iam", "storage.buckets.setIamPolicy"),

@@ -182,3 +182,31 @@ def test_an_emulator_that_cannot_start_says_why(monkeypatch):
     with pytest.raises(Exception, match="did not start") as failed:
         launcher.ensure("broken")
     assert str(emulator_record.log_path("broken")) in failed.value.hint
+
+
+def test_a_spec_asking_another_network_mode_than_the_running_emulators_is_refused_naming_the_field(
+        tmp_path, monkeypatch):
+    from podmanager.cluster import backends
+    from podmanager.core.errors import SpecError
+    from podmanager.core.spec import parse_spec
+
+    monkeypatch.setenv("PODMANAGER_SIM_HOME", str(tmp_path / "cloud"))
+    monkeypatch.delenv("PODMANAGER_SIM_NETWORK", raising=False)
+
+    def spec(network: str):
+        return parse_spec({"name": "n", "slices": [{"accelerator": "v4-8"}], "simulation": {"network": network}},
+                          dry_run=True)
+
+    with pytest.raises(SpecError) as bad:
+        spec("bridges")
+    assert "simulation.network" in str(bad.value) and bad.value.exit_code == 2
+    asked = spec("namespaces")
+    started = launcher.ensure(PROJECT)  # the environment's mode: loopback
+    try:
+        with pytest.raises(SpecError) as refused:
+            backends.make_instances(asked)
+        assert refused.value.exit_code == 2 and refused.value.message.startswith("simulation.network: ")
+        assert launcher.running(PROJECT).address == started  # refused, not changed under its clusters
+        assert launcher.ensure(PROJECT, "loopback") == started
+    finally:
+        launcher.stop(PROJECT)

@@ -252,6 +252,14 @@ class ComputeNetworks(ComputeClients):
                                body=_firewall_body(self.project, rule))
         self._wait(operation, what, timeout_s)
 
+    def patch_firewall_sources(self, name: str, source_ranges: list[str], *, timeout_s: float = 120.0) -> None:
+        """The rule's source ranges set to `source_ranges` (firewalls.patch: the user's
+        compute.firewalls.update permission), its other fields kept."""
+        what = f"update firewall rule {name}"
+        operation = self._call(what, "PATCH", path("projects", self.project, "global", "firewalls", name),
+                               body={"sourceRanges": source_ranges})
+        self._wait(operation, what, timeout_s)
+
     def delete_firewall(self, name: str, *, timeout_s: float = 120.0) -> None:
         what = f"delete firewall rule {name}"
         operation = self._call(what, "DELETE", path("projects", self.project, "global", "firewalls", name))

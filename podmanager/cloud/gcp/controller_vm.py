@@ -21,8 +21,11 @@ with the one firewall rule that lets the caller reach its channel. Not used by `
   project lacks, is refused naming `controller.zone`; a machine type no candidate offers,
   naming `controller.machine_type` with `controller.zone` as the other fix; both before
   anything is created (exit 2).
-- **The rule** `pm-<cluster>-channel`: TCP on the channel's port, from the caller's one address
-  (a /32), to the controller's tag alone. A rule that admits anything else is replaced.
+- **The rule** `pm-<cluster>-channel`: TCP on the channel's port, from the callers' addresses
+  (each a /32: every laptop of the user that `up` or `access add` admitted), to the controller's
+  tag alone. `up` adds its caller to the list and keeps the others (a second laptop's `up` never
+  locks the first out); a range wider than one address found there is dropped, never kept; a rule
+  with another port or target is made again with the same callers.
 
 Changed in place (`change_controller_vm`, what `client/controller_plan.py` plans): its startup
 script, its machine type and a larger disk, then booted again on the same disk.
@@ -79,6 +82,11 @@ def controller_vm_name(cluster: str) -> str:
 
 def channel_rule_name(cluster: str) -> str:
     return f"pm-{cluster}-channel"
+
+
+def opening_rule_name(cluster: str) -> str:
+    """`podmanager access add`'s short opening of the channel's port (client/channel_access.py)."""
+    return f"pm-{cluster}-channel-open"
 
 
 def controller_tag(cluster: str) -> str:
@@ -267,15 +275,31 @@ def delete_controller_vm(spec: ClusterSpec, *, instances: ComputeInstances, netw
         networks.in_project(network_project(spec)).delete_firewall(name)
     except cloud_errors.NotFoundError:
         name = None
+    rules = networks.in_project(network_project(spec))
+    if rules.firewall(opening_rule_name(spec.name)) is not None:  # an `access add` cut short left its opening
+        try:
+            rules.delete_firewall(opening_rule_name(spec.name))
+        except cloud_errors.NotFoundError:
+            pass
     return ControllerVmDeleted(instance=found.name if found is not None else None, rule=name)
+
+
+def admitted_callers(rule: FirewallRule) -> list[str]:
+    """The rule's sources that are one address each (the callers); anything wider is no caller."""
+    return [r for r in rule.source_ranges if ipaddress.ip_network(r, strict=False).num_addresses == 1]
 
 
 def _ensure_rule(rule: FirewallRule, networks: ComputeNetworks) -> None:
     found = networks.firewall(rule.name)
-    if found == rule:
-        return
-    if found is not None:  # admits another address, port or target: replaced, never widened
-        networks.delete_firewall(rule.name)
+    if found is not None:
+        callers = admitted_callers(found)
+        rule = rule.model_copy(update={"source_ranges": callers + [r for r in rule.source_ranges if r not in callers]})
+        if found == rule:
+            return
+        if found.model_copy(update={"source_ranges": rule.source_ranges}) == rule:
+            networks.patch_firewall_sources(rule.name, rule.source_ranges)  # a caller added, or a wide range dropped
+            return
+        networks.delete_firewall(rule.name)  # another port or target: made again, its callers kept
     try:
         networks.create_firewall(rule)
     except cloud_errors.AlreadyExistsError:

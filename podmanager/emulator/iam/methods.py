@@ -85,6 +85,7 @@ METHODS: dict[str, Method] = {
     "compute.firewalls.list": Method(COMPUTE, ("compute.firewalls.list",)),
     "compute.firewalls.insert": Method(COMPUTE, ("compute.firewalls.create", "compute.networks.updatePolicy")),
     "compute.firewalls.delete": Method(COMPUTE, ("compute.firewalls.delete", "compute.networks.updatePolicy")),
+    "compute.firewalls.patch": Method(COMPUTE, ("compute.firewalls.update", "compute.networks.updatePolicy")),
     "compute.routers.get": Method(COMPUTE, ("compute.routers.get",)),
     "compute.routers.list": Method(COMPUTE, ("compute.routers.list",)),
     "compute.routers.insert": Method(COMPUTE, ("compute.routers.create",)),
@@ -169,7 +170,8 @@ GRPC: dict[str, str] = {
 
 _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<scope>global|regions/[^/]+|zones/[^/]+|aggregated))?"
                       r"(?:/(?P<collection>[A-Za-z]+)(?:/(?P<name>[^/]+)(?:/(?P<verb>[A-Za-z]+))?)?)?$")
-_COMPUTE_VERBS = {("POST", False): "insert", ("GET", False): "list", ("GET", True): "get", ("DELETE", True): "delete"}
+_COMPUTE_VERBS = {("POST", False): "insert", ("GET", False): "list", ("GET", True): "get", ("DELETE", True): "delete",
+                  ("PATCH", True): "patch"}
 _STORAGE_OBJECT = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<object>[^/]+)$")
 _STORAGE_BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)(?P<iam>/iam(?P<test>/testPermissions)?)?$")
 _SECRET_ACCESS = re.compile(r"^/v1/(?P<name>projects/[^/]+/secrets/[^/]+/versions/[^/:]+):access$")

@@ -56,7 +56,8 @@ _COMPUTE_NETWORK_ADMIN = _COMPUTE_READ_NETWORKS | _COMPUTE_COMMON | {
     "compute.machineTypes.get",
 }
 _COMPUTE_SECURITY_ADMIN = _COMPUTE_READ_NETWORKS | _COMPUTE_COMMON | {
-    "compute.firewalls.create", "compute.firewalls.delete", "compute.networks.updatePolicy", "compute.instances.list",
+    "compute.firewalls.create", "compute.firewalls.delete", "compute.firewalls.update", "compute.networks.updatePolicy",
+    "compute.instances.list",
 }
 
 # https://docs.cloud.google.com/iam/docs/roles-permissions/storage.md.txt

@@ -160,6 +160,21 @@ class SimCompute:
         self.state.firewalls[rule.name] = rule
         return self.start_operation("insert", f"global/firewalls/{rule.name}")
 
+    def patch_firewall(self, name: str, source_ranges: list[str]) -> ComputeOperation:
+        """The rule's source ranges replaced (the one field podmanager patches). firewalls.patch
+        "uses the JSON merge patch format": a field the body names replaces the rule's
+        (https://cloud.google.com/compute/docs/reference/rest/v1/firewalls/patch). An ingress rule
+        left with no source would admit 0.0.0.0/0 ("If you don't specify a source ... Google Cloud
+        uses 0.0.0.0/0", https://cloud.google.com/firewall/docs/firewalls#sources_for_rules): refused."""
+        self._may_change_firewalls("update", name)
+        rule = self.firewall(name)
+        if not source_ranges and not rule.source_tags:
+            raise cloud_errors.InvalidRequestError(
+                f"Invalid value for field 'resource.sourceRanges' of {name}: podmanager's emulator refuses a rule "
+                "left with no source (Google Cloud would admit 0.0.0.0/0)")
+        self.state.firewalls[name] = rule.model_copy(update={"source_ranges": list(source_ranges)})
+        return self.start_operation("patch", f"global/firewalls/{name}")
+
     def delete_firewall(self, name: str) -> ComputeOperation:
         self._may_change_firewalls("delete", name)
         self.firewall(name)
