@@ -21,7 +21,7 @@ from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.files import write_atomic
 from podmanager.core.records import HostRef, HostSlot
-from podmanager.state.run_results import RunResult
+from podmanager.core.run_results import RunResult
 
 RUNS = "runs"
 RESULT_FILE = "result.json"

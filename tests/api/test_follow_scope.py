@@ -12,10 +12,10 @@ from podmanager.api.run_handle import RunHandle
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
+from podmanager.core.run_results import RunResult
 from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import RunResult
 
 PROGRAM = Workload(command=["true"])  # a record names what its run runs
 

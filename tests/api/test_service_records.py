@@ -13,11 +13,11 @@ from podmanager.api.serve import replica_slices
 from podmanager.api.service_handle import ServiceHandle, replica_states, service_summary
 from podmanager.cli import app
 from podmanager.core.errors import SpecError, TimeoutExceededError
+from podmanager.core.run_results import AttemptResult, RunResult
 from podmanager.core.workload import Workload
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import AttemptResult, RunResult
 from podmanager.state.run_state import Replacing
 from podmanager.state.services import (
     ReplicaCounters,

@@ -4,16 +4,16 @@ supervisor leaves them in the state store: for the dashboard's, timeline's and m
 from __future__ import annotations
 
 from podmanager.core.events import EventKind
-from podmanager.core.workload import Workload
-from podmanager.state import StateStore
-from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import (
+from podmanager.core.run_results import (
     AttemptResult,
     HostResult,
     IncidentRecord,
     Ledger,
     RunResult,
 )
+from podmanager.core.workload import Workload
+from podmanager.state import StateStore
+from podmanager.state.run_records import RunRecord, RunStore
 
 CLUSTER = "c"
 
