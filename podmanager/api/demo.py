@@ -81,7 +81,7 @@ def refuse_a_cluster_not_the_demos(store: StateStore) -> None:
     if record is None and not is_remote(DEMO_NAME):
         return
     try:
-        found = stored_spec(DEMO_NAME) if record is None else parse_spec(record.spec, source=f"stored spec of {DEMO_NAME}")
+        found = stored_spec(DEMO_NAME) if record is None else record.spec
         ours = found == parse_spec(DEMO_SPEC)
     except (PodmanagerError, ValueError):  # ValueError: a pointer's spec that is no JSON
         ours = False

@@ -23,10 +23,6 @@ import podmanager
 
 # Fields left loose on purpose, each with why. Every other field of every record is typed.
 EXCEPTIONS = {
-    # The spec as the user wrote it, parsed by `core.spec.parse_spec` where it is used (naming
-    # "stored spec of NAME"): a spec this version cannot validate any more is reported there,
-    # and `down` still finds its cluster, instead of every read of the clusters table failing.
-    "podmanager.state.store.ClusterRecord.spec",
     # A service's requests and answers: the user's program's own data, whatever its model takes
     # and returns; podmanager carries them from the router to a replica and back without looking.
     "podmanager.runtime.replica_protocol.Request.inputs",

@@ -253,7 +253,7 @@ class ControllerChannelApi:
         record = self.store.get_cluster(cluster)
         if record is None:
             return None
-        spec = parse_spec(record.spec, source=f"stored spec of {cluster}")
+        spec = record.spec
         timeout_s = spec.head.join_timeout_s * 4
 
         def work(job_id: str) -> ClusterStatus:
