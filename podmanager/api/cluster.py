@@ -51,9 +51,9 @@ from podmanager.state.services import ServiceRecord, ServiceStore
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.api.run_handle import InterruptCallback, RunHandle
     from podmanager.api.service_handle import ServiceHandle
-    from podmanager.attempts.code_zip import PackedCode
     from podmanager.attempts.results import OutputPrinter
     from podmanager.client.cluster_client import ClusterClient
+    from podmanager.core.code_zip import PackedCode
     from podmanager.core.faults import FaultKind
     from podmanager.core.run_results import RunResult
     from podmanager.core.serve_options import ServeOptions

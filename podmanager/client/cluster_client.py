@@ -16,13 +16,13 @@ if TYPE_CHECKING:  # annotations only: this module loads nothing
     from podmanager.channel.run_status import RunStatus
     from podmanager.channel.service_summary import ReplicaState, ServiceSummary
     from podmanager.client.run_view import EventCallback, Printer, RunView
+    from podmanager.core.event_data import Event
     from podmanager.core.faults import FaultKind
     from podmanager.core.records import RayAccess
     from podmanager.core.run_results import RunResult
     from podmanager.core.serve_options import ServeOptions
     from podmanager.core.spec import ClusterSpec
     from podmanager.core.workload import Workload
-    from podmanager.state import Event
 
 
 class ServiceView(Protocol):

@@ -63,8 +63,8 @@ from podmanager.core.cadence import Cadence
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.events import EventKind
+from podmanager.core.run_results import ACTIVE
 from podmanager.core.spec import ClusterSpec
-from podmanager.state.run_records import ACTIVE
 from podmanager.vm import procs
 from podmanager.vm.loopback import LOOPBACK_IP
 from podmanager.vm.ray_node import free_port

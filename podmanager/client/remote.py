@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import yaml
 
-from podmanager.attempts import code_zip
 from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
@@ -32,15 +31,15 @@ from podmanager.client.patience import patiently
 from podmanager.client.remote_service import RemoteServiceHandle, as_seen_here, reach
 from podmanager.client.run_to_end import run_to_end
 from podmanager.client.run_view import RunView
+from podmanager.core import code_zip
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
-from podmanager.core.event_data import EventData, stored
+from podmanager.core.event_data import Event, EventData, stored
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.core.run_results import RunResult, final_result
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.core.workload import Workload
-from podmanager.state import Event
 
 if TYPE_CHECKING:
     from podmanager.core.faults import FaultKind

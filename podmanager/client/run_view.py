@@ -11,9 +11,9 @@ from typing import Any, Callable
 from podmanager.channel.run_status import RunStatus
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import TimeoutExceededError
+from podmanager.core.event_data import Event
 from podmanager.core.records import HostRef
 from podmanager.core.run_results import RunResult, final_result
-from podmanager.state import Event
 
 EventCallback = Callable[[Event], None]
 Printer = Callable[[Any, str], None]  # (the host, as HostRef or HostSlot, a chunk of its output)

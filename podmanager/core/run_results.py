@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 ACTIVE = ("starting", "running", "recovering")  # a supervisor is (or will be) looking after it
 FINISHED = ("succeeded", "failed", "cancelled")
+SERVING = "serving"  # a service's status until it stops (`state/services.py::ServiceRecord`)
 
 
 class _Record(BaseModel):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from podmanager.core.errors import SpecError
-from podmanager.core.event_data import EventData, payload, stored
+from podmanager.core.event_data import Event, payload, stored
 from podmanager.core.events import EventKind
 from podmanager.core.files import write_atomic
 from podmanager.core.spec import ClusterSpec, parse_spec
@@ -68,32 +68,6 @@ class ClusterRecord:
             raise SpecError(self.spec_problem or f"stored spec of {self.name} cannot be read",
                             hint=f"'podmanager down -f SPEC' deletes {self.name} by the spec you give it.")
         return self.stored_spec
-
-
-@dataclass(frozen=True)
-class Event:
-    id: int
-    cluster: str
-    time: float
-    kind: str  # an `EventKind`'s value; an old log may hold one no longer written
-    slice_index: int | None
-    message: str
-    data: EventData  # the kind's record (`core/event_data.py`)
-
-    @property
-    def run_id(self) -> str | None:
-        """The run that caused this event, if one did."""
-        return self.data.run_id
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "time": self.time,
-            "kind": self.kind,
-            "slice": self.slice_index,
-            "message": self.message,
-            **({"data": fields} if (fields := self.data.as_json()) else {}),
-        }
 
 
 class StateStore:

@@ -29,7 +29,6 @@ from podmanager.api.history import cluster_events
 from podmanager.api.page_data import PageData
 from podmanager.api.service_handle import summarize_record
 from podmanager.attempts import logs
-from podmanager.attempts.code_zip import PackedCode
 from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
@@ -37,6 +36,7 @@ from podmanager.channel.private_files import write_private
 from podmanager.channel.run_status import RunStatus
 from podmanager.controller.daemon import uploads
 from podmanager.core import paths, selectors
+from podmanager.core.code_zip import PackedCode
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
