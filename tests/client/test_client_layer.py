@@ -23,7 +23,6 @@ BEYOND = {
     "podmanager.cluster.teardown": "down by label, when the controller cannot be reached",
     "podmanager.cluster.controller_preflight": "the APIs, permissions and the cluster's accounts, checked and made "
                                                "before the controller VM bills",
-    "podmanager.controller.software": "the software pins the controller VM is made with",
     "podmanager.controller.staging": "the wheel staged and the VMs' lock resolved before the VM is made",
     "podmanager.controller.startup": "the controller VM's startup script",
     "podmanager.vm.procs": "a dry run's VM folder removed with its controller",
