@@ -32,6 +32,7 @@ from podmanager.api.up import FirstUpFailed, bring_up, plan_up
 from podmanager.api.up_plan import UpPlan
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.records import DASHBOARD
+from podmanager.channel.run_status import RunStatus
 from podmanager.client.cluster_client import Reached
 from podmanager.client.run_to_end import run_to_end
 from podmanager.cloud.base import InProcessSimulator, SimulatedCloud, TpuCloud
@@ -44,18 +45,18 @@ from podmanager.core.records import RayAccess
 from podmanager.core.spec import ClusterSpec, load_spec, parse_spec
 from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
-from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_records import RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
 if TYPE_CHECKING:  # the run machinery imports Ray; only `run` needs it
     from podmanager.api.run_handle import InterruptCallback, RunHandle
     from podmanager.api.service_handle import ServiceHandle
-    from podmanager.attempts.code_zip import PackedCode
     from podmanager.attempts.results import OutputPrinter
     from podmanager.client.cluster_client import ClusterClient
+    from podmanager.core.code_zip import PackedCode
     from podmanager.core.faults import FaultKind
+    from podmanager.core.run_results import RunResult
     from podmanager.core.serve_options import ServeOptions
-    from podmanager.state.run_results import RunResult
 
 
 class Cluster:
@@ -301,9 +302,9 @@ class Cluster:
 
         return open_run(self.name, run_id, runs=self.runs_store, services=self.services_store, store=self.store)
 
-    def runs(self) -> list[RunRecord]:
+    def runs(self) -> list[RunStatus]:
         """Every run of this cluster, oldest first."""
-        return self.runs_store.list(self.name)
+        return [RunStatus.of(r) for r in self.runs_store.list(self.name)]
 
     # ------------------------------------------------------------------ a dry run's faults (`api/simulation.py`)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from podmanager.client.pinned import remote_clusters
 from podmanager.core.errors import ClusterNotFoundError
-from podmanager.core.spec import ClusterSpec, parse_spec
+from podmanager.core.spec import ClusterSpec
 from podmanager.state import StateStore
 
 
@@ -26,7 +26,7 @@ def stored_spec(name: str, store: StateStore) -> ClusterSpec:
                if was_up else ""),
             hint="Create it with 'podmanager up -f SPEC', or pass -f SPEC to 'down' if its local state was lost.",
         )
-    return parse_spec(record.spec, source=f"stored spec of {name}")
+    return record.spec
 
 
 def only_cluster(store: StateStore) -> str:

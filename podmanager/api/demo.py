@@ -20,10 +20,10 @@ from podmanager.client.remote_up_down import RemoteSpec
 from podmanager.core import faults
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.records import HostSlot
+from podmanager.core.run_results import RunResult
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
-from podmanager.state.run_results import RunResult
 
 # A name no example of the README uses (they call the user's cluster `demo`), so the demo never
 # takes over a cluster of the user's: one of this name that the demo did not make is refused.
@@ -81,7 +81,7 @@ def refuse_a_cluster_not_the_demos(store: StateStore) -> None:
     if record is None and not is_remote(DEMO_NAME):
         return
     try:
-        found = stored_spec(DEMO_NAME) if record is None else parse_spec(record.spec, source=f"stored spec of {DEMO_NAME}")
+        found = stored_spec(DEMO_NAME) if record is None else record.spec
         ours = found == parse_spec(DEMO_SPEC)
     except (PodmanagerError, ValueError):  # ValueError: a pointer's spec that is no JSON
         ours = False

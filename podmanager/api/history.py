@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from podmanager.channel.run_status import RunStatus
 from podmanager.core.errors import ClusterNotFoundError
 from podmanager.state import Event, StateStore
-from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_records import RunStore
 from podmanager.state.services import ServiceStore
 
 
@@ -29,7 +30,7 @@ def cluster_events(name: str, *, store: StateStore | None = None) -> list[Event]
     return events
 
 
-def run_history(name: str, *, store: StateStore | None = None, runs: RunStore | None = None) -> list[RunRecord]:
+def run_history(name: str, *, store: StateStore | None = None, runs: RunStore | None = None) -> list[RunStatus]:
     """Every run of the cluster, oldest first, whether the cluster is still up or not."""
     from podmanager.client.remote import RemoteCluster, is_remote
 
@@ -40,7 +41,7 @@ def run_history(name: str, *, store: StateStore | None = None, runs: RunStore | 
     found = (runs or RunStore()).list(name)
     if not found and store.get_cluster(name) is None:
         raise _unknown(name, store)
-    return found
+    return [RunStatus.of(r) for r in found]
 
 
 def _unknown(name: str, store: StateStore) -> ClusterNotFoundError:

@@ -12,8 +12,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from podmanager.attempts.logs import PROGRESS_FILE, RUNS, RunFolder
+from podmanager.attempts.logs import RunFolder
 from podmanager.client.kept_history import DATABASE
+from podmanager.core.paths import PROGRESS_FILE, RUNS
 from podmanager.state import StateStore
 from podmanager.state.history_copy import copy_history
 from podmanager.state.run_records import RunStore

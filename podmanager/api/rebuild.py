@@ -67,7 +67,7 @@ def rebuild_state(*, force: bool = False) -> RebuildReport:
         except (OSError, ValueError, KeyError, TypeError, PodmanagerError) as error:
             skipped.append((name, str(error).splitlines()[0]))
             continue
-        store.save_cluster(name, copy["spec"], spec.backend.value, "rebuilt")
+        store.save_cluster(name, spec, "rebuilt")
         where = f" (the damaged store is kept as {moved[0]})" if moved else ""
         store.add_event(name, EventKind.STATE_REBUILT, f"state store rebuilt from the spec copy of {name}{where}; "
                         "its runs and events before now are lost")

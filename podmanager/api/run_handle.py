@@ -13,15 +13,16 @@ from typing import Any, Callable, Iterator
 from podmanager.attempts import logs
 from podmanager.attempts.logs import RunFolder, Tail
 from podmanager.attempts.results import OutputPrinter
+from podmanager.channel.run_status import RunStatus
 from podmanager.client.run_view import RunView
 from podmanager.core import selectors
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
+from podmanager.core.run_results import RunResult, final_result
 from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
 from podmanager.state import Event, StateStore
-from podmanager.state.run_records import RunRecord, RunStore, final_result
-from podmanager.state.run_results import RunResult
+from podmanager.state.run_records import RunRecord, RunStore
 from podmanager.state.services import ServiceRecord, ServiceStore
 
 EventCallback = Callable[[Event], None]
@@ -46,7 +47,11 @@ class RunHandle(RunView):
         """Where the run's output is kept on this machine."""
         return RunFolder(self.cluster, self.run_id)
 
-    def status(self) -> RunRecord:
+    def status(self) -> RunStatus:
+        return RunStatus.of(self.record())
+
+    def record(self) -> RunRecord:
+        """The run's row in the store (its supervisor's phase and process too)."""
         run = self.runs.get(self.run_id)
         if run is None:
             raise PodmanagerError(f"RUN: no run {self.run_id!r} in {self.cluster}",
@@ -102,7 +107,7 @@ class RunHandle(RunView):
                 return final_result(run)
             time.sleep(poll_s)
 
-    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
+    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunStatus:
         """Ask the supervisor to stop every process of the run on every host, and (by default)
         wait until it has. A finished run is left as it is."""
         if self.status().active:
@@ -128,7 +133,7 @@ class RunHandle(RunView):
         deadline = time.monotonic() + timeout_s
         while not self.status().finished:
             now = time.monotonic()
-            if not supervisor_gone(self.status()):
+            if not supervisor_gone(self.record()):
                 gone_since = None
             elif gone_since is None:
                 gone_since = now
@@ -166,7 +171,7 @@ def open_run(cluster: str, run_id: str, *, runs: RunStore, services: ServiceStor
     return RunHandle(cluster, run_id, runs=runs, store=store)
 
 
-def run_summary(run: RunRecord) -> dict[str, Any]:
+def run_summary(run: RunStatus) -> dict[str, Any]:
     """One line of `podmanager runs`: where the run is and how it went so far."""
     incidents = run.ledger.incidents
     step = run.progress.step

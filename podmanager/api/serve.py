@@ -16,8 +16,8 @@ from podmanager.api.cancel import cancel_run
 from podmanager.api.service_handle import open_service
 from podmanager.api.submission import run_slices
 from podmanager.api.submit import packed, submit_run
-from podmanager.attempts.code_zip import PackedCode
 from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.core.code_zip import PackedCode
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.events import EventKind
 from podmanager.core.serve_options import ServeOptions

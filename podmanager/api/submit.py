@@ -6,10 +6,11 @@ import shutil
 from pathlib import Path
 
 from podmanager.api.submission import check_bucket, run_checkpoints, run_slices
-from podmanager.attempts import code_zip, package
+from podmanager.attempts import package
 from podmanager.attempts.attempt import new_run_id
-from podmanager.attempts.code_zip import PackedCode
 from podmanager.cluster.cluster_runtime import ClusterRuntime
+from podmanager.core import code_zip
+from podmanager.core.code_zip import PackedCode
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.events import EventKind
 from podmanager.core.workload import Workload

@@ -25,9 +25,9 @@ from podmanager.attempts.results import OutputPrinter
 from podmanager.core import paths
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.records import HostSlot
+from podmanager.core.run_results import AttemptResult, HostResult, SetupError
 from podmanager.core.workload import Workload, check_parallelism
 from podmanager.runtime.contract import EXIT_PREEMPTED
-from podmanager.state.run_results import AttemptResult, HostResult, SetupError
 from podmanager.vm.environments import HostSetup
 from podmanager.vm.host_wire import RunSetup
 

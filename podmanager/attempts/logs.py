@@ -20,12 +20,11 @@ from typing import BinaryIO, Iterator
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.files import write_atomic
+from podmanager.core.paths import PROGRESS_FILE, RUNS
 from podmanager.core.records import HostRef, HostSlot
-from podmanager.state.run_results import RunResult
+from podmanager.core.run_results import RunResult
 
-RUNS = "runs"
 RESULT_FILE = "result.json"
-PROGRESS_FILE = "progress.jsonl"  # the run's steps and metrics over time, as its supervisor saw them
 WATCHED_FILE = ".watched"  # touched while someone follows the output live (its mtime is the last time)
 _LOG_NAME = re.compile(r"slice-(\d+)-host-(\d+)\.log")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from podmanager.attempts.code_zip import PackedCode
 from podmanager.core import paths
+from podmanager.core.code_zip import PackedCode
 from podmanager.core.files import write_atomic
 
 

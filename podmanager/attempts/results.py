@@ -1,7 +1,7 @@
 """How an attempt hands each host's output to whoever shows it (the CLI, a test).
 
 What an attempt leaves behind (`AttemptResult`, each host's `HostResult`, a `SetupError`) is
-part of the run's record: `state/run_results.py`."""
+part of the run's record: `core/run_results.py`."""
 
 from __future__ import annotations
 

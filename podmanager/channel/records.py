@@ -10,10 +10,10 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from podmanager.channel.cluster_status import ClusterStatus
+from podmanager.channel.run_status import RunStatus
 from podmanager.channel.service_summary import ServiceSummary
 from podmanager.core.faults import Fault
 from podmanager.core.workload import Workload
-from podmanager.state.run_records import RunRecord
 
 WIRE_VERSION = 1  # a reply gains fields with defaults, never loses one; a change that breaks that is v2
 API_PREFIX = f"/v{WIRE_VERSION}"
@@ -189,17 +189,17 @@ class WatchReply(Record):
     """The run's record, read before its output (so nothing written before its end is missed),
     then its events and every host's output since what the request had seen."""
 
-    run: RunRecord
+    run: RunStatus
     events: list[EventRecord] = []
     output: list[HostOutput] = []
 
 
 class RunReply(Record):
-    run: RunRecord
+    run: RunStatus
 
 
 class RunsReply(Record):
-    runs: list[RunRecord]
+    runs: list[RunStatus]
 
 
 # ---------------------------------------------------------------------- services

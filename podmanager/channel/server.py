@@ -30,7 +30,7 @@ from podmanager.core import peer
 from podmanager.core.errors import PodmanagerError
 
 MAX_BODY_BYTES = 1 << 20  # requests are names, numbers, a spec and a workload
-MAX_CODE_BYTES = 80 << 20  # a working dir's zip: its limit (64 MiB, attempts/code_zip.py) and room
+MAX_CODE_BYTES = 80 << 20  # a working dir's zip: its limit (64 MiB, core/code_zip.py) and room
 
 
 class ControllerApi(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from podmanager.state.run_results import IncidentRecord
+from podmanager.core.run_results import IncidentRecord
 
 
 class _Shown(BaseModel):

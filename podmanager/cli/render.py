@@ -17,8 +17,8 @@ from rich.table import Table
 from podmanager.core.records import HostSlot, host_label
 
 if TYPE_CHECKING:  # pydantic loads when a result is shown, not for --help
+    from podmanager.core.run_results import RunResult
     from podmanager.state import Event
-    from podmanager.state.run_results import RunResult
 
 # Off a terminal (a pipe, a file, CI) rich would wrap at 80 columns and cut table cells: there,
 # lines never wrap and tables take the width they need.

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:  # annotations only: this module loads nothing
     from podmanager.channel.cluster_status import ClusterStatus
+    from podmanager.channel.run_status import RunStatus
     from podmanager.channel.service_summary import ReplicaState, ServiceSummary
     from podmanager.client.run_view import EventCallback, Printer, RunView
+    from podmanager.core.event_data import Event
     from podmanager.core.faults import FaultKind
     from podmanager.core.records import RayAccess
+    from podmanager.core.run_results import RunResult
     from podmanager.core.serve_options import ServeOptions
     from podmanager.core.spec import ClusterSpec
     from podmanager.core.workload import Workload
-    from podmanager.state import Event
-    from podmanager.state.run_records import RunRecord
-    from podmanager.state.run_results import RunResult
 
 
 class ServiceView(Protocol):
@@ -113,7 +113,7 @@ class ClusterClient(Protocol):
 
     # ------------------------------------------------------------------ runs
 
-    def runs(self) -> list[RunRecord]: ...
+    def runs(self) -> list[RunStatus]: ...
 
     def submit(self, workload: Workload, *, budgets: dict[str, int] | None = None) -> RunView: ...
 

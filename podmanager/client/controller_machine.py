@@ -57,15 +57,15 @@ from podmanager.cloud.gcp.secrets import (
 from podmanager.cloud.instances import LEAVING_STATES
 from podmanager.cluster import backends
 from podmanager.cluster.teardown import stop_idle_emulator
-from podmanager.controller.software import Versions
 from podmanager.controller.staging import resolve_software, wanted_versions
 from podmanager.controller.startup import CONTROLLER_ROLE, render_startup_script
 from podmanager.core.cadence import Cadence
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.events import EventKind
+from podmanager.core.records import Versions
+from podmanager.core.run_results import ACTIVE
 from podmanager.core.spec import ClusterSpec
-from podmanager.state.run_records import ACTIVE
 from podmanager.vm import procs
 from podmanager.vm.loopback import LOOPBACK_IP
 from podmanager.vm.ray_node import free_port

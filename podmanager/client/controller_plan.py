@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 from podmanager.cloud.instances import STOPPED, SUSPENDED, Instance
 from podmanager.cloud.network import region_of
-from podmanager.controller.software import Versions
 from podmanager.core.errors import SpecError
+from podmanager.core.records import Versions
 from podmanager.core.spec import ClusterSpec
 
 CREATE, KEEP, UPGRADE, RESIZE = "create", "keep", "upgrade", "resize"

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from podmanager.attempts.logs import PROGRESS_FILE, RUNS
 from podmanager.core import paths
 from podmanager.core.events import EventKind
+from podmanager.core.paths import PROGRESS_FILE, RUNS
 
 DATABASE = "state.db"  # the bundle's copy of the cluster's records (api/history_bundle.py makes it)
 

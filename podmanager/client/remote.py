@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import yaml
 
-from podmanager.attempts import code_zip
 from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+from podmanager.channel.run_status import RunStatus
 from podmanager.channel.service_summary import ServiceSummary
 from podmanager.client import pinned
 from podmanager.client.channel_client import ChannelClient
@@ -31,16 +31,15 @@ from podmanager.client.patience import patiently
 from podmanager.client.remote_service import RemoteServiceHandle, as_seen_here, reach
 from podmanager.client.run_to_end import run_to_end
 from podmanager.client.run_view import RunView
+from podmanager.core import code_zip
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
-from podmanager.core.event_data import EventData, stored
+from podmanager.core.event_data import Event, EventData, stored
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
+from podmanager.core.run_results import RunResult, final_result
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.core.workload import Workload
-from podmanager.state import Event
-from podmanager.state.run_records import RunRecord, final_result
-from podmanager.state.run_results import RunResult
 
 if TYPE_CHECKING:
     from podmanager.core.faults import FaultKind
@@ -121,7 +120,7 @@ class RemoteRunHandle(RunView):
         self.cluster = cluster
         self.run_id = run_id
 
-    def status(self) -> RunRecord:
+    def status(self) -> RunStatus:
         return patiently(lambda: self.client.run(self.cluster, self.run_id).run)
 
     def follow(self, printer: Printer | None = None, on_event: EventCallback | None = None, *,
@@ -163,7 +162,7 @@ class RemoteRunHandle(RunView):
             except KeyboardInterrupt:
                 raise _Interrupted(seen) from None
 
-    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
+    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunStatus:
         run = self.client.cancel(self.cluster, self.run_id).run
         if wait and not run.finished:
             poll_until(lambda: self.status().finished, timeout_s=timeout_s, interval_s=0.25,
@@ -238,7 +237,7 @@ class RemoteCluster:
     def events(self, *, after_id: int = 0) -> list[Event]:
         return [as_event(self.name, e) for e in self.client.events(self.name, after_id=after_id).events]
 
-    def runs(self) -> list[RunRecord]:
+    def runs(self) -> list[RunStatus]:
         return self.client.runs(self.name).runs
 
     def has_service(self, service_id: str) -> bool:

@@ -8,12 +8,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
+from podmanager.channel.run_status import RunStatus
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import TimeoutExceededError
+from podmanager.core.event_data import Event
 from podmanager.core.records import HostRef
-from podmanager.state import Event
-from podmanager.state.run_records import RunRecord, final_result
-from podmanager.state.run_results import RunResult
+from podmanager.core.run_results import RunResult, final_result
 
 EventCallback = Callable[[Event], None]
 Printer = Callable[[Any, str], None]  # (the host, as HostRef or HostSlot, a chunk of its output)
@@ -25,8 +25,8 @@ class RunView(ABC):
     wait_poll_s = 0.25  # how often `wait` reads the record
 
     @abstractmethod
-    def status(self) -> RunRecord:
-        """The run's record as it is now."""
+    def status(self) -> RunStatus:
+        """The run's status as it is now."""
 
     @abstractmethod
     def follow(self, printer: Printer | None = None, on_event: EventCallback | None = None, *,
@@ -34,8 +34,8 @@ class RunView(ABC):
         """Every host's output and the run's events until it has finished; its result."""
 
     @abstractmethod
-    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunRecord:
-        """Stop the run; its record (once it has stopped, with `wait`)."""
+    def cancel(self, *, wait: bool = True, timeout_s: float = 60.0) -> RunStatus:
+        """Stop the run; its status (once it has stopped, with `wait`)."""
 
     def result(self) -> RunResult | None:
         run = self.status()

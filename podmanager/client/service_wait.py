@@ -10,7 +10,7 @@ from typing import Any, Callable
 from podmanager.channel.service_summary import ReplicaState
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError
-from podmanager.state.services import SERVING
+from podmanager.core.run_results import SERVING
 
 REPLICA_ENDS = ("failed", "cancelled", "succeeded", "missing")  # a replica state that is its run's end
 

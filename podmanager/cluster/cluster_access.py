@@ -18,7 +18,7 @@ from podmanager.core.cadence import Cadence
 from podmanager.core.clock import Clock, RealClock
 from podmanager.core.errors import ClusterNotFoundError, SpecError
 from podmanager.core.events import EventKind
-from podmanager.core.spec import ClusterSpec, parse_spec
+from podmanager.core.spec import ClusterSpec
 from podmanager.provisioning.loop import Provisioner
 from podmanager.provisioning.plan import Observed
 from podmanager.state import Event, StateStore
@@ -63,7 +63,7 @@ class ClusterAccess:
         record = store.get_cluster(name)
         if record is None:
             raise ClusterNotFoundError(f"cluster {name!r} is not in the state store (it was torn down)")
-        return cls(parse_spec(record.spec, source=f"stored spec of {name}"), store=store, run_id=run_id)
+        return cls(record.spec, store=store, run_id=run_id)
 
     @property
     def name(self) -> str:
@@ -187,16 +187,16 @@ class ClusterAccess:
     def stored_spec(self) -> ClusterSpec | None:
         """The spec the last `up` stored; None before the first."""
         record = self.store.get_cluster(self.name)
-        return parse_spec(record.spec, source=f"stored spec of {self.name}") if record is not None else None
+        return record.spec if record is not None else None
 
     def refresh_spec(self) -> None:
         """Take the spec the last `up` stored. A run's supervisor holds the spec of when it
         started; its recovery must converge to the cluster as it is now, or it would
         re-create a slice an edited spec dropped (or delete one it added)."""
         record = self.store.get_cluster(self.name)
-        if record is None or record.spec == self.spec.model_dump(mode="json"):
+        if record is None or record.spec == self.spec:
             return
-        self.spec = parse_spec(record.spec, source=f"stored spec of {self.name}")
+        self.spec = record.spec
         self._hosts, self._hosts_built = None, False  # built from the old spec's slices
 
     def close(self) -> None:

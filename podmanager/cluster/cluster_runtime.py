@@ -66,7 +66,7 @@ class ClusterRuntime(ClusterAccess):
         """Store the spec, record the plan (`changes`), start the head, converge the cloud to
         the spec and wait for every host's agent: `up`, and a recovery's heal. The caller
         holds the cluster's lock. `before_converge` runs once the plan is recorded."""
-        self.store.save_cluster(self.name, self.spec.model_dump(mode="json"), self.spec.backend.value, "provisioning")
+        self.store.save_cluster(self.name, self.spec, "provisioning")
         self.record(EventKind.UP, f"{len(self.spec.slice_list())} slice(s) on {self.spec.backend.value} "
                     f"in {', '.join(self.spec.zones)}")
         cost = spares.describe_cost(self.spec)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from podmanager.controller.software import Versions
+from podmanager.core.records import Versions
 from podmanager.vm.boot_status import BootStatus
 
 

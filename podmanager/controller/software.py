@@ -27,39 +27,8 @@ from packaging.utils import canonicalize_name
 
 from podmanager.controller.wheel import RUNNING_PACKAGE, files_hash, package_files
 from podmanager.core.errors import SpecError
+from podmanager.core.records import Versions
 from podmanager.core.version import __version__
-
-
-@dataclass(frozen=True)
-class Versions:
-    """The versions one process runs (the controller's, or a VM's as it reports them)."""
-
-    python: str  # in full: 3.11.7
-    ray: str
-    jax: str
-    podmanager: str  # by content: 0.1.0+h0123456789
-
-    def line(self) -> str:
-        return f"python={self.python} ray={self.ray} jax={self.jax} podmanager={self.podmanager}"
-
-    @classmethod
-    def parse(cls, line: str) -> Versions | None:
-        """From a `line()` as a host reports it; None if a name is missing (nothing to judge by)."""
-        found = dict(part.split("=", 1) for part in line.split() if "=" in part)
-        if not all(found.get(name) for name in ("python", "ray", "jax", "podmanager")):
-            return None
-        return cls(python=found["python"], ray=found["ray"], jax=found["jax"], podmanager=found["podmanager"])
-
-    def differences(self, host: Versions) -> list[str]:
-        """What a host running `host` lacks of these wanted versions, one 'NAME HOST'S -> WANTED'
-        each, judged as the startup script judges an environment: a podmanager pinned by release
-        (0.2.0) is any build of it, a built one (0.2.0+h...) is exactly its content."""
-        out = [f"{name} {getattr(host, name)} -> {getattr(self, name)}" for name in ("python", "ray", "jax")
-               if getattr(host, name) != getattr(self, name)]
-        wanted, got = self.podmanager, host.podmanager
-        if got != wanted and not ("+" not in wanted and got.startswith(wanted + "+h")):
-            out.append(f"podmanager {got} -> {wanted}")
-        return out
 
 
 @lru_cache(maxsize=1)

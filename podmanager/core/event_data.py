@@ -10,6 +10,7 @@ whatever it holds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
@@ -205,3 +206,32 @@ def stored(kind: str, fields: dict[str, Any]) -> EventData:
         return PAYLOADS[EventKind(kind)].model_validate(fields)
     except (ValueError, ValidationError):  # ValidationError is a ValueError too: named for the reader
         return OldEventData.model_validate(fields)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a cluster's log as every reader takes it: read from the store
+    (`state/store.py`), or on the user's machine from the channel's `EventRecord`."""
+
+    id: int
+    cluster: str
+    time: float
+    kind: str  # an `EventKind`'s value; an old log may hold one no longer written
+    slice_index: int | None
+    message: str
+    data: EventData  # the kind's record, above
+
+    @property
+    def run_id(self) -> str | None:
+        """The run that caused this event, if one did."""
+        return self.data.run_id
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "time": self.time,
+            "kind": self.kind,
+            "slice": self.slice_index,
+            "message": self.message,
+            **({"data": fields} if (fields := self.data.as_json()) else {}),
+        }

@@ -116,6 +116,12 @@ def _unsafe(path: Path, problem: str) -> UnsafeFolderError:
              f"(rm -rf {path}: stop the clusters that use it first) and podmanager makes it again.")
 
 
+# A run's folder in its cluster's dir (`attempts/logs.py::RunFolder`): named here, where the
+# user's machine reads a kept history's copy of them too (`client/kept_history.py`).
+RUNS = "runs"
+PROGRESS_FILE = "progress.jsonl"  # the run's steps and metrics over time, as its supervisor saw them
+
+
 def cluster_dir(cluster: str) -> Path:
     """Per-cluster files: the Ray token, the head's and simulated hosts' pids, run logs."""
     path = cluster_path(cluster)

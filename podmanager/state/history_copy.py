@@ -12,7 +12,7 @@ from pathlib import Path
 from podmanager.state.run_records import RunStore
 from podmanager.state.service_history import ServiceHistory
 from podmanager.state.services import ServiceStore
-from podmanager.state.store import StateStore
+from podmanager.state.store import WITHOUT_SPEC, StateStore
 
 # The tables copied, each with the column that names the cluster.
 TABLES = {"events": "cluster", "runs": "cluster", "services": "cluster", "service_history": "cluster"}
@@ -38,8 +38,8 @@ def copy_history(source: Path, cluster: str, destination: Path) -> None:
             db.execute(f"INSERT INTO main.{table} ({columns}) SELECT {columns} FROM source.{table} WHERE {key}=?",
                        (cluster,))
         db.execute("INSERT INTO main.clusters (name, spec, backend, status, created_at, updated_at) "
-                   "SELECT name, '{}', backend, status, created_at, updated_at FROM source.clusters WHERE name=?",
-                   (cluster,))
+                   "SELECT name, ?, backend, status, created_at, updated_at FROM source.clusters WHERE name=?",
+                   (WITHOUT_SPEC, cluster))
         db.execute("COMMIT")
         db.execute("DETACH DATABASE source")
     finally:

@@ -15,16 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from podmanager.core.errors import SpecError
+from podmanager.core.run_results import ACTIVE, FINISHED, Ledger, RunProgress, RunResult
 from podmanager.core.workload import Workload
 from podmanager.state.db import Database, default_path
-from podmanager.state.run_results import Ledger, RunResult
-from podmanager.state.run_state import (
-    PHASE,
-    Launching,
-    RunPhase,
-    RunProgress,
-    SupervisorProcess,
-)
+from podmanager.state.run_state import PHASE, Launching, RunPhase, SupervisorProcess
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -56,8 +50,6 @@ CREATE TABLE IF NOT EXISTS spares (
 );
 """
 
-ACTIVE = ("starting", "running", "recovering")  # a supervisor is (or will be) looking after it
-FINISHED = ("succeeded", "failed", "cancelled")
 _JSON_FIELDS = ("slices", "budgets", "warnings")  # plain JSON; the rest are pydantic models
 # Columns added since the first release, with their definition: a database from before gets them.
 _ADDED_COLUMNS = {"warnings": "TEXT NOT NULL DEFAULT '[]'"}
@@ -269,11 +261,3 @@ def _record(row: dict[str, Any]) -> RunRecord:
     row["cancel_requested"] = bool(row["cancel_requested"])
     return RunRecord(**row)
 
-
-def final_result(run: RunRecord) -> RunResult:
-    """A finished run's result. A run ended without one (marked cancelled by a teardown
-    whose supervisor was gone) gets one that says only how it ended."""
-    if run.result is not None:
-        return run.result
-    return RunResult.without_attempts(run.run_id, run.cluster, run.status, f"run {run.run_id} {run.status}",
-                                      attempts=run.attempt)

@@ -1,5 +1,5 @@
-"""The typed parts of a run's durable record: where its supervisor is (the phase), the
-run's latest progress, and the supervisor's own process.
+"""The typed parts of a run's durable record: where its supervisor is (the phase) and the
+supervisor's own process (its progress is `core/run_results.py::RunProgress`).
 
 The phase is what a restarted supervisor carries on from (supervision/supervisor.py
 matches on it in one place):
@@ -65,15 +65,6 @@ class Finished(_Record):
 
 RunPhase = Annotated[Union[Launching, Running, Replacing, Finished], Field(discriminator="name")]
 PHASE = TypeAdapter(RunPhase)
-
-
-class RunProgress(_Record):
-    """The run's latest step as the supervisor last saved it (the step every host reached)."""
-
-    step: int | None = None
-    time: float | None = None
-    loss: float | None = None
-    steps_per_s: float | None = None
 
 
 class SupervisorProcess(_Record):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterable, Protocol
 from pydantic import BaseModel, Field
 
 from podmanager.core.event_data import EventData
-from podmanager.state.run_results import AttemptResult, IncidentRecord
+from podmanager.core.run_results import AttemptResult, IncidentRecord
 from podmanager.state.run_state import Launching, Running
 
 if TYPE_CHECKING:

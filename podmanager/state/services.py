@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from podmanager.core.run_results import SERVING
 from podmanager.state.db import Database, default_path
 
 _SCHEMA = """
@@ -26,7 +27,6 @@ CREATE TABLE IF NOT EXISTS services (
 CREATE INDEX IF NOT EXISTS services_by_cluster ON services (cluster, created_at);
 """
 
-SERVING = "serving"
 FINISHED = ("cancelled", "failed")
 
 

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podmanager.core.event_data import EventData, payload, stored
+from podmanager.core.errors import SpecError
+from podmanager.core.event_data import Event, payload, stored
 from podmanager.core.events import EventKind
 from podmanager.core.files import write_atomic
+from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.state.db import MEMORY, Database, default_path, spec_copy_path
 
 _SCHEMA = """
@@ -42,40 +44,30 @@ CREATE INDEX IF NOT EXISTS events_by_time ON events (cluster, time);
 """
 
 
+WITHOUT_SPEC = "{}"  # a cluster row kept without its spec (`history_copy.py`)
+
+
 @dataclass(frozen=True)
 class ClusterRecord:
     name: str
-    spec: dict[str, Any]
+    # The spec `up` stored (ClusterSpec's JSON), read into the model. None when this version
+    # cannot read it (a spec of a version whose fields have since changed): the row still
+    # lists, so `down` and the names known still find its cluster, and `spec` says why where
+    # the spec itself is needed.
+    stored_spec: ClusterSpec | None
     backend: str
     status: str
     created_at: float
     updated_at: float
-
-
-@dataclass(frozen=True)
-class Event:
-    id: int
-    cluster: str
-    time: float
-    kind: str  # an `EventKind`'s value; an old log may hold one no longer written
-    slice_index: int | None
-    message: str
-    data: EventData  # the kind's record (`core/event_data.py`)
+    spec_problem: str | None = None  # why `stored_spec` is None
 
     @property
-    def run_id(self) -> str | None:
-        """The run that caused this event, if one did."""
-        return self.data.run_id
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "time": self.time,
-            "kind": self.kind,
-            "slice": self.slice_index,
-            "message": self.message,
-            **({"data": fields} if (fields := self.data.as_json()) else {}),
-        }
+    def spec(self) -> ClusterSpec:
+        """The stored spec; a SpecError naming it when this version cannot read it."""
+        if self.stored_spec is None:
+            raise SpecError(self.spec_problem or f"stored spec of {self.name} cannot be read",
+                            hint=f"'podmanager down -f SPEC' deletes {self.name} by the spec you give it.")
+        return self.stored_spec
 
 
 class StateStore:
@@ -105,18 +97,19 @@ class StateStore:
 
     # ------------------------------------------------------------- clusters
 
-    def save_cluster(self, name: str, spec: dict[str, Any], backend: str, status: str) -> None:
+    def save_cluster(self, name: str, spec: ClusterSpec, status: str) -> None:
         now = time.time()
+        fields = spec.model_dump(mode="json")  # as every version stored it: the spec's fields in JSON
         self._execute(
             "INSERT INTO clusters (name, spec, backend, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(name) DO UPDATE SET spec=excluded.spec, backend=excluded.backend, "
             "status=excluded.status, updated_at=excluded.updated_at",
-            (name, json.dumps(spec), backend, status, now, now),
+            (name, json.dumps(fields), spec.backend.value, status, now, now),
         )
         if self.path != MEMORY:
             copy = spec_copy_path(self.folder, name)
             copy.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(copy, json.dumps({"name": name, "backend": backend, "spec": spec}))
+            write_atomic(copy, json.dumps({"name": name, "backend": spec.backend.value, "spec": fields}))
 
     def set_cluster_status(self, name: str, status: str) -> None:
         self._execute("UPDATE clusters SET status=?, updated_at=? WHERE name=?", (status, time.time(), name))
@@ -213,4 +206,13 @@ def _event(row: tuple[Any, ...]) -> Event:
 
 
 def _cluster(row: tuple[Any, ...]) -> ClusterRecord:
-    return ClusterRecord(row[0], json.loads(row[1]), row[2], row[3], row[4], row[5])
+    name = row[0]
+    if row[1] == WITHOUT_SPEC:
+        return ClusterRecord(name, None, row[2], row[3], row[4], row[5], f"a copy of {name}'s history keeps no spec")
+    try:
+        spec, problem = parse_spec(json.loads(row[1]), source=f"stored spec of {name}"), None
+    except SpecError as invalid:
+        spec, problem = None, invalid.message
+    except ValueError as garbled:
+        spec, problem = None, f"stored spec of {name} is no JSON ({garbled})"
+    return ClusterRecord(name, spec, row[2], row[3], row[4], row[5], problem)

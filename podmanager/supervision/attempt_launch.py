@@ -16,9 +16,9 @@ from podmanager.attempts.gang import Gang
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostSlot
+from podmanager.core.run_results import AttemptResult
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord
-from podmanager.state.run_results import AttemptResult
 from podmanager.state.run_state import Launching, Running
 from podmanager.supervision.left_output import keep_left_output
 from podmanager.supervision.ports import SupervisedCluster

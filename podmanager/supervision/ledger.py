@@ -1,6 +1,6 @@
 """Arithmetic over the run's ledger: the run's result from its attempts, its goodput and
 badput, and each incident as the budgets count it. The ledger's records themselves are the
-run record's (state/run_results.py); the supervisor fills them in.
+run record's (core/run_results.py); the supervisor fills them in.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from podmanager.state.run_results import AttemptResult, IncidentRecord, RunResult
+from podmanager.core.run_results import AttemptResult, IncidentRecord, RunResult
 from podmanager.supervision.classify import Cause, Incident
 
 

@@ -12,9 +12,8 @@ from podmanager.attempts.logs import RunFolder
 from podmanager.attempts.progress import combine
 from podmanager.core.clock import Clock
 from podmanager.core.events import EventKind
+from podmanager.core.run_results import AttemptResult, RunProgress
 from podmanager.state.run_records import RunRecord
-from podmanager.state.run_results import AttemptResult
-from podmanager.state.run_state import RunProgress
 
 
 class ProgressKeeper:

@@ -33,12 +33,12 @@ from podmanager.attempts.remote import RAY, Remote
 from podmanager.attempts.results import OutputPrinter
 from podmanager.core.errors import PodmanagerError
 from podmanager.core.events import EventKind
+from podmanager.core.run_results import AttemptResult, RunResult
 from podmanager.core.workload import Workload
 from podmanager.runtime.replica_protocol import ENV_SERVICE_ID
 from podmanager.serving.router import ReplicaLoss
 from podmanager.state import run_secrets, service_tokens
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import AttemptResult, RunResult
 from podmanager.state.run_state import (
     Finished,
     Launching,

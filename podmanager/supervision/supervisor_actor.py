@@ -87,7 +87,7 @@ def _record_crash(runs: RunStore, run_id: str, trace: str) -> None:
 def end_run(runs: RunStore, run_id: str, message: str, status: str = "failed") -> bool:
     """End an unfinished run (`failed` or `cancelled`) with `message`, where no supervisor is
     left to do it; False if it had finished already."""
-    from podmanager.state.run_results import RunResult
+    from podmanager.core.run_results import RunResult
     from podmanager.state.run_state import Finished
 
     run = runs.get(run_id)

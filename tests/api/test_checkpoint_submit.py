@@ -51,7 +51,7 @@ def emulator(monkeypatch) -> Iterator[TpuEmulator]:
             nodes = Provisioner(cloud, "c", ["zone-a"], clock=clock, poll_interval_s=1.0).converge(
                 desired_slices(cluster.spec), timeout_s=60)
         assert [(n.name, n.state, n.accelerator_type) for n in nodes] == [("c-s0", NodeState.READY, "v4-16")]
-        StateStore().save_cluster("c", cluster.spec.model_dump(mode="json"), "gcp", "up")
+        StateStore().save_cluster("c", cluster.spec, "up")
         yield emulator
     finally:
         server.stop(grace=None).wait()

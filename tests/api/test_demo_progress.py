@@ -79,11 +79,11 @@ def test_the_demo_refuses_a_cluster_of_its_name_it_did_not_make(monkeypatch):
     record_the_demo(monkeypatch, log)
     users = parse_spec({"name": demo.DEMO_NAME, "project": "my-gcp-project", "slices": [{"accelerator": "v4-16"}]},
                        dry_run=True)
-    StateStore().save_cluster(demo.DEMO_NAME, users.model_dump(mode="json"), "simulated", "up")
+    StateStore().save_cluster(demo.DEMO_NAME, users, "up")
     with pytest.raises(demo.DemoNameTakenError, match=f"a cluster named {demo.DEMO_NAME}.* that the demo did not make") as refused:
         demo.run_demo(on_event=lambda event: None, show_output=lambda slot, text: None, show_status=lambda status: None)
     assert refused.value.exit_code == 2 and log == []  # nothing made, so nothing of the user's is taken down
-    assert StateStore().get_cluster(demo.DEMO_NAME).spec == users.model_dump(mode="json")
+    assert StateStore().get_cluster(demo.DEMO_NAME).spec == users
 
 
 def test_the_demo_refuses_a_controller_vm_cluster_of_its_name_with_another_spec(monkeypatch):

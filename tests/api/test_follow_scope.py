@@ -12,10 +12,11 @@ from podmanager.api.run_handle import RunHandle
 from podmanager.cluster.cluster_runtime import ClusterRuntime
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
+from podmanager.core.run_results import RunResult
+from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import RunResult
 
 PROGRAM = Workload(command=["true"])  # a record names what its run runs
 
@@ -42,7 +43,7 @@ def supervisor_cluster(store: StateStore, run_id: str) -> ClusterRuntime:
 
 def test_following_a_run_shows_all_of_its_events_and_none_of_another_runs(monkeypatch):
     store, runs = StateStore(), RunStore()
-    store.save_cluster("c", SPEC, "simulated", "ready")
+    store.save_cluster("c", parse_spec(SPEC), "ready")
     client = Cluster.from_name("c", store=store)  # a client's: no run of its own
     client.runtime.record(EventKind.UP, "cluster-wide, before any run")
     start(runs, "run-a", 0)
@@ -80,7 +81,7 @@ def test_following_a_run_shows_all_of_its_events_and_none_of_another_runs(monkey
 
 def test_a_run_id_given_by_the_caller_wins_over_the_clusters():
     store = StateStore()
-    store.save_cluster("c", SPEC, "simulated", "ready")
+    store.save_cluster("c", parse_spec(SPEC), "ready")
     event = supervisor_cluster(store, "run-a").record(EventKind.RUN_SUBMITTED, "another run", run_id="run-b")
     assert event.run_id == "run-b"
     assert [e.id for e in store.events("c", run_id="run-b")] == [event.id]
@@ -91,7 +92,7 @@ def test_run_follows_from_its_own_submit_event_not_the_clusters_latest(monkeypat
     """Another client submits right after this one: `Cluster.run` must still show what its
     own run recorded in between, and not show its own submit event twice."""
     store, runs = StateStore(), RunStore()
-    store.save_cluster("c", SPEC, "simulated", "ready")
+    store.save_cluster("c", parse_spec(SPEC), "ready")
     seen: list[Event] = []
     cluster = Cluster.from_name("c", store=store, on_event=seen.append)
     other_client = Cluster.from_name("c", store=store)

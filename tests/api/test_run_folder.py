@@ -22,9 +22,9 @@ from podmanager.attempts.logs import (
 from podmanager.core import paths
 from podmanager.core.errors import SpecError
 from podmanager.core.records import HostRef, HostSlot
+from podmanager.core.run_results import ACTIVE, FINISHED, RunResult
 from podmanager.core.workload import Workload
-from podmanager.state.run_records import ACTIVE, FINISHED, RunRecord, RunStore
-from podmanager.state.run_results import RunResult
+from podmanager.state.run_records import RunRecord, RunStore
 
 PROGRAM = Workload(command=["true"])  # a record names what its run runs
 

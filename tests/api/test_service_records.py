@@ -13,11 +13,12 @@ from podmanager.api.serve import replica_slices
 from podmanager.api.service_handle import ServiceHandle, replica_states, service_summary
 from podmanager.cli import app
 from podmanager.core.errors import SpecError, TimeoutExceededError
+from podmanager.core.run_results import AttemptResult, RunResult
+from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.serving.goodput import FullReplicaTime
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import AttemptResult, RunResult
 from podmanager.state.run_state import Replacing
 from podmanager.state.services import (
     ReplicaCounters,
@@ -118,7 +119,7 @@ def test_replicas_take_the_first_slices_and_a_count_beyond_them_is_refused() -> 
 
 def test_runs_lists_a_service_with_its_replicas_and_counters(tmp_path) -> None:
     store = StateStore()
-    store.save_cluster("demo", spec={"name": "demo"}, backend="simulated", status="up")
+    store.save_cluster("demo", parse_spec({"name": "demo", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}), "up")
     runs = RunStore(store.path)
     for record in (run("r0", 0), run("r1", 1)):
         runs.create(record)
@@ -157,9 +158,8 @@ def test_a_restarted_routers_goodput_carries_on_and_counts_its_gap_as_not_full()
 
 def test_attach_follows_a_service_until_it_stops_serving(tmp_path) -> None:
     store = StateStore()
-    store.save_cluster("demo", spec={"name": "demo", "backend": "simulated", "zones": ["sim-zone-a"],
-                                     "slices": [{"accelerator": "v4-8", "count": 2}]},
-                       backend="simulated", status="up")
+    store.save_cluster("demo", parse_spec({"name": "demo", "backend": "simulated", "zones": ["sim-zone-a"],
+                                           "slices": [{"accelerator": "v4-8", "count": 2}]}), "up")
     runs = RunStore(store.path)
     for record in (run("r0", 0, "failed"), run("r1", 1, "cancelled")):
         runs.create(record)
@@ -179,7 +179,7 @@ def test_attach_follows_a_service_until_it_stops_serving(tmp_path) -> None:
 
 def test_a_replica_failing_in_warmup_says_why_with_its_run_id_and_logs_of_the_service_name_its_replicas() -> None:
     store = StateStore()
-    store.save_cluster("demo", spec={"name": "demo"}, backend="simulated", status="up")
+    store.save_cluster("demo", parse_spec({"name": "demo", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}), "up")
     runs = RunStore(store.path)
     failed = run("r0", 0, "failed")
     last = AttemptResult(attempt=0, status="failed", started=0.0, ended=1.0, hosts=[],

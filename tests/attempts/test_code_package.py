@@ -1,5 +1,5 @@
 """The run's working dir as it is packed, once, where the user runs podmanager
-(`attempts/code_zip.py`), and as the controller checks a zip packed elsewhere: one rule for
+(`core/code_zip.py`), and as the controller checks a zip packed elsewhere: one rule for
 what is shipped (never podmanager's home, never a link leaving the folder, never an
 environment), credentials named, sizes checked before anything is sent."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from podmanager.attempts import code_zip
+from podmanager.core import code_zip
 from podmanager.core.errors import SpecError
 
 

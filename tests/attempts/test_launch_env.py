@@ -6,8 +6,8 @@ import zipfile
 import pytest
 
 from podmanager.attempts.attempt import AttemptRunner
-from podmanager.attempts.code_zip import pack
 from podmanager.attempts.launch import launch_envs
+from podmanager.core.code_zip import pack
 from podmanager.core.errors import SpecError
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload, check_parallelism, expand

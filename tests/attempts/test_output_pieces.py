@@ -17,9 +17,9 @@ from podmanager.attempts.gang import Gang
 from podmanager.attempts.logs import read_new_lines
 from podmanager.core.clock import poll_until
 from podmanager.core.records import HostRef
+from podmanager.core.run_results import RunResult
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import RunResult
 from podmanager.vm.host_wire import HostLaunch, PollReply, RunSetup
 from podmanager.vm.process import read_chunk, read_tail
 from podmanager.vm.workload_runs import HostRuns

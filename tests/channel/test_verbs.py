@@ -17,6 +17,7 @@ from podmanager.channel.cluster_status import (
     ServiceEndpoint,
     SliceStatus,
 )
+from podmanager.channel.run_status import RunStatus
 from podmanager.channel.server import ChannelServer
 from podmanager.channel.service_summary import (
     ReplicaIncident,
@@ -28,15 +29,15 @@ from podmanager.client import pinned
 from podmanager.client.channel_client import ChannelClient
 from podmanager.controller.daemon.channel_service import ControllerChannelApi
 from podmanager.core import faults
+from podmanager.core.run_results import RunProgress, RunResult
 from podmanager.core.workload import Workload
-from podmanager.state.run_records import RunRecord
-from podmanager.state.run_results import RunResult
 
 CLUSTER = "c1"
 WORKLOAD = Workload(entrypoint="train.py", args=["--steps", "3"], env={"A": "b"}, working_dir=".", min_slices=1)
-RUN = RunRecord(run_id="r1", cluster=CLUSTER, workload=WORKLOAD, slices=[0, 1], budgets={"preemption": 2},
-                checkpoint_dir="gs://b/c", status="succeeded", attempt=1,
-                result=RunResult.without_attempts("r1", CLUSTER, "succeeded", "run r1 succeeded"))
+RUN = RunStatus(run_id="r1", cluster=CLUSTER, workload=WORKLOAD, slices=[0, 1], budgets={"preemption": 2},
+                checkpoint_dir="gs://b/c", status="succeeded", attempt=1, progress=RunProgress(step=3, steps_per_s=1.5),
+                result=RunResult.without_attempts("r1", CLUSTER, "succeeded", "run r1 succeeded"),
+                cancel_requested=True, warnings=["w"], created_at=1.0, updated_at=2.0)
 STATUS = ClusterStatus(
     name=CLUSTER, backend="simulated", project="demo",
     slices=[SliceStatus(index=0, name="c1-s0", accelerator="v4-8", zone="z", state="READY", hosts=1, chips=4,
@@ -184,4 +185,8 @@ def test_no_record_on_the_wire_holds_an_untyped_field() -> None:
                 if isinstance(part, type) and _fields(part):
                     todo.append(part)
     assert untyped == []
-    assert {RunRecord, ServiceSummary, ReplicaIncident, HostStatus, Workload} <= seen  # the walk went inside
+    assert {RunStatus, ServiceSummary, ReplicaIncident, HostStatus, Workload, RunResult} <= seen  # the walk went inside
+    # The store's rows stay the store's: what crosses is declared for the wire (or in core/).
+    stored = sorted(f"{kind.__module__}.{kind.__name__}" for kind in seen
+                    if kind.__module__.startswith("podmanager.state"))
+    assert stored == []

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from podmanager.core.clock import poll_until
+from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore
 from podmanager.state.run_records import RunRecord, RunStore
@@ -19,7 +20,7 @@ SPEC = {"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]
 
 def test_sigterm_to_a_follower_leaves_quietly_and_the_run_goes_on():
     RunStore().create(RunRecord("r", "c", PROGRAM, [0], {}, None, status="running"))
-    StateStore().save_cluster("c", SPEC, "simulated", "up")
+    StateStore().save_cluster("c", parse_spec(SPEC), "up")
     follower = subprocess.Popen([sys.executable, "-m", "podmanager", "attach", "-c", "c", "r"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

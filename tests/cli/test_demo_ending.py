@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from podmanager.api import demo
 from podmanager.cli import app
-from podmanager.state.run_results import AttemptResult, HostResult, RunResult
+from podmanager.core.run_results import AttemptResult, HostResult, RunResult
 
 
 def test_the_demos_end_suggests_no_command_that_fails_once_its_cluster_is_gone(monkeypatch):

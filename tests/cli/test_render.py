@@ -6,13 +6,13 @@ import pytest
 from podmanager.cli import render
 from podmanager.core.event_data import EventData
 from podmanager.core.records import HostRef
-from podmanager.state import Event
-from podmanager.state.run_results import (
+from podmanager.core.run_results import (
     AttemptResult,
     HostResult,
     IncidentRecord,
     RunResult,
 )
+from podmanager.state import Event
 
 
 def test_event_lines_keep_brackets_and_never_wrap(capsys):

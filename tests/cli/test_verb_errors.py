@@ -56,7 +56,7 @@ def test_a_verbs_argument_errors_name_the_verb_typed(tmp_path, monkeypatch):
     assert "serve: requirements.txt is not a program" in served.output and "run:" not in served.output
     assert invoke("serve", "-c", "c").output.startswith("error: serve: name a program")
     monkeypatch.setattr(podmanager.api, "resolve_cluster", real_resolve)
-    StateStore().save_cluster("c", spec.model_dump(mode="json"), "simulated", "up")
+    StateStore().save_cluster("c", spec, "up")
     cancelled = invoke("cancel", "-c", "c", "nope")
     assert cancelled.exit_code == 2
     assert "cancel: no run 'nope' in cluster c" in cancelled.output and "RUN:" not in cancelled.output
@@ -90,7 +90,7 @@ def test_dashboard_of_a_service_the_cluster_does_not_serve_exits_2_naming_the_fl
 def test_an_unknown_name_lists_the_clusters_reached_through_a_controller_vm_too():
     from podmanager.client import pinned
 
-    StateStore().save_cluster("here", parse_spec({**SPEC, "name": "here"}).model_dump(mode="json"), "simulated", "up")
+    StateStore().save_cluster("here", parse_spec({**SPEC, "name": "here"}), "up")
     pinned.save_spec("lap", "{}")  # the pointer `up` and `connect` leave for a cluster whose controller is a VM
     for verb in ("status", "events", "runs"):
         result = invoke(verb, "-c", "nope")

@@ -13,19 +13,16 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "podmanager"
 
-# The layers client/ may import: the pure core, the records on this machine (`state`), the
-# clouds' clients, the channel's shared records and transport, and its own folder.
-LAYERS = {"core", "state", "cloud", "channel", "client"}
+# The layers client/ may import: the pure core (a run's results, the code packer, the event),
+# the clouds' clients, the channel's records and transport, and its own folder; never the store.
+LAYERS = {"core", "cloud", "channel", "client"}
 # Beyond them, each module by name with why: none of these imports Ray or JAX either.
 BEYOND = {
-    "podmanager.attempts.code_zip": "the one packer of a run's code (the laptop packs it)",
-    "podmanager.attempts.logs": "a run folder's names (runs/, progress.jsonl): a deleted cluster's kept history",
     "podmanager.cluster.backends": "the backend chooser: the controller VM is made in the project's cloud (a dry "
                                    "run's emulator)",
     "podmanager.cluster.teardown": "down by label, when the controller cannot be reached",
     "podmanager.cluster.controller_preflight": "the APIs, permissions and the cluster's accounts, checked and made "
                                                "before the controller VM bills",
-    "podmanager.controller.software": "the software pins the controller VM is made with",
     "podmanager.controller.staging": "the wheel staged and the VMs' lock resolved before the VM is made",
     "podmanager.controller.startup": "the controller VM's startup script",
     "podmanager.vm.procs": "a dry run's VM folder removed with its controller",

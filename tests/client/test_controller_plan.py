@@ -22,10 +22,10 @@ from podmanager.cloud.gcp.controller_vm import (
 )
 from podmanager.cloud.instances import Instance
 from podmanager.cluster import backends
-from podmanager.controller.software import Versions
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.events import EventKind
+from podmanager.core.records import Versions
 from podmanager.core.spec import parse_spec
 from podmanager.emulator import instance_vms, launcher
 from podmanager.emulator.control import EmulatorControl

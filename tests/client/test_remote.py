@@ -17,6 +17,7 @@ import pytest
 
 from podmanager.channel import identity, records
 from podmanager.channel.cluster_status import ClusterStatus, ServiceEndpoint
+from podmanager.channel.run_status import RunStatus
 from podmanager.channel.server import ChannelServer
 from podmanager.channel.service_summary import ReplicaState, ServiceSummary
 from podmanager.client import pinned
@@ -24,16 +25,15 @@ from podmanager.client.forward import Forward
 from podmanager.client.remote import RemoteCluster
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.records import HostRef
+from podmanager.core.run_results import RunResult
 from podmanager.core.workload import Workload
-from podmanager.state.run_records import RunRecord
-from podmanager.state.run_results import RunResult
 
 CLUSTER = "lap"
 SERVICE = "model-svc-1"
 
 
-def record(status: str = "running", result: RunResult | None = None) -> RunRecord:
-    return RunRecord(run_id="r1", cluster=CLUSTER, workload=Workload(entrypoint="train.py", working_dir="."),
+def record(status: str = "running", result: RunResult | None = None) -> RunStatus:
+    return RunStatus(run_id="r1", cluster=CLUSTER, workload=Workload(entrypoint="train.py", working_dir="."),
                      slices=[0], budgets={}, checkpoint_dir=None, status=status, result=result)
 
 

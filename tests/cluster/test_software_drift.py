@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from podmanager.cluster.software_drift import software_drift
 from podmanager.controller.software import (
-    Versions,
     content_version,
     controller_versions,
 )
 from podmanager.controller.staging import wanted_versions
+from podmanager.core.records import Versions
 from podmanager.core.spec import parse_spec
 from podmanager.vm.boot_status import BootStatus
 

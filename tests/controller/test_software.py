@@ -11,12 +11,12 @@ import pytest
 
 from podmanager.controller.software import (
     Software,
-    Versions,
     check_packages,
     content_version,
     controller_versions,
 )
 from podmanager.core.errors import SpecError
+from podmanager.core.records import Versions
 from podmanager.core.version import __version__
 
 

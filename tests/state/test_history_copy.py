@@ -7,6 +7,7 @@ import pytest
 from dashboard_records import CLUSTER, preempted_run
 
 from podmanager.core.events import EventKind
+from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore, run_secrets, service_tokens
 from podmanager.state.history_copy import copy_history
@@ -17,10 +18,11 @@ from podmanager.state.services import ServiceRecord, ServiceStore
 
 def test_the_copy_holds_the_clusters_records_only_and_no_secret(tmp_path):
     store = StateStore()
-    store.save_cluster(CLUSTER, {"name": CLUSTER, "note": "spec-sentinel-1234"}, "simulated", "up")
+    store.save_cluster(CLUSTER, parse_spec({"name": CLUSTER, "project": "spec-sentinel-1234", "backend": "simulated",
+                                         "slices": [{"accelerator": "v4-8"}]}), "up")
     preempted_run(store=store)
     run_secrets.save(CLUSTER, "r1", {"API_KEY": "secret-sentinel-5678"})
-    store.save_cluster("other", {"name": "other"}, "simulated", "up")
+    store.save_cluster("other", parse_spec({"name": "other", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}), "up")
     store.add_event("other", EventKind.SLICE_READY, "another cluster's slice", slice_index=0)
     RunStore().create(RunRecord("o1", "other", Workload(command=["x"]), [0], {}, None))
     for cluster, service in ((CLUSTER, "s1"), ("other", "s2")):
@@ -34,7 +36,7 @@ def test_the_copy_holds_the_clusters_records_only_and_no_secret(tmp_path):
     kept = StateStore(copy)
     assert [e.kind for e in kept.events(CLUSTER)] == ["preemption_notice", "spare_swapped"]
     assert kept.events("other") == [] and kept.get_cluster("other") is None
-    assert kept.get_cluster(CLUSTER).spec == {} and kept.get_cluster(CLUSTER).status == "up"
+    assert kept.get_cluster(CLUSTER).stored_spec is None and kept.get_cluster(CLUSTER).status == "up"
     assert [r.run_id for r in RunStore(copy).list()] == ["r1"]
     assert RunStore(copy).get("r1").result.wall_s == 44.0
     assert [s.service_id for s in ServiceStore(copy).list()] == ["s1"]

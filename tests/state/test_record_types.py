@@ -23,10 +23,6 @@ import podmanager
 
 # Fields left loose on purpose, each with why. Every other field of every record is typed.
 EXCEPTIONS = {
-    # The spec as the user wrote it, parsed by `core.spec.parse_spec` where it is used (naming
-    # "stored spec of NAME"): a spec this version cannot validate any more is reported there,
-    # and `down` still finds its cluster, instead of every read of the clusters table failing.
-    "podmanager.state.store.ClusterRecord.spec",
     # A service's requests and answers: the user's program's own data, whatever its model takes
     # and returns; podmanager carries them from the router to a replica and back without looking.
     "podmanager.runtime.replica_protocol.Request.inputs",
@@ -45,13 +41,13 @@ EXCEPTIONS = {
 
 # What must be among the records walked: those the issue names, so a walk that misses modules fails.
 NAMED = {
-    "podmanager.state.run_records.RunRecord", "podmanager.state.run_results.Ledger",
-    "podmanager.state.run_results.RunResult", "podmanager.state.run_results.IncidentRecord",
-    "podmanager.state.run_results.AttemptResult", "podmanager.vm.probe.ProbeResult",
+    "podmanager.state.run_records.RunRecord", "podmanager.core.run_results.Ledger",
+    "podmanager.core.run_results.RunResult", "podmanager.core.run_results.IncidentRecord",
+    "podmanager.core.run_results.AttemptResult", "podmanager.vm.probe.ProbeResult",
     "podmanager.vm.agent.AgentIdentity", "podmanager.controller.host_info.HostInfo",
     "podmanager.channel.cluster_status.ClusterStatus", "podmanager.channel.cluster_status.HostStatus",
     "podmanager.state.services.ServiceRecord", "podmanager.runtime.contract.ProgressRecord",
-    "podmanager.controller.snapshot.HostsSnapshot",
+    "podmanager.controller.snapshot.HostsSnapshot", "podmanager.channel.run_status.RunStatus",
 }
 
 
@@ -170,7 +166,9 @@ OLD_ROW = {
 
 
 def test_a_run_recorded_by_the_previous_version_reads_typed_and_says_the_same():
-    from podmanager.api.run_handle import final_result, run_summary
+    from podmanager.api.run_handle import run_summary
+    from podmanager.channel.run_status import RunStatus
+    from podmanager.core.run_results import final_result
     from podmanager.state.run_records import RunStore
 
     runs = RunStore()
@@ -188,7 +186,7 @@ def test_a_run_recorded_by_the_previous_version_reads_typed_and_says_the_same():
     assert result.metrics.model_dump() == json.loads(OLD_ROW["result"])["metrics"]
     assert result.incidents == run.ledger.incidents  # one Incident model in both
     assert result.attempt_log[0].hosts[0].lost == "preempted"
-    summary = run_summary(run)
+    summary = run_summary(RunStatus.of(run))
     assert (summary["last_incident"], summary["setup_s"], summary["goodput"]) == ("preemption", 1.5, 0.6)
     # Written back by this version, it reads the same.
     runs.save(run)
@@ -197,7 +195,7 @@ def test_a_run_recorded_by_the_previous_version_reads_typed_and_says_the_same():
 
 
 def test_the_result_json_keeps_its_keys_and_drops_only_the_incident_slice_it_repeated():
-    from podmanager.state.run_results import RunResult
+    from podmanager.core.run_results import RunResult
 
     old = json.loads(OLD_ROW["result"])
     shown = RunResult.model_validate(old).model_dump(mode="json")

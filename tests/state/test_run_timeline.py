@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 
 from podmanager.core.event_data import stored
-from podmanager.core.workload import Workload
-from podmanager.state.run_records import RunRecord
-from podmanager.state.run_results import (
+from podmanager.core.run_results import (
     AttemptResult,
     HostResult,
     IncidentRecord,
     Ledger,
+    RunProgress,
     RunResult,
 )
-from podmanager.state.run_state import Running, RunProgress
+from podmanager.core.workload import Workload
+from podmanager.state.run_records import RunRecord
+from podmanager.state.run_state import Running
 from podmanager.state.run_timeline import BUCKETS, build, of_record
 from podmanager.state.store import Event
 

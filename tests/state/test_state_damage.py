@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from podmanager.cli import app
 from podmanager.core.errors import StateStoreError
 from podmanager.core.events import EventKind
+from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore, db
 from podmanager.state.db import default_path
@@ -178,7 +179,7 @@ def test_a_store_damaged_under_an_open_connection_raises_at_its_next_use(podmana
     """SQLite itself goes on with a deleted file, or with the pages its WAL holds. (A file
     overwritten in place is seen only when SQLite reads a page its WAL does not hold.)"""
     store = StateStore()
-    store.save_cluster("c", {}, "simulated", "up")
+    store.save_cluster("c", parse_spec({"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}), "up")
     store.add_event("c", EventKind.UP, "one")
     damage(default_path())
     with pytest.raises(StateStoreError, match=says) as raised:
@@ -188,7 +189,7 @@ def test_a_store_damaged_under_an_open_connection_raises_at_its_next_use(podmana
 
 def test_a_store_replaced_under_an_open_connection_raises(podmanager_home):
     store = StateStore()
-    store.save_cluster("c", {}, "simulated", "up")
+    store.save_cluster("c", parse_spec({"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}), "up")
     os.replace(default_path(), podmanager_home / "moved.db")
     StateStore(rebuild=True)  # a new file in its place
     with pytest.raises(StateStoreError, match="was replaced while this process used it"):
@@ -208,7 +209,7 @@ def test_a_second_store_in_one_process_does_not_drop_the_first_ones_locks(podman
     query = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
              "print([m for (m,) in c.execute('SELECT message FROM events')]); c.close()")
     store = StateStore()
-    store.save_cluster("c", {}, "simulated", "up")
+    store.save_cluster("c", parse_spec({"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}), "up")
     runs = RunStore()  # the same file, a second connection in this process
     runs.list()
     subprocess.run([sys.executable, "-c", query, str(default_path())], check=True)  # opens and closes
@@ -221,7 +222,7 @@ def test_a_second_store_in_one_process_does_not_drop_the_first_ones_locks(podman
 def test_a_store_collected_while_another_opens_does_not_deadlock(podmanager_home):
     """The collector may finalize a dropped store while this thread opens another, inside the
     lock that counts connections (seen as a hang of a test creating many clusters)."""
-    StateStore().save_cluster("c", {}, "simulated", "up")
+    StateStore().save_cluster("c", parse_spec({"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}), "up")
     dropped = StateStore()
     done = threading.Event()
 

@@ -12,9 +12,9 @@ import pytest
 from fake_hosts import Behaviour, FakeRemote
 from test_supervisor import ZONE, FakeCluster
 
+from podmanager.core.run_results import AttemptResult
 from podmanager.core.workload import Workload
 from podmanager.state.run_records import RunStore
-from podmanager.state.run_results import AttemptResult
 from podmanager.state.run_state import Launching, Running, SupervisorProcess
 from podmanager.supervision.ledger import badput
 from podmanager.supervision.policy import slices_left

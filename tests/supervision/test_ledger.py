@@ -3,7 +3,7 @@ attempt's own pace, over the run's wall time."""
 
 import pytest
 
-from podmanager.state.run_results import AttemptResult
+from podmanager.core.run_results import AttemptResult
 from podmanager.supervision.ledger import goodput
 
 

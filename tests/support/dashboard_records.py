@@ -4,16 +4,17 @@ supervisor leaves them in the state store: for the dashboard's, timeline's and m
 from __future__ import annotations
 
 from podmanager.core.events import EventKind
-from podmanager.core.workload import Workload
-from podmanager.state import StateStore
-from podmanager.state.run_records import RunRecord, RunStore
-from podmanager.state.run_results import (
+from podmanager.core.run_results import (
     AttemptResult,
     HostResult,
     IncidentRecord,
     Ledger,
     RunResult,
 )
+from podmanager.core.spec import parse_spec
+from podmanager.core.workload import Workload
+from podmanager.state import StateStore
+from podmanager.state.run_records import RunRecord, RunStore
 
 CLUSTER = "c"
 
@@ -22,7 +23,7 @@ def preempted_run(run_id: str = "r1", *, t0: float = 1_000_000.0, store: StateSt
     """Attempt 1 on slice 0 (steps 0-10, preempted), attempt 2 on the spare, slice 2 (steps 7-20)."""
     store = store or StateStore()
     if store.get_cluster(CLUSTER) is None:
-        store.save_cluster(CLUSTER, {"name": CLUSTER}, "simulated", "up")
+        store.save_cluster(CLUSTER, parse_spec({"name": CLUSTER, "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}), "up")
     first = AttemptResult(attempt=1, status="interrupted", started=t0 + 2, ended=t0 + 17, setup_s=2,
                           hosts=[HostResult(slice=0, worker_id=0, exit_code=None)], first_step=0, first_step_time=t0 + 5,
                           last_step=10, last_step_time=t0 + 15, first_loss=2.0, last_loss=1.0)

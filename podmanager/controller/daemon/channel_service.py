@@ -29,20 +29,21 @@ from podmanager.api.history import cluster_events
 from podmanager.api.page_data import PageData
 from podmanager.api.service_handle import summarize_record
 from podmanager.attempts import logs
-from podmanager.attempts.code_zip import PackedCode
 from podmanager.attempts.logs import RunFolder, read_new_lines
 from podmanager.channel import records
 from podmanager.channel.cluster_status import ClusterStatus
 from podmanager.channel.private_files import write_private
+from podmanager.channel.run_status import RunStatus
 from podmanager.controller.daemon import uploads
 from podmanager.core import paths, selectors
+from podmanager.core.code_zip import PackedCode
 from podmanager.core.errors import PodmanagerError, SpecError, TimeoutExceededError
 from podmanager.core.events import EventKind
 from podmanager.core.records import HostRef
 from podmanager.core.spec import parse_spec
 from podmanager.core.workload import Workload
 from podmanager.state import Event, StateStore
-from podmanager.state.run_records import RunRecord, RunStore
+from podmanager.state.run_records import RunStore
 from podmanager.state.services import ServiceStore
 
 
@@ -117,18 +118,18 @@ class ControllerChannelApi:
         return url.hostname, url.port
 
     def runs(self, request: records.StatusRequest) -> records.RunsReply:
-        return records.RunsReply(runs=self.runs_store.list(request.cluster))
+        return records.RunsReply(runs=[RunStatus.of(r) for r in self.runs_store.list(request.cluster)])
 
     def run(self, request: records.RunRequest) -> records.RunReply:
         return records.RunReply(run=self._run(request.cluster, request.run_id))
 
-    def _run(self, cluster: str, run_id: str) -> RunRecord:
+    def _run(self, cluster: str, run_id: str) -> RunStatus:
         run = self.runs_store.get(run_id)
         if run is None or run.cluster != cluster:
             known = ", ".join(r.run_id for r in self.runs_store.list(cluster)[-5:]) or "none"
             raise SpecError(f"RUN: no run {run_id!r} in cluster {cluster} (latest: {known})",
                             hint="See them all with 'podmanager runs'.")
-        return run
+        return RunStatus.of(run)
 
     def watch(self, request: records.WatchRequest) -> records.WatchReply:
         run_id = request.run_id or logs.resolve_run(request.cluster, None).run_id
@@ -252,7 +253,7 @@ class ControllerChannelApi:
         record = self.store.get_cluster(cluster)
         if record is None:
             return None
-        spec = parse_spec(record.spec, source=f"stored spec of {cluster}")
+        spec = record.spec
         timeout_s = spec.head.join_timeout_s * 4
 
         def work(job_id: str) -> ClusterStatus:

@@ -13,10 +13,9 @@ import shutil
 import time
 from pathlib import Path
 
-from podmanager.attempts import code_zip
-from podmanager.attempts.code_zip import PackedCode
 from podmanager.channel.private_files import write_private
-from podmanager.core import paths
+from podmanager.core import code_zip, paths
+from podmanager.core.code_zip import PackedCode
 from podmanager.core.errors import PodmanagerError, SpecError
 
 UPLOADS = "uploads"

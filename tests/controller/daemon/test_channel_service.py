@@ -101,7 +101,7 @@ class OneDriverCluster:
 
     @classmethod
     def from_name(cls, name: str, *, store: StateStore) -> OneDriverCluster:
-        return cls(parse_spec(store.get_cluster(name).spec), store=store)
+        return cls(store.get_cluster(name).spec, store=store)
 
     def up(self, *, timeout_s: float, **options) -> ClusterStatus:
         if self.running:
@@ -141,7 +141,7 @@ def test_two_ups_of_one_cluster_on_the_controller_take_turns_the_second_saying_w
     if first == "a client's up":
         one = api.start_up(up)
     else:  # the controller booted again: it brings back the cluster it holds
-        store.save_cluster("c1", yaml.safe_load(SPEC_YAML), "simulated", "up")
+        store.save_cluster("c1", parse_spec(yaml.safe_load(SPEC_YAML)), "up")
         one = api.resume("c1")
     assert one is not None and OneDriverCluster.first_inside.wait(timeout=30)
     two = api.start_up(up)

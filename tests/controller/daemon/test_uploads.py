@@ -12,9 +12,9 @@ import zipfile
 
 import pytest
 
-from podmanager.attempts import code_zip
 from podmanager.controller.daemon import uploads
 from podmanager.controller.daemon.channel_service import ControllerChannelApi
+from podmanager.core import code_zip
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore

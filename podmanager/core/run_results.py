@@ -1,15 +1,23 @@
-"""What a run leaves behind, as its record keeps it: each attempt's result (each host's exit),
-each incident, the ledger of both, and the run's result once it has ended.
+"""What a run leaves behind: each attempt's result (each host's exit), each incident, the
+ledger of both, its latest progress, and the run's result once it has ended; and what a run's
+status says (active, finished).
 
-Pydantic models, stored as JSON in the run's row (state/run_records.py) and read back by any
-process: the supervisor carrying on, `runs`, `attach`, a service's handle. Here, below the
-attempt runner and the supervisor that fill them in, so the record holds them typed.
-A field dropped since is ignored when an older record is read.
+Pydantic models, stored as JSON in the run's row (`state/run_records.py`) and read back by any
+process: the supervisor carrying on, `runs`, `attach`, a service's handle; carried over the
+channel inside a run's status (`channel/run_status.py`). Here, in `core/`, so the store, the
+wire and the laptop's client share one declaration. A field dropped since is ignored when an
+older record is read.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+ACTIVE = ("starting", "running", "recovering")  # a supervisor is (or will be) looking after it
+FINISHED = ("succeeded", "failed", "cancelled")
+SERVING = "serving"  # a service's status until it stops (`state/services.py::ServiceRecord`)
 
 
 class _Record(BaseModel):
@@ -132,3 +140,43 @@ class RunResult(_Record):
         """The result of a run that ended before any attempt of it ran (or with none known)."""
         return cls(run_id=run_id, cluster=cluster, status=status, message=message, hosts=[], attempts=attempts,
                    log_dir=log_dir)
+
+
+class RunProgress(_Record):
+    """The run's latest step as the supervisor last saved it (the step every host reached)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    step: int | None = None
+    time: float | None = None
+    loss: float | None = None
+    steps_per_s: float | None = None
+
+
+class Ended(Protocol):
+    """What `final_result` reads of a run: its row (`state/run_records.py::RunRecord`) or its
+    status as the channel carries it (`channel/run_status.py::RunStatus`)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def cluster(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def result(self) -> RunResult | None: ...
+
+
+def final_result(run: Ended) -> RunResult:
+    """A finished run's result. A run ended without one (marked cancelled by a teardown
+    whose supervisor was gone) gets one that says only how it ended."""
+    if run.result is not None:
+        return run.result
+    return RunResult.without_attempts(run.run_id, run.cluster, run.status, f"run {run.run_id} {run.status}",
+                                      attempts=run.attempt)
