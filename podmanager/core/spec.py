@@ -374,8 +374,9 @@ class RecoverySpec(_Model):
 
 # THE switch between a simulated VM that installs its software at boot ("bare": every step a
 # real VM runs, from the package index) and one that finds the controller's environment linked
-# on its disk ("controller": the shortcut, a few seconds faster a boot). Every default says this.
-DEFAULT_VM_IMAGE: Literal["controller", "bare"] = "bare"
+# on its disk ("controller": the shortcut, about 7 s faster a boot on this 2-core machine, see
+# benchmarks/RESULTS.md). Every default of the simulated image says this one.
+DEFAULT_VM_IMAGE: Literal["controller", "bare"] = "controller"
 
 
 class SimulationSpec(_Model):

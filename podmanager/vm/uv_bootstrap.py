@@ -216,7 +216,8 @@ def cached_binaries(cache: str, version: str) -> Optional[str]:
     if not os.path.isdir(cache):
         return None
     machine, libc = platform.machine(), glibc()
-    names = sorted(name + ".whl" for name in os.listdir(cache) if name.startswith("uv-"))
+    names = sorted(name + ".whl" for name in os.listdir(cache)
+                   if name.startswith("uv-") and os.path.isdir(os.path.join(cache, name)))
     chosen = choose([{"filename": name} for name in names], version, machine, libc)
     return os.path.join(cache, chosen["filename"][:-len(".whl")]) if chosen else None
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from podmanager.core.spec import DEFAULT_VM_IMAGE, parse_spec
 from podmanager.emulator import vms
 
 
@@ -33,11 +32,6 @@ def test_a_vms_python3_is_the_images_without_pip_or_this_machines_packages(tmp_p
     for installed in ("podmanager", "ray", "google.cloud.tpu_v2"):  # nothing of this machine's environment
         assert python3("-c", f"import {installed}").returncode == 1, installed
     assert python3("-c", "import json, urllib.request, zipfile; print('stdlib')").stdout == "stdlib\n"
-
-
-def test_installing_at_boot_is_the_default_of_a_dry_run() -> None:
-    spec = parse_spec({"name": "c", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}, dry_run=True)
-    assert spec.simulation.vm_image == DEFAULT_VM_IMAGE == "bare"
 
 
 def test_a_vm_that_installs_at_boot_gets_nothing_of_this_machines_environment(tmp_path, monkeypatch) -> None:
