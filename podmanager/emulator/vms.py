@@ -232,8 +232,9 @@ def python_download(root: Path) -> None:
 
 
 def shared_uv_cache() -> Path:
-    """The uv cache every simulated VM of this user shares (and the uv wheel the boot fetches, in
-    `wheels`): it only saves downloads, what is installed is what the lock and the index say."""
+    """The caches every simulated VM of this user shares: uv's (`uv`) and the binaries of the uv
+    wheel the boot bootstraps (`wheels`). They only save downloads: what is installed is what the
+    lock and the index say, and the binaries were checked against the index's SHA-256."""
     return paths.machines_dir() / "vm-cache"
 
 
