@@ -1,7 +1,7 @@
 """A user's first dry run, as typed: `up` of two v4-8 slices (head and two simulated hosts
 joined), `status`, then `down`, each a fresh `podmanager` process in a fresh state folder.
 
-    python benchmarks/dry_run.py [--repeats 5]
+    python benchmarks/dry_run.py [--repeats 5] [--vm-image bare|controller]
 
 Prints the median wall time of each command (`status` is the median of 5 per round). To
 compare with another version, run it with that checkout first on PYTHONPATH.
@@ -36,11 +36,11 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def one_round(podmanager: str) -> tuple[float, float, float]:
+def one_round(podmanager: str, vm_image: str = "") -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory(prefix="pm-drybench-") as home:
         env = {**os.environ, "PODMANAGER_HOME": home}
         spec = Path(home) / "spec.yaml"
-        spec.write_text(SPEC)
+        spec.write_text(SPEC + (f"simulation:\n  vm_image: {vm_image}\n" if vm_image else ""))
         try:
             up = timed([podmanager, "up", "-f", str(spec), "--dry-run"], env)
             status = statistics.median(timed([podmanager, "status", "-c", "drybench"], env) for _ in range(5))
@@ -52,9 +52,10 @@ def one_round(podmanager: str) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--vm-image", default="", help="the simulated VMs' image (default: the spec's default)")
     opts = parser.parse_args()
     podmanager = str(Path(sys.executable).with_name("podmanager"))
-    rounds = [one_round(podmanager) for _ in range(opts.repeats)]
+    rounds = [one_round(podmanager, opts.vm_image) for _ in range(opts.repeats)]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"median of {opts.repeats} rounds")
     print()

@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 from podmanager.cloud.errors import CloudError
 from podmanager.core.faults import FaultTarget
-from podmanager.core.spec import Capacity
+from podmanager.core.spec import DEFAULT_VM_IMAGE, Capacity
 
 CLUSTER_LABEL = "podmanager-cluster"
 SLICE_LABEL = "podmanager-slice"
@@ -292,7 +292,7 @@ class SimulatedCloud(FaultTarget, Protocol):
     def preempt(self, zone: str, node_id: str, notice_s: float = 0.0) -> None: ...
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
-                          vm_image: str = "controller", boot_delay_s: float = 0.0,
+                          vm_image: str = DEFAULT_VM_IMAGE, boot_delay_s: float = 0.0,
                           instance_create_latency_s: float = ..., instance_delete_latency_s: float = ...) -> None: ...
 
     def all_nodes(self) -> list[Node]: ...

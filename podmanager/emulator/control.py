@@ -27,6 +27,7 @@ from podmanager.core.fault_text import (
     FAULT_HELP,
 )
 from podmanager.core.faults import FaultKind, FaultTarget, parse
+from podmanager.core.spec import DEFAULT_VM_IMAGE
 from podmanager.emulator import control_verbs as verbs
 from podmanager.emulator.control_verbs import (
     CONTROL_SERVICE,
@@ -145,7 +146,7 @@ class EmulatorControl:
         self.ask(verbs.DEGRADE, verbs.NodeDegrade(zone=zone, node_id=node_id, state=state, health=health, for_s=for_s))
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
-                          vm_image: str = "controller", boot_delay_s: float = 0.0,
+                          vm_image: str = DEFAULT_VM_IMAGE, boot_delay_s: float = 0.0,
                           instance_create_latency_s: float = INSTANCE_CREATE_S,
                           instance_delete_latency_s: float = INSTANCE_DELETE_S) -> None:
         """A cluster's simulated latencies, VM image and boot delay (its spec's `simulation`): `up`

@@ -26,6 +26,7 @@ from podmanager.core.fault_text import (
     DEFAULT_QUOTA,
     DEFAULT_TIMES,
 )
+from podmanager.core.spec import DEFAULT_VM_IMAGE
 from podmanager.emulator.iam.project import ProjectPolicy
 from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 from podmanager.emulator.sim.records import Faults
@@ -129,7 +130,7 @@ class ClusterSimulation(ControlRequest):
     cluster: str
     create_latency_s: float
     delete_latency_s: float
-    vm_image: str = "controller"
+    vm_image: str = DEFAULT_VM_IMAGE
     boot_delay_s: float = 0.0
     instance_create_latency_s: float = INSTANCE_CREATE_S
     instance_delete_latency_s: float = INSTANCE_DELETE_S

@@ -3,8 +3,8 @@
 `InstanceVms` is run by the emulator, which calls `reconcile` whenever the simulated cloud
 changes and when an instance's next moment comes: an instance that is RUNNING and has a
 `startup-script` in its metadata boots as a simulated TPU VM does (`vms.py`): a root folder of
-its own (the same layout; the "controller" image unless its metadata key `podmanager-sim-image`
-says "bare"), a metadata server of its own (`instance_metadata.py`), the same fresh environment
+its own (the same layout, on Debian 12's image; its cluster's `simulation.vm_image` unless its
+metadata key `podmanager-sim-image` names one), a metadata server of its own (`instance_metadata.py`), the same fresh environment
 (`vms.guest_env`, with $PODMANAGER_SIM_HOME), and its guest running the script with bash from its
 root, all one `procs` machine holding a lease on its record
 (`<sim_home>/sim/instances/<project>/<zone>/<name>.json`). When the instance goes (deleted:
@@ -29,6 +29,7 @@ from podmanager.cloud.base import CLUSTER_LABEL
 from podmanager.cloud.instances import CONTROLLER_ROLE, ROLE_LABEL, RUNNING, Instance
 from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core import paths
+from podmanager.core.spec import DEFAULT_VM_IMAGE
 from podmanager.emulator import rulebook
 from podmanager.emulator.instance_metadata import InstanceFacts
 from podmanager.emulator.metadata import MetadataServers
@@ -36,7 +37,7 @@ from podmanager.emulator.network.vm_network import VmNetwork, instance_key
 from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.sim.instances import SimInstances
 from podmanager.emulator.vms import (
-    CONTROLLER_IMAGE,
+    DEBIAN_12,
     guest_env,
     image_env,
     make_disk,
@@ -176,8 +177,9 @@ class InstanceVms:
         owner = owner_of(self.sim.project, instance)
         machine_id = procs.new_machine_id()
         root = Path(before.get("temp_dir") or f"{procs.temp_dir_of(owner)}/{machine_id[:8]}")
-        image = instance.metadata.get(IMAGE_KEY, CONTROLLER_IMAGE)
-        make_disk(root, image)
+        cluster = instance.labels.get(CLUSTER_LABEL)
+        image = instance.metadata.get(IMAGE_KEY) or (self.sim.vm_image(cluster) if cluster else DEFAULT_VM_IMAGE)
+        make_disk(root, image, DEBIAN_12)  # the controller VM's image (cloud/gcp/instances.py)
         facts = InstanceFacts(sim=self.sim, zone=instance.zone, name=instance.name)
         inside: list[str] = []
         if self.network is None:

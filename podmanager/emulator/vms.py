@@ -10,9 +10,12 @@ installs the software, reads the Ray token from Secret Manager and joins the hea
 metadata, as on Google Cloud. What a VM's environment carries besides (the README lists why):
 TPU_* identity (Ray asks metadata.google.internal, which only a real VM answers) and, in
 PODMANAGER_JOIN_ARGS, its chips as a Ray resource and a port and Ray temp dir of its own.
-The VM image: "controller" (the default) comes with the controller's environment at
-/opt/podmanager/venv (a link, not a copy: the one shortcut, taken only when the script finds
-exactly the versions it pins there); "bare" has nothing, so the script installs everything.
+The VM's disk: its system image (a TPU VM's Ubuntu 22.04, a Compute Engine VM's Debian 12:
+`make_disk`), started with the image's own PATH and nothing of this machine's environment, and
+the cluster's `simulation.vm_image`: "bare" has nothing of podmanager, so the script installs
+everything as on Google Cloud; "controller" links the controller's environment at
+/opt/podmanager/venv (the one shortcut, taken only when the script finds exactly the versions it
+pins there). Which one a cluster gets unless it says is `core.spec.DEFAULT_VM_IMAGE`.
 It returns at once: the hosts boot in parallel, each as a `procs` machine of the cluster's
 owner, and outlive the process that started them. Each host's machine id is recorded in
 `clusters/<cluster>/hosts/<node>-w<i>.json` under `paths.sim_home()` before it boots; when the node is preempted,
@@ -24,10 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import logging
 import os
+import platform
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -41,7 +47,7 @@ from podmanager.cloud.base import DEAD_STATES, Node, NodeState
 from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core import paths
 from podmanager.core.catalog import lookup
-from podmanager.core.spec import ClusterSpec
+from podmanager.core.spec import DEFAULT_VM_IMAGE, ClusterSpec
 from podmanager.emulator.network.vm_network import VmNetwork, tpu_key
 from podmanager.emulator.record import APIS_HOST_ENV
 from podmanager.vm import procs
@@ -54,7 +60,15 @@ log = logging.getLogger(__name__)
 
 HOSTS_DIR = "hosts"
 GONE_STATES = DEAD_STATES | {NodeState.DELETING}
-CONTROLLER_IMAGE = "controller"  # the other image, "bare", has nothing on it (`SimulationSpec.vm_image`)
+CONTROLLER_IMAGE = "controller"  # the controller's environment linked (`SimulationSpec.vm_image`)
+# The system images (the stand-ins of `make_disk`): https://cloud.google.com/tpu/docs/runtimes
+# (TPU VMs: tpu-ubuntu2204-base and the v2-alpha-tpuv5/v6e images, Ubuntu 22.04) and the
+# controller VM's `debian-12` (cloud/gcp/instances.py).
+UBUNTU_2204 = "ubuntu-2204"  # python3 3.10 with pip, without python3-venv
+DEBIAN_12 = "debian-12"  # python3 3.11.2 without pip or venv (https://wiki.debian.org/Python), curl
+# Both images' PATH for root (Debian's and Ubuntu's default), never this machine's: the image's
+# python3 is put first, in the VM's root.
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What a TPU VM does at boot: the image's own boot (`simulation.boot_delay_s`), then its guest
 # agent fetches the startup script from the metadata server and runs it.
 BOOT_DELAY_ENV = "PODMANAGER_BOOT_DELAY_S"
@@ -102,13 +116,6 @@ def host_env(node: Node, worker_id: int) -> dict[str, str]:
     return {"PODMANAGER_SIM_HOST": f"{node.cluster}/{node.name}/{worker_id}"}
 
 
-def system_path() -> str:
-    """The machine's PATH without the controller's virtual environment: the VM image's own."""
-    controller_bins = {os.path.join(sys.prefix, "bin"), os.path.join(os.environ.get("VIRTUAL_ENV", sys.prefix), "bin")}
-    return os.pathsep.join(p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
-                           if p and p not in controller_bins)
-
-
 def vm_env(node: Node, worker_id: int, root: Path, metadata_port: int | None, record: Path,
            rest_api: str) -> dict[str, str]:
     """Everything a simulated TPU VM's boot starts with: a fresh environment, not the controller's.
@@ -125,7 +132,9 @@ def guest_env(root: Path, metadata_port: int | None, rest_api: str) -> dict[str,
     the VM has its own network namespace, where its metadata server is where a GCE VM's is,
     which Google's libraries find with no override."""
     return {
-        "PATH": os.pathsep.join([str(root / IMAGE_BIN), system_path()]),  # the image's python3 first
+        "PATH": os.pathsep.join([str(root / IMAGE_BIN), IMAGE_PATH]),  # the image's python3 first
+        "UV_CACHE_DIR": str(shared_uv_cache() / "uv"),  # a stand-in that saves downloads only
+        "PODMANAGER_WHEEL_CACHE": str(shared_uv_cache() / "wheels"),
         "LANG": "C.UTF-8",
         "TMPDIR": str(root / "tmp"),
         procs.ROOT_ENV: str(root),
@@ -164,33 +173,91 @@ METADATA_HOST = "metadata.google.internal"  # a GCE VM's metadata server, by the
 IMAGE_BIN = "usr/bin"  # in a VM's root: the image's own commands, first on its PATH
 
 
-def image_python() -> str:
-    """The interpreter that stands in for the images' `python3`: this machine's Debian Python
-    where there is one (the controller's image is Debian 12, whose 3.11.2 this is), else the
-    one running."""
+def debian_python() -> str:
+    """The stand-in for Debian 12's `python3`: this machine's Debian Python (3.11.2 on Debian 12)
+    where there is one, else the interpreter running; both without site-packages (-S)."""
     system = Path("/usr/bin/python3")
     return str(system) if system.exists() else getattr(sys, "_base_executable", sys.executable)
 
 
-def make_disk(root: Path, image: str) -> None:
-    """A simulated VM's root folder as its image has it: empty folders, the image's `python3`
-    (without pip: Debian 12's has none, https://wiki.debian.org/Python, so a boot that needs pip
-    fails here as it would there), and for the "controller" image the controller's environment
-    at /opt/podmanager/venv (a link)."""
+def ubuntu_python() -> str | None:
+    """The stand-in for Ubuntu 22.04's `python3` with pip: an environment made once per machine
+    (`images/ubuntu-2204` under the machines folder) from this machine's CPython 3.10 with the pip
+    it bundles, nothing else in it; its python. None when this machine has no CPython 3.10."""
+    image = paths.machines_dir() / "images" / UBUNTU_2204
+    python = image / "bin" / "python3"
+    if python.exists():
+        return str(python)
+    # Where this machine may have one: the system's, pyenv's, uv's own installations.
+    home = Path.home()
+    candidates = [shutil.which("python3.10", path=IMAGE_PATH) or "",
+                  *sorted(glob.glob(f"{home}/.pyenv/versions/3.10.*/bin/python3.10")),
+                  *sorted(glob.glob(f"{home}/.local/share/uv/python/cpython-3.10.*-linux-*-gnu/bin/python3.10"))]
+    interpreter = next((found for found in candidates if found and os.access(found, os.X_OK)), None)
+    if interpreter is None:
+        return None
+    env = {name: value for name, value in os.environ.items() if name not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    image.parent.mkdir(parents=True, exist_ok=True)
+    with open(image.parent / ".lock", "a+") as handle:  # VMs booting at once make it once
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if not python.exists():
+            staging = Path(f"{image}.{os.getpid()}")
+            subprocess.run([interpreter, "-m", "venv", str(staging)], env=env, check=True,
+                           capture_output=True, timeout=300)
+            os.rename(staging, image)
+    return str(python)
+
+
+def image_python(system: str) -> str:
+    """The command line that stands in for the `python3` of the system image `system`."""
+    if system == UBUNTU_2204:
+        found = ubuntu_python()
+        if found:
+            return shlex.quote(found)
+    return f"{shlex.quote(debian_python())} -S"  # no site-packages: no pip, nothing installed here
+
+
+def python_download(root: Path) -> None:
+    """What uv's download of the controller's Python would unpack on the VM, in the folder the
+    startup script gives uv for it (`UV_PYTHON_INSTALL_DIR`): this machine's installation of the
+    interpreter running, linked. uv cannot download Pythons here (GitHub is unreachable), and an
+    interpreter of the exact version is what the download would be."""
+    downloads = root / "opt/podmanager/python"
+    downloads.mkdir(parents=True, exist_ok=True)
+    unpacked = downloads / f"cpython-{platform.python_version()}-linux-{platform.machine()}-gnu"
+    unpacked.mkdir(exist_ok=True)  # a folder (uv takes no link as an installation of its own) of links
+    for entry in os.listdir(sys.base_prefix):
+        if not (unpacked / entry).is_symlink():
+            (unpacked / entry).symlink_to(Path(sys.base_prefix) / entry)
+
+
+def shared_uv_cache() -> Path:
+    """The caches every simulated VM of this user shares: uv's (`uv`) and the binaries of the uv
+    wheel the boot bootstraps (`wheels`). They only save downloads: what is installed is what the
+    lock and the index say, and the binaries were checked against the index's SHA-256."""
+    return paths.machines_dir() / "vm-cache"
+
+
+def make_disk(root: Path, image: str, system: str = UBUNTU_2204) -> None:
+    """A simulated VM's root folder as its image has it: empty folders, the system image's
+    `python3` (Debian 12's without pip, https://wiki.debian.org/Python, so a boot that needs pip
+    fails here as it would there; Ubuntu 22.04's with it), the Python download's stand-in, and
+    for the "controller" image the controller's environment at /opt/podmanager/venv (a link)."""
     paths.private_dir(root.parent)  # the VMs' disks: only the owner may enter
     for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log", IMAGE_BIN):
         (root / folder).mkdir(parents=True, exist_ok=True)
-    # No site-packages (-S): no pip, nothing installed on this machine; the standard library only.
     python = root / IMAGE_BIN / "python3"
-    python.write_text(f"#!/bin/sh\nexec {shlex.quote(image_python())} -S \"$@\"\n")
+    python.write_text(f"#!/bin/sh\nexec {image_python(system)} \"$@\"\n")
     python.chmod(0o755)
+    python_download(root)
     venv = root / "opt/podmanager/venv"
     if image == CONTROLLER_IMAGE and not venv.is_symlink():
         venv.symlink_to(sys.prefix)
 
 
 def image_env(image: str) -> dict[str, str]:
-    """The controller image's PYTHONPATH, part of the controller's environment it carries."""
+    """The "controller" image's PYTHONPATH, part of the controller's environment it links (the
+    shortcut's; a VM that installs at boot gets nothing of this machine's environment)."""
     if image == CONTROLLER_IMAGE and os.environ.get("PYTHONPATH"):
         return {"PYTHONPATH": os.environ["PYTHONPATH"]}
     return {}
@@ -204,8 +271,10 @@ def start_guest(root: Path, env: dict[str, str], record: Path, machine_id: str, 
     `inside`: the command prefix that runs them in the VM's network namespace (the namespace mode)."""
     log_path = record.with_suffix(".log")
     holder = [sys.executable, "-m", "podmanager.emulator.vm_lease", "--lease", str(record), "--temp-dir", str(root)]
+    # The lease holder is the simulator's, not the VM's: it runs podmanager as the emulator does.
+    machinery = {**env, **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
     return [procs.launch([*inside, "bash", "-c", GUEST_BOOT], env, log_path, machine_id, owner=owner, cwd=root)[0],
-            procs.launch([*inside, *holder], env, log_path, machine_id, owner=owner)[0]]
+            procs.launch([*inside, *holder], machinery, log_path, machine_id, owner=owner)[0]]
 
 
 class MetadataHost(Protocol):
@@ -239,12 +308,12 @@ class SimHostBooter:
                  metadata: MetadataHost | None = None, image_of: Callable[[str], str] | None = None,
                  boot_delay_of: Callable[[str], float] | None = None) -> None:
         """`metadata`: where each VM's metadata server runs (without it, no VM boots).
-        `image_of(cluster)`: the cluster's VM image (default "controller"); `boot_delay_of(cluster)`:
+        `image_of(cluster)`: the cluster's VM image (default `DEFAULT_VM_IMAGE`); `boot_delay_of(cluster)`:
         the seconds its VMs boot before their startup script runs (default 0)."""
         self.object_store_memory = object_store_memory
         self.num_cpus = num_cpus
         self.metadata = metadata
-        self.image_of = image_of or (lambda cluster: CONTROLLER_IMAGE)
+        self.image_of = image_of or (lambda cluster: DEFAULT_VM_IMAGE)
         self.boot_delay_of = boot_delay_of or (lambda cluster: 0.0)
         self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
         self.network: VmNetwork | None = None  # the namespace mode's network (None: loopback)

@@ -8,7 +8,9 @@ API: JSON, https://peps.python.org/pep-0691/, or HTML, https://peps.python.org/p
 the wheel of the pinned version built for this machine (its architecture, and a manylinux tag
 this machine's glibc meets: https://peps.python.org/pep-0600/), downloads it, checks its
 SHA-256 when the index gives one, and unpacks the `uv` and `uvx` binaries the wheel carries in
-its `.data/scripts` folder into `<into>/bin`.
+its `.data/scripts` folder into `<into>/bin`. With `--cache DIR`, the binaries of a wheel checked
+so are kept there and a later boot links them from there without asking the index (a VM whose
+disk kept its cache; the dry run's VMs share one).
 
 The index is uv's as the startup script set it up from pip's settings (`UV_DEFAULT_INDEX`, then
 each `UV_INDEX`; PyPI when none is set); an index host named in the netrc file `NETRC` names
@@ -208,22 +210,72 @@ def unpack(wheel: bytes, filename: str, version: str, into: str) -> str:
     return os.path.join(final, "uv")
 
 
-def install(version: str, into: str, environ: Dict[str, str], timeout_s: float) -> str:
+def cached_binaries(cache: str, version: str) -> Optional[str]:
+    """The folder of uv `version`'s binaries for this machine that an earlier install kept in
+    `cache` (named as the wheel they came from), if any."""
+    if not os.path.isdir(cache):
+        return None
+    machine, libc = platform.machine(), glibc()
+    names = sorted(name + ".whl" for name in os.listdir(cache)
+                   if name.startswith("uv-") and os.path.isdir(os.path.join(cache, name)))
+    chosen = choose([{"filename": name} for name in names], version, machine, libc)
+    return os.path.join(cache, chosen["filename"][:-len(".whl")]) if chosen else None
+
+
+def keep(cache: str, filename: str, binaries: str) -> None:
+    """The checked wheel's binaries into `cache`, whole or not at all (VMs sharing it read it meanwhile)."""
+    os.makedirs(cache, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".uv.", dir=cache)
+    for name in os.listdir(binaries):
+        shutil.copy2(os.path.join(binaries, name), os.path.join(staging, name))
+    try:
+        os.rename(staging, os.path.join(cache, filename[:-len(".whl")]))
+    except OSError:  # another VM kept it first
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def link_binaries(kept: str, into: str) -> str:
+    """The kept binaries into `<into>/bin` (hard links, copies across file systems); uv's path."""
+    os.makedirs(into, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".bin.", dir=into)
+    for name in os.listdir(kept):
+        try:
+            os.link(os.path.join(kept, name), os.path.join(staging, name))
+        except OSError:
+            shutil.copy2(os.path.join(kept, name), os.path.join(staging, name))
+    final = os.path.join(into, "bin")
+    if os.path.isdir(final):
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    return os.path.join(final, "uv")
+
+
+def install(version: str, into: str, environ: Dict[str, str], timeout_s: float, cache: str = "") -> str:
+    kept = cached_binaries(cache, version) if cache else None
+    if kept is not None:
+        return link_binaries(kept, into)
     chosen, data = find_wheel(version, environ, timeout_s)
     digest = hashlib.sha256(data).hexdigest()
     if chosen["sha256"] and digest != chosen["sha256"]:
         raise BootstrapError("%s: its SHA-256 is %s, the index says %s" % (chosen["filename"], digest, chosen["sha256"]))
-    return unpack(data, chosen["filename"], version, into)
+    uv = unpack(data, chosen["filename"], version, into)
+    if cache:
+        try:
+            keep(cache, chosen["filename"], os.path.dirname(uv))
+        except OSError:
+            pass  # a cache that cannot be written only costs the next boot the download
+    return uv
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="uv_bootstrap", description=__doc__.splitlines()[0])
     parser.add_argument("--version", required=True, help="the uv release to install (pinned by podmanager)")
     parser.add_argument("--into", required=True, help="the folder whose bin/ gets uv and uvx")
+    parser.add_argument("--cache", default="", help="a folder to keep the checked wheel's binaries in and take them from")
     args = parser.parse_args(argv)
     timeout_s = float(os.environ.get("UV_HTTP_TIMEOUT") or 30)
     try:
-        print(install(args.version, args.into, dict(os.environ), timeout_s))
+        print(install(args.version, args.into, dict(os.environ), timeout_s, args.cache))
     except BootstrapError as error:
         print("uv %s: %s" % (args.version, error), file=sys.stderr)
         return 1

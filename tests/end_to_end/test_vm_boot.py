@@ -219,7 +219,9 @@ def test_a_bare_vm_installs_everything_with_uv_and_runs_a_program(tmp_path) -> N
     folder.mkdir()
     cluster_file = spec(folder, "bare", simulation={"create_latency_s": 0.0, "delete_latency_s": 0.0,
                                                     "vm_image": "bare"})
-    (folder / "hello.py").write_text("import sys, jax\nprint('HELLO', jax.device_count(), sys.prefix)\n")
+    (folder / "hello.py").write_text("import json, os, sys, jax\nprint('HELLO', jax.device_count(), sys.prefix)\n"
+                                     "print('PATHS', json.dumps([sys.path, os.environ.get('PYTHONPATH'), "
+                                     "os.environ.get('VIRTUAL_ENV'), os.environ['PATH']]))\n")
     try:
         started = time.monotonic()
         cli(folder, "up", "-f", cluster_file.name, "--dry-run", timeout=540)
@@ -233,5 +235,14 @@ def test_a_bare_vm_installs_everything_with_uv_and_runs_a_program(tmp_path) -> N
         assert venv.is_symlink() and Path(os.readlink(venv)).is_relative_to(root)  # its own, not the controller's
         ran = cli(folder, "run", "-c", "bare", "hello.py")
         assert "HELLO 4" in ran.stdout and str(root) in ran.stdout
+        # Nothing of this machine's environment reached the VM's program: its modules come from
+        # the VM's root, no PYTHONPATH of this machine's, no VIRTUAL_ENV, and
+        # no folder of the controller's environment on its PATH.
+        sys_path, pythonpath, virtual_env, path = json.loads(ran.stdout.split("PATHS ", 1)[1].splitlines()[0])
+        assert virtual_env is None
+        # (The run's own working folder is its PYTHONPATH, inside the VM's root.)
+        assert all(Path(entry).is_relative_to(root) for entry in (pythonpath or "").split(os.pathsep) if entry)
+        assert not [p for p in sys_path if p.startswith(sys.prefix) or "site-packages" in p and not p.startswith(str(root))]
+        assert str(Path(sys.prefix) / "bin") not in path.split(os.pathsep)
     finally:
         cli(folder, "down", "-c", "bare", check=False)

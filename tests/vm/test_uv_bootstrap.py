@@ -111,12 +111,32 @@ def serve() -> Iterator:
         index.close()
 
 
-def bootstrap(tmp_path: Path, index: FakeIndex, **env: str) -> subprocess.CompletedProcess:
+def bootstrap(tmp_path: Path, index: FakeIndex, *options: str, **env: str) -> subprocess.CompletedProcess:
     """The script as the startup script runs it: `python3 -c SOURCE`, here with no site-packages
     (-S) and no user environment (-I), so pip and everything installed are out of its reach."""
     environ = {"PATH": os.environ["PATH"], "UV_DEFAULT_INDEX": index.url, "UV_HTTP_TIMEOUT": "10", **env}
     return subprocess.run([sys.executable, "-I", "-S", "-c", uv_bootstrap_code(), "--version", VERSION,
-                           "--into", str(tmp_path / "uv")], env=environ, capture_output=True, text=True, timeout=60)
+                           "--into", str(tmp_path / "uv"), *options], env=environ, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_boot_with_a_cache_takes_the_checked_binaries_from_it_without_the_index(tmp_path, serve):
+    """The first boot fetches and checks the wheel and keeps its binaries; the next (another VM
+    sharing the cache) links them with the index gone; a cache of another version is not taken."""
+    index = serve({wheel_name(): fake_wheel()})
+    cache = tmp_path / "cache"
+    first = bootstrap(tmp_path / "vm1", index, "--cache", str(cache))
+    assert first.returncode == 0, first.stderr
+    index.close()
+    second = bootstrap(tmp_path / "vm2", index, "--cache", str(cache))
+    assert second.returncode == 0, second.stderr
+    uv = tmp_path / "vm2" / "uv" / "bin" / "uv"
+    assert subprocess.run([str(uv)], capture_output=True, text=True).stdout == f"uv {VERSION}\n"
+    other = subprocess.run([sys.executable, "-I", "-S", "-c", uv_bootstrap_code(), "--version", "0.1.0", "--into",
+                            str(tmp_path / "vm3" / "uv"), "--cache", str(cache)],
+                           env={"PATH": os.environ["PATH"], "UV_DEFAULT_INDEX": index.url, "UV_HTTP_TIMEOUT": "2"},
+                           capture_output=True, text=True, timeout=60)
+    assert other.returncode == 1 and "uv 0.1.0 was not found" in other.stderr  # it asked the (closed) index
 
 
 @pytest.mark.parametrize("html", [False, True], ids=["json-page", "html-page"])

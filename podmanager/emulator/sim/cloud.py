@@ -42,7 +42,7 @@ from podmanager.core.fault_text import (
     DEFAULT_TIMES,
     DEGRADED_HEALTH,
 )
-from podmanager.core.spec import Capacity
+from podmanager.core.spec import DEFAULT_VM_IMAGE, Capacity
 from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 from podmanager.emulator.sim.compute import SimCompute
 from podmanager.emulator.sim.instances import SimInstances
@@ -806,7 +806,7 @@ class SimCloud:
             self._changed_node(key, before)
 
     def configure_cluster(self, cluster: str, create_latency_s: float, delete_latency_s: float,
-                          vm_image: str = "controller", boot_delay_s: float = 0.0,
+                          vm_image: str = DEFAULT_VM_IMAGE, boot_delay_s: float = 0.0,
                           instance_create_latency_s: float = INSTANCE_CREATE_S,
                           instance_delete_latency_s: float = INSTANCE_DELETE_S) -> None:
         """How long a cluster's nodes and Compute Engine VMs take to create and delete, what its
@@ -821,10 +821,10 @@ class SimCloud:
                 self._touch()
 
     def vm_image(self, cluster: str) -> str:
-        """The image a cluster's new VMs boot from ("controller" unless its `up` said otherwise)."""
+        """The image a cluster's new VMs boot from (`DEFAULT_VM_IMAGE` unless its `up` said otherwise)."""
         with self._transaction() as state:
             found = state.timings.get(cluster)
-            return found.vm_image if found else "controller"
+            return found.vm_image if found else DEFAULT_VM_IMAGE
 
     def boot_delay(self, cluster: str) -> float:
         """How long a cluster's new VMs boot before their startup script runs (0 unless its `up` said)."""

@@ -16,7 +16,7 @@ from podmanager.cloud.base import (
 from podmanager.cloud.buckets import BucketPolicy
 from podmanager.cloud.instances import Instance
 from podmanager.cloud.network import FirewallRule, Network, Router, Subnetwork
-from podmanager.core.spec import Capacity
+from podmanager.core.spec import DEFAULT_VM_IMAGE, Capacity
 from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
 
 CLUSTER_LABEL = "podmanager-cluster"
@@ -143,7 +143,7 @@ class ClusterSimulation(BaseModel):
 
     create_latency_s: float
     delete_latency_s: float
-    vm_image: str = "controller"  # what a new VM's disk holds: the controller's environment, or nothing
+    vm_image: str = DEFAULT_VM_IMAGE  # what a new VM's disk holds: nothing of podmanager, or the controller's environment
     boot_delay_s: float = 0.0  # how long a new VM boots before it runs its startup script
     instance_create_latency_s: float = INSTANCE_CREATE_S  # the cluster's Compute Engine VMs (its controller)
     instance_delete_latency_s: float = INSTANCE_DELETE_S
