@@ -41,6 +41,14 @@ class Request:
     headers: Mapping[str, str]  # names in lower case
     body: bytes
 
+    def json_object(self) -> dict[str, Any]:
+        """The body as a JSON object; {} when it is empty or not one."""
+        try:
+            found = json.loads(self.body or b"{}")
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
 
 RequestRoute = Callable[[Request], Answer | None]  # any method; None: not mine
 

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from service_answers import answers_doubled
 from wheels import build_wheel
 
 from podmanager.core.clock import poll_until
@@ -354,16 +355,7 @@ def test_serve_prints_an_address_of_this_machine_that_reaches_the_service(laptop
         assert " at http://127.0.0.1:" in first, first + serving.stderr.read() if serving.poll() else first
         service_id, endpoint = first.split()[1], first.split()[3]
 
-        def doubled() -> bool:
-            try:
-                asked = urllib.request.Request(f"{endpoint}/predict", data=b'{"inputs": 21}',
-                                               headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(asked, timeout=30) as answer:
-                    return json.loads(answer.read()) == {"outputs": 42}
-            except OSError:  # the replica still loading (a 503 after the queue timeout) or the router not yet up
-                return False
-
-        poll_until(doubled, timeout_s=180, interval_s=1.0, what="the service to answer through the printed address")
+        poll_until(lambda: answers_doubled(endpoint), timeout_s=180, interval_s=1.0, what="the service to answer through the printed address")
         # The router writes its counters to the service's record about once a second.
         listed = poll_until(lambda: next((r for r in json.loads(laptop.ok("runs", "-c", NAME, "--json"))
                                           if r["run_id"] == service_id and r["served"] >= 1), None),

@@ -20,12 +20,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from service_answers import answers_doubled
 
 from podmanager.core.clock import poll_until
 from podmanager.emulator.network import names
@@ -155,16 +155,7 @@ def test_a_service_answers_through_the_laptops_forwarded_port(cluster):
         assert " at http://127.0.0.1:" in first, first + (serving.stderr.read() if serving.poll() else "")
         service_id, endpoint = first.split()[1], first.split()[3]
 
-        def doubled() -> bool:
-            try:
-                asked = urllib.request.Request(f"{endpoint}/predict", data=b'{"inputs": 21}',
-                                               headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(asked, timeout=30) as answer:
-                    return json.loads(answer.read()) == {"outputs": 42}
-            except OSError:  # the replica still loading (a 503 after the queue timeout) or the router not yet up
-                return False
-
-        poll_until(doubled, timeout_s=300, interval_s=1.0, what="the service to answer through the laptop's port")
+        poll_until(lambda: answers_doubled(endpoint), timeout_s=300, interval_s=1.0, what="the service to answer through the laptop's port")
     finally:
         os.killpg(serving.pid, signal.SIGINT)  # Ctrl-C: detach; the service goes on, its forward ends
         out, err = serving.communicate(timeout=60)

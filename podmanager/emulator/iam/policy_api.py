@@ -41,12 +41,12 @@ def answer(iam: ProjectIam, request: rest.Request) -> rest.Answer | None:
     if request.method == "POST" and (found := _PROJECT_POLICY.match(path)) is not None:
         if found["verb"] == "getIamPolicy":
             return rest.json_answer(200, _policy_json(iam.policy().bindings, iam.etag()))
-        return _set_project_policy(iam, _body(request))
+        return _set_project_policy(iam, request.json_object())
     if (found := _ACCOUNTS.match(path)) is None:
         return None
     project, email, verb = found["project"], found["email"], found["verb"]
     if email is None:
-        return _create_account(iam, project, _body(request)) if request.method == "POST" else None
+        return _create_account(iam, project, request.json_object()) if request.method == "POST" else None
     if not iam.account_exists(email):
         return rest.error_answer(404, "NOT_FOUND", f"Unknown service account {email}.")
     if verb is None and request.method == "GET":
@@ -55,16 +55,8 @@ def answer(iam: ProjectIam, request: rest.Request) -> rest.Answer | None:
         bindings = iam.account_policy(email)
         return rest.json_answer(200, _policy_json(bindings, _content_etag(bindings)))
     if verb == "setIamPolicy" and request.method == "POST":
-        return _set_account_policy(iam, email, _body(request))
+        return _set_account_policy(iam, email, request.json_object())
     return None
-
-
-def _body(request: rest.Request) -> dict[str, Any]:
-    try:
-        found = json.loads(request.body or b"{}")
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def _policy_json(bindings: dict[str, list[str]], etag: str) -> dict[str, Any]:

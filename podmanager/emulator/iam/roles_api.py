@@ -14,7 +14,6 @@ The rules each follows are `custom_roles.py`'s.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -40,7 +39,7 @@ def answer(iam: ProjectIam, request: rest.Request) -> rest.Answer | None:
     try:
         if role_id is None:
             if request.method == "POST":
-                body = _body(request)
+                body = request.json_object()
                 role_id = str(body.get("roleId", ""))
                 role = iam.roles_call(custom_roles.create, role_id, body.get("role") or {})
                 return _role(project, role_id, role)
@@ -50,25 +49,17 @@ def answer(iam: ProjectIam, request: rest.Request) -> rest.Answer | None:
         if found["undelete"]:
             if request.method != "POST":
                 return None
-            return _role(project, role_id, iam.roles_call(custom_roles.undelete, role_id, _body(request).get("etag")))
+            return _role(project, role_id, iam.roles_call(custom_roles.undelete, role_id, request.json_object().get("etag")))
         if request.method == "GET":
             return _role(project, role_id, iam.roles_call(custom_roles.get, role_id))
         if request.method == "PATCH":
             mask = [name for name in query.get("updateMask", "").split(",") if name]
-            return _role(project, role_id, iam.roles_call(custom_roles.patch, role_id, _body(request), mask))
+            return _role(project, role_id, iam.roles_call(custom_roles.patch, role_id, request.json_object(), mask))
         if request.method == "DELETE":
             return _role(project, role_id, iam.roles_call(custom_roles.delete, role_id, query.get("etag")))
     except RoleRefusal as refused:
         return rest.error_answer(refused.http, refused.status, refused.message)
     return None
-
-
-def _body(request: rest.Request) -> dict[str, Any]:
-    try:
-        found = json.loads(request.body or b"{}")
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def role_json(project: str, role_id: str, role: CustomRole) -> dict[str, Any]:
