@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import requests
+from served_emulator import served_emulator
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.gcp.permissions import MissingPermissionError
@@ -16,7 +17,6 @@ from podmanager.emulator.iam import tokens
 from podmanager.emulator.iam.gate import Gate
 from podmanager.emulator.iam.project import ProjectIam as SimulatedIam
 from podmanager.emulator.iam.project import starting_point
-from podmanager.emulator.server import Emulator
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER
 
 PROJECT = "p-accounts"
@@ -26,11 +26,8 @@ VMS = f"pm-c-vms@{PROJECT}.iam.gserviceaccount.com"
 
 @pytest.fixture
 def emulator():
-    served = Emulator(PROJECT, persist=False)
-    served.serve_rest()
-    served.start()
-    yield served
-    served.stop()
+    with served_emulator(PROJECT) as served:
+        yield served
 
 
 def client(emulator, **options) -> ProjectIam:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import requests
+from served_emulator import served_emulator
 
 from podmanager.cloud.gcp.permissions import MissingPermissionError
 from podmanager.cloud.gcp.project_iam import ProjectIam
@@ -17,7 +18,6 @@ from podmanager.emulator.iam.custom_roles import RoleRefusal
 from podmanager.emulator.iam.gate import Gate
 from podmanager.emulator.iam.project import ProjectIam as SimulatedIam
 from podmanager.emulator.iam.project import starting_point
-from podmanager.emulator.server import Emulator
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER
 
 PROJECT = "p-roles"
@@ -139,11 +139,8 @@ def test_a_custom_role_grants_what_it_holds_until_it_is_deleted_and_another_proj
 
 @pytest.fixture
 def emulator():
-    served = Emulator(PROJECT, persist=False)
-    served.serve_rest()
-    served.start()
-    yield served
-    served.stop()
+    with served_emulator(PROJECT) as served:
+        yield served
 
 
 def client(emulator, caller=tokens.USER) -> ProjectIam:
