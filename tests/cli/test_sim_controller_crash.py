@@ -22,6 +22,8 @@ slices:
 simulation:
   create_latency_s: 0.01
   delete_latency_s: 0.01
+  instance_create_latency_s: 0.3  # the crash is the point, not Google's 20 s and 30 s
+  instance_delete_latency_s: 0.3
   boot_hosts: false
 """
 ZONE = "sim-zone-a"

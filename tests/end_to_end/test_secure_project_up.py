@@ -98,7 +98,10 @@ def test_a_first_up_in_a_secure_by_default_project_gets_through_with_the_cluster
 def test_a_controller_vm_in_a_secure_by_default_project_runs_as_the_clusters_controller_account(tmp_path):
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({
         "name": NAME, "controller": {"local": False}, "slices": [{"accelerator": "v4-8"}],
-        "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0}}))
+        # The controller VM's insert and delete at a second each: the test is about identities,
+        # and Google's 20 s and 30 s are tests/cloud/test_operation_waits.py's and the demo's.
+        "simulation": {"create_latency_s": 0.0, "delete_latency_s": 0.0, "instance_create_latency_s": 1.0,
+                       "instance_delete_latency_s": 1.0}}))
     sim = ("sim", "project", "--project", PROJECT)
     assert podmanager(tmp_path, *sim, "--kind", "new").returncode == 0
     assert podmanager(tmp_path, *sim, *[arg for api in APIS for arg in ("--enable", api)]).returncode == 0
