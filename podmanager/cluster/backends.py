@@ -255,6 +255,15 @@ def standalone_emulator(project: str, create_latency_s: float) -> Emulator:
     return Emulator(project, persist=False, create_latency_s=create_latency_s)
 
 
+def vms_in_namespaces(spec: ClusterSpec) -> bool:
+    """Whether the spec's project's emulator (running: `up` has opened the cloud) runs its VMs
+    in network namespaces, where this machine stands outside the VPC as a laptop does."""
+    from podmanager.emulator import launcher
+
+    found = launcher.running(spec.project or "")
+    return found is not None and bool(found.laptop_public)
+
+
 def simulated_network(spec: ClusterSpec) -> str | None:
     """The network mode the spec asks of its project's emulator; None: whichever it runs."""
     return None if spec.simulation.network == "default" else spec.simulation.network

@@ -8,8 +8,10 @@ Engine VM's metadata server names the network of each of its interfaces
 https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys), and any other
 machine has no metadata server. So `up` on Google Cloud with a local controller asks it
 first, and refuses (exit 2, naming `controller.local`) unless one of the interfaces is on the
-cluster's network. A dry run is not asked, nor a cloud served by `podmanager emulator`
-(`TPU_EMULATOR_HOST`): their VMs are processes of this machine, which reach its head.
+cluster's network. A cloud served by `podmanager emulator` (`TPU_EMULATOR_HOST`) is not asked,
+nor a dry run in the loopback mode: their VMs are processes of this machine, which reach its
+head. A dry run in the namespace mode is asked as Google Cloud asks: this machine stands outside
+the simulated VPC, and a simulated controller VM's metadata server names its network.
 
 `GCE_METADATA_HOST`, as Google's client libraries read it, points the question elsewhere.
 """
@@ -20,6 +22,7 @@ import json
 import os
 import urllib.request
 
+from podmanager.cluster import backends
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import ClusterSpec
 
@@ -54,13 +57,16 @@ def cluster_network(spec: ClusterSpec) -> str:
 
 def check_local_controller(spec: ClusterSpec) -> None:
     """Refuse a local controller on Google Cloud anywhere but a VM in the cluster's network."""
-    if spec.simulated or not spec.controller.local or os.environ.get("TPU_EMULATOR_HOST"):
+    if not spec.controller.local or os.environ.get("TPU_EMULATOR_HOST"):
+        return
+    if spec.simulated and not backends.vms_in_namespaces(spec):
         return
     networks = interface_networks()
     wanted = cluster_network(spec)
     if networks is None:
+        where = "a simulated VM of the dry run's namespace mode" if spec.simulated else "a Compute Engine VM"
         raise SpecError(
-            f"controller.local: true: this machine is not a Compute Engine VM (no metadata server answered at "
+            f"controller.local: true: this machine is not {where} (no metadata server answered at "
             f"{os.environ.get('GCE_METADATA_HOST') or METADATA_HOST}), so the TPU VMs could not reach a Ray head "
             f"here", hint=FIX[0].upper() + FIX[1:] + ".")
     if wanted not in networks:

@@ -302,12 +302,14 @@ class ControllerSpec(_Model):
 
     # Left out: false on Google Cloud (a laptop gets a controller VM: a local controller is refused
     # outside the cluster's network, cluster/controller_place.py), true in a dry run (its simulated
-    # VMs reach this machine, which is inside their network: see ClusterSpec._controller_default).
+    # VMs reach this machine, which is inside their network: see ClusterSpec._controller_default),
+    # but in the namespace mode, where this machine is outside the VPC as a laptop is.
     local: bool = Field(True, strict=True, description="true: the machine running podmanager is the controller (on "
                                                        "Google Cloud only a VM in the cluster's network may be: `up` "
                                                        "refuses it elsewhere); false: `up` makes a controller VM and "
                                                        "every verb reaches it over the channel; left out: false on "
-                                                       "Google Cloud, true in a dry run")  # strict: `local: "no"` is a typo
+                                                       "Google Cloud and in a dry run's namespace mode, true in "
+                                                       "other dry runs")  # strict: `local: "no"` is a typo
     # 4 vCPUs and 16 GB: the controller runs the Ray head (GCS, raylet, dashboard) and one Ray actor
     # process per run's supervisor and service router; a few dozen of them need the memory, and the
     # head must keep answering its hosts while they poll. SkyPilot's jobs controller asks for 4+ CPUs
@@ -377,6 +379,8 @@ class RecoverySpec(_Model):
 # on its disk ("controller": the shortcut, about 7 s faster a boot on this 2-core machine, see
 # benchmarks/RESULTS.md). Every default of the simulated image says this one.
 DEFAULT_VM_IMAGE: Literal["controller", "bare"] = "controller"
+# The simulated VMs' network mode when a spec leaves `simulation.network` out (the emulator reads it too).
+SIM_NETWORK_ENV = "PODMANAGER_SIM_NETWORK"
 
 
 class SimulationSpec(_Model):
@@ -411,6 +415,14 @@ class SimulationSpec(_Model):
                                "$PODMANAGER_SIM_NETWORK, else loopback")
     faults: list[Fault] = Field(default_factory=list,  # one type for every form of a fault: core/faults.py
                                 description="scripted faults, armed at the cluster's first `up` (below)")
+
+    def network_mode(self) -> Literal["default", "loopback", "namespaces"]:
+        """`network` as asked: the field, else $PODMANAGER_SIM_NETWORK; "default" when neither
+        says (the project's emulator then runs whichever mode it runs, loopback when new)."""
+        if self.network != "default":
+            return self.network
+        asked = os.environ.get(SIM_NETWORK_ENV)
+        return asked if asked in ("loopback", "namespaces") else "default"
 
 
 class PodmanagerSource(str, Enum):
@@ -635,8 +647,10 @@ class ClusterSpec(_Model):
     def _controller_default(self) -> "ClusterSpec":
         """`controller.local` left out: on Google Cloud a controller VM, as a laptop needs one (a
         local controller is accepted only on a VM in the cluster's network, where it is asked for by
-        name); in a dry run this machine, whose simulated VMs all reach it (docs/dry-run.md)."""
-        if self.backend is Backend.GCP and "local" not in self.controller.model_fields_set:
+        name); in a dry run this machine, whose simulated VMs all reach it (docs/dry-run.md), except
+        in the namespace mode, where this machine stands outside the VPC as a laptop does."""
+        outside = self.backend is Backend.GCP or self.simulation.network_mode() == "namespaces"
+        if outside and "local" not in self.controller.model_fields_set:
             return self.model_copy(update={"controller": self.controller.model_copy(update={"local": False})})
         return self
 

@@ -53,6 +53,10 @@ class InstanceFacts:
             "instance/hostname": f"{instance.name}.{self.zone}.c.{self.sim.project}.internal",
             "instance/machine-type": f"projects/{SIMULATED_PROJECT_NUMBER}/machineTypes/{instance.machine_type}",
             f"{NETWORK_INTERFACE}ip": instance.internal_ip,
+            # As GCE writes it: the project's number, then the network's name
+            # (https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys).
+            f"{NETWORK_INTERFACE}network": f"projects/{SIMULATED_PROJECT_NUMBER}/networks/"
+                                           f"{instance.network.rsplit('/', 1)[-1]}",
             "instance/service-accounts/default/email": email,
             "instance/service-accounts/default/token": access_token(email),
         }

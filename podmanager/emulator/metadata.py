@@ -54,6 +54,10 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # The answers that are JSON, sent as such: google-auth parses a body only when its type says JSON.
 TEXT, JSON = "application/text", "application/json"
 JSON_PATHS = {SERVICE_ACCOUNT, f"{SERVICE_ACCOUNT}/token"}
+# A VM's interfaces; read whole (recursive=true), a JSON list with each one's ip, network and
+# access configs, which is how podmanager asks whether it runs inside the cluster's network
+# (https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys).
+NETWORK_INTERFACES = "instance/network-interfaces"
 # How often a server's loop looks for a shutdown: http.server's default (0.5 s) would make
 # stopping an emulator with many VMs, or a VM's metadata with it, take seconds.
 SHUTDOWN_POLL_S = 0.05
@@ -213,14 +217,18 @@ def handler_for(vm: MetadataFacts, namespace: str | None = None) -> type[BaseHTT
                 return self._send(404, "not found\n")
             path = url.path[len(PREFIX):]
             value = vm.value(path)
+            query = parse_qs(url.query)
+            recursive = query.get("recursive", ["false"])[0].lower() == "true"
             if value is None and path.strip("/") == SERVICE_ACCOUNT:
                 value = _service_account(vm)  # google-auth reads it before each token (recursive=true)
+            if value is None and path.strip("/") == NETWORK_INTERFACES:
+                value = _network_interfaces(vm, recursive)
             if value is None:
                 return self._send(404, "not found\n")
-            query = parse_qs(url.query)
             if query.get("wait_for_change", ["false"])[0].lower() == "true":
                 value = self._wait_for_change(path, value, query)
-            self._send(200, value, JSON if path.strip("/") in JSON_PATHS else TEXT)
+            whole = path.strip("/") in JSON_PATHS or (recursive and path.strip("/") == NETWORK_INTERFACES)
+            self._send(200, value, JSON if whole else TEXT)
 
         def do_PUT(self) -> None:  # noqa: N802 - http.server's name
             """A guest attribute the VM writes (`instance/guest-attributes/NAMESPACE/KEY`): what
@@ -287,6 +295,20 @@ def _service_account(vm: MetadataFacts) -> str | None:
     if email is None:
         return None
     return json.dumps({"aliases": ["default"], "email": email, "scopes": [CLOUD_PLATFORM_SCOPE]})
+
+
+def _network_interfaces(vm: MetadataFacts, recursive: bool) -> str | None:
+    """The VM's one interface: listed (`0/`), or read whole as GCE gives it (its ip, network and
+    external address); None for a VM whose metadata names no interface."""
+    interface = f"{NETWORK_INTERFACES}/0"
+    ip, network = vm.value(f"{interface}/ip"), vm.value(f"{interface}/network")
+    if ip is None or network is None:
+        return None
+    if not recursive:
+        return "0/\n"
+    external = vm.value(f"{interface}/access-configs/0/external-ip")
+    access = [{"externalIp": external, "type": "ONE_TO_ONE_NAT"}] if external else []
+    return json.dumps([{"accessConfigs": access, "ip": ip, "network": network}], sort_keys=True)
 
 
 def _rfc3339(when: float) -> str:

@@ -36,6 +36,7 @@ from podmanager.cloud.base import Node, NodeState
 from podmanager.cloud.errors import NotFoundError
 from podmanager.core.clock import Clock
 from podmanager.core.files import write_atomic
+from podmanager.core.spec import SIM_NETWORK_ENV
 from podmanager.emulator import discovery, rest, state_file, storage
 from podmanager.emulator import record as emulator_record
 from podmanager.emulator.compute_api import ComputeApi
@@ -59,7 +60,7 @@ INSTANCE_WATCH_S = 60.0  # the longest the instance watcher sleeps with nothing 
 INSTANCE_RETRY_S = 1.0  # after a failed boot
 LOOPBACK, NAMESPACES = "loopback", "namespaces"
 NETWORK_MODES = (LOOPBACK, NAMESPACES)
-NETWORK_ENV = "PODMANAGER_SIM_NETWORK"  # the background emulator's network mode (issue 47: opt-in for now)
+NETWORK_ENV = SIM_NETWORK_ENV  # the background emulator's network mode (issue 47: opt-in for now)
 
 
 class Emulator:

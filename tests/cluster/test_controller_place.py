@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from podmanager.cluster import backends
 from podmanager.cluster.controller_place import check_local_controller
 from podmanager.core.errors import SpecError
 from podmanager.core.spec import parse_spec
@@ -89,9 +90,24 @@ def test_a_vm_in_another_network_is_refused_naming_both(metadata_server):
     assert "Run podmanager on a VM in network tpu-vpc, or set `controller: {local: false}`" in str(refused.value)
 
 
-def test_a_controller_vm_a_dry_run_and_an_emulated_cloud_are_not_asked(monkeypatch):
+def test_a_controller_vm_a_loopback_dry_run_and_an_emulated_cloud_are_not_asked(monkeypatch):
     monkeypatch.setenv("GCE_METADATA_HOST", nobody_listening())  # asked, it would refuse
+    monkeypatch.setattr(backends, "vms_in_namespaces", lambda spec: False)
     check_local_controller(spec(local=False))
     check_local_controller(spec(dry_run=True))
     monkeypatch.setenv("TPU_EMULATOR_HOST", "127.0.0.1:8470")
     check_local_controller(spec())
+
+
+def test_a_dry_run_in_the_namespace_mode_is_asked_as_google_cloud_asks(monkeypatch, metadata_server):
+    """There this machine stands outside the simulated VPC, as a laptop does; a simulated VM's
+    metadata server names its network (tests/emulator/test_instance_metadata.py)."""
+    monkeypatch.setattr(backends, "vms_in_namespaces", lambda spec: True)
+    metadata_server.append("default")
+    check_local_controller(spec(dry_run=True))  # a simulated VM of the cluster's network
+    monkeypatch.setenv("GCE_METADATA_HOST", nobody_listening())
+    with pytest.raises(SpecError) as refused:
+        check_local_controller(spec(dry_run=True))
+    assert refused.value.exit_code == 2
+    assert str(refused.value).startswith("controller.local: true: this machine is not a simulated VM of the dry "
+                                         "run's namespace mode")

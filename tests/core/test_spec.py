@@ -426,6 +426,19 @@ def test_left_out_the_controller_is_a_vm_on_google_cloud_and_this_machine_in_a_d
     assert again.controller.local is False
 
 
+def test_left_out_in_the_dry_runs_namespace_mode_the_controller_is_a_vm(monkeypatch):
+    """There this machine stands outside the simulated VPC, as a laptop does on Google Cloud;
+    the mode is the spec's `simulation.network`, else $PODMANAGER_SIM_NETWORK."""
+    gcp = {**GCP, "slices": [{"accelerator": "v4-8"}]}
+    monkeypatch.delenv("PODMANAGER_SIM_NETWORK", raising=False)
+    namespaces = {**gcp, "simulation": {"network": "namespaces"}}
+    assert parse_spec(namespaces, dry_run=True).controller.local is False
+    assert parse_spec({**namespaces, "controller": {"local": True}}, dry_run=True).controller.local is True
+    monkeypatch.setenv("PODMANAGER_SIM_NETWORK", "namespaces")
+    assert parse_spec(gcp, dry_run=True).controller.local is False
+    assert parse_spec({**gcp, "simulation": {"network": "loopback"}}, dry_run=True).controller.local is True
+
+
 def test_the_controller_section_defaults():
     spec = parse_spec(GOOD)
     assert spec.controller.local is True and spec.controller.zone is None

@@ -12,6 +12,7 @@ import pytest
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.instances import Instance
+from podmanager.cluster.controller_place import interface_networks
 from podmanager.core.clock import FakeClock
 from podmanager.emulator.iam import tokens
 from podmanager.emulator.instance_metadata import InstanceFacts
@@ -78,6 +79,23 @@ def test_it_serves_what_gce_serves_an_instance(instance_vm):
     issued = json.loads(call(base + "instance/service-accounts/default/token")[1])["access_token"]
     assert tokens.principal_of(issued) == f"serviceAccount:{email}"  # the emulator knows the VM by it
     assert call(base + "instance/name", header=False)[0] == 403
+
+
+def test_its_interfaces_read_whole_name_the_instances_network_as_the_local_controller_check_reads_them(
+        instance_vm, monkeypatch):
+    sim, base = instance_vm
+    with sim.compute() as project:
+        internal_ip = SimInstances(project).instance("sim-zone-a", "c-controller").internal_ip
+    network = f"projects/{SIMULATED_PROJECT_NUMBER}/networks/default"
+    assert call(base + "instance/network-interfaces/0/network") == (200, network)
+    assert call(base + "instance/network-interfaces/") == (200, "0/\n")
+    code, whole = call(base + "instance/network-interfaces/?recursive=true")
+    assert code == 200 and json.loads(whole) == [{
+        "accessConfigs": [{"externalIp": "127.0.0.1", "type": "ONE_TO_ONE_NAT"}], "ip": internal_ip,
+        "network": network}]
+    # podmanager's own question (is this machine in the cluster's network?) gets its answer here.
+    monkeypatch.setenv("GCE_METADATA_HOST", base.split("/")[2])
+    assert interface_networks() == ["default"]
 
 
 def test_guest_attributes_put_then_read_and_gone_with_the_instance(instance_vm):

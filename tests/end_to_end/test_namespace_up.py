@@ -35,7 +35,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(900),
 NAME = "nsup"
 SPEC = textwrap.dedent(f"""
     name: {NAME}
-    controller: {{local: false}}
     simulation: {{network: namespaces, create_latency_s: 0.0, delete_latency_s: 0.0, instance_create_latency_s: 1.0,
                   instance_delete_latency_s: 1.0}}
     slices:
@@ -134,6 +133,23 @@ def test_up_and_status_with_a_controller_vm_in_the_namespace_mode(cluster):
     host = found["hosts"][0]
     assert host["healthy"] and ipaddress.ip_address(host["ip"]).is_private
     assert not ipaddress.ip_address(host["ip"]).is_loopback  # the TPU VM's internal address
+
+
+def test_this_machine_is_outside_the_vpc_its_controller_a_vm_and_a_local_one_refused_as_google_refuses_it(cluster):
+    """The spec leaves `controller` out: in the namespace mode this machine stands outside the
+    simulated VPC, as a laptop does on Google Cloud, so `up` made a controller VM (the fixture
+    found its namespace); `controller.local: true` is refused before anything is made, exit 2,
+    by the same question Google Cloud's `up` asks (this machine has no metadata server)."""
+    assert cluster.up.returncode == 0 and "controller VM" in cluster.up.stdout, cluster.up.stdout + cluster.up.stderr
+    before = namespaces()
+    (cluster.laptop.folder / "local.yaml").write_text(
+        SPEC.replace(f"name: {NAME}", "name: nslocal") + "controller: {local: true}\n")
+    refused = cluster.laptop.cmd("up", "-f", "local.yaml", "--dry-run")
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 2, said
+    assert "controller.local: true: this machine is not a simulated VM of the dry run's namespace mode" in said
+    assert "controller: {local: false}" in said  # the fix
+    assert not {n for n in namespaces() - before if "-nslocal-" in n}  # nothing was made
 
 
 def test_a_run_on_the_tpu_vm_ends_with_its_output_on_the_laptop(cluster):
