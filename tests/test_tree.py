@@ -60,8 +60,6 @@ EXCEPTIONS = {
     "provisioning/test_provision.py": "provisioning as `up` drives it, through the Cluster API against the simulator",
     "provisioning/test_reconcile_machine.py": "a Hypothesis state machine over the simulator and the loop together "
                                               "(docs/ARCHITECTURE.md's 'Where to add' names it)",
-    "runtime/test_runtime.py": "podmanager.runtime's names as a program imports them, over several of its modules; "
-                               "not split by module yet",
     "state/test_record_types.py": "every record type of the package checked at once (issue 35)",
     "supervision/test_elastic.py": "elastic runs across supervision/policy, the ledger and the supervisor (on "
                                    "test_supervisor.py's fake cluster)",
