@@ -51,8 +51,6 @@ EXCEPTIONS = {
                                    "issue 45 changes emulator/vms.py beside this move",
     "emulator/test_owned_processes.py": "real processes found by their owner (vm/procs) and a simulated VM's lease "
                                         "(emulator/vm_lease) together",
-    "emulator/test_paging.py": "emulator/tpu_api's paging followed by cloud/gcp/client: a second file of "
-                               "test_tpu_api.py's module, on a rig of its own",
     "emulator/test_vm_image.py": "a simulated VM's disk as its image has it (emulator/vms.py); issue 45 changes "
                                  "it beside this move",
     "emulator/test_vm_network.py": "the namespace mode across emulator/network/ and the controller VM; issue 47 "
