@@ -152,7 +152,7 @@ def _router_place(runtime: ClusterRuntime, options: ServeOptions) -> RouterPlace
     """Users reach the router on `options.host`; the replicas on the head's address (the TPU
     VMs reach the head, so they reach this too)."""
     from podmanager.controller.head import load_state
-    from podmanager.vm.ray_node import free_ports
+    from podmanager.core.local_ports import free_ports
 
     state = load_state(runtime.name)
     if state is None:

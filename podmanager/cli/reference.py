@@ -1,7 +1,7 @@
 """The generated reference: docs/reference/spec.md from the spec's pydantic models and
 docs/reference/cli.md from the typer app, so the docs say what the code takes.
 
-`python -m podmanager.cli.reference` rewrites both files; tests/cli/test_reference_docs.py
+`python -m podmanager.cli.reference` rewrites both files; tests/cli/test_reference.py
 fails when the committed ones differ from what this renders.
 """
 

@@ -63,12 +63,11 @@ from podmanager.core.cadence import Cadence
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.events import EventKind
+from podmanager.core.local_ports import LOOPBACK_IP, free_port
+from podmanager.core.machine_folders import remove_vms_folder
 from podmanager.core.records import Versions
 from podmanager.core.run_results import ACTIVE
 from podmanager.core.spec import ClusterSpec
-from podmanager.vm import procs
-from podmanager.vm.loopback import LOOPBACK_IP
-from podmanager.vm.ray_node import free_port
 
 CHANNEL_PORT = 8443  # on Google Cloud; a dry run's controller takes a free loopback port
 CERT_KEY, ADDRESS_KEY, STAGE_KEY, DETAIL_KEY = "channel-cert", "channel-address", "boot", "boot-detail"
@@ -230,7 +229,7 @@ class ControllerMachine:
                 secrets_api.delete(spec.name)
         shutil.rmtree(pinned.folder(spec.name), ignore_errors=True)
         if spec.simulated:  # the folder of the cluster's simulated VMs, empty once its controller VM went
-            procs.remove_vms_folder(spec.name)
+            remove_vms_folder(spec.name)
         if deleted.instance:
             self.say(EventKind.CONTROLLER_DELETED, f"deleted the controller VM {deleted.instance} and its rule "
                                                    f"{deleted.rule}")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from podmanager.cloud.base import Node, NodeState
 from podmanager.controller import driver_output, head, head_actors, snapshot
 from podmanager.controller.host_info import DEAD, UNREACHABLE, HostInfo, mark_vanished
+from podmanager.core import local_ports
 from podmanager.core.clock import poll_until
 from podmanager.core.errors import PodmanagerError, TimeoutExceededError
 from podmanager.core.records import HostSlot, RayAccess, host_label
@@ -202,7 +203,7 @@ class ClusterHosts:
         env = {"RAY_ADDRESS": state.address, **auth.token_env(token)}
         if state.dashboard_url:
             env["RAY_API_SERVER_ADDRESS"] = state.dashboard_url  # `ray job` asks the dashboard, not the GCS
-        if loopback.is_loopback(state.address):
+        if local_ports.is_loopback(state.address):
             env.update(loopback.HEAD_ENV)  # else Ray rewrites 127.0.0.1 to an address the head does not listen on
         return RayAccess(state.address, state.dashboard_url, str(token), env)
 
@@ -222,7 +223,7 @@ class ClusterHosts:
             token = auth.token_path(self.cluster)
             if token.exists():
                 auth.use_token_in_process(token)
-            extra = {"_node_ip_address": loopback.LOOPBACK_IP} if loopback.is_loopback(address) else {}
+            extra = {"_node_ip_address": local_ports.LOOPBACK_IP} if local_ports.is_loopback(address) else {}
             # Ray's C++ failure handler takes SIGTERM over and dumps its stack on it; the
             # process's own handler (the CLI's: a follower detaches quietly) is put back.
             own_sigterm = signal.getsignal(signal.SIGTERM)

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import psutil
 
-from podmanager.core import paths
+from podmanager.core import local_ports, paths
 from podmanager.core.cadence import Cadence
 from podmanager.core.errors import PodmanagerError
+from podmanager.core.local_ports import free_ports
 from podmanager.core.spec import ClusterSpec
 from podmanager.vm import auth, loopback, node_address, procs
-from podmanager.vm.ray_node import OBJECT_STORE_BYTES, free_ports, reachable
+from podmanager.vm.ray_node import OBJECT_STORE_BYTES, reachable
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ def _launch(spec: ClusterSpec) -> HeadStart:
         port, dashboard_port, client_port, agent_port = free_ports(bind, dashboard_bind, bind, bind)
     command = head_command(spec, ip, port, dashboard_port, client_port, agent_port)
     env = auth.child_env(token)
-    if simulated and loopback.is_loopback(ip):  # Ray's loopback rewrite, kept off (vm/loopback.py)
+    if simulated and local_ports.is_loopback(ip):  # Ray's loopback rewrite, kept off (vm/loopback.py)
         env.update(loopback.HEAD_ENV)
     address = f"{ip}:{port}"
     log_path = paths.cluster_dir(spec.name) / HEAD_LOG

@@ -29,13 +29,13 @@ from urllib.parse import parse_qs, urlparse
 
 from podmanager.cloud.base import NodeState
 from podmanager.cloud.errors import CloudError
+from podmanager.core.local_ports import LOOPBACK_IP
 from podmanager.core.peer import OwnerOnlyRequests
 from podmanager.emulator import rulebook
 from podmanager.emulator.iam import tokens
 from podmanager.emulator.network.sockets import inside
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.emulator.sim.records import NodeRecord
-from podmanager.vm.loopback import LOOPBACK_IP
 
 log = logging.getLogger(__name__)
 

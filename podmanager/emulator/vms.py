@@ -47,13 +47,13 @@ from podmanager.cloud.base import DEAD_STATES, Node, NodeState
 from podmanager.controller.startup import STARTUP_SCRIPT_KEY
 from podmanager.core import paths
 from podmanager.core.catalog import lookup
+from podmanager.core.local_ports import LOOPBACK_IP, free_port
 from podmanager.core.spec import DEFAULT_VM_IMAGE, ClusterSpec
 from podmanager.emulator.network.vm_network import VmNetwork, tpu_key
 from podmanager.emulator.record import APIS_HOST_ENV
 from podmanager.vm import procs
 from podmanager.vm.join import JOIN_ARGS_ENV
-from podmanager.vm.loopback import LOOPBACK_IP
-from podmanager.vm.ray_node import OBJECT_STORE_BYTES, free_port
+from podmanager.vm.ray_node import OBJECT_STORE_BYTES
 from podmanager.vm.workload_runs import MEGASCALE_FILE_ENV
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
+from podmanager.core.local_ports import free_port
 from podmanager.vm.environments import HostSetup
 from podmanager.vm.host_wire import HeldRun, HostLaunch, PollReply, RunSetup
 from podmanager.vm.probe import ProbeResult, probe_host
-from podmanager.vm.ray_node import free_port
 from podmanager.vm.workload_runs import HostRuns
 
 

@@ -13,21 +13,11 @@ Real (gcp) clusters never go through this module.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 from typing import Iterator
 
-LOOPBACK_IP = "127.0.0.1"
+from podmanager.core.local_ports import is_loopback
+
 HEAD_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
-
-def is_loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @contextlib.contextmanager

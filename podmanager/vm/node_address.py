@@ -15,8 +15,8 @@ import os
 from typing import Mapping
 
 from podmanager.core.errors import PodmanagerError
+from podmanager.core.local_ports import LOOPBACK_IP
 from podmanager.vm import boot_status, procs
-from podmanager.vm.loopback import LOOPBACK_IP
 
 INTERNAL_IP = "instance/network-interfaces/0/ip"
 

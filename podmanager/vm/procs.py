@@ -27,7 +27,6 @@ at a terminal does not reach them.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -43,33 +42,18 @@ import psutil
 from podmanager.core import paths
 from podmanager.core.errors import UnsafeFolderError
 from podmanager.core.files import write_atomic
+from podmanager.core.machine_folders import (  # noqa: F401 - named here too for procs' callers
+    owner,
+    owner_temp_dir,
+    remove_vms_folder,
+    sim_owner,
+    temp_dir_of,
+)
 
 MACHINE_ENV = "PODMANAGER_MACHINE_ID"
 OWNER_ENV = "PODMANAGER_OWNER"
 ROOT_ENV = "PODMANAGER_ROOT"  # a simulated VM's root folder, in the environment of all it runs
 
-
-def owner(cluster: str) -> str:
-    """The identity of `cluster`'s local processes in this state folder."""
-    return f"{cluster}@{paths.home().resolve()}"
-
-
-def sim_owner(cluster: str) -> str:
-    """The identity of `cluster`'s simulated VMs: the simulated cloud's folder's, not the home of
-    whoever asked for them (`paths.sim_home`; the same as `owner` unless PODMANAGER_SIM_HOME is set)."""
-    return f"{cluster}@{paths.sim_home_path().resolve()}"
-
-
-def owner_temp_dir(cluster: str) -> str:
-    """The folder under which every local machine of `cluster` keeps Ray's temp dir, so that
-    `down` removes them all without a record of each."""
-    return temp_dir_of(owner(cluster))
-
-
-def temp_dir_of(owner: str) -> str:
-    """The temp folder of `owner`'s machines, in this user's own `paths.machines_dir()`. Short
-    (8 hex digits: see `machines_dir` for the 107-byte limit on Ray's socket paths)."""
-    return f"{paths.machines_dir()}/{hashlib.sha1(owner.encode()).hexdigest()[:8]}"
 
 
 def write_record(path: Path, **fields: Any) -> None:
@@ -218,14 +202,6 @@ def stop_cluster(cluster: str) -> int:
         remove_temp_dir(owner_temp_dir(cluster))
     remove_vms_folder(cluster)
     return killed
-
-
-def remove_vms_folder(cluster: str) -> None:
-    """Remove the folder of `cluster`'s simulated VMs once none is left in it. Each VM removes its
-    own root when it goes (`emulator/vm_lease.py`, `emulator/instance_vms.py`), and the folder may
-    still hold the VM that asks (a controller VM's own `down`): so only an empty one goes."""
-    with contextlib.suppress(UnsafeFolderError, OSError):  # not ours; missing, or not empty yet
-        os.rmdir(temp_dir_of(sim_owner(cluster)))
 
 
 def remove_temp_dir(path: str | None) -> None:

@@ -17,11 +17,11 @@ import pytest
 
 from podmanager.attempts.launch import launch_envs
 from podmanager.core.clock import poll_until
+from podmanager.core.local_ports import free_port
 from podmanager.core.records import HostSlot
 from podmanager.core.workload import Workload
 from podmanager.runtime.contract import EXIT_PREEMPTED
 from podmanager.vm.host_wire import HostLaunch, RunSetup
-from podmanager.vm.ray_node import free_port
 from podmanager.vm.workload_runs import HostRuns
 
 pytestmark = [pytest.mark.processes]  # starts JAX processes: seconds, not milliseconds

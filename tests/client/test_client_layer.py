@@ -25,9 +25,6 @@ BEYOND = {
                                                "before the controller VM bills",
     "podmanager.controller.staging": "the wheel staged and the VMs' lock resolved before the VM is made",
     "podmanager.controller.startup": "the controller VM's startup script",
-    "podmanager.vm.procs": "a dry run's VM folder removed with its controller",
-    "podmanager.vm.loopback": "a dry run's controller address",
-    "podmanager.vm.ray_node": "`free_port`, a dry run's channel port",
 }
 
 

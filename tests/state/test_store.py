@@ -1,6 +1,7 @@
 """podmanager/state/store.py: a cluster's spec is stored and read as `ClusterSpec`; a row an
 older version wrote (the spec's fields as JSON) reads typed, and one whose spec this version
-cannot read still lists, saying why only where the spec is needed."""
+cannot read still lists, saying why only where the spec is needed; events added in a batch are
+written in one transaction."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sqlite3
 import pytest
 
 from podmanager.core.errors import SpecError
+from podmanager.core.events import EventKind
 from podmanager.core.spec import ClusterSpec, parse_spec
 from podmanager.state import StateStore
 
@@ -55,3 +57,27 @@ def test_a_spec_this_version_cannot_read_still_lists_and_says_why_where_it_is_ne
     with pytest.raises(SpecError, match=says) as refused:
         record.spec
     assert "stored spec of odd" in refused.value.message and refused.value.exit_code == 2
+
+
+# Events added inside `StateStore.batch` are written in one transaction: another process sees
+# none of them until the block ends, all of them after, also when the block raised.
+def test_a_batch_is_seen_whole_at_its_end_and_kept_when_the_block_raises(tmp_path) -> None:
+    path = tmp_path / "state.db"
+    writer, reader = StateStore(path), StateStore(path)
+    try:
+        with writer.batch():
+            for i in range(3):
+                writer.add_event("c", EventKind.SLICE_READY, f"s{i} is READY", slice_index=i)
+            assert reader.events("c") == []  # not committed yet: another connection sees none
+        assert [e.message for e in reader.events("c")] == ["s0 is READY", "s1 is READY", "s2 is READY"]
+
+        with pytest.raises(RuntimeError):
+            with writer.batch():
+                writer.add_event("c", EventKind.SLICE_DELETED, "s0 deleted", slice_index=0)
+                raise RuntimeError("the loop stopped part-way")
+        assert reader.events("c")[-1].message == "s0 deleted"  # recorded: it happened
+        writer.add_event("c", EventKind.SLICE_DELETED, "s1 deleted", slice_index=1)  # the store writes on
+        assert reader.events("c")[-1].message == "s1 deleted"
+    finally:
+        writer.close()
+        reader.close()

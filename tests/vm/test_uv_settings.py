@@ -22,7 +22,7 @@ from podmanager.vm.uv_settings import (
     uv_settings,
     write_netrc,
 )
-from tests.controller.test_startup_script import software
+from tests.controller.test_startup import software
 
 CERTS = {"UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "1"}
 

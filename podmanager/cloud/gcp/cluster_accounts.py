@@ -56,7 +56,7 @@ VMS, CONTROLLER = "vms", "ctl"
 # its `up` (the network checked, the cluster's firewall rule made when missing, slices made,
 # followed and their metadata kept, Service Usage's API check) and its `down`. The emulator's
 # method table (emulator/iam/methods.py, from each method's reference page) says what each
-# needs; tests/cloud/test_cluster_accounts.py holds CONTROLLER_PERMISSIONS to exactly that.
+# needs; tests/cloud/test_gcp_cluster_accounts.py holds CONTROLLER_PERMISSIONS to exactly that.
 CONTROLLER_CALLS = (
     "tpu.projects.locations.nodes.create", "tpu.projects.locations.nodes.get", "tpu.projects.locations.nodes.list",
     "tpu.projects.locations.nodes.delete", "tpu.projects.locations.nodes.patch",

@@ -1,4 +1,4 @@
-"""A run's folder on the controller (`RunFolder`): where it is, its hosts' log files named and
+"""attempts/logs.py: a run's folder on the controller (`RunFolder`): where it is, its hosts' log files named and
 read back in one place, read as they grow by one offset rule (`Tail`); and a run is finished
 when its record says so, whatever files its folder holds. No Ray: the store and the folder."""
 

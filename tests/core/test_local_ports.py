@@ -1,8 +1,9 @@
-"""vm/ray_node.py: the free ports a Ray node is started on, all different."""
+"""core/local_ports.py: which addresses are this machine's own, and the free ports a Ray node or a
+dry run's channel is started on, all different."""
 
 from __future__ import annotations
 
-from podmanager.vm import ray_node
+from podmanager.core import local_ports
 
 
 def test_the_heads_ports_are_all_different_whatever_the_kernel_hands_out(monkeypatch):
@@ -26,10 +27,15 @@ def test_the_heads_ports_are_all_different_whatever_the_kernel_hands_out(monkeyp
         def getsockname(self) -> tuple[str, int]:
             return ("127.0.0.1", self.port)
 
-    monkeypatch.setattr(ray_node.socket, "socket", Probe)
-    assert ray_node.free_ports("127.0.0.1", "", "127.0.0.1", avoid=(6379,)) == [40001, 40002, 40003]
+    monkeypatch.setattr(local_ports.socket, "socket", Probe)
+    assert local_ports.free_ports("127.0.0.1", "", "127.0.0.1", avoid=(6379,)) == [40001, 40002, 40003]
 
 
 def test_free_ports_hold_their_probes_until_every_port_is_chosen():
-    ports = ray_node.free_ports("127.0.0.1", "", "127.0.0.1", "")
+    ports = local_ports.free_ports("127.0.0.1", "", "127.0.0.1", "")
     assert len(set(ports)) == 4
+
+
+def test_loopback_detection():
+    assert local_ports.is_loopback("127.0.0.1:6379") and local_ports.is_loopback("localhost:1")
+    assert not local_ports.is_loopback("10.0.0.2:6379")

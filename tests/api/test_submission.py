@@ -1,9 +1,13 @@
-"""Where a run checkpoints, decided before anything starts: URLs stay URLs, the spec's
-`checkpoints:` root, and on GCP no local folder for a run that spans several hosts."""
+"""podmanager/api/submission.py: where a run checkpoints, decided before anything starts: URLs
+stay URLs, the spec's `checkpoints:` root, on GCP no local folder for a run that spans several
+hosts, a gs:// dir's bucket checked, and what a run gets when the user says nothing."""
 
 from __future__ import annotations
 
 import os
+import re
+import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -11,6 +15,7 @@ from podmanager import runtime
 from podmanager.api.submission import (
     NO_CHECKPOINTS_WARNING,
     RunCheckpoints,
+    check_bucket,
     default_checkpoint_dir,
     run_checkpoints,
 )
@@ -201,3 +206,145 @@ def test_a_checkpoint_folder_that_cannot_be_one_is_refused_at_submit_and_fails_e
         run_checkpoints(parse_spec(SPEC), Workload(entrypoint="x.py", checkpoint_dir=str(blocker / "ck")))
     with pytest.raises(FileExistsError):  # in each process of the program, before orbax's barrier
         Checkpointer(str(blocker))
+
+
+# A gs:// checkpoint dir's bucket is checked at submit, against a local GCS emulator: a
+# bucket that does not exist is bad input (nothing starts); one that cannot be asked about is
+# a warning, not a refusal (the hosts' service account may reach what this machine cannot).
+emulator_server = pytest.importorskip(
+    "gcp_storage_emulator.server", reason="the GCS emulator is in the test extra: pip install -e '.[test]'")
+
+BUCKET = "ckpt-bucket"
+
+
+@pytest.fixture
+def gcs(monkeypatch) -> Iterator[str]:
+    """gcsfs in this process pointed at an in-memory GCS with one bucket, no credentials."""
+    server = emulator_server.create_server("127.0.0.1", 0, in_memory=True, default_bucket=BUCKET)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server._api._httpd.server_port}"
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        monkeypatch.setenv("FSSPEC_GS_TOKEN", "anon")
+        monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        yield endpoint
+    finally:
+        server.stop()
+
+
+def test_a_bucket_that_exists_passes_and_one_that_does_not_is_bad_input(gcs):
+    assert check_bucket(f"gs://{BUCKET}/runs/train") is None
+    with pytest.raises(SpecError, match="bucket gs://ckpt-bucket-typo does not exist") as refused:
+        check_bucket("gs://ckpt-bucket-typo/runs/train")
+    assert refused.value.exit_code == 2 and "gcloud storage buckets create" in refused.value.hint
+
+
+def test_local_dirs_and_other_urls_are_not_asked_about(monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # would fail if it were asked
+    assert check_bucket(None) is None
+    assert check_bucket("/tmp/ck") is None
+    assert check_bucket("s3://b/ck") is None
+
+
+def test_cloud_storage_out_of_reach_is_a_warning_within_the_timeout(monkeypatch):
+    silent = socket.socket()  # listens, never answers: a network that drops the request
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setenv("FSSPEC_GS_TOKEN", "anon")
+        warning = check_bucket("gs://somewhere/ck", timeout_s=1.0)
+    finally:
+        silent.close()
+    assert warning is not None and "could not check that bucket gs://somewhere exists" in warning
+
+
+# What a run gets when the user says nothing: where it checkpoints (so running the same
+# program again resumes), and which programs are refused before anything starts.
+DEFAULTS_SPEC = {"name": "d", "backend": "simulated", "slices": [{"accelerator": "v4-8"}]}
+
+
+def test_the_same_program_checkpoints_to_the_same_folder_whatever_its_arguments():
+    spec = parse_spec(DEFAULTS_SPEC)
+    first = default_checkpoint_dir(spec, Workload(entrypoint="workloads/train_mlp.py", args=["--steps", "100"]))
+    again = default_checkpoint_dir(spec, Workload(entrypoint="workloads/train_mlp.py", args=["--steps", "300"]))
+    other = default_checkpoint_dir(spec, Workload(entrypoint="workloads/train_transformer.py"))
+    assert first == again == str(paths.cluster_dir("d") / "checkpoints" / "train_mlp")
+    assert other != first
+
+
+def test_a_checkpoint_dir_given_is_used_as_is():
+    workload = Workload(entrypoint="x.py", checkpoint_dir="gs://b/ck")
+    assert default_checkpoint_dir(parse_spec(DEFAULTS_SPEC), workload) == "gs://b/ck"
+
+
+def test_a_missing_program_or_module_is_refused(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "train.py").write_text("")
+    Workload(entrypoint="train.py", working_dir=str(tmp_path)).check_program()
+    with pytest.raises(SpecError, match="run: -m pkg: .* is a package without __main__.py"):
+        Workload(entrypoint="-m pkg", working_dir=str(tmp_path)).check_program()  # python -m cannot run it
+    (tmp_path / "pkg" / "__main__.py").write_text("")
+    Workload(entrypoint="-m pkg", working_dir=str(tmp_path)).check_program()
+    Workload(entrypoint="-m json.tool", working_dir=str(tmp_path)).check_program()  # installed
+    with pytest.raises(SpecError, match="nope.py is not a file in the working dir"):
+        Workload(entrypoint="nope.py", working_dir=str(tmp_path)).check_program()
+    # A module may be installed by the run's requirements: it is looked for on the hosts, after their setup.
+    Workload(entrypoint="-m nopkg.main", working_dir=str(tmp_path)).check_program()
+    with pytest.raises(SpecError, match="train.py is left out of what is shipped"):
+        Workload(entrypoint="train.py", working_dir=str(tmp_path)).check_program(shipped={"other.py"})
+
+
+def test_the_run_command_line_becomes_a_workload_with_the_flag_named_on_error():
+    assert Workload.from_argv(["train.py", "--steps", "5"]).entrypoint == "train.py"
+    assert Workload.from_argv(["-m", "pkg.main", "x"]).entrypoint == "-m pkg.main"
+    assert Workload.from_argv(["bash", "-c", "echo $JAX_PROCESS_ID"]).command == ["bash", "-c", "echo $JAX_PROCESS_ID"]
+    with pytest.raises(SpecError, match="--hang-timeout"):
+        Workload.from_argv(["train.py"], hang_timeout_s=-1)
+    with pytest.raises(SpecError, match="name a program"):
+        Workload.from_argv([])
+
+
+def test_a_folder_or_a_data_file_as_the_program_is_refused_at_submit(tmp_path):
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n")
+    with pytest.raises(SpecError, match="run: mypkg is a folder, not a program; PROGRAM is a .py file, -m module"):
+        Workload.from_argv(["mypkg"], working_dir=str(tmp_path)).check_program()
+    with pytest.raises(SpecError, match="run: requirements.txt is not a program") as data_file:
+        Workload.from_argv(["requirements.txt"], working_dir=str(tmp_path)).check_program()
+    assert "-r requirements.txt" in str(data_file.value)
+    with pytest.raises(SpecError, match="run: job.sh is not a program"):
+        Workload.from_argv(["job.sh"], working_dir=str(tmp_path)).check_program()
+    (tmp_path / "job.sh").chmod(0o755)
+    Workload.from_argv(["./job.sh"], working_dir=str(tmp_path)).check_program()
+    Workload.from_argv(["python", "-c", "pass"], working_dir=str(tmp_path)).check_program()  # not in the folder
+
+
+@pytest.mark.parametrize("argv, name", [(["$(id).py"], "id"), (["Train `whoami`.py"], "train-whoami"),
+                                        (["-m", "pkg.train"], "pkg"), (["--", "./run it;rm -rf x.sh"], "run-it-rm--rf-x.sh"),
+                                        (["..py"], "program")])
+def test_the_program_name_in_run_ids_keeps_only_a_safe_charset(argv, name):
+    from podmanager.attempts.attempt import new_run_id
+
+    workload = Workload.from_argv(argv[1:] if argv[0] == "--" else argv)
+    assert workload.display_name == name
+    assert re.fullmatch(r"[a-z0-9_.-]+", new_run_id(workload))
+
+
+def test_a_program_outside_the_working_dir_is_refused_as_not_shipped_not_as_ignored(tmp_path):
+    """`../train.py` or an absolute path is a file here but not in the folder shipped: no
+    .gitignore is to blame (there is none), the folder is."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "train.py").write_text("")
+    for program in ("../train.py", str(tmp_path / "train.py")):
+        workload = Workload(entrypoint=program, working_dir=str(tmp_path / "proj"))
+        for shipped in ({"other.py"}, None):  # as the controller checks it, and as a laptop does before shipping
+            with pytest.raises(SpecError) as refused:
+                workload.check_program(shipped)
+            error = refused.value
+            assert f"{program} is outside the working dir {tmp_path / 'proj'}" in error.message
+            assert "ignore" not in str(error) and "--working-dir" in error.hint and error.exit_code == 2
+    (tmp_path / "proj" / "linked.py").symlink_to(tmp_path / "train.py")  # a link inside it is shipped as a file
+    Workload(entrypoint="linked.py", working_dir=str(tmp_path / "proj")).check_program({"linked.py"})

@@ -1,11 +1,13 @@
 """A damaged state store fails safe: deleted, emptied, truncated or filled with garbage, every
 verb names the file and the fix (no raw sqlite traceback), `down` always works (by label),
 and `rebuild-state` moves the damaged file aside and rebuilds the store from the clusters'
-spec copies, saying what is lost."""
+spec copies, saying what is lost. Driven through the verbs, it is `state/db.py`'s check that
+answers; below, its open racing other processes on a new folder."""
 
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
 import sqlite3
 import subprocess
@@ -234,3 +236,40 @@ def test_a_store_collected_while_another_opens_does_not_deadlock(podmanager_home
     threading.Thread(target=open_while_collecting, daemon=True).start()
     assert done.wait(timeout=30), "the finalizer blocked on the lock its own thread holds"
     assert [c.name for c in StateStore().list_clusters()] == ["c"]
+
+
+# Commands started at the same moment on a new state folder all open its store: SQLite
+# answers one of the processes that switch a new database to WAL "database is locked" at once
+# (no busy wait breaks that deadlock), and the store tries again instead of failing.
+ROUNDS = 20
+PROCESSES = 3
+
+
+def open_each(paths: list[str], barrier, results) -> None:  # type: ignore[no-untyped-def]
+    from podmanager.state.db import Database
+
+    for path in paths:
+        barrier.wait(timeout=60)
+        try:
+            Database(Path(path), "CREATE TABLE IF NOT EXISTS t(x);", folder=Path(path).parent)
+            results.put("ok")
+        except Exception as error:  # noqa: BLE001 - the test reports whatever went wrong
+            results.put(repr(error))
+
+
+def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    paths = []
+    for index in range(ROUNDS):
+        (tmp_path / str(index)).mkdir()
+        paths.append(str(tmp_path / str(index) / "state.db"))
+    barrier, results = context.Barrier(PROCESSES), context.Queue()
+    workers = [context.Process(target=open_each, args=(paths, barrier, results)) for _ in range(PROCESSES)]
+    for worker in workers:
+        worker.start()
+    try:
+        outcomes = [results.get(timeout=120) for _ in range(ROUNDS * PROCESSES)]
+    finally:
+        for worker in workers:
+            worker.join(timeout=30)
+    assert [o for o in outcomes if o != "ok"] == []
