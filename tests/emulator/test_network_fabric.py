@@ -180,6 +180,31 @@ def test_the_laptop_reaches_an_external_address_only_through_a_rule_admitting_it
         outside.connect((str(project.ip(vm)), PORT))
 
 
+def test_the_laptops_address_changes_and_a_rule_for_the_old_one_no_longer_admits_it(project):
+    vm = project.vm("controller")
+    vpc = project.sync()
+    external, old = vpc.host(vm).external_ip, project.internet.laptop_public
+    project.compute.insert_firewall(FirewallRule(name="laptop-public", network="default",
+                                                 source_ranges=[f"{old}/32"],
+                                                 allowed=[Allowed(protocol="tcp", ports=[str(PORT)])]))
+    project.sync()
+    assert _connect(None, project.ns(vm), project.ip(vm), external, ALLOWED_WITHIN_S) is not None
+    new = project.fabric.move_laptop()
+    assert new != old and new in project.internet.cidr and project.fabric.laptop_public == new
+    # Another network, another public address: the rule naming the old one drops the laptop.
+    assert _connect(None, project.ns(vm), project.ip(vm), external, DENIED_WITHIN_S) is None
+    laptop2 = project.fabric.second_laptop_namespace
+    somewhere = project.internet.second_laptop
+    peer = _connect(None, laptop2, somewhere, somewhere, ALLOWED_WITHIN_S)
+    assert peer is not None and peer[0] == str(new)  # the internet sees the new one
+    project.compute.insert_firewall(FirewallRule(name="laptop-moved", network="default",
+                                                 source_ranges=[f"{new}/32"],
+                                                 allowed=[Allowed(protocol="tcp", ports=[str(PORT)])]))
+    project.sync()
+    peer = _connect(None, project.ns(vm), project.ip(vm), external, ALLOWED_WITHIN_S)
+    assert peer is not None and peer[0] == str(new)
+
+
 def test_a_vm_without_an_external_address_reaches_the_internet_only_through_cloud_nat(project):
     inside_only, with_external = project.vm("private", external_ip=False), project.vm("public")
     project.sync()

@@ -17,7 +17,8 @@ subnetwork, and the project's firewall rules are applied again whenever the reco
   Google API address (`Internet.google_apis`): a VM reaches them through its external address,
   a Cloud NAT or Private Google Access, as the edge lets it (`nft.edge`).
 
-The relay admits any peer on the internet segment except the laptop's public address: that is
+The relay admits any peer on the internet segment except the laptop's public address (each it
+may have: `Fabric.move_laptop` changes it): that is
 where every process of this machine's own namespace comes from (any local user), which must
 go on reaching the emulator on loopback, where its servers check who the caller is. Only root
 makes the namespaces behind the other addresses, and everything in them is the emulator's.
@@ -153,13 +154,15 @@ class VmNetwork:
                              daemon=True).start()
 
     def _accept(self, listening: socket.socket, port: int) -> None:
-        laptop = str(self.fabric.internet.laptop_public) if self.fabric.internet else ""
+        internet = self.fabric.internet
+        # Each address the home router has or may get (`move_laptop`): none is ever another's.
+        laptop = {str(a) for a in [internet.laptop_public, *internet.laptop_moves()]} if internet else set()
         while not self._stopped.is_set():
             try:
                 caller, (address, _) = listening.accept()
             except OSError:
                 return  # closed: the network stopped
-            if address == laptop:
+            if address in laptop:
                 caller.close()  # this machine's processes reach the emulator on loopback (see above)
                 continue
             try:
@@ -169,6 +172,12 @@ class VmNetwork:
                 continue
             threading.Thread(target=_pump, args=(caller, upstream), name=f"google-apis-{port}-conn",
                              daemon=True).start()
+
+    def move_laptop(self) -> IPv4Address:
+        """The laptop's public address changed (`Fabric.move_laptop`): the new one (the relay
+        refuses it as it did the old: this machine's processes reach the emulator on loopback)."""
+        with self._lock:
+            return self.fabric.move_laptop()
 
     def stop(self) -> list[str]:
         """Remove the whole network (every namespace's processes end with it); what was removed."""
