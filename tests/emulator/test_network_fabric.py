@@ -188,8 +188,23 @@ def test_the_laptops_address_changes_and_a_rule_for_the_old_one_no_longer_admits
                                                  source_ranges=[f"{old}/32"],
                                                  allowed=[Allowed(protocol="tcp", ports=[str(PORT)])]))
     project.sync()
-    assert _connect(None, project.ns(vm), project.ip(vm), external, ALLOWED_WITHIN_S) is not None
-    new = project.fabric.move_laptop()
+    with socket_in(project.ns(vm)) as server, socket.socket() as laptop:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((str(project.ip(vm)), PORT))
+        server.listen()
+        server.settimeout(ALLOWED_WITHIN_S)
+        laptop.settimeout(ALLOWED_WITHIN_S)
+        laptop.connect((str(external), PORT))
+        held, _ = server.accept()
+        with held:
+            held.settimeout(DENIED_WITHIN_S)
+            laptop.sendall(b"before")
+            assert held.recv(64) == b"before"
+            new = project.fabric.move_laptop()
+            # The connection made behind the old address is dead, as behind a real NAT that changed.
+            laptop.sendall(b"after")
+            with pytest.raises((TimeoutError, socket.timeout)):
+                held.recv(64)
     assert new != old and new in project.internet.cidr and project.fabric.laptop_public == new
     # Another network, another public address: the rule naming the old one drops the laptop.
     assert _connect(None, project.ns(vm), project.ip(vm), external, DENIED_WITHIN_S) is None
