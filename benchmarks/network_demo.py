@@ -6,7 +6,7 @@ back to back on one commit, with the memory each simulated machine holds.
 Each demo runs in fresh homes (`PODMANAGER_HOME`, `PODMANAGER_SIM_HOME`) with
 `PODMANAGER_SIM_NETWORK` set to the mode. Every 2 s the processes of the demo's simulated
 machines (the controller VM and each TPU VM host, found by their tags, `vm/procs.py`, and by
-the owner naming this demo's home) are summed per machine (RSS); a machine's figure is its
+the owner naming this demo's simulated cloud) are summed per machine (RSS); a machine's figure is its
 peak. Prints the wall time and the median peak per machine of each kind. The namespace mode
 needs Linux as root.
 """
@@ -30,12 +30,13 @@ from podmanager.vm import procs
 SAMPLE_S = 2.0
 
 
-def sample(home: str, peaks: dict[str, float], stop: threading.Event) -> None:
-    """Each machine's peak RSS (MiB) of this demo's machines, by machine id."""
+def sample(cloud: str, peaks: dict[str, float], stop: threading.Event) -> None:
+    """Each machine's peak RSS (MiB) of this demo's machines, by machine id: a simulated VM's
+    owner names the simulated cloud's folder (`procs.sim_owner`)."""
     while not stop.wait(SAMPLE_S):
         totals: dict[str, float] = {}
         for proc, (machine_id, owner) in procs._scan():  # noqa: SLF001 - the one scan of the tags
-            if machine_id and owner and home in owner:
+            if machine_id and owner and owner.endswith(f"@{cloud}"):
                 try:
                     totals[machine_id] = totals.get(machine_id, 0.0) + proc.memory_info().rss / 2**20
                 except psutil.Error:
@@ -47,12 +48,12 @@ def sample(home: str, peaks: dict[str, float], stop: threading.Event) -> None:
 def one_demo(mode: str) -> tuple[float, list[float], int]:
     """Wall seconds, each machine's peak MiB, the demo's exit code."""
     with tempfile.TemporaryDirectory(prefix=f"pm-demo-{mode}-") as root:
-        home = str(Path(root) / "home")
-        env = {**os.environ, "PODMANAGER_HOME": home, "PODMANAGER_SIM_HOME": str(Path(root) / "cloud"),
+        cloud = Path(root) / "cloud"
+        env = {**os.environ, "PODMANAGER_HOME": str(Path(root) / "home"), "PODMANAGER_SIM_HOME": str(cloud),
                "PODMANAGER_SIM_NETWORK": mode}
         peaks: dict[str, float] = {}
         stop = threading.Event()
-        sampler = threading.Thread(target=sample, args=(home, peaks, stop), daemon=True)
+        sampler = threading.Thread(target=sample, args=(str(cloud.resolve()), peaks, stop), daemon=True)
         sampler.start()
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "podmanager", "demo"], cwd=root, env=env,
