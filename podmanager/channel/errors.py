@@ -9,6 +9,12 @@ class ChannelError(PodmanagerError):
     """The controller could not be reached, or answered with something that is no reply."""
 
 
+class ChannelUnanswered(ChannelError):
+    """Nothing answered: the connection or its reply timed out. A firewall that drops this
+    machine's packets (its rule admits other addresses) does that, as does a VM that is down;
+    a VM that is up with nothing listening refuses at once instead (a plain `ChannelError`)."""
+
+
 class ChannelCredentialError(PodmanagerError):
     """This machine's credentials for the cluster's channel are missing, unsafe or not the
     controller's: nothing was sent with them. The fix is the user's, as for a bad flag."""

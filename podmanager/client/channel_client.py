@@ -13,7 +13,12 @@ import urllib3
 from pydantic import BaseModel, ValidationError
 
 from podmanager.channel import records
-from podmanager.channel.errors import ChannelCredentialError, ChannelError, RemoteError
+from podmanager.channel.errors import (
+    ChannelCredentialError,
+    ChannelError,
+    ChannelUnanswered,
+    RemoteError,
+)
 from podmanager.channel.verbs import ChannelVerbs, Verb
 from podmanager.client import pinned
 
@@ -70,6 +75,9 @@ class ChannelClient(ChannelVerbs):
                 f"{self.credentials.folder / pinned.CERT_FILE}; the token was not sent ({_reason(error)})",
                 hint=("If the controller was made again or moved, it has a new certificate: "
                       + pinned.refetch_hint(self.credentials.cluster))) from None
+        except urllib3.exceptions.TimeoutError as error:  # connect or read: the packets went unanswered
+            raise ChannelUnanswered(f"cannot reach the controller of {self.credentials.cluster} at {where}: "
+                                    f"no answer ({_reason(error)})", hint=self._unreachable_hint()) from None
         except urllib3.exceptions.HTTPError as error:
             raise ChannelError(f"cannot reach the controller of {self.credentials.cluster} at {where}: "
                                f"{_reason(error)}", hint=self._unreachable_hint()) from None

@@ -166,6 +166,11 @@ class EmulatorControl:
         its instance name, None when the cluster has no running controller VM."""
         return self.ask(verbs.HALT_CONTROLLER_VM, verbs.ControllerHalt(cluster=cluster, state=state))
 
+    def move_laptop(self) -> str:
+        """The namespace mode: this machine's public address on the simulated internet (its home
+        router's) changes to another; the new one."""
+        return self.ask(verbs.MOVE_LAPTOP, verbs.NoArgs())
+
     def project(self, *, kind: str | None = None, grant: str | None = None, revoke: str | None = None,
                 member: str | None = None, enable: list[str] | None = None) -> ProjectPolicy:
         """What the console would do to the project: start it again as `kind`, grant or revoke a

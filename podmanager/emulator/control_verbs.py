@@ -220,6 +220,7 @@ CONFIGURE_CLUSTER = ControlVerb("configure_cluster", ClusterSimulation, _NONE)
 CRASH_CONTROLLER_VM = ControlVerb("crash_controller_vm", ClusterName, _NAME_OR_NONE)
 HALT_CONTROLLER_VM = ControlVerb("halt_controller_vm", ControllerHalt, _NAME_OR_NONE)
 PROJECT = ControlVerb("project", ProjectChange, TypeAdapter(ProjectPolicy))
+MOVE_LAPTOP = ControlVerb("move_laptop", NoArgs, TypeAdapter(str))
 IAM_CALLS = ControlVerb("iam_calls", MethodsAsked, TypeAdapter(list[IamCall]))
 # Reads of the simulator's own view (no API call: no injected fault hits them), as the client's records.
 ALL_NODES = ControlVerb("all_nodes", NoArgs, TypeAdapter(list[Node]))
@@ -234,7 +235,7 @@ VERBS: dict[str, ControlVerb[Any, Any]] = {verb.name: verb for verb in (
     FAULT, INJECT_CREATE_FAULT, INJECT_QUOTA, INJECT_TRANSIENT, DENY_SECRET_READS, DENY_FIREWALL_CHANGES,
     CREATE_BUCKET, DELETE_BUCKET, DENY_BUCKET_IAM_CHANGES, CLEAR_FAULTS, PREEMPT_SLICE_LATER, DEGRADE_SLICE_LATER,
     MAINTAIN_SLICE_LATER, PREEMPT, REPAIR, SCHEDULE_MAINTENANCE, TERMINATE, DEGRADE, CONFIGURE_CLUSTER,
-    CRASH_CONTROLLER_VM, HALT_CONTROLLER_VM, PROJECT, IAM_CALLS,
+    CRASH_CONTROLLER_VM, HALT_CONTROLLER_VM, PROJECT, MOVE_LAPTOP, IAM_CALLS,
     ALL_NODES, ALL_QUEUED_RESOURCES, ALL_INSTANCES, KNOWN_ZONES, VERSION, PENDING_FAULTS, REQUESTS,
 )}
 

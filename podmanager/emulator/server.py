@@ -91,7 +91,8 @@ class Emulator:
                                controls={"crash_controller_vm": lambda r: self.instance_vms.crash_controller(r.cluster),
                                          "halt_controller_vm": lambda r: self.instance_vms.halt_controller(
                                              r.cluster, r.state),
-                                         "project": lambda r: self.change_project(**dict(r))})
+                                         "project": lambda r: self.change_project(**dict(r)),
+                                         "move_laptop": lambda r: self.move_laptop()})
         # Every call is someone's, checked against the project's IAM and enabled APIs (issue 45).
         self.iam = ProjectIam.load(project, SIMULATED_PROJECT_NUMBER, persist=persist)
         tokens.write_user_credentials()  # the laptop's user: the simulated application default credentials
@@ -161,8 +162,25 @@ class Emulator:
 
     def laptop_public(self) -> str:
         """This machine's address on the simulated internet (namespace mode), "" in the loopback mode."""
-        internet = self.network.fabric.internet if self.network is not None else None
-        return str(internet.laptop_public) if internet is not None else ""
+        public = self.network.fabric.laptop_public if self.network is not None else None
+        return str(public) if public is not None else ""
+
+    def move_laptop(self) -> str:
+        """The namespace mode: the laptop's home router gets another public address (its provider
+        changed it, or another network), and the emulator's record says so (a later `up` admits
+        that one); the new address. Where the cluster's channel rule still admits only the old
+        one, the laptop's connections to the controller go unanswered until `access add`."""
+        if self.network is None:
+            raise ValueError("the laptop's address changes only in the namespace mode (simulation.network: namespaces)")
+        moved = str(self.network.move_laptop())
+        path = emulator_record.record_path(self.project)
+        try:
+            kept = emulator_record.EmulatorRecord.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            kept = None
+        if kept is not None and kept.pid == os.getpid():
+            write_atomic(path, kept.model_copy(update={"laptop_public": moved}).model_dump_json())
+        return moved
 
     def _start_network(self) -> None:
         """The namespace mode's network, before any VM boots; where namespaces cannot be made

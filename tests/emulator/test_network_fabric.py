@@ -180,6 +180,46 @@ def test_the_laptop_reaches_an_external_address_only_through_a_rule_admitting_it
         outside.connect((str(project.ip(vm)), PORT))
 
 
+def test_the_laptops_address_changes_and_a_rule_for_the_old_one_no_longer_admits_it(project):
+    vm = project.vm("controller")
+    vpc = project.sync()
+    external, old = vpc.host(vm).external_ip, project.internet.laptop_public
+    project.compute.insert_firewall(FirewallRule(name="laptop-public", network="default",
+                                                 source_ranges=[f"{old}/32"],
+                                                 allowed=[Allowed(protocol="tcp", ports=[str(PORT)])]))
+    project.sync()
+    with socket_in(project.ns(vm)) as server, socket.socket() as laptop:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((str(project.ip(vm)), PORT))
+        server.listen()
+        server.settimeout(ALLOWED_WITHIN_S)
+        laptop.settimeout(ALLOWED_WITHIN_S)
+        laptop.connect((str(external), PORT))
+        held, _ = server.accept()
+        with held:
+            held.settimeout(DENIED_WITHIN_S)
+            laptop.sendall(b"before")
+            assert held.recv(64) == b"before"
+            new = project.fabric.move_laptop()
+            # The connection made behind the old address is dead, as behind a real NAT that changed.
+            laptop.sendall(b"after")
+            with pytest.raises((TimeoutError, socket.timeout)):
+                held.recv(64)
+    assert new != old and new in project.internet.cidr and project.fabric.laptop_public == new
+    # Another network, another public address: the rule naming the old one drops the laptop.
+    assert _connect(None, project.ns(vm), project.ip(vm), external, DENIED_WITHIN_S) is None
+    laptop2 = project.fabric.second_laptop_namespace
+    somewhere = project.internet.second_laptop
+    peer = _connect(None, laptop2, somewhere, somewhere, ALLOWED_WITHIN_S)
+    assert peer is not None and peer[0] == str(new)  # the internet sees the new one
+    project.compute.insert_firewall(FirewallRule(name="laptop-moved", network="default",
+                                                 source_ranges=[f"{new}/32"],
+                                                 allowed=[Allowed(protocol="tcp", ports=[str(PORT)])]))
+    project.sync()
+    peer = _connect(None, project.ns(vm), project.ip(vm), external, ALLOWED_WITHIN_S)
+    assert peer is not None and peer[0] == str(new)
+
+
 def test_a_vm_without_an_external_address_reaches_the_internet_only_through_cloud_nat(project):
     inside_only, with_external = project.vm("private", external_ip=False), project.vm("public")
     project.sync()

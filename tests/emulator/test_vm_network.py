@@ -341,6 +341,27 @@ def test_each_host_of_a_tpu_slice_boots_on_its_own_internal_address(emulator):
     assert not any(emulator.network.namespace(tpu_key(ZONE, "c-s0", w)) in namespaces for w in (0, 1))
 
 
+@needs_namespaces
+def test_a_tpu_vm_resolves_its_own_hostname_to_its_internal_address(emulator):
+    # As on Google Cloud (its metadata server's DNS): the VM's hostname, its internal address.
+    script = textwrap.dedent("""\
+        #!/bin/bash
+        python3 -c 'import socket; name = socket.gethostname(); print(name, socket.gethostbyname(name))' \\
+          > "$PODMANAGER_ROOT/root/resolved" 2>&1
+        exec sleep 300
+        """)
+    request = NodeRequest("v4-8", "rt", Capacity.ON_DEMAND, labels={CLUSTER_LABEL: "c"},
+                          metadata={STARTUP_SCRIPT_KEY: script})
+    emulator.sim.create_node(ZONE, "c-s0", request)
+    [record] = poll_until(lambda: vms.host_records("c") or None, timeout_s=30, interval_s=0.1,
+                          what="the slice's host booting")
+    report = Path(record["temp_dir"]) / "root/resolved"
+    resolved = poll_until(lambda: report.exists() and report.read_text().split() or None, timeout_s=30,
+                          interval_s=0.1, what="the host's report of its name and address")
+    internal = str(emulator.network.vpc.host(tpu_key(ZONE, "c-s0", 0)).internal_ip)
+    assert resolved == ["c-s0-w-0", internal]  # its metadata server's `instance/hostname`, not this machine's
+
+
 KILLED = textwrap.dedent("""
     import sys, time
     from podmanager.emulator.server import Emulator

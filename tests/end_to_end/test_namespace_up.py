@@ -8,14 +8,17 @@ address (the home router's; a rule for 127.0.0.1 would refuse it, and `up` would
 channel in vain), the Ray head binds and advertises the controller VM's internal address
 (loopback there is the VM's own: the TPU VM could never join), the TPU VM joins it through the
 cluster's internal rule, `status` answers over the channel, a `run` on the TPU VM ends with its
-output on the laptop, a service answers through the laptop's forwarded port, and `down` leaves
-no namespace or link of the network. Linux as root only (CI is)."""
+output on the laptop, a service answers through the laptop's forwarded port, a second laptop
+gets in by `access add` and `attach`es to a run of the first's until revoked, the first
+laptop's address changes mid-run (its `attach` says what to do, and after that, works), and
+`down` leaves no namespace or link of the network. Linux as root only (CI is)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,11 +31,18 @@ import pytest
 from service_answers import answers_doubled
 
 from podmanager.core.clock import poll_until
+from podmanager.emulator.control import EmulatorControl
 from podmanager.emulator.network import names
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900),
               pytest.mark.skipif(names.unavailable() is not None, reason=f"{names.unavailable()}")]
 NAME = "nsup"
+REPO = Path(__file__).resolve().parents[2]
+# A run kept going until the test ends it steps every 20 ms, leaving the cores to the cluster.
+PACED = ["--min-step-s", "0.02"]
+# A command whose connections go unanswered gives up within this (the channel's 60 s read and
+# 10 s connect timeouts, its 20 s of unanswered tries: client/patience.py); a reboot's wait is 300 s.
+GIVES_UP_WITHIN_S = 240
 SPEC = textwrap.dedent(f"""
     name: {NAME}
     simulation: {{network: namespaces, create_latency_s: 0.0, delete_latency_s: 0.0, instance_create_latency_s: 1.0,
@@ -69,8 +79,12 @@ class Laptop:
         return done.stdout
 
     def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "podmanager", *args], cwd=self.folder, env=self.env,
+        inside = ["ip", "netns", "exec", self.namespace] if self.namespace else []
+        return subprocess.Popen([*inside, sys.executable, "-m", "podmanager", *args], cwd=self.folder, env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def run_status(self, run_id: str) -> dict:
+        return next(r for r in json.loads(self.ok("runs", "-c", NAME, "--json")) if r["run_id"] == run_id)
 
 
 @dataclass
@@ -80,11 +94,20 @@ class Cluster:
     prefix: str  # the network's (emulator/network/names.py)
     root: Path
 
-    def public(self, offset: int) -> ipaddress.IPv4Address:
-        """An address of the simulated internet (network/model.py's `Internet`): 1 the first
-        laptop's (its home router's), 2 the second laptop's, 4 Google's APIs."""
+    def emulator_record(self) -> dict:
         [record] = (self.root / "cloud" / "sim" / "emulators").glob("*.json")
-        return ipaddress.ip_address(json.loads(record.read_text())["laptop_public"]) + (offset - 1)
+        return json.loads(record.read_text())
+
+    def public(self, offset: int) -> ipaddress.IPv4Address:
+        """An address of the simulated internet (network/model.py's `Internet`, a /24): 1 the first
+        laptop's (its home router's, until it moves), 2 the second laptop's, 4 Google's APIs."""
+        segment = ipaddress.ip_network(f"{self.emulator_record()['laptop_public']}/24", strict=False)
+        return segment.network_address + offset
+
+    def move_laptop(self) -> ipaddress.IPv4Address:
+        """The first laptop's home router gets another public address (the emulator's fabric)."""
+        with EmulatorControl(self.emulator_record()["address"]) as control:
+            return ipaddress.ip_address(control.move_laptop())
 
     def second_laptop(self) -> Laptop:
         """Another machine of the user, straight on the simulated internet at its own public
@@ -211,3 +234,86 @@ def test_a_second_laptop_is_refused_then_admitted_by_access_add_then_refused_aft
     last = first.cmd("access", "revoke", str(cluster.public(1)), "-c", NAME, "--dry-run")
     assert last.returncode == 2 and "last caller" in last.stdout + last.stderr, last.stdout + last.stderr
     assert json.loads(first.ok("access", "-c", NAME, "--dry-run", "--json"))["callers"] == [first_address]
+
+
+@pytest.fixture(scope="module")
+def long_run(cluster) -> Iterator[str]:
+    """A run the first laptop started detached, going on until the module's end (cancelled then)."""
+    shutil.copytree(REPO / "workloads", cluster.laptop.folder / "workloads", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    submitted = cluster.laptop.ok("run", "-c", NAME, "--detach", "--json", "workloads/train_mlp.py",
+                                  "--steps", "1000000", *PACED, timeout=600)
+    run_id = json.loads(submitted)["run_id"]
+    yield run_id
+    cluster.laptop.cmd("cancel", run_id)
+
+
+def first_output(follower: subprocess.Popen) -> str:
+    """The first line of the run's steps a follower prints (its host's label first)."""
+    for line in follower.stdout:
+        if line.startswith("[slice-0/host-0]") and " loss " in line:
+            return line
+    raise AssertionError(f"the follower ended ({follower.wait()}) with no output: {follower.stderr.read()}")
+
+
+def detach(follower: subprocess.Popen) -> str:
+    os.killpg(follower.pid, signal.SIGINT)  # Ctrl-C: detach; the run goes on
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 130 and "detached" in out + err, out + err
+    return out
+
+
+def test_a_second_laptop_attaches_to_the_first_laptops_run_until_it_is_revoked(cluster, long_run):
+    first, second = cluster.laptop, cluster.second_laptop()
+    second.ok("access", "add", "-c", NAME, "--dry-run")
+    second.ok("connect", "-c", NAME, "--dry-run")
+    follower = second.start("attach", long_run)
+    try:
+        first_output(follower)  # the run's own lines, on the other laptop
+    finally:
+        detach(follower)
+    assert first.run_status(long_run)["status"] == "running"
+
+    first.ok("access", "revoke", str(cluster.public(2)), "-c", NAME, "--dry-run")
+    # Once the network holds the rule's change (seconds), the second laptop's attach is refused,
+    # saying what to do; not after a reboot's wait.
+    refused = poll_until(lambda: (lambda done: done if done.returncode != 0 else None)(
+        second.cmd("runs", "-c", NAME)), timeout_s=120, interval_s=1.0, what="the second laptop to be refused")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    attach = second.cmd("attach", long_run, timeout=GIVES_UP_WITHIN_S)
+    said = attach.stdout + attach.stderr
+    assert attach.returncode == 1 and "Traceback" not in said, said
+    assert f"podmanager access add -c {NAME} --dry-run" in said, said
+
+
+def test_the_first_laptops_address_changes_mid_run_and_access_add_lets_it_attach_again(cluster, long_run):
+    first = cluster.laptop
+    old = f"{cluster.public(1)}/32"
+    follower = first.start("attach", long_run)
+    try:
+        first_output(follower)
+        moved = cluster.move_laptop()
+        # The follower's connections now go unanswered: it says what to do and ends, not waits.
+        out, err = follower.communicate(timeout=GIVES_UP_WITHIN_S)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    said = out + err
+    assert follower.returncode == 1 and "Traceback" not in said, said
+    assert f"pm-{NAME}-channel admits {old}" in said and f"podmanager access add -c {NAME} --dry-run" in said, said
+
+    again = first.cmd("attach", long_run, timeout=GIVES_UP_WITHIN_S)  # a new attach: the same, at once
+    said = again.stdout + again.stderr
+    assert again.returncode == 1 and "Traceback" not in said, said
+    assert f"pm-{NAME}-channel admits {old}" in said and f"podmanager access add -c {NAME} --dry-run" in said, said
+
+    added = json.loads(first.ok("access", "add", "-c", NAME, "--dry-run", "--json"))
+    assert added["added"] == f"{moved}/32" != old  # as the controller sees the laptop now
+    step = first.run_status(long_run)["step"]
+    follower = first.start("attach", long_run)
+    try:
+        first_output(follower)
+    finally:
+        detach(follower)
+    now = first.run_status(long_run)
+    assert now["status"] == "running" and now["step"] > step  # it went on all along

@@ -26,7 +26,7 @@ import ipaddress
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from ipaddress import IPv4Interface, IPv4Network
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 from typing import Iterator
 
@@ -126,6 +126,7 @@ class Fabric:
     def __init__(self, prefix: str):
         self.prefix = names.checked(prefix)
         self.internet: Internet | None = None
+        self.laptop_public: IPv4Address | None = None  # the home router's address now (`move_laptop`)
         self._networks: dict[str, _NetworkMade] = {}
         self._hosts: dict[str, Host] = {}
         self._firewalls: dict[str, str] = {}  # host key -> the script it has
@@ -200,7 +201,8 @@ class Fabric:
                          f"link set {nft.WAN_LINK} up",
                          f"addr add {internet.home_router_lan}/{lan_prefix} dev {nft.LAN_LINK}",
                          f"link set {nft.LAN_LINK} up"])
-        _nft(home, nft.home_router(internet))
+        _nft(home, nft.home_router(internet, internet.laptop_public))
+        self.laptop_public = internet.laptop_public
         _ip_batch(None, [f"addr add {internet.laptop_lan}/{lan_prefix} dev {root}", f"link set {root} up",
                          f"route add {internet.cidr} via {internet.home_router_lan} dev {root}"])
         # A second laptop, straight on the internet with a public address of its own.
@@ -209,6 +211,23 @@ class Fabric:
         self._plug_into_internet(laptop2, "eth0", "laptop2")
         _ip_batch(laptop2, [f"addr add {internet.second_laptop}/{internet.cidr.prefixlen} dev eth0",
                             "link set eth0 up"])
+
+    def move_laptop(self) -> IPv4Address:
+        """The laptop's home router gets another public address (its provider changed it, or the
+        laptop joined another network): its next of `Internet.laptop_moves`, returned. Its
+        connections made behind the old one stall, as a real NAT's do when its address goes."""
+        if self.internet is None or self.laptop_public is None:
+            raise ValueError("start the fabric first")
+        moves = self.internet.laptop_moves()
+        old = self.laptop_public
+        new = moves[(moves.index(old) + 1) % len(moves)] if old in moves else moves[0]
+        segment = self.internet.cidr.prefixlen
+        # The old one goes first: deleting a link's primary address deletes its secondaries too.
+        _ip_batch(self.home_namespace, [f"addr del {old}/{segment} dev {nft.WAN_LINK}",
+                                        f"addr add {new}/{segment} dev {nft.WAN_LINK}"])
+        _nft(self.home_namespace, nft.home_router(self.internet, new))
+        self.laptop_public = new
+        return new
 
     # ------------------------------------------------------------------ the VPC
 
@@ -283,6 +302,7 @@ class Fabric:
         removed = names.cleanup_leftovers(self.prefix)
         names.release(self.prefix)
         self.internet = None
+        self.laptop_public = None
         self._networks.clear()
         self._hosts.clear()
         self._firewalls.clear()

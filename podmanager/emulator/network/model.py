@@ -57,6 +57,11 @@ class Internet:
     def second_laptop(self) -> IPv4Address:
         return self._at(2)
 
+    def laptop_moves(self) -> list[IPv4Address]:
+        """The public addresses the laptop's home router may get instead (its provider gave it
+        another, or the laptop joined another network): .5 to .9."""
+        return [self._at(offset) for offset in range(5, 10)]
+
     @property
     def package_index(self) -> IPv4Address:
         return self._at(3)

@@ -11,6 +11,7 @@ tracked connections alone.
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address
 from typing import Iterable
 
 from podmanager.emulator.network.firewall import ANYWHERE, HostPolicy, Match, Rule
@@ -110,13 +111,16 @@ def edge(vpc: Vpc, network: str) -> str:
     return _replace("ip", EDGE_TABLE, body)
 
 
-def home_router(internet: Internet) -> str:
-    """A home router: the LAN goes out behind the one public address; nothing comes in
-    unasked (no port forwarding)."""
+def home_router(internet: Internet, public: IPv4Address) -> str:
+    """A home router: the LAN goes out behind its one public address, `public`; nothing comes
+    in unasked (no port forwarding). Connections made behind an address it had before
+    (`Fabric.move_laptop`) go dead, both ways, as they do when a real NAT's address changes."""
+    earlier = [a for a in [internet.laptop_public, *internet.laptop_moves()] if a != public]
     body = (
         "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n"
-        f'    oifname "{WAN_LINK}" ip saddr {internet.home_lan} snat to {internet.laptop_public}\n  }}\n'
+        f'    oifname "{WAN_LINK}" ip saddr {internet.home_lan} snat to {public}\n  }}\n'
         "  chain forward {\n    type filter hook forward priority filter; policy drop;\n"
+        f"    ct reply ip daddr {_set(earlier)} drop\n"
         "    ct state established,related accept\n"
         f'    iifname "{LAN_LINK}" oifname "{WAN_LINK}" accept\n  }}\n')
     return _replace("ip", HOME_TABLE, body)

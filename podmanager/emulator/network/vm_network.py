@@ -7,7 +7,8 @@ subnetwork, and the project's firewall rules are applied again whenever the reco
 (a rule inserted or deleted through the Compute API holds within one sync). For each VM:
 
 - `exec_prefix(key)`: the command prefix that runs a process inside the VM's namespace
-  (`ip netns exec`, which also gives the VM its own /etc/hosts, naming its metadata server);
+  (`ip netns exec`, which also gives the VM its own /etc/hosts, naming its metadata server and
+  the VM itself at its internal address), with the VM's hostname (`unshare --uts`);
 - `metadata_socket(key)`: a listening socket at 169.254.169.254:80 inside the VM's namespace,
   where a GCE VM finds its metadata server
   (https://cloud.google.com/compute/docs/metadata/querying-metadata), so google-auth, JAX and
@@ -17,7 +18,8 @@ subnetwork, and the project's firewall rules are applied again whenever the reco
   Google API address (`Internet.google_apis`): a VM reaches them through its external address,
   a Cloud NAT or Private Google Access, as the edge lets it (`nft.edge`).
 
-The relay admits any peer on the internet segment except the laptop's public address: that is
+The relay admits any peer on the internet segment except the laptop's public address (each it
+may have: `Fabric.move_laptop` changes it): that is
 where every process of this machine's own namespace comes from (any local user), which must
 go on reaching the emulator on loopback, where its servers check who the caller is. Only root
 makes the namespaces behind the other addresses, and everything in them is the emulator's.
@@ -55,6 +57,21 @@ def instance_key(zone: str, name: str) -> str:
 
 def tpu_key(zone: str, node: str, worker: int) -> str:
     return f"tpu:{zone}/{node}/{worker}"
+
+
+def vm_hostnames(key: str, project: str) -> list[str]:
+    """The names a VM's own address has, its hostname last, as its metadata server's
+    `instance/hostname` says (`metadata.py`, `instance_metadata.py`): a Compute Engine
+    instance's FQDN `NAME.ZONE.c.PROJECT.internal` and its short name, its hostname
+    (https://cloud.google.com/compute/docs/internal-dns), and a TPU worker's `NODE-w-WORKER`.
+    On Google Cloud they resolve to the VM's internal address through the metadata server's DNS;
+    here through the VM's /etc/hosts."""
+    kind, _, where = key.partition(":")
+    zone, _, rest = where.partition("/")
+    if kind == "instance":
+        return [f"{rest}.{zone}.c.{project}.internal", rest]
+    node, _, worker = rest.rpartition("/")
+    return [f"{node}-w-{worker}"]
 
 
 class VmNetwork:
@@ -117,17 +134,24 @@ class VmNetwork:
 
     def place(self, key: str) -> Host:
         """Ready the VM's namespace for its processes: its metadata server's address on its
-        loopback and its /etc/hosts naming it; the VM's interface."""
+        loopback and its /etc/hosts naming it and the VM itself (its hostname, at its internal
+        address); the VM's interface."""
         host = self.host(key)
         namespace = self.namespace(key)
         _ip_batch(namespace, [f"addr replace {METADATA_IP}/32 dev lo"])
         etc = names.NETNS_ETC / namespace
         etc.mkdir(parents=True, exist_ok=True)
-        (etc / "hosts").write_text(f"127.0.0.1 localhost\n{METADATA_IP} {METADATA_HOSTNAME}\n")
+        (etc / "hosts").write_text(f"127.0.0.1 localhost\n{METADATA_IP} {METADATA_HOSTNAME}\n"
+                                   f"{host.internal_ip} {' '.join(vm_hostnames(key, self.sim.project))}\n")
         return host
 
     def exec_prefix(self, key: str) -> list[str]:
-        return ["ip", "netns", "exec", self.namespace(key)]
+        """Run in the VM's network namespace (`ip netns exec`, which also bind-mounts its
+        /etc/hosts) and in a UTS namespace of its own named as the VM (`unshare --uts`, its
+        hostname written by the kernel's file: no `hostname` binary needed)."""
+        hostname = vm_hostnames(key, self.sim.project)[-1]
+        return ["ip", "netns", "exec", self.namespace(key), "unshare", "--uts", "--",
+                "sh", "-c", 'echo "$0" > /proc/sys/kernel/hostname && exec "$@"', hostname]
 
     def metadata_socket(self, key: str) -> socket.socket:
         """A socket bound to the metadata server's address in the VM's namespace (not listening yet)."""
@@ -153,13 +177,15 @@ class VmNetwork:
                              daemon=True).start()
 
     def _accept(self, listening: socket.socket, port: int) -> None:
-        laptop = str(self.fabric.internet.laptop_public) if self.fabric.internet else ""
+        internet = self.fabric.internet
+        # Each address the home router has or may get (`move_laptop`): none is ever another's.
+        laptop = {str(a) for a in [internet.laptop_public, *internet.laptop_moves()]} if internet else set()
         while not self._stopped.is_set():
             try:
                 caller, (address, _) = listening.accept()
             except OSError:
                 return  # closed: the network stopped
-            if address == laptop:
+            if address in laptop:
                 caller.close()  # this machine's processes reach the emulator on loopback (see above)
                 continue
             try:
@@ -169,6 +195,12 @@ class VmNetwork:
                 continue
             threading.Thread(target=_pump, args=(caller, upstream), name=f"google-apis-{port}-conn",
                              daemon=True).start()
+
+    def move_laptop(self) -> IPv4Address:
+        """The laptop's public address changed (`Fabric.move_laptop`): the new one (the relay
+        refuses it as it did the old: this machine's processes reach the emulator on loopback)."""
+        with self._lock:
+            return self.fabric.move_laptop()
 
     def stop(self) -> list[str]:
         """Remove the whole network (every namespace's processes end with it); what was removed."""
