@@ -373,10 +373,11 @@ class RecoverySpec(_Model):
 
 
 # THE switch between a simulated VM that installs its software at boot ("bare": every step a
-# real VM runs, from the package index) and one that finds the controller's environment linked
-# on its disk ("controller": the shortcut, about 7 s faster a boot on this 2-core machine, see
-# benchmarks/RESULTS.md). Every default of the simulated image says this one.
-DEFAULT_VM_IMAGE: Literal["controller", "bare"] = "controller"
+# real VM runs, from the package index's stand-in) and one that finds the controller's
+# environment linked on its disk ("controller": the shortcut, opted into by name; about 1.4 s
+# faster a boot on this 2-core machine at load 8, 3.5 s at load 12: benchmarks/RESULTS.md, "The
+# package index stand-in"). Every default of the simulated image says this one.
+DEFAULT_VM_IMAGE: Literal["controller", "bare"] = "bare"
 
 
 class SimulationSpec(_Model):

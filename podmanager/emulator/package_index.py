@@ -54,7 +54,7 @@ PAGE_MAX_AGE_S = 600  # PyPI's own Cache-Control on a simple page (Warehouse's s
 CACHE_CONTROL = f"max-age={PAGE_MAX_AGE_S}, public"
 FILE_CACHE_CONTROL = "max-age=365000000, immutable, public"  # files.pythonhosted.org's on every file
 JSON_PAGE = "application/vnd.pypi.simple.v1+json"
-# What uv asks for when the VM's client sends no Accept: PEP 691's JSON, else the HTML page.
+# Asked of the index for a client that sends no Accept (uv's own preference): PEP 691's JSON, else HTML.
 DEFAULT_ACCEPT = f"{JSON_PAGE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 UPSTREAM_TIMEOUT_S = (10, 120)  # connect, read
 _PAGE = re.compile(r"^/simple/([A-Za-z0-9._-]+)/?$")
@@ -175,7 +175,7 @@ class IndexStandIn:
     def file(self, scheme: str, host: str, path: str) -> tuple[int, Path | bytes]:
         """(status, the kept file or an error's text) of the file at SCHEME://HOST/PATH, fetched
         once (as a real index's file never changes)."""
-        if ".." in path.split("/"):
+        if ".." in path.split("/") or host in (".", ".."):  # nothing outside the kept files' folder
             return 404, b"no such file\n"
         kept = self.files_dir / scheme / host / path
         with self._lock_of(str(kept)):  # one download of a file, however many VMs ask
