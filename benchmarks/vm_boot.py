@@ -38,7 +38,7 @@ def boot(emulator, rest_api: str, node_name: str, worker: int, root: Path, image
     to each boot stage (the last `joining`) and each install step."""
     from podmanager.emulator.vms import GUEST_BOOT, make_disk, vm_env
 
-    make_disk(root, image)
+    make_disk(root, image, index_url=emulator.booter.index_url)  # the index stand-in, as the emulator's VMs get it
     node = emulator.sim.get_node(ZONE, node_name)
     port = emulator.metadata.start(zone=ZONE, node=node_name, worker=worker, accelerator="v4-16",
                                    endpoints=["127.0.0.1", "127.0.0.1"], megascale_file=root / "megascale")

@@ -74,6 +74,7 @@ class InstanceVms:
         self.sim = sim
         self.metadata = metadata
         self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
+        self.index_url = ""  # the package index stand-in, as the VMs reach it ("": the index itself)
         self.network: VmNetwork | None = None  # the namespace mode's network (None: loopback)
         self._booted: dict[str, Instance] = {}
         self._resets: dict[str, int] = {}  # "zone/name" -> the resets its running VM has seen
@@ -179,7 +180,7 @@ class InstanceVms:
         root = Path(before.get("temp_dir") or f"{procs.temp_dir_of(owner)}/{machine_id[:8]}")
         cluster = instance.labels.get(CLUSTER_LABEL)
         image = instance.metadata.get(IMAGE_KEY) or (self.sim.vm_image(cluster) if cluster else DEFAULT_VM_IMAGE)
-        make_disk(root, image, DEBIAN_12)  # the controller VM's image (cloud/gcp/instances.py)
+        make_disk(root, image, DEBIAN_12, self.index_url)  # the controller VM's image (cloud/gcp/instances.py)
         facts = InstanceFacts(sim=self.sim, zone=instance.zone, name=instance.name)
         inside: list[str] = []
         if self.network is None:

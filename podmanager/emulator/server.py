@@ -12,7 +12,8 @@
   RUNNING, and kills them when they go (`instance_vms.InstanceVms`: the controller VM);
 - Secret Manager is served on the same gRPC port; its REST route and Cloud Storage's
   download route over the simulated buckets (`storage.py`), what a VM's startup script
-  fetches, on a port of their own.
+  fetches, on a port of their own;
+- in the loopback mode, the VMs' package index stand-in (`package_index.py`): their PyPI.
 
 Started in the background by the first command that needs it (`emulator/launcher`):
 `python -m podmanager.emulator --project P [--port N]`. It writes its record (`record.py`)
@@ -48,10 +49,11 @@ from podmanager.emulator.instance_vms import InstanceVms
 from podmanager.emulator.metadata import MetadataServers
 from podmanager.emulator.network import names
 from podmanager.emulator.network.vm_network import VmNetwork
+from podmanager.emulator.package_index import IndexStandIn
 from podmanager.emulator.secret_manager import SecretManagerEmulator
 from podmanager.emulator.sim.cloud import SIMULATED_PROJECT_NUMBER, SimCloud
 from podmanager.emulator.tpu_api import TpuEmulator
-from podmanager.emulator.vms import SimHostBooter
+from podmanager.emulator.vms import SimHostBooter, shared_uv_cache
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,7 @@ class Emulator:
         self._threads: list[threading.Thread] = []
         self._server = None
         self._rest = None
+        self.index: IndexStandIn | None = None
         self.rest_port = 0  # the REST routes a VM's startup script uses: its token, podmanager's wheel
 
     def _heard(self, before: Node | None, after: Node | None) -> None:
@@ -116,6 +119,7 @@ class Emulator:
         """Serve on host:port (0: any free port); returns the port. `any_port_if_taken`: a
         restarted emulator wants its old port back, but takes another rather than fail."""
         self._start_network()
+        self._serve_index()
         for node in self.sim.all_nodes():  # VMs that ran before a restart get their metadata back
             self.booter.reattach(node)
         self.instance_vms.reattach()
@@ -159,6 +163,14 @@ class Emulator:
             host = str(self.network.google_apis)
         self.booter.rest_api = f"http://{host}:{self.rest_port}"
         self.instance_vms.rest_api = self.booter.rest_api
+
+    def _serve_index(self) -> None:
+        """The VMs' package index stand-in, in the loopback mode (a VM in a namespace of its own
+        cannot reach this machine's loopback: it reads the index itself, through the NAT)."""
+        if self.network is not None or self.index is not None:
+            return
+        self.index = IndexStandIn.for_this_machine(shared_uv_cache() / "index")
+        self.booter.index_url = self.instance_vms.index_url = self.index.start()
 
     def laptop_public(self) -> str:
         """This machine's address on the simulated internet (namespace mode), "" in the loopback mode."""
@@ -250,6 +262,8 @@ class Emulator:
         self.metadata.stop_all()
         if self.network is not None:  # its namespaces, and whatever still runs in them, go with it
             self.network.stop()
+        if self.index is not None:
+            self.index.stop()
         if self.persist:
             state_file.save(self.project, self.sim)
 

@@ -137,6 +137,7 @@ def guest_env(root: Path, metadata_port: int | None, rest_api: str) -> dict[str,
         "PODMANAGER_WHEEL_CACHE": str(shared_uv_cache() / "wheels"),
         "LANG": "C.UTF-8",
         "TMPDIR": str(root / "tmp"),
+        "XDG_CONFIG_DIRS": str(root / IMAGE_CONFIG),  # the image's system-wide settings (pip's: its index)
         procs.ROOT_ENV: str(root),
         "PODMANAGER_METADATA_URL": f"http://{_metadata_address(metadata_port)}/computeMetadata/v1",
         "PODMANAGER_SECRETS_API": f"{rest_api}/v1",
@@ -171,6 +172,7 @@ def metadata_env(port: int | None, record: Path) -> dict[str, str]:
 
 METADATA_HOST = "metadata.google.internal"  # a GCE VM's metadata server, by the name its /etc/hosts gives
 IMAGE_BIN = "usr/bin"  # in a VM's root: the image's own commands, first on its PATH
+IMAGE_CONFIG = "etc/xdg"  # in a VM's root: the image's system-wide settings, where pip looks (XDG_CONFIG_DIRS)
 
 
 def debian_python() -> str:
@@ -238,11 +240,13 @@ def shared_uv_cache() -> Path:
     return paths.machines_dir() / "vm-cache"
 
 
-def make_disk(root: Path, image: str, system: str = UBUNTU_2204) -> None:
+def make_disk(root: Path, image: str, system: str = UBUNTU_2204, index_url: str = "") -> None:
     """A simulated VM's root folder as its image has it: empty folders, the system image's
     `python3` (Debian 12's without pip, https://wiki.debian.org/Python, so a boot that needs pip
     fails here as it would there; Ubuntu 22.04's with it), the Python download's stand-in, and
-    for the "controller" image the controller's environment at /opt/podmanager/venv (a link)."""
+    for the "controller" image the controller's environment at /opt/podmanager/venv (a link).
+    `index_url`: the package index stand-in (`package_index.py`), the image's default index in
+    its system-wide pip settings, where a real VM's default is PyPI ("": PyPI itself)."""
     paths.private_dir(root.parent)  # the VMs' disks: only the owner may enter
     for folder in ("opt/podmanager", "etc", "root", "tmp", "var/log", IMAGE_BIN):
         (root / folder).mkdir(parents=True, exist_ok=True)
@@ -250,6 +254,9 @@ def make_disk(root: Path, image: str, system: str = UBUNTU_2204) -> None:
     python.write_text(f"#!/bin/sh\nexec {image_python(system)} \"$@\"\n")
     python.chmod(0o755)
     python_download(root)
+    if index_url:  # pip's system-wide file; the spec's index, written for root at boot, comes after it
+        (root / IMAGE_CONFIG / "pip").mkdir(parents=True, exist_ok=True)
+        (root / IMAGE_CONFIG / "pip" / "pip.conf").write_text(f"[global]\nindex-url = {index_url}\n")
     venv = root / "opt/podmanager/venv"
     if image == CONTROLLER_IMAGE and not venv.is_symlink():
         venv.symlink_to(sys.prefix)
@@ -316,6 +323,7 @@ class SimHostBooter:
         self.image_of = image_of or (lambda cluster: DEFAULT_VM_IMAGE)
         self.boot_delay_of = boot_delay_of or (lambda cluster: 0.0)
         self.rest_api = ""  # the emulator's Secret Manager and storage REST root, as the VMs reach it
+        self.index_url = ""  # the package index stand-in, as the VMs reach it ("": the index itself)
         self.network: VmNetwork | None = None  # the namespace mode's network (None: loopback)
         self._children: list[subprocess.Popen] = []
         self._mutex = threading.Lock()
@@ -362,7 +370,7 @@ class SimHostBooter:
         machine_id = procs.new_machine_id()
         root = Path(temp_dir(node.cluster, machine_id))  # the VM's disk
         image = self.image_of(node.cluster)
-        make_disk(root, image)
+        make_disk(root, image, index_url=self.index_url)
         join_args = [
             f"--resources={json.dumps({'TPU': chips}, separators=(',', ':'))}",  # CPU devices stand in for chips
             f"--num-cpus={self.num_cpus}",

@@ -185,7 +185,9 @@ def test_a_python_without_a_download_is_refused_before_anything_is_created(monke
     assert "uv venv --python 3.11." in str(refused.value)
     assert sim.all_nodes() == []
     # VMs that start from the controller's environment install no Python: nothing to refuse.
-    check_before_up(ClusterRuntime(spec(), store=StateStore(), simulator=sim))
+    linked = parse_spec({"name": "c", "slices": [{"accelerator": "v4-8"}], "simulation": {"vm_image": "controller"}},
+                        dry_run=True)
+    check_before_up(ClusterRuntime(linked, store=StateStore(), simulator=sim))
 
 
 def test_a_shared_vpc_is_read_and_its_rule_made_in_the_host_project(emulator, compute):

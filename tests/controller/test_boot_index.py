@@ -44,7 +44,9 @@ def no_pip_settings(monkeypatch):
 def test_a_vm_boots_from_the_specs_index_and_its_runs_install_from_it(tmp_path, index, monkeypatch,
                                                                         no_pip_settings):
     spec = parse_spec({"name": "idx", "backend": "simulated", "slices": [{"accelerator": "v4-8"}],
-                       "boot": {"podmanager": "0.1.0", "index_url": index.url}})
+                       "boot": {"podmanager": "0.1.0", "index_url": index.url},
+                       # No lock to resolve: the test's index holds no Ray (the script is the same).
+                       "simulation": {"vm_image": "controller"}})
     software = resolve_software(spec)
     assert (software.index_url, software.extra_index_urls) == (index.url, ())
     script = render_startup_script("idx", software, "idx-ray-token")

@@ -132,7 +132,8 @@ def test_a_real_vms_environment_is_locked_once_for_the_tpu_platform_and_reused(
 
 def test_simulated_vms_that_start_from_the_controllers_environment_get_no_lock(
         compiled: list[dict[str, object]]) -> None:
-    assert resolve_software(parse_spec({**SIMULATED, "boot": {"podmanager": "0.2.0"}})).lock == ""
+    assert resolve_software(parse_spec({**SIMULATED, "boot": {"podmanager": "0.2.0"},
+                                        "simulation": {"vm_image": "controller"}})).lock == ""
     bare = resolve_software(parse_spec({**SIMULATED, "boot": {"podmanager": "0.2.0"},
                                         "simulation": {"vm_image": "bare"}}))
     assert bare.lock and compiled[0]["platform"] is None  # this machine's platform

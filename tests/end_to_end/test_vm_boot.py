@@ -10,7 +10,7 @@ from a temporary folder outside the repository.
   Manager into that root; `status --json` shows `boot: joined` and the controller's versions.
 - `sim head-crash`, then `up`: the head starts anew, the nodes' metadata names it, the host
   rejoins, no slice is created again, and a run afterwards succeeds; `down` leaves nothing.
-- A bare VM installs everything with uv and runs a program.
+- A bare VM installs everything with uv, from the emulator's package index stand-in, and runs a program.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import yaml
 from sim_view import sim_nodes
 
 from podmanager.controller.software import controller_versions
-from podmanager.emulator import vms
+from podmanager.emulator import package_index, vms
 from podmanager.vm import procs
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -233,6 +233,8 @@ def test_a_bare_vm_installs_everything_with_uv_and_runs_a_program(tmp_path) -> N
         root = Path(record["temp_dir"])
         venv = root / "opt" / "podmanager" / "venv"
         assert venv.is_symlink() and Path(os.readlink(venv)).is_relative_to(root)  # its own, not the controller's
+        # From the emulator's package index stand-in, the image's default index (where PyPI is on a real VM).
+        assert f"from http://{package_index.HOST}:" in Path(record["log"]).read_text()
         ran = cli(folder, "run", "-c", "bare", "hello.py")
         assert "HELLO 4" in ran.stdout and str(root) in ran.stdout
         # Nothing of this machine's environment reached the VM's program: its modules come from
