@@ -12,6 +12,7 @@ import pytest
 from google.api_core import exceptions as google_exceptions
 from google.api_core.client_options import ClientOptions
 from google.cloud import compute_v1
+from served_emulator import compute_emulator
 
 from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.gcp.compute import ComputeNetworks
@@ -29,7 +30,6 @@ from podmanager.core.clock import poll_until
 from podmanager.core.errors import SpecError
 from podmanager.core.network_names import cluster_tag
 from podmanager.core.spec import CLOUD_PLATFORM_SCOPE, parse_spec
-from podmanager.emulator.server import Emulator
 
 PROJECT = "podmanager-sim"
 CALLER = "203.0.113.7/32"
@@ -39,12 +39,8 @@ SCRIPT = "#!/bin/bash\necho controller\n"
 
 @pytest.fixture
 def emulator():
-    served = Emulator(PROJECT, persist=False)
-    # Cluster c's VMs insert and delete in 0.3 s, not Google Cloud's tens of seconds (the rulebook's).
-    served.sim.configure_cluster("c", 0.5, 0.1, instance_create_latency_s=0.3, instance_delete_latency_s=0.3)
-    served.serve_rest()
-    yield served
-    served.stop()
+    with compute_emulator(PROJECT) as served:
+        yield served
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from homes import use_home
+from local_gcs import local_gcs
 
 from podmanager.controller import boot_lock
 from podmanager.controller.software import controller_versions
@@ -188,15 +189,8 @@ for stage, wheel in zip(sys.argv[1::2], sys.argv[2::2]):
 
 @pytest.fixture
 def gcs() -> Iterator[str]:
-    """A local GCS's http://127.0.0.1:PORT, serving one empty in-memory bucket."""
-    emulator_server = pytest.importorskip(
-        "gcp_storage_emulator.server", reason="the GCS emulator is in the test extra: pip install -e '.[test]'")
-    server = emulator_server.create_server("127.0.0.1", 0, in_memory=True, default_bucket=BUCKET)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{server._api._httpd.server_port}"  # bound to port 0; its HTTP server knows
-    finally:
-        server.stop()
+    with local_gcs(BUCKET) as endpoint:
+        yield endpoint
 
 
 def stage_in_gcs(endpoint: str, *stages: tuple[str, Path]) -> list[object]:

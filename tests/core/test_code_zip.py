@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from zips import zipped
 
 from podmanager.core import code_zip
 from podmanager.core.errors import SpecError
@@ -149,14 +150,6 @@ def test_a_large_file_is_named_in_podmanagers_terms(project: Path, caplog) -> No
         code = code_zip.pack(project)
     assert "weights.bin" in code.files
     assert "weights.bin is 10 MiB and goes to every host with each run" in caplog.text and ".gitignore" in caplog.text
-
-
-def zipped(entries: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in entries.items():
-            archive.writestr(name, data)
-    return buffer.getvalue()
 
 
 def test_a_zip_packed_elsewhere_is_checked_before_it_is_kept(monkeypatch) -> None:

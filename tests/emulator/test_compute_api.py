@@ -8,12 +8,12 @@ import pytest
 from google.api_core import exceptions as google_exceptions
 from google.api_core.client_options import ClientOptions
 from google.cloud import compute_v1
+from served_emulator import compute_emulator
 
 from podmanager.cloud.gcp import emulator_identity
 from podmanager.cloud.instances import Instance
 from podmanager.core.clock import FakeClock, poll_until
 from podmanager.emulator.rulebook import INSTANCE_CREATE_S, INSTANCE_DELETE_S
-from podmanager.emulator.server import Emulator
 from podmanager.emulator.sim.cloud import SimCloud
 from podmanager.emulator.sim.instances import SimInstances
 
@@ -22,12 +22,8 @@ PROJECT = "p-net"
 
 @pytest.fixture
 def emulator():
-    served = Emulator(PROJECT, persist=False)
-    # Cluster c's VMs insert and delete in 0.3 s, not Google Cloud's tens of seconds (the rulebook's).
-    served.sim.configure_cluster("c", 0.5, 0.1, instance_create_latency_s=0.3, instance_delete_latency_s=0.3)
-    served.serve_rest()
-    yield served
-    served.stop()
+    with compute_emulator(PROJECT) as served:
+        yield served
 
 
 def client(kind, emulator):

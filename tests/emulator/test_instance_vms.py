@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from served_emulator import compute_emulator
 
 from podmanager.cloud import errors as cloud_errors
 from podmanager.cloud.base import CLUSTER_LABEL
@@ -60,13 +61,8 @@ def sim_home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def emulator(sim_home):
-    served = Emulator(PROJECT, persist=False)
-    # Cluster c's VMs insert and delete in 0.3 s, not Google Cloud's tens of seconds (the rulebook's).
-    served.sim.configure_cluster("c", 0.5, 0.1, instance_create_latency_s=0.3, instance_delete_latency_s=0.3)
-    served.serve_rest()
-    served.grpc_port = served.start()
-    yield served
-    served.stop()
+    with compute_emulator(PROJECT, grpc=True) as served:
+        yield served
 
 
 @pytest.fixture

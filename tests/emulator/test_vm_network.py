@@ -19,6 +19,7 @@ from ipaddress import IPv4Address
 from pathlib import Path
 
 import pytest
+from served_emulator import compute_emulator
 
 from podmanager.client.controller_machine import (
     CHANNEL_PORT,
@@ -63,16 +64,10 @@ def sim_home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def emulator(sim_home):
-    served = Emulator(PROJECT, persist=False, network="namespaces")
-    served.sim.configure_cluster("c", 0.5, 0.1, instance_create_latency_s=0.3, instance_delete_latency_s=0.3)
-    served.serve_rest()
-    served.grpc_port = served.start()
-    prefix = served.network.prefix
-    try:
+    with compute_emulator(PROJECT, grpc=True, network="namespaces") as served:
+        prefix = served.network.prefix
         yield served
-    finally:
-        served.stop()
-        assert names.leftovers(prefix) == []
+    assert names.leftovers(prefix) == []
 
 
 @pytest.fixture

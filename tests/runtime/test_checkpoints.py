@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from local_gcs import local_gcs
 
 from podmanager import runtime
 
@@ -45,16 +46,8 @@ with runtime.Checkpointer(url) as checkpointer:
 
 @pytest.fixture
 def gcs() -> Iterator[str]:
-    """The emulator's http://127.0.0.1:PORT, serving one empty in-memory bucket."""
-    emulator_server = pytest.importorskip(
-        "gcp_storage_emulator.server", reason="the GCS emulator is in the test extra: pip install -e '.[test]'")
-    server = emulator_server.create_server("127.0.0.1", 0, in_memory=True, default_bucket=BUCKET)
-    server.start()
-    try:
-        # create_server binds port 0 to a free port but does not report it; its HTTP server knows.
-        yield f"http://127.0.0.1:{server._api._httpd.server_port}"
-    finally:
-        server.stop()
+    with local_gcs(BUCKET) as endpoint:
+        yield endpoint
 
 
 def run_checkpointer(endpoint: str, url: str, mode: str, cwd: str) -> dict[str, object]:

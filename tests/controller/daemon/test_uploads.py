@@ -4,13 +4,12 @@ and removed once no submit can need them."""
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 import time
-import zipfile
 
 import pytest
+from zips import zipped
 
 from podmanager.controller.daemon import uploads
 from podmanager.controller.daemon.channel_service import ControllerChannelApi
@@ -18,14 +17,6 @@ from podmanager.core import code_zip
 from podmanager.core.errors import PodmanagerError, SpecError
 from podmanager.core.workload import Workload
 from podmanager.state import StateStore
-
-
-def zipped(entries: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in entries.items():
-            archive.writestr(name, data)
-    return buffer.getvalue()
 
 
 def test_an_upload_is_kept_as_its_zip_owner_only_and_taken_by_its_digest() -> None:
