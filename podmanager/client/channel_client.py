@@ -3,7 +3,7 @@
 The controller must present exactly the pinned certificate (its chain checked against that one
 certificate, its name against the address, its SHA-256 against the pin) before the token is
 sent; the token goes as a bearer header. Loads without Ray, JAX or the controller's modules
-(tests/channel/test_channel.py checks): this is what a laptop runs."""
+(tests/channel/test_server.py checks): this is what a laptop runs."""
 
 from __future__ import annotations
 

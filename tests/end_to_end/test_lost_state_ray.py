@@ -181,13 +181,13 @@ def assert_refused_naming_the_store(folder: Folder, run_id: str, verbs) -> None:
 
 
 def store_damaged_during_a_run(folder: Folder, tmp_path: Path) -> None:
-    """Truncated is tested with every verb in test_state_damage.py; here, end to end, the two
+    """Truncated is tested with every verb in tests/state/test_db.py; here, end to end, the two
     ways a running supervisor meets a damaged store: overwritten in place it goes unseen while
     SQLite reads on from its WAL, then deleted it is seen."""
     run_id = folder.start_run(tmp_path)
     store = folder.home / "state.db"
     store.write_bytes(os.urandom(3 * 4096))  # garbage over it
-    # A read, a verb on the run and a write (every verb meets a truncated store in test_state_damage.py).
+    # A read, a verb on the run and a write (every verb meets a truncated store in tests/state/test_db.py).
     assert_refused_naming_the_store(folder, run_id, [VERBS[0], VERBS[3], ["up", "-f", str(tmp_path / "spec.yaml"),
                                                                           "--dry-run"]])
     logs = cli(folder.home, "logs", "-c", NAME)  # the run's output is in files: it needs no store

@@ -37,7 +37,7 @@ home, cluster, _shared_home = module_cluster(SPEC)
 
 def test_a_preempted_slice_is_swapped_for_the_spare_at_once_and_a_new_spare_is_made(cluster, tmp_path: Path):
     # Which slice is the spare is whatever the cluster's last swap left (test_dashboard_browser.py
-    # swaps too; `up` makes the last slice the spare: tests/supervision/test_spares.py).
+    # swaps too; `up` makes the last slice the spare: tests/supervision/test_spare_swap.py).
     poll_until(lambda: [s for s in cluster.status().slices if s.spare and s.state == "READY"], timeout_s=120.0,
                interval_s=0.5, clock=RealClock(), what="a READY spare")
     slices = cluster.status().slices

@@ -241,7 +241,7 @@ def test_three_detached_runs_on_one_slice_at_once_start_exactly_one(cluster, pro
     # A project with some data, as most have: packing and uploading it takes a moment, which
     # a busy check made before the upload and a claim written after it would let all three through.
     (project / "data.bin").write_bytes(os.urandom(16 << 20))
-    for _ in range(3):  # each try is seconds of real processes; the 20-try race is in test_run_claims.py
+    for _ in range(3):  # each try is seconds of real processes; the 20-try race is in tests/state/test_run_records.py
         clients = [cli("run", "-c", NAME, "--slices", "0", "--detach", "loop.py", cwd=project) for _ in range(3)]
         outcomes = [(client.wait(timeout=120), *client.communicate()) for client in clients]
         accepted = [out for code, out, _ in outcomes if code == 0]
