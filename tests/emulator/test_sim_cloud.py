@@ -65,6 +65,7 @@ def test_create_faults_fail_the_operation_and_leave_no_node(sim, clock, kind, er
     clock.advance(1)
     assert isinstance(sim.get_operation(operation.name).error, error)
     assert sim.list_nodes("z") == []
+    assert sim.pending_faults().create == {}  # used up: nothing left waiting to happen
     sim.create_node("z", "n", REQUEST)  # the fault was for one create only
     clock.advance(2)
     assert sim.get_node("z", "n").state is NodeState.READY

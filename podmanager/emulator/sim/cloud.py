@@ -477,9 +477,14 @@ class SimCloud:
         for kind, (error_type, message) in _CREATE_FAULTS.items():
             remaining = per_zone.get(kind, 0)
             if remaining != 0:
-                per_zone[kind] = remaining - 1 if remaining > 0 else remaining
+                if remaining == 1:  # used up: no longer pending (a negative count never runs out)
+                    del per_zone[kind]
+                    if not per_zone:
+                        del self._state.faults.create[zone]
+                else:
+                    per_zone[kind] = remaining - 1 if remaining > 0 else remaining
                 self._touch()
-                if kind == "capacity" and per_zone[kind] == 0:
+                if kind == "capacity" and remaining == 1:
                     self._recheck_waiting()
                 return error_type, message.format(zone=zone, runtime_version=request.runtime_version)
         return None
