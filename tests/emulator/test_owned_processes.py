@@ -107,7 +107,10 @@ def test_a_process_that_keeps_only_its_machine_id_belongs_to_the_machines_owner(
     program = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                env={procs.MACHINE_ENV: machine_id}, start_new_session=True)  # not the host's child
     try:
-        assert program.pid in {p.pid for p in procs.owned(procs.owner("demo"))}
+        # Until the kernel has laid out the new program's environment (just after its exec, which
+        # lets Popen return first) /proc shows none: it is owned once it shows one.
+        poll_until(lambda: program.pid in {p.pid for p in procs.owned(procs.owner("demo"))}, timeout_s=10,
+                   interval_s=0.02, what="the program to be owned by its machine's owner")
         assert procs.stop_cluster("demo") >= 2
         program.wait(10)  # (the kill reaped it: its exit status is gone)
         assert not live(program.pid) and not live(root)

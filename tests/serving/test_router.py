@@ -458,8 +458,10 @@ def test_one_replica_at_a_time_reloads_and_only_while_every_other_is_ready():
             await first.send(encode(Reload(step=7)))
             await eventually(connected(router, 1, state="reloading"), "replica 0 let go")
             await second.send(encode(Reload(step=7)))  # 0 is reloading: 1 waits
-            # The grant comes after the request 0 already held.
-            assert first.granted == [7] and first.said == ["request", "reload"]
+            # The grant comes after the request 0 already held (it reaches the replica after the
+            # router has marked it reloading: waited for, as a replica waits for it).
+            await eventually(lambda: first.granted == [7], "replica 0's grant")
+            assert first.said == ["request", "reload"]
             rest = await asyncio.gather(*(service.predict(n) for n in range(3, 13)))
             assert {body["outputs"]["replica"] for _, body, _ in rest} == {1, 2}  # nothing new to 0
             first.release.set()
@@ -468,7 +470,7 @@ def test_one_replica_at_a_time_reloads_and_only_while_every_other_is_ready():
             await first.hello(step=7)
             await eventually(lambda: [(v.state, v.step) for v in router.stats().replicas]
                              == [("ready", 7), ("reloading", None), ("ready", None)], "0 back, 1 let go")
-            assert second.granted == [7]
+            await eventually(lambda: second.granted == [7], "replica 1's grant")
             # With 1 reloading, 2 waits; when 1 is back but 0 is lost, 2 still waits: only 1 of the
             # others would be ready.
             await third.send(encode(Reload(step=7)))
@@ -478,7 +480,7 @@ def test_one_replica_at_a_time_reloads_and_only_while_every_other_is_ready():
             assert third.granted == []
             await service.replica(0)  # the lost replica is back: now 2 may go
             await eventually(connected(router, 1, state="reloading"), "replica 2 let go")
-            assert third.granted == [7]
+            await eventually(lambda: third.granted == [7], "replica 2's grant")
 
     asyncio.run(scenario())
 
